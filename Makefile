@@ -1,0 +1,70 @@
+# PDPM — top-level targets. `make test` is what CI runs (.ci/run).
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pdpm
+export CCACHE_DIR ?= $(CACHE_DIR)/ccache
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_MAXSIZE ?= 5G
+JOBS ?= $(shell nproc)
+CTEST := ctest --output-on-failure --timeout 300 -j $(JOBS)
+# Seconds each fuzzer runs in `make test`; `make fuzz` runs longer.
+FUZZ_SECONDS ?= 20
+FUZZ_LONG_SECONDS ?= 600
+
+.PHONY: deps build build-asan build-tsan build-fuzz test test-core test-asan test-tsan \
+        test-fuzz fuzz bench bench-net bench-dsm bench-kv bench-fs lint format clean
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	cmake --preset release -S core >/dev/null
+	cmake --build build/release -j $(JOBS)
+
+build-asan: deps
+	cmake --preset asan -S core >/dev/null
+	cmake --build build/asan -j $(JOBS)
+
+build-tsan: deps
+	cmake --preset tsan -S core >/dev/null
+	cmake --build build/tsan -j $(JOBS)
+
+build-fuzz: deps
+	cmake --preset fuzz -S core >/dev/null
+	cmake --build build/fuzz -j $(JOBS) --target fuzzers
+
+# Everything: the whole core suite optimised, the PM and transport suites
+# under ASan+UBSan and TSan, each fuzzer for a bounded time.
+test: deps
+	$(MAKE) test-core test-asan test-tsan test-fuzz
+
+test-core: build
+	cd build/release && $(CTEST)
+
+test-asan: build-asan
+	cd build/asan && $(CTEST) -L '^(common|pm|net)$$'
+
+test-tsan: build-tsan
+	cd build/tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L '^(common|pm|net)$$'
+
+test-fuzz: build-fuzz
+	scripts/run-fuzzers.sh build/fuzz $(FUZZ_SECONDS)
+
+fuzz: build-fuzz
+	scripts/run-fuzzers.sh build/fuzz $(FUZZ_LONG_SECONDS)
+
+bench: bench-net
+
+bench-net: build
+	scripts/bench-net.sh build/release
+
+lint: deps
+	scripts/lint.sh
+
+format: deps
+	find core/src -name '*.h' -o -name '*.cc' | xargs clang-format -i
+
+clean:
+	rm -rf build

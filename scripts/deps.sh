@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what building and testing PDPM needs, from Debian's packages.
+# Idempotent and fast when everything is present: it only asks apt when a
+# package is missing.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config ccache clang clang-format clang-tidy
+  libclang-rt-14-dev
+  # core dependencies
+  libpmem2-dev libpmem-dev libibverbs-dev librdmacm-dev rdma-core
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libfuse3-dev fuse3 uuid-dev
+  # real parts the tests and benchmarks start
+  etcd-server etcd-client redis-server redis-tools iperf3 sockperf
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "deps: installing ${missing[*]}"
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
