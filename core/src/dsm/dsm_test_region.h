@@ -5,6 +5,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 
@@ -24,16 +25,18 @@ class TestRegion {
   TestRegion& operator=(const TestRegion&) = delete;
 
   PmRange range() {
-    return PmRange{base_, size_, [this](const void*, size_t) { ++persists_; }};
+    return PmRange{base_, size_, [this](const void*, size_t) {
+                     persists_.fetch_add(1, std::memory_order_relaxed);
+                   }};
   }
   char* base() const { return base_; }
   uint64_t size() const { return size_; }
-  uint64_t persists() const { return persists_; }
+  uint64_t persists() const { return persists_.load(); }
 
  private:
   char* base_;
   uint64_t size_;
-  uint64_t persists_ = 0;
+  std::atomic<uint64_t> persists_{0};
 };
 
 }  // namespace pdpm::dsm

@@ -147,7 +147,7 @@ class Checker {
     }
     if (!Reach(header, sizeof(ObjectHeader), "object header")) return;
     auto* h = reinterpret_cast<const ObjectHeader*>(base_ + header);
-    std::vector<const ExtentNode*> nodes;
+    std::vector<uint64_t> nodes;
     uint64_t prev_end = 0;
     for (uint64_t n = h->head[0]; n != 0;) {
       s = CheckExtentNode(base_, region_size_, n);
@@ -168,21 +168,22 @@ class Checker {
         r_.violations.push_back(where + " extent " + HexOffset(n) + ": data checksum mismatch");
       }
       prev_end = node->end();
-      nodes.push_back(node);
+      nodes.push_back(n);
       n = node->next[0];
     }
     CheckTowers(h, nodes, where);
   }
 
   // Every level l >= 1 must list exactly the level-0 nodes taller than l.
-  void CheckTowers(const ObjectHeader* h, const std::vector<const ExtentNode*>& nodes,
+  void CheckTowers(const ObjectHeader* h, const std::vector<uint64_t>& nodes,
                    const std::string& where) {
     for (int l = 1; l < kMaxLevel; ++l) {
       const uint64_t* link = h->head;
       bool stale = false;
-      for (const ExtentNode* node : nodes) {
+      for (uint64_t n : nodes) {
+        auto* node = reinterpret_cast<const ExtentNode*>(base_ + n);
         if (node->level <= l) continue;
-        if (base_ + link[l] != reinterpret_cast<const char*>(node)) {
+        if (link[l] != n) {
           stale = true;
           break;
         }
