@@ -1,9 +1,12 @@
 #include "dsm/object_store.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -333,24 +336,30 @@ TEST_F(ObjectStoreTest, DamagedImagesAreRefusedNotTrusted) {
   std::sort(targets.begin(), targets.end());
   table_.reset();
   alloc_.reset();
-  std::string good(region_.base(), region_.size());
-  TestRegion damaged(region_.size());
-  for (int round = 0; round < 300; ++round) {
-    memcpy(damaged.base(), good.data(), good.size());
+  // Each round damages a private copy-on-write view of the good image.
+  int fd = memfd_create("pdpm-good-image", 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, region_.base(), region_.size()), static_cast<ssize_t>(region_.size()));
+  for (int round = 0; round < 150; ++round) {
+    void* view = mmap(nullptr, region_.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    ASSERT_NE(view, MAP_FAILED);
+    PmRange damaged{static_cast<char*>(view), region_.size(), [](const void*, size_t) {}};
+    std::unique_ptr<void, std::function<void(void*)>> unmap(
+        view, [&](void* p) { munmap(p, region_.size()); });
     // One to three flipped bytes in the first 64 bytes of a chunk header or
     // a traced block (records and metadata live there).
     for (int k = 0; k < 1 + round % 3; ++k) {
       uint64_t at = targets[rng() % targets.size()] + rng() % 64;
-      damaged.base()[at] ^= static_cast<char>(1 + rng() % 255);
+      damaged.base[at] ^= static_cast<char>(1 + rng() % 255);
     }
     // Neither the checker nor recovery may crash or hand out a reachable
     // block; when recovery accepts the image, the checker agrees.
-    SegmentCheckReport before = CheckSegment(damaged.base(), damaged.size(), 0);
+    SegmentCheckReport before = CheckSegment(damaged.base, damaged.size, 0);
     std::unique_ptr<PAllocator> a;
     std::unique_ptr<ObjectStoreTable> t;
-    if (!PAllocator::Open(damaged.range(), {}, &a).ok()) continue;
+    if (!PAllocator::Open(damaged, {}, &a).ok()) continue;
     if (!ObjectStoreTable::Open(a.get(), {}, &t, nullptr).ok()) continue;
-    SegmentCheckReport after = CheckSegment(damaged.base(), damaged.size(), 0);
+    SegmentCheckReport after = CheckSegment(damaged.base, damaged.size, 0);
     EXPECT_EQ(after.violations.empty(), before.violations.empty()) << after.ToString();
     EXPECT_TRUE(after.repairable.empty()) << after.ToString();
     for (uint64_t i = 0; i < 12; ++i) {
@@ -359,6 +368,7 @@ TEST_F(ObjectStoreTest, DamagedImagesAreRefusedNotTrusted) {
       EXPECT_TRUE(s.ok() || s.code() == StatusCode::kNotFound) << s.ToString();
     }
   }
+  close(fd);
 }
 
 TEST_F(ObjectStoreTest, CheckerRefusesAnUnformattedRegion) {

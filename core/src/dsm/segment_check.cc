@@ -62,6 +62,10 @@ class Checker {
         int c = st.size_class;
         const uint64_t* bitmap = BitmapOf(base_, i);
         for (uint64_t b = 0; b < BitmapWords(c) * 64; ++b) {
+          if (bitmap[b / 64] == 0) {
+            b += 63;  // skip a word with no block allocated
+            continue;
+          }
           if (!((bitmap[b / 64] >> (b % 64)) & 1)) continue;
           if (b >= ClassBlockCount(c)) {
             r_.violations.push_back("chunk " + std::to_string(i) +
