@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <libpmem2.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -91,9 +93,22 @@ Status NewMap(const std::string& path, const pmem2_source* source, size_t length
   return Status::OK();
 }
 
-bool EnvironmentAsksForSimulation() {
-  const char* v = std::getenv(kSimulatePowerLossEnv);
-  return v != nullptr && std::strcmp(v, "1") == 0;
+// The simulation settings: the options, overridden by the environment.
+Status SimulationSettings(const PmOptions& options, bool* simulate, uint64_t* crash_after) {
+  const char* flag = std::getenv(kSimulatePowerLossEnv);
+  *crash_after = options.crash_after_persisted_bytes;
+  if (const char* v = std::getenv(kCrashAfterPersistedBytesEnv); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    *crash_after = std::strtoull(v, &end, 10);
+    if (errno != 0 || *end != '\0' || *v == '-') {
+      return Status::InvalidArgument(std::string(kCrashAfterPersistedBytesEnv) + "=" + v +
+                                     " is not a byte count");
+    }
+  }
+  *simulate = options.simulate_power_loss || (flag != nullptr && std::strcmp(flag, "1") == 0) ||
+              *crash_after != 0;
+  return Status::OK();
 }
 
 // Copies whole words as the hardware writes back cache lines: each aligned
@@ -152,7 +167,8 @@ struct PmDevice::Mapping {
 // The durable image of a simulated device, fed only by persistence calls.
 class PmDevice::Simulation {
  public:
-  Simulation(const char* view, char* durable) : view_(view), durable_(durable) {}
+  Simulation(const char* view, char* durable, uint64_t crash_after_bytes)
+      : view_(view), durable_(durable), crash_after_bytes_(crash_after_bytes) {}
 
   // Copies the lines [begin, end) from the view to the durable image. Each
   // line is copied under its stripe lock: two threads persisting one line
@@ -161,6 +177,7 @@ class PmDevice::Simulation {
   void Persist(uint64_t begin, uint64_t end) {
     for (uint64_t line = begin; line < end; line += kCacheLine) {
       std::lock_guard<std::mutex> lock(line_locks_[(line / kCacheLine) % line_locks_.size()]);
+      if (crash_after_bytes_ != 0) CrashIfBudgetEnds(line);
       CopyWords(durable_ + line, view_ + line, kCacheLine);
     }
   }
@@ -183,8 +200,20 @@ class PmDevice::Simulation {
   }
 
  private:
+  // Crash injection: when copying `line` would pass the budget, copies the
+  // words still inside it and kills the process.
+  void CrashIfBudgetEnds(uint64_t line) {
+    const uint64_t before = persisted_bytes_.fetch_add(kCacheLine, std::memory_order_relaxed);
+    if (before + kCacheLine <= crash_after_bytes_) return;
+    const uint64_t remaining = before < crash_after_bytes_ ? crash_after_bytes_ - before : 0;
+    CopyWords(durable_ + line, view_ + line, remaining);
+    raise(SIGKILL);
+  }
+
   const char* const view_;
   char* const durable_;
+  const uint64_t crash_after_bytes_;  // 0: no crash injection
+  std::atomic<uint64_t> persisted_bytes_{0};
   std::array<std::mutex, 64> line_locks_;
   std::mutex flushed_mu_;
   // Lines flushed and not yet drained, per thread: a drain (a store fence)
@@ -194,7 +223,9 @@ class PmDevice::Simulation {
 
 Status PmDevice::Open(const std::string& path, const PmOptions& options,
                       std::unique_ptr<PmDevice>* out) {
-  const bool simulate = options.simulate_power_loss || EnvironmentAsksForSimulation();
+  bool simulate = false;
+  uint64_t crash_after_bytes = 0;
+  PDPM_RETURN_IF_ERROR(SimulationSettings(options, &simulate, &crash_after_bytes));
   auto mapping = std::make_unique<Mapping>();
 
   // Open, creating only when asked. O_EXCL tells us whether we created it,
@@ -303,7 +334,7 @@ Status PmDevice::Open(const std::string& path, const PmOptions& options,
     if (simulate) {
       device->base_ = static_cast<char*>(pmem2_map_get_address(mapping->view.get()));
       device->simulation_ = std::make_unique<Simulation>(
-          device->base_, static_cast<char*>(pmem2_map_get_address(durable)));
+          device->base_, static_cast<char*>(pmem2_map_get_address(durable)), crash_after_bytes);
       device->granularity_ = PersistGranularity::kCacheLine;
     } else {
       device->base_ = static_cast<char*>(pmem2_map_get_address(durable));

@@ -31,6 +31,14 @@
 // else. Flushed-but-not-drained lines are not durable. Files only (a devdax
 // mapping cannot be private); the file itself is not msync'ed, so the mode
 // models power loss for crash tests and is not durable against a real one.
+//
+// Crash injection (PmOptions::crash_after_persisted_bytes, or the
+// environment variable PDPM_PM_CRASH_AFTER_PERSISTED_BYTES=N; implies
+// simulation): the process kills itself with SIGKILL at the moment the
+// N-th byte (rounded down to whole words) has been copied to the file,
+// counting every persisted cache line in the order the copies happen. A
+// test sweeping N crashes a process at every point of its persistence
+// stream, deterministically (for a single persisting thread).
 #pragma once
 
 #include <cstddef>
@@ -51,8 +59,9 @@ std::string_view PmKindName(PmKind kind);  // "devdax", "fsdax", "file"
 enum class PersistGranularity { kByte, kCacheLine, kPage };
 std::string_view PersistGranularityName(PersistGranularity g);  // "byte", ...
 
-// Environment variable that turns power-loss simulation on ("1").
+// Environment variables of the simulation (see above).
 inline constexpr char kSimulatePowerLossEnv[] = "PDPM_PM_SIMULATE_POWER_LOSS";
+inline constexpr char kCrashAfterPersistedBytesEnv[] = "PDPM_PM_CRASH_AFTER_PERSISTED_BYTES";
 
 struct PmOptions {
   // 0: the path must exist. Otherwise a missing path is created as a
@@ -64,17 +73,19 @@ struct PmOptions {
   // See "Power-loss simulation" above. Also on when the environment
   // variable kSimulatePowerLossEnv is "1".
   bool simulate_power_loss = false;
+  // See "Crash injection" above; 0 is off. The environment variable
+  // kCrashAfterPersistedBytesEnv, when set, takes precedence.
+  uint64_t crash_after_persisted_bytes = 0;
 };
 
 class PmDevice {
  public:
   // Opens and maps `path`. Errors: kNotFound (no such path, or its
   // directory is missing when creating), kInvalidArgument (a directory, an
-  // empty or too small file), kNotSupported (a block device, a character
-  // device that is not device-DAX, simulation on devdax),
-  // kPermissionDenied, kFailedPrecondition (opened elsewhere),
-  // kResourceExhausted (no space to create/extend, no address space),
-  // kIOError (anything else the OS or libpmem2 refuses).
+  // empty or too small file, a malformed environment variable), kNotSupported (a block device, a
+  // character device that is not device-DAX, simulation on devdax), kPermissionDenied,
+  // kFailedPrecondition (opened elsewhere), kResourceExhausted (no space to create/extend, no
+  // address space), kIOError (anything else the OS or libpmem2 refuses).
   static Status Open(const std::string& path, const PmOptions& options,
                      std::unique_ptr<PmDevice>* out);
 

@@ -294,6 +294,47 @@ TEST(PmDeviceTest, KillInSimulationLeavesExactlyThePersistedData) {
   EXPECT_EQ(std::string(base + 20480, 15), std::string(15, '\0'));
 }
 
+// Crash injection stops the process in the middle of a persist, leaving
+// whole words up to the budget.
+TEST(PmDeviceTest, CrashInjectionKillsAtTheByteBudget) {
+  TempDir dir;
+  const std::string path = dir.File("pm");
+  OpenOrDie(path, Simulated(4 * kMiB)).reset();
+  Child child = ForkChild([&](int report_fd) {
+    PmOptions o;
+    o.crash_after_persisted_bytes = 64 + 20;  // one line, then two whole words
+    std::unique_ptr<PmDevice> device;
+    if (!PmDevice::Open(path, o, &device).ok()) _exit(2);
+    if (!device->simulating_power_loss()) _exit(2);
+    char* base = device->base();
+    std::memset(base, 'a', 64);
+    std::memset(base + 4096, 'b', 64);
+    device->Persist(base, 64);
+    WriteReport(report_fd, 1);
+    device->Persist(base + 4096, 64);  // dies here
+    WriteReport(report_fd, 2);
+  });
+  uint32_t report = 0;
+  ASSERT_TRUE(ReadReport(child.read_fd, &report));
+  EXPECT_EQ(report, 1u);
+  EXPECT_FALSE(ReadReport(child.read_fd, &report)) << "survived its crash point";
+  ReapKilled(child);
+  close(child.read_fd);
+  EXPECT_EQ(ReadFileAt(path, 0, 64), std::string(64, 'a'));
+  EXPECT_EQ(ReadFileAt(path, 4096, 64), std::string(16, 'b') + std::string(48, '\0'));
+}
+
+TEST(PmDeviceTest, MalformedCrashBudgetInTheEnvironmentIsRefused) {
+  TempDir dir;
+  PmOptions o;
+  o.create_size = 4 * kMiB;
+  ScopedEnv env(kCrashAfterPersistedBytesEnv, "12x");
+  std::unique_ptr<PmDevice> device;
+  Status s = PmDevice::Open(dir.File("pm"), o, &device);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.ToString().find(kCrashAfterPersistedBytesEnv), std::string::npos) << s.ToString();
+}
+
 // Threads storing to and persisting words of the same lines at once: the
 // durable image must end with every thread's last value, as real
 // write-back from one cache line would.

@@ -104,13 +104,18 @@ inline void WriteReport(int fd, uint32_t value) {
   if (write(fd, &value, sizeof(value)) != sizeof(value)) _exit(3);
 }
 
-// Kills the child with SIGKILL and reaps it; expects it died of that signal.
-inline void KillAndReap(const Child& child) {
-  kill(child.pid, SIGKILL);
+// Reaps the child; expects it died of SIGKILL.
+inline void ReapKilled(const Child& child) {
   int status = 0;
   ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-      << "child ended early with status " << status;
+      << "child ended otherwise, with status " << status;
+}
+
+// Kills the child with SIGKILL and reaps it.
+inline void KillAndReap(const Child& child) {
+  kill(child.pid, SIGKILL);
+  ReapKilled(child);
 }
 
 }  // namespace pdpm::pm
