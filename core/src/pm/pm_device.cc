@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -26,7 +27,7 @@ constexpr uint64_t kCacheLine = 64;
 
 // An OS error with the code that says what went wrong, not just kIOError.
 Status OsError(const std::string& what, int err) {
-  std::string msg = what + ": " + std::strerror(err);
+  std::string msg = what + ": " + std::generic_category().message(err);
   switch (err) {
     case ENOENT: return Status::NotFound(msg);
     case EACCES:
@@ -94,10 +95,12 @@ Status NewMap(const std::string& path, const pmem2_source* source, size_t length
 }
 
 // The simulation settings: the options, overridden by the environment.
+// getenv is safe here: PDPM never modifies its environment.
 Status SimulationSettings(const PmOptions& options, bool* simulate, uint64_t* crash_after) {
-  const char* flag = std::getenv(kSimulatePowerLossEnv);
+  const char* flag = std::getenv(kSimulatePowerLossEnv);  // NOLINT(concurrency-mt-unsafe)
   *crash_after = options.crash_after_persisted_bytes;
-  if (const char* v = std::getenv(kCrashAfterPersistedBytesEnv); v != nullptr && *v != '\0') {
+  const char* v = std::getenv(kCrashAfterPersistedBytesEnv);  // NOLINT(concurrency-mt-unsafe)
+  if (v != nullptr && *v != '\0') {
     char* end = nullptr;
     errno = 0;
     *crash_after = std::strtoull(v, &end, 10);

@@ -43,7 +43,7 @@ TEST(PmDeviceTest, CreatesRegularFileAndReopensIt) {
     EXPECT_EQ(device->capacity(), 8 * kMiB);
     EXPECT_FALSE(device->simulating_power_loss());
     EXPECT_EQ(device->path(), path);
-    std::memcpy(device->base() + 5 * kMiB, "persisted", 9);
+    Store(device->base() + 5 * kMiB, "persisted");
     device->Persist(device->base() + 5 * kMiB, 9);
   }
   auto device = OpenOrDie(path);
@@ -154,11 +154,11 @@ TEST(PmDeviceTest, PersistenceCallsReachTheFile) {
   auto device = OpenOrDie(path, o);
   ASSERT_NE(device, nullptr);
   char* base = device->base();
-  std::memcpy(base, "flushed", 7);
+  Store(base, "flushed");
   device->Flush(base, 7);
   device->Drain();
   device->CopyPersist(base + 4096, "copied", 6);
-  std::memcpy(base + 8192, "through fn", 10);
+  Store(base + 8192, "through fn");
   auto persist = device->persist_fn();
   persist(base + 8192, 10);
   device->Persist(base, 0);  // an empty range is allowed
@@ -189,7 +189,7 @@ TEST(PmDeviceTest, SimulationMakesOnlyPersistedLinesDurable) {
   EXPECT_EQ(ReadFileAt(path, 8192 + 64, 64), std::string(64, 'x'));
 
   // Flushed lines are durable after a drain on the flushing thread only.
-  std::memcpy(base + 12288, "flushed", 7);
+  Store(base + 12288, "flushed");
   device->Flush(base + 12288, 7);
   EXPECT_EQ(ReadFileAt(path, 12288, 7), std::string(7, '\0'));
   std::thread([&] { device->Drain(); }).join();
@@ -199,12 +199,12 @@ TEST(PmDeviceTest, SimulationMakesOnlyPersistedLinesDurable) {
 
   device->CopyPersist(base + 16384, "copied", 6);
   EXPECT_EQ(ReadFileAt(path, 16384, 6), "copied");
-  std::memcpy(base + 20480, "through fn", 10);
+  Store(base + 20480, "through fn");
   device->persist_fn()(base + 20480, 10);
   EXPECT_EQ(ReadFileAt(path, 20480, 10), "through fn");
 
   // Never persisted: not in the file, not even after a clean close.
-  std::memcpy(base + 24576, "volatile", 8);
+  Store(base + 24576, "volatile");
   EXPECT_EQ(std::string(base + 24576, 8), "volatile");  // the program sees it
   device.reset();
   EXPECT_EQ(ReadFileAt(path, 24576, 8), std::string(8, '\0'));
@@ -220,16 +220,16 @@ TEST(PmDeviceTest, SimulationMakesOnlyPersistedLinesDurable) {
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = getenv(name);
+    const char* old = getenv(name);  // NOLINT(concurrency-mt-unsafe): single-threaded here
     had_old_ = old != nullptr;
     if (had_old_) old_ = old;
-    setenv(name, value, 1);
+    setenv(name, value, 1);  // NOLINT(concurrency-mt-unsafe)
   }
   ~ScopedEnv() {
     if (had_old_) {
-      setenv(name_, old_.c_str(), 1);
+      setenv(name_, old_.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
     } else {
-      unsetenv(name_);
+      unsetenv(name_);  // NOLINT(concurrency-mt-unsafe)
     }
   }
 
@@ -253,7 +253,7 @@ TEST(PmDeviceTest, EnvironmentVariableTurnsSimulationOn) {
   auto device = OpenOrDie(dir.File("on"), o);
   ASSERT_NE(device, nullptr);
   EXPECT_TRUE(device->simulating_power_loss());
-  std::memcpy(device->base(), "volatile", 8);
+  Store(device->base(), "volatile");
   EXPECT_EQ(ReadFileAt(dir.File("on"), 0, 8), std::string(8, '\0'));
 }
 
@@ -267,15 +267,15 @@ TEST(PmDeviceTest, KillInSimulationLeavesExactlyThePersistedData) {
     std::unique_ptr<PmDevice> device;
     if (!PmDevice::Open(path, Simulated(), &device).ok()) _exit(2);
     char* base = device->base();
-    std::memcpy(base + 4096, "persisted", 9);
+    Store(base + 4096, "persisted");
     device->Persist(base + 4096, 9);
     device->CopyPersist(base + 8192, "copied", 6);
-    std::memcpy(base + 12288, "flushed+drained", 15);
+    Store(base + 12288, "flushed+drained");
     device->Flush(base + 12288, 15);
     device->Drain();
-    std::memcpy(base + 16384, "flushed only", 12);
+    Store(base + 16384, "flushed only");
     device->Flush(base + 16384, 12);
-    std::memcpy(base + 20480, "never persisted", 15);
+    Store(base + 20480, "never persisted");
     WriteReport(report_fd, 1);
     pause();  // killed here, with unpersisted stores in its view
   });
@@ -347,6 +347,7 @@ TEST(PmDeviceTest, ConcurrentPersistsOfSharedLinesKeepTheNewestData) {
   constexpr uint64_t kRounds = 300;
   char* base = device->base();
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (uint64_t round = 1; round <= kRounds; ++round) {
@@ -376,8 +377,8 @@ constexpr char kNeedsDaxHardware[] =
 // Real PM: set PDPM_TEST_DEVDAX to a device-DAX device whose contents may
 // be destroyed.
 TEST(PmDeviceDaxTest, DevDaxMapsWithCacheLineGranularity) {
-  const char* devdax = getenv("PDPM_TEST_DEVDAX");
-  if (devdax == nullptr || *devdax == '\0') {
+  const std::string devdax = TestEnv("PDPM_TEST_DEVDAX");
+  if (devdax.empty()) {
     GTEST_SKIP() << kNeedsDaxHardware << "; set PDPM_TEST_DEVDAX=/dev/daxX.Y";
   }
   {
@@ -388,7 +389,7 @@ TEST(PmDeviceDaxTest, DevDaxMapsWithCacheLineGranularity) {
     EXPECT_GT(device->capacity(), 0u);
     EXPECT_EQ(device->capacity() % (2 * kMiB), 0u);
     device->CopyPersist(device->base() + kMiB, "devdax data", 11);
-    std::memcpy(device->base() + kMiB + 64, "flushed", 7);
+    Store(device->base() + kMiB + 64, "flushed");
     device->Flush(device->base() + kMiB + 64, 7);
     device->Drain();
   }
@@ -406,11 +407,11 @@ TEST(PmDeviceDaxTest, DevDaxMapsWithCacheLineGranularity) {
 // Real PM: set PDPM_TEST_FSDAX_DIR to a directory on a file system mounted
 // with -o dax.
 TEST(PmDeviceDaxTest, FsDaxFileMapsWithCacheLineGranularity) {
-  const char* fsdax_dir = getenv("PDPM_TEST_FSDAX_DIR");
-  if (fsdax_dir == nullptr || *fsdax_dir == '\0') {
+  const std::string fsdax_dir = TestEnv("PDPM_TEST_FSDAX_DIR");
+  if (fsdax_dir.empty()) {
     GTEST_SKIP() << kNeedsDaxHardware << "; set PDPM_TEST_FSDAX_DIR=<dax mount>";
   }
-  const std::string path = std::string(fsdax_dir) + "/pdpm-pm-test-" + std::to_string(getpid());
+  const std::string path = fsdax_dir + "/pdpm-pm-test-" + std::to_string(getpid());
   PmOptions o;
   o.create_size = 16 * kMiB;
   {

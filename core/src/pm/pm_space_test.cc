@@ -307,6 +307,8 @@ TEST_F(PmSpaceTest, ConcurrentUpdatesAllCount) {
     std::unique_ptr<PmSpace> space;
     ASSERT_TRUE(Open({}, &space).ok());
     std::vector<std::thread> threads;
+    threads.reserve(kThreads);
+    threads.reserve(kThreads);
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&, t] {
         for (int i = 0; i < kUpdates; ++i) {
@@ -417,16 +419,16 @@ TEST_F(PmSpaceTest, PowerLossAtEveryWordOfUpdatesLeavesOldOrNew) {
 // Real PM: the same format/update/reopen cycle on a devdax device (its
 // contents are destroyed) and on a DAX file system.
 TEST(PmSpaceDaxTest, FormatAndUpdateOnRealPm) {
-  const char* devdax = getenv("PDPM_TEST_DEVDAX");
-  const char* fsdax_dir = getenv("PDPM_TEST_FSDAX_DIR");
-  if ((devdax == nullptr || *devdax == '\0') && (fsdax_dir == nullptr || *fsdax_dir == '\0')) {
+  const std::string devdax = TestEnv("PDPM_TEST_DEVDAX");
+  const std::string fsdax_dir = TestEnv("PDPM_TEST_FSDAX_DIR");
+  if (devdax.empty() && fsdax_dir.empty()) {
     GTEST_SKIP() << "needs a devdax device / DAX mount: runs in the QEMU guest (make test-hw); "
                     "set PDPM_TEST_DEVDAX and/or PDPM_TEST_FSDAX_DIR";
   }
   std::vector<std::pair<std::string, uint64_t>> targets;  // path, create_size
-  if (devdax != nullptr && *devdax != '\0') targets.emplace_back(devdax, 0);
-  if (fsdax_dir != nullptr && *fsdax_dir != '\0') {
-    targets.emplace_back(std::string(fsdax_dir) + "/pdpm-space-test-" + std::to_string(getpid()),
+  if (!devdax.empty()) targets.emplace_back(devdax, 0);
+  if (!fsdax_dir.empty()) {
+    targets.emplace_back(fsdax_dir + "/pdpm-space-test-" + std::to_string(getpid()),
                          kSuperblockAreaSize + 2 * kSegmentAlignment);
   }
   for (const auto& [path, create_size] : targets) {

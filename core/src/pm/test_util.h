@@ -11,10 +11,24 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 namespace pdpm::pm {
+
+// The value of an environment variable, "" when unset. Tests change their
+// environment only while single-threaded.
+inline std::string TestEnv(const char* name) {
+  const char* v = getenv(name);  // NOLINT(concurrency-mt-unsafe)
+  return v == nullptr ? "" : v;
+}
+
+// Stores the bytes of `s` (no terminator) at dst.
+inline void Store(char* dst, std::string_view s) {
+  std::memcpy(dst, s.data(), s.size());
+}
 
 // A fresh directory, removed with its contents on destruction. On tmpfs
 // when the system has one (/dev/shm), where msync is cheap.
