@@ -342,16 +342,16 @@ TEST(PmDeviceTest, ConcurrentPersistsOfSharedLinesKeepTheNewestData) {
   TempDir dir;
   auto device = OpenOrDie(dir.File("pm"), Simulated(4 * kMiB));
   ASSERT_NE(device, nullptr);
-  constexpr int kThreads = 4;
-  constexpr int kLines = 16;
+  constexpr size_t kThreads = 4;
+  constexpr size_t kLines = 16;
   constexpr uint64_t kRounds = 300;
   char* base = device->base();
   std::vector<std::thread> threads;
   threads.reserve(kThreads);
-  for (int t = 0; t < kThreads; ++t) {
+  for (size_t t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (uint64_t round = 1; round <= kRounds; ++round) {
-        for (int line = 0; line < kLines; ++line) {
+        for (size_t line = 0; line < kLines; ++line) {
           uint64_t value = round * kThreads + t;
           std::memcpy(base + line * 64 + t * 8, &value, 8);
         }
@@ -362,8 +362,8 @@ TEST(PmDeviceTest, ConcurrentPersistsOfSharedLinesKeepTheNewestData) {
   for (auto& th : threads) th.join();
   device.reset();
   const std::string durable = ReadFileAt(dir.File("pm"), 0, kLines * 64);
-  for (int line = 0; line < kLines; ++line) {
-    for (int t = 0; t < kThreads; ++t) {
+  for (size_t line = 0; line < kLines; ++line) {
+    for (size_t t = 0; t < kThreads; ++t) {
       uint64_t value = 0;
       std::memcpy(&value, durable.data() + line * 64 + t * 8, 8);
       EXPECT_EQ(value, kRounds * kThreads + t) << "line " << line << " thread " << t;

@@ -36,9 +36,9 @@ class TempDir {
  public:
   TempDir() {
     struct stat st {};
-    const char* tmpdir = getenv("TMPDIR");
+    const std::string tmpdir = TestEnv("TMPDIR");
     std::string root = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm"
-                       : tmpdir != nullptr                               ? tmpdir
+                       : !tmpdir.empty()                                 ? tmpdir
                                                                          : "/tmp";
     std::string pattern = root + "/pdpm-pm-test-XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << pattern;
