@@ -26,9 +26,9 @@
 // works on a private copy-on-write view of the file; only ranges made
 // durable as above are copied, in whole 64-byte cache lines, 8 bytes at a
 // time, to the file. A process killed at any moment therefore leaves in the
-// file exactly what a power loss would leave on PM: everything persisted,
-// any subset of the 8-byte words of a persist in progress, and nothing
-// else. Flushed-but-not-drained lines are not durable. Files only (a devdax
+// file what a power loss would leave on PM: everything persisted, some of
+// the 8-byte words of a persist in progress (a prefix here; real PM may
+// leave any subset, so never rely on the order), and nothing else. Flushed-but-not-drained lines are not durable. Files only (a devdax
 // mapping cannot be private); the file itself is not msync'ed, so the mode
 // models power loss for crash tests and is not durable against a real one.
 //

@@ -23,9 +23,14 @@ std::unique_ptr<PmDevice> OpenOrDie(const std::string& path, PmOptions options =
   return device;
 }
 
-PmOptions Simulated(uint64_t create_size = 0) {
+PmOptions Sized(uint64_t create_size) {
   PmOptions o;
   o.create_size = create_size;
+  return o;
+}
+
+PmOptions Simulated(uint64_t create_size = 0) {
+  PmOptions o = Sized(create_size);
   o.simulate_power_loss = true;
   return o;
 }
@@ -34,9 +39,7 @@ TEST(PmDeviceTest, CreatesRegularFileAndReopensIt) {
   TempDir dir;
   const std::string path = dir.File("pm");
   {
-    PmOptions o;
-    o.create_size = 8 * kMiB;
-    auto device = OpenOrDie(path, o);
+    auto device = OpenOrDie(path, Sized(8 * kMiB));
     ASSERT_NE(device, nullptr);
     EXPECT_EQ(device->kind(), PmKind::kFile);
     EXPECT_EQ(device->granularity(), PersistGranularity::kPage);
@@ -55,22 +58,18 @@ TEST(PmDeviceTest, CreatesRegularFileAndReopensIt) {
 TEST(PmDeviceTest, CreateSizeExtendsButNeverShrinks) {
   TempDir dir;
   const std::string path = dir.File("pm");
-  PmOptions o;
-  o.create_size = 4 * kMiB;
   {
-    auto device = OpenOrDie(path, o);
+    auto device = OpenOrDie(path, Sized(4 * kMiB));
     ASSERT_NE(device, nullptr);
     device->CopyPersist(device->base() + 100, "kept", 4);
   }
-  o.create_size = 8 * kMiB;
   {
-    auto device = OpenOrDie(path, o);
+    auto device = OpenOrDie(path, Sized(8 * kMiB));
     ASSERT_NE(device, nullptr);
     EXPECT_EQ(device->capacity(), 8 * kMiB);
     EXPECT_EQ(std::string(device->base() + 100, 4), "kept");
   }
-  o.create_size = 4 * kMiB;
-  auto device = OpenOrDie(path, o);
+  auto device = OpenOrDie(path, Sized(4 * kMiB));
   ASSERT_NE(device, nullptr);
   EXPECT_EQ(device->capacity(), 8 * kMiB);
 }
@@ -78,9 +77,7 @@ TEST(PmDeviceTest, CreateSizeExtendsButNeverShrinks) {
 TEST(PmDeviceTest, CapacityIsRoundedDownToThePage) {
   TempDir dir;
   const std::string path = dir.File("pm");
-  PmOptions o;
-  o.create_size = 4 * kMiB + 100;
-  auto device = OpenOrDie(path, o);
+  auto device = OpenOrDie(path, Sized(4 * kMiB + 100));
   ASSERT_NE(device, nullptr);
   EXPECT_EQ(device->capacity(), 4 * kMiB);
 }
@@ -92,9 +89,7 @@ TEST(PmDeviceTest, MissingPathIsNotFound) {
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
   EXPECT_NE(s.ToString().find("create_size"), std::string::npos) << s.ToString();
 
-  PmOptions o;
-  o.create_size = 4 * kMiB;
-  s = PmDevice::Open(dir.File("no-such-dir/pm"), o, &device);
+  s = PmDevice::Open(dir.File("no-such-dir/pm"), Sized(4 * kMiB), &device);
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
   EXPECT_NE(s.ToString().find("directory does not exist"), std::string::npos) << s.ToString();
   EXPECT_EQ(device, nullptr);
@@ -134,9 +129,7 @@ TEST(PmDeviceTest, CharacterDeviceThatIsNotDaxIsRefused) {
 TEST(PmDeviceTest, SecondOpenIsRefusedWhileTheFirstLives) {
   TempDir dir;
   const std::string path = dir.File("pm");
-  PmOptions o;
-  o.create_size = 4 * kMiB;
-  auto first = OpenOrDie(path, o);
+  auto first = OpenOrDie(path, Sized(4 * kMiB));
   ASSERT_NE(first, nullptr);
   std::unique_ptr<PmDevice> second;
   Status s = PmDevice::Open(path, {}, &second);
@@ -149,9 +142,7 @@ TEST(PmDeviceTest, SecondOpenIsRefusedWhileTheFirstLives) {
 TEST(PmDeviceTest, PersistenceCallsReachTheFile) {
   TempDir dir;
   const std::string path = dir.File("pm");
-  PmOptions o;
-  o.create_size = 4 * kMiB;
-  auto device = OpenOrDie(path, o);
+  auto device = OpenOrDie(path, Sized(4 * kMiB));
   ASSERT_NE(device, nullptr);
   char* base = device->base();
   Store(base, "flushed");
@@ -241,16 +232,14 @@ class ScopedEnv {
 
 TEST(PmDeviceTest, EnvironmentVariableTurnsSimulationOn) {
   TempDir dir;
-  PmOptions o;
-  o.create_size = 4 * kMiB;
   {
     ScopedEnv env(kSimulatePowerLossEnv, "0");
-    auto device = OpenOrDie(dir.File("off"), o);
+    auto device = OpenOrDie(dir.File("off"), Sized(4 * kMiB));
     ASSERT_NE(device, nullptr);
     EXPECT_FALSE(device->simulating_power_loss());
   }
   ScopedEnv env(kSimulatePowerLossEnv, "1");
-  auto device = OpenOrDie(dir.File("on"), o);
+  auto device = OpenOrDie(dir.File("on"), Sized(4 * kMiB));
   ASSERT_NE(device, nullptr);
   EXPECT_TRUE(device->simulating_power_loss());
   Store(device->base(), "volatile");
@@ -326,11 +315,9 @@ TEST(PmDeviceTest, CrashInjectionKillsAtTheByteBudget) {
 
 TEST(PmDeviceTest, MalformedCrashBudgetInTheEnvironmentIsRefused) {
   TempDir dir;
-  PmOptions o;
-  o.create_size = 4 * kMiB;
   ScopedEnv env(kCrashAfterPersistedBytesEnv, "12x");
   std::unique_ptr<PmDevice> device;
-  Status s = PmDevice::Open(dir.File("pm"), o, &device);
+  Status s = PmDevice::Open(dir.File("pm"), Sized(4 * kMiB), &device);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.ToString().find(kCrashAfterPersistedBytesEnv), std::string::npos) << s.ToString();
 }
@@ -412,10 +399,8 @@ TEST(PmDeviceDaxTest, FsDaxFileMapsWithCacheLineGranularity) {
     GTEST_SKIP() << kNeedsDaxHardware << "; set PDPM_TEST_FSDAX_DIR=<dax mount>";
   }
   const std::string path = fsdax_dir + "/pdpm-pm-test-" + std::to_string(getpid());
-  PmOptions o;
-  o.create_size = 16 * kMiB;
   {
-    auto device = OpenOrDie(path, o);
+    auto device = OpenOrDie(path, Sized(16 * kMiB));
     ASSERT_NE(device, nullptr);
     EXPECT_EQ(device->kind(), PmKind::kFsDax);
     EXPECT_NE(device->granularity(), PersistGranularity::kPage);
