@@ -12,7 +12,7 @@ packages=(
   libpmem2-dev libpmem-dev libibverbs-dev librdmacm-dev rdma-core
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libfuse3-dev fuse3 uuid-dev zlib1g-dev
+  libfuse3-dev fuse3 uuid-dev
   # real parts the tests and benchmarks start
   etcd-server etcd-client redis-server redis-tools iperf3 sockperf
 )

@@ -1,7 +1,5 @@
 #include "dsm/chunk.h"
 
-#include <zlib.h>
-
 #include <cstddef>
 #include <cstdio>
 #include <string>
@@ -87,7 +85,7 @@ Status ReadChunkHeader(const char* base, uint32_t chunk_count, uint32_t chunk, C
 }
 
 uint32_t RegionHeaderCrc(const RegionHeader& h) {
-  return Crc32(&h, offsetof(RegionHeader, crc));
+  return Crc32c(&h, offsetof(RegionHeader, crc));
 }
 
 Status ReadRegionHeader(const char* base, uint64_t size, const RegionHeader** out) {
@@ -110,18 +108,6 @@ std::string HexOffset(uint64_t offset) {
   char buf[24];
   snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(offset));
   return buf;
-}
-
-uint32_t Crc32(const void* data, size_t n) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* p = static_cast<const Bytef*>(data);
-  while (n > 0) {
-    uInt step = n > (1u << 30) ? (1u << 30) : static_cast<uInt>(n);
-    crc = crc32(crc, p, step);
-    p += step;
-    n -= step;
-  }
-  return static_cast<uint32_t>(crc);
 }
 
 }  // namespace pdpm::dsm

@@ -24,6 +24,7 @@
 #include <functional>
 #include <string>
 
+#include "common/crc32c.h"
 #include "common/status.h"
 
 namespace pdpm::dsm {
@@ -97,7 +98,7 @@ struct RegionHeader {
   uint32_t chunk_count;
   uint64_t chunk_size;
   uint64_t region_size;
-  uint32_t crc;  // crc32 of the fields above
+  uint32_t crc;  // crc32c of the fields above
   uint32_t reserved;
   // Root slots: 8-byte region offsets of the structures living in the region
   // (e.g. an object-store table), each updated by one atomic store.
@@ -139,8 +140,5 @@ inline bool RecordInBounds(uint64_t region_size, uint64_t off, uint64_t len) {
 
 // "0x1a2b": how offsets appear in error messages.
 std::string HexOffset(uint64_t offset);
-
-// crc32 (zlib polynomial) of a byte range; the checksum of every PM record.
-uint32_t Crc32(const void* data, size_t n);
 
 }  // namespace pdpm::dsm

@@ -1,6 +1,7 @@
 // Test-only: anonymous memory standing in for a PM range in unit tests of
-// the pDSM structures (persist counts calls; crash behaviour is tested with
-// the power-loss simulation in object_store_crash_test.cc).
+// the pDSM structures. Persist only counts what it would write back, in
+// whole 64-byte cache lines as the PM layer does; crash behaviour is tested
+// on the PM layer's power-loss simulation (object_store_crash_test.cc).
 #pragma once
 
 #include <sys/mman.h>
@@ -25,18 +26,21 @@ class TestRegion {
   TestRegion& operator=(const TestRegion&) = delete;
 
   PmRange range() {
-    return PmRange{base_, size_, [this](const void*, size_t) {
-                     persists_.fetch_add(1, std::memory_order_relaxed);
+    return PmRange{base_, size_, [this](const void* p, size_t n) {
+                     auto begin = reinterpret_cast<uintptr_t>(p) / 64;
+                     auto end = (reinterpret_cast<uintptr_t>(p) + n + 63) / 64;
+                     persisted_bytes_.fetch_add((end - begin) * 64, std::memory_order_relaxed);
                    }};
   }
   char* base() const { return base_; }
   uint64_t size() const { return size_; }
-  uint64_t persists() const { return persists_.load(); }
+  // Bytes of the cache lines persisted so far.
+  uint64_t persisted_bytes() const { return persisted_bytes_.load(); }
 
  private:
   char* base_;
   uint64_t size_;
-  std::atomic<uint64_t> persists_{0};
+  std::atomic<uint64_t> persisted_bytes_{0};
 };
 
 }  // namespace pdpm::dsm

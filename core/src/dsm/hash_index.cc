@@ -18,10 +18,10 @@ uint64_t Mix(uint64_t x) {
 }
 
 uint32_t RootCrc(const IndexRoot& r) {
-  return Crc32(&r, offsetof(IndexRoot, crc));
+  return Crc32c(&r, offsetof(IndexRoot, crc));
 }
 uint32_t EntryCrc(const IndexEntry& e) {
-  return Crc32(&e, offsetof(IndexEntry, crc));
+  return Crc32c(&e, offsetof(IndexEntry, crc));
 }
 
 }  // namespace

@@ -3,9 +3,9 @@
 // object-store blocks of the table's PAllocator. Format (version 1):
 //
 //   IndexRoot (64 B): magic "PDPMOIDX", version, bucket_count, offset of
-//       the bucket array, crc32 of those fields.
+//       the bucket array, crc32c of those fields.
 //   bucket array: bucket_count 8-byte heads (entry offset or 0).
-//   IndexEntry (64 B): magic "PDPMOENT", id, crc32 of magic and id, next
+//   IndexEntry (64 B): magic "PDPMOENT", id, crc32c of magic and id, next
 //       entry of the chain, offset of the object header.
 //
 // Every change is published by one persisted 8-byte store: a new entry is

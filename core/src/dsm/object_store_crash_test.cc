@@ -1,16 +1,15 @@
-// Crash tests: a forked child runs a deterministic workload on simulated PM
-// and is killed with SIGKILL at its n-th persist, for a schedule of n that
-// covers the whole workload; only what was persisted survives. The parent
-// then checks the crashed image, recovers, checks again and compares every
-// object with a model of the acknowledged operations.
-#include <fcntl.h>
+// Crash tests on the PM layer's power-loss simulation: a forked child runs a
+// deterministic workload on a PM file and the PM layer kills it with SIGKILL
+// once a given number of bytes has been persisted (mid-line, leaving torn
+// words), for a schedule of byte counts that covers the whole workload; only
+// what was persisted survives. The parent then checks the crashed image,
+// recovers, checks again and compares every object with a model of the
+// acknowledged operations.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <random>
@@ -20,61 +19,16 @@
 #include "dsm/dsm_test_region.h"
 #include "dsm/object_store.h"
 #include "dsm/segment_check.h"
+#include "pm/pm_device.h"
+#include "pm/pm_space.h"
+#include "pm/test_util.h"
 
 namespace pdpm::dsm {
 namespace {
 
-constexpr uint64_t kRegionSize = 12 * kChunkSize;
-constexpr uint64_t kCacheLine = 64;
-
-// Power-loss simulation: the durable image is a shared mapping that outlives
-// the child; the child works on a private copy, and persist copies the
-// touched cache lines into the image. A SIGKILL therefore loses exactly what
-// was not persisted.
-class PowerLossImage {
- public:
-  PowerLossImage() {
-    fd_ = memfd_create("pdpm-power-loss-image", 0);
-    if (fd_ < 0 || ftruncate(fd_, kRegionSize) != 0) abort();
-    void* p = mmap(nullptr, kRegionSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (p == MAP_FAILED) abort();
-    durable_ = static_cast<char*>(p);
-  }
-  ~PowerLossImage() {
-    munmap(durable_, kRegionSize);
-    close(fd_);
-  }
-
-  char* durable() const { return durable_; }
-
-  // In the child: a private (copy-on-write) view of the image whose persist
-  // copies cache lines into the image, and which kills the process instead
-  // of performing persist number `kill_at`.
-  PmRange WorkingCopy(uint64_t kill_at) {
-    void* p = mmap(nullptr, kRegionSize, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd_, 0);
-    if (p == MAP_FAILED) _exit(90);
-    char* work = static_cast<char*>(p);
-    char* durable = durable_;
-    auto count = std::make_shared<uint64_t>(0);
-    return PmRange{work, kRegionSize, [=](const void* addr, size_t n) {
-                     if (++*count == kill_at) kill(getpid(), SIGKILL);
-                     uint64_t start = static_cast<const char*>(addr) - work;
-                     uint64_t from = start / kCacheLine * kCacheLine;
-                     uint64_t to = std::min(kRegionSize,
-                                            (start + n + kCacheLine - 1) / kCacheLine * kCacheLine);
-                     memcpy(durable + from, work + from, to - from);
-                   }};
-  }
-
-  // In the parent: the image itself, for recovery.
-  PmRange Durable() {
-    return PmRange{durable_, kRegionSize, [](const void*, size_t) {}};
-  }
-
- private:
-  int fd_;
-  char* durable_;
-};
+// The workload needs 7 chunks (one per size class it uses) and a spare.
+constexpr uint64_t kSegmentSize = 9 * kChunkSize;
+constexpr int kNumKeys = 6;
 
 struct Op {
   enum Kind { kPut, kWrite, kDelete } kind;
@@ -99,7 +53,7 @@ std::vector<Op> MakeWorkload(uint64_t seed, int n) {
   std::vector<Op> ops;
   std::map<uint64_t, uint64_t> sizes;
   while (static_cast<int>(ops.size()) < n) {
-    uint64_t key = rng() % 6;
+    uint64_t key = rng() % kNumKeys;
     int choice = rng() % 10;
     auto it = sizes.find(key);
     if (it == sizes.end() || choice < 3) {
@@ -143,79 +97,107 @@ void ApplyOp(Model* m, const Op& op) {
   }
 }
 
-Status OpenStore(const PmRange& range, std::unique_ptr<PAllocator>* alloc,
-                 std::unique_ptr<ObjectStoreTable>* table) {
-  PDPM_RETURN_IF_ERROR(PAllocator::Open(range, {}, alloc));
-  return ObjectStoreTable::Open(alloc->get(), {}, table, nullptr);
+// The store in segment 0 of the PM space on `device`.
+struct Store {
+  std::unique_ptr<pm::PmSpace> space;
+  std::unique_ptr<PAllocator> alloc;
+  std::unique_ptr<ObjectStoreTable> table;
+
+  PmRange Range() const {
+    std::span<char> seg = space->segment(0);
+    return PmRange{seg.data(), seg.size(), space->device().persist_fn()};
+  }
+  char* base() const { return space->segment(0).data(); }
+};
+
+Status OpenDevice(const std::string& path, uint64_t crash_after_bytes, Store* store) {
+  pm::PmOptions o;
+  o.crash_after_persisted_bytes = crash_after_bytes;
+  std::unique_ptr<pm::PmDevice> device;
+  PDPM_RETURN_IF_ERROR(pm::PmDevice::Open(path, o, &device));
+  return pm::PmSpace::Open(std::move(device), {}, &store->space);
+}
+
+// Opens device and store: the recovery path of a server.
+Status OpenStore(const std::string& path, uint64_t crash_after_bytes, Store* store) {
+  PDPM_RETURN_IF_ERROR(OpenDevice(path, crash_after_bytes, store));
+  PDPM_RETURN_IF_ERROR(PAllocator::Open(store->Range(), {}, &store->alloc));
+  return ObjectStoreTable::Open(store->alloc.get(), {}, &store->table, nullptr);
 }
 
 class CrashTest : public ::testing::TestWithParam<uint64_t> {
  protected:
   void SetUp() override {
     ops_ = MakeWorkload(GetParam(), 60);
-    // The starting image: formatted, a table with a few objects.
-    TestRegion start(kRegionSize);
-    ASSERT_TRUE(PAllocator::Format(start.range()).ok());
-    std::unique_ptr<PAllocator> alloc;
-    ASSERT_TRUE(PAllocator::Open(start.range(), {}, &alloc).ok());
-    std::unique_ptr<ObjectStoreTable> table;
-    ASSERT_TRUE(ObjectStoreTable::Create(alloc.get(), {}, &table).ok());
-    pristine_.assign(start.base(), kRegionSize);
-    // How many persists the whole workload makes, on a copy of that image.
-    TestRegion dry(kRegionSize);
-    memcpy(dry.base(), pristine_.data(), kRegionSize);
-    std::unique_ptr<PAllocator> a;
-    std::unique_ptr<ObjectStoreTable> t;
-    ASSERT_TRUE(OpenStore(dry.range(), &a, &t).ok());
-    uint64_t before = dry.persists();
-    for (const Op& op : ops_) ASSERT_TRUE(RunOp(t.get(), op).ok());
-    total_persists_ = dry.persists() - before;
-    ASSERT_GT(total_persists_, 100u);
+    // The starting image: a PM space with one segment holding an empty table.
+    {
+      pm::PmOptions o;
+      o.create_size = pm::kSuperblockAreaSize + kSegmentSize;
+      std::unique_ptr<pm::PmDevice> device;
+      ASSERT_TRUE(pm::PmDevice::Open(pristine_, o, &device).ok());
+      pm::FormatOptions f;
+      f.segment_size = kSegmentSize;
+      Store store;
+      ASSERT_TRUE(pm::PmSpace::Format(std::move(device), f, &store.space).ok());
+      ASSERT_TRUE(PAllocator::Format(store.Range()).ok());
+      ASSERT_TRUE(PAllocator::Open(store.Range(), {}, &store.alloc).ok());
+      ASSERT_TRUE(ObjectStoreTable::Create(store.alloc.get(), {}, &store.table).ok());
+      // What the workload persists, counted the way the PM layer counts.
+      TestRegion dry(kSegmentSize);
+      memcpy(dry.base(), store.base(), kSegmentSize);
+      std::unique_ptr<PAllocator> a;
+      std::unique_ptr<ObjectStoreTable> t;
+      ASSERT_TRUE(PAllocator::Open(dry.range(), {}, &a).ok());
+      ASSERT_TRUE(ObjectStoreTable::Open(a.get(), {}, &t, nullptr).ok());
+      uint64_t before = dry.persisted_bytes();
+      for (const Op& op : ops_) ASSERT_TRUE(RunOp(t.get(), op).ok());
+      total_bytes_ = dry.persisted_bytes() - before;
+      ASSERT_GT(total_bytes_, 64u * 200);
+    }
   }
 
-  // Forks a child that runs `body` on a working copy of the image, killed at
-  // persist `kill_at`; returns the acknowledgements it sent.
-  std::vector<uint32_t> RunChild(uint64_t kill_at,
-                                 const std::function<void(const PmRange&, int)>& body,
-                                 bool* killed) {
-    int fds[2];
-    EXPECT_EQ(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
-      body(image_.WorkingCopy(kill_at), fds[1]);
-      _exit(0);
-    }
-    close(fds[1]);
+  // Forks a child running `body(ack_fd)`; returns its acknowledgements and
+  // whether it died of SIGKILL.
+  std::vector<uint32_t> RunChild(const std::function<void(int)>& body, bool* killed) {
+    pm::Child child = pm::ForkChild(body);
     std::vector<uint32_t> acks;
     uint32_t v;
-    while (read(fds[0], &v, sizeof(v)) == sizeof(v)) acks.push_back(v);
-    close(fds[0]);
+    while (pm::ReadReport(child.read_fd, &v)) acks.push_back(v);
+    close(child.read_fd);
     int status = 0;
-    EXPECT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_EQ(waitpid(child.pid, &status, 0), child.pid);
     *killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
     EXPECT_TRUE(*killed || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
         << "child failed with status " << status;
     return acks;
   }
 
-  // One crash at workload persist `kill_at`, then optionally a second crash
-  // during recovery at its persist `recovery_kill_at`, then recovery and
-  // verification.
+  SegmentCheckReport CheckImage() {
+    Store store;
+    Status s = OpenDevice(image_, 0, &store);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (!s.ok()) return {};
+    return CheckSegment(store.base(), kSegmentSize, 0);
+  }
+
+  // A crash once `kill_at` bytes of the workload are persisted, then
+  // optionally a second one once recovery has persisted `recovery_kill_at`
+  // bytes, then recovery and verification.
   void CrashAndVerify(uint64_t kill_at, uint64_t recovery_kill_at) {
-    SCOPED_TRACE("kill at persist " + std::to_string(kill_at) + " of " +
-                 std::to_string(total_persists_));
-    memcpy(image_.durable(), pristine_.data(), kRegionSize);
+    SCOPED_TRACE("crash after " + std::to_string(kill_at) + " of " + std::to_string(total_bytes_) +
+                 " persisted bytes, recovery crash after " + std::to_string(recovery_kill_at));
+    std::filesystem::copy_file(pristine_, image_,
+                               std::filesystem::copy_options::overwrite_existing);
     bool killed;
     std::vector<uint32_t> acks = RunChild(
-        kill_at,
-        [&](const PmRange& range, int ack_fd) {
-          std::unique_ptr<PAllocator> a;
-          std::unique_ptr<ObjectStoreTable> t;
-          if (!OpenStore(range, &a, &t).ok()) _exit(91);
+        [&](int ack_fd) {
+          Store store;
+          // Opening persists nothing on a clean image, so the budget is the
+          // workload's alone.
+          if (!OpenStore(image_, kill_at, &store).ok()) _exit(91);
           for (uint32_t i = 0; i < ops_.size(); ++i) {
-            if (!RunOp(t.get(), ops_[i]).ok()) _exit(92);
-            if (write(ack_fd, &i, sizeof(i)) != sizeof(i)) _exit(93);
+            if (!RunOp(store.table.get(), ops_[i]).ok()) _exit(92);
+            pm::WriteReport(ack_fd, i);
           }
         },
         &killed);
@@ -224,28 +206,25 @@ class CrashTest : public ::testing::TestWithParam<uint64_t> {
     for (size_t i = 0; i < acked; ++i) ASSERT_EQ(acks[i], i);
 
     // The crashed image may hold leaks and stale towers, never a violation.
-    SegmentCheckReport crashed = CheckSegment(image_.durable(), kRegionSize, 0);
+    SegmentCheckReport crashed = CheckImage();
     ASSERT_TRUE(crashed.ok()) << crashed.ToString();
 
     if (recovery_kill_at > 0) {
       bool recovery_killed;
       RunChild(
-          recovery_kill_at,
-          [&](const PmRange& range, int) {
-            std::unique_ptr<PAllocator> a;
-            std::unique_ptr<ObjectStoreTable> t;
-            if (!OpenStore(range, &a, &t).ok()) _exit(94);
+          [&](int) {
+            Store store;
+            if (!OpenStore(image_, recovery_kill_at, &store).ok()) _exit(94);
           },
           &recovery_killed);
-      crashed = CheckSegment(image_.durable(), kRegionSize, 0);
+      crashed = CheckImage();
       ASSERT_TRUE(crashed.ok()) << crashed.ToString();
     }
 
-    std::unique_ptr<PAllocator> alloc;
-    std::unique_ptr<ObjectStoreTable> table;
-    Status s = OpenStore(image_.Durable(), &alloc, &table);
+    Store store;
+    Status s = OpenStore(image_, 0, &store);
     ASSERT_TRUE(s.ok()) << s.ToString();
-    SegmentCheckReport recovered = CheckSegment(image_.durable(), kRegionSize, 0);
+    SegmentCheckReport recovered = CheckSegment(store.base(), kSegmentSize, 0);
     ASSERT_TRUE(recovered.clean()) << recovered.ToString();
 
     Model before;
@@ -257,9 +236,9 @@ class CrashTest : public ::testing::TestWithParam<uint64_t> {
       ApplyOp(&*after, ops_[acked]);
       in_flight = ops_[acked].key;
     }
-    for (uint64_t key = 0; key < 6; ++key) {
+    for (uint64_t key = 0; key < kNumKeys; ++key) {
       std::string got;
-      Status g = table->Get(IdOf(key), &got);
+      Status g = store.table->Get(IdOf(key), &got);
       ASSERT_TRUE(g.ok() || g.code() == StatusCode::kNotFound) << g.ToString();
       std::optional<std::string> actual;
       if (g.ok()) actual = got;
@@ -272,31 +251,29 @@ class CrashTest : public ::testing::TestWithParam<uint64_t> {
                            << (actual ? std::to_string(actual->size()) + " bytes" : "absent");
     }
     // The recovered store keeps working.
-    ASSERT_TRUE(table->Put(IdOf(99), "after recovery").ok());
+    ASSERT_TRUE(store.table->Put(IdOf(99), "after recovery").ok());
     std::string v;
-    ASSERT_TRUE(table->Get(IdOf(99), &v).ok());
+    ASSERT_TRUE(store.table->Get(IdOf(99), &v).ok());
     EXPECT_EQ(v, "after recovery");
-    EXPECT_TRUE(CheckSegment(image_.durable(), kRegionSize, 0).clean());
+    EXPECT_TRUE(CheckSegment(store.base(), kSegmentSize, 0).clean());
   }
 
+  pm::TempDir dir_;
+  std::string pristine_ = dir_.File("pristine.pm");
+  std::string image_ = dir_.File("image.pm");
   std::vector<Op> ops_;
-  std::string pristine_;
-  uint64_t total_persists_ = 0;
-  PowerLossImage image_;
+  uint64_t total_bytes_ = 0;
 };
 
 TEST_P(CrashTest, EveryAcknowledgedOperationSurvivesAKill) {
-  // The first persists one by one (opening, first allocations), then points
-  // spread over the whole workload; every third crash is followed by a crash
+  // Crash points spread over every byte the workload persists, landing on
+  // varying words of a line; every third crash is followed by a crash
   // during recovery.
-  std::vector<uint64_t> points;
-  for (uint64_t p = 1; p <= 12; ++p) points.push_back(p);
-  const uint64_t kSpread = 40;
-  for (uint64_t k = 0; k < kSpread; ++k) {
-    points.push_back(std::min(total_persists_, 13 + (total_persists_ - 13) * k / kSpread + k % 7));
-  }
-  for (size_t i = 0; i < points.size(); ++i) {
-    CrashAndVerify(points[i], i % 3 == 2 ? 1 + i % 4 : 0);
+  const uint64_t kPoints = 32;
+  for (uint64_t k = 0; k < kPoints; ++k) {
+    uint64_t at = 8 + (total_bytes_ - 64) * k / kPoints / 8 * 8 + (k % 8) * 8;
+    uint64_t recovery_at = k % 3 == 2 ? 8 * (1 + k % 24) : 0;
+    CrashAndVerify(at, recovery_at);
     if (HasFatalFailure()) return;
   }
 }

@@ -8,10 +8,10 @@ namespace pdpm::dsm {
 namespace {
 
 uint32_t HeaderCrc(const ObjectHeader& h) {
-  return Crc32(&h, offsetof(ObjectHeader, crc));
+  return Crc32c(&h, offsetof(ObjectHeader, crc));
 }
 uint32_t NodeCrc(const ExtentNode& n) {
-  return Crc32(&n, offsetof(ExtentNode, crc));
+  return Crc32c(&n, offsetof(ExtentNode, crc));
 }
 
 uint64_t PageCeil(uint64_t x) {
@@ -70,7 +70,7 @@ Status CheckExtentNode(const char* base, uint64_t region_size, uint64_t node) {
 }
 
 uint32_t ExtentDataCrc(const char* base, const ExtentNode& node) {
-  return Crc32(base + node.data, uint64_t{node.pages} * kPageSize);
+  return Crc32c(base + node.data, uint64_t{node.pages} * kPageSize);
 }
 
 int SkipList::RandomLevel() {
@@ -112,7 +112,7 @@ Status SkipList::MakeExtents(uint64_t begin, uint64_t end, uint64_t size_after,
     n->valid_bytes = static_cast<uint32_t>(std::min(bytes, size_after - off));
     n->offset = off;
     n->data = data;
-    n->data_crc = Crc32(dst, bytes);
+    n->data_crc = Crc32c(dst, bytes);
     n->crc = NodeCrc(*n);
     nodes->push_back(node);
     off += bytes;

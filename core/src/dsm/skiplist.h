@@ -1,11 +1,11 @@
 // The page map of one object: a persistent skip list of extents. Format
 // (version 1), all records object-store blocks of the table's PAllocator:
 //
-//   ObjectHeader (128 B): magic "PDPMOBJH", object ID, version, crc32 of
+//   ObjectHeader (128 B): magic "PDPMOBJH", object ID, version, crc32c of
 //       those, then the skip list's head tower head[kMaxLevel].
 //   ExtentNode (40 B + 8 B per level): magic "PEXT", version, level, pages,
-//       valid_bytes, crc32 of the data pages, logical byte offset (page
-//       aligned), offset of the data block, crc32 of the node's fields, then
+//       valid_bytes, crc32c of the data pages, logical byte offset (page
+//       aligned), offset of the data block, crc32c of the node's fields, then
 //       next[level].
 //   data block: `pages` 4 KiB pages (a PAllocator block of exactly that
 //       size; pages is a power of two up to kMaxExtentPages).
