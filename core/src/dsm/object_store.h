@@ -52,8 +52,9 @@ struct ObjectStoreRecovery {
 class ObjectStoreTable {
  public:
   // Creates an empty table in the region and records it in the root slot.
-  // Object-store blocks left in the region (by a Create that crashed before
-  // publishing) are reclaimed first.
+  // A region holds at most one table (every object-store block of the region
+  // belongs to it), so object-store blocks already in the region — left by a
+  // Create that crashed before publishing — are reclaimed first.
   static Status Create(PAllocator* alloc, const ObjectStoreOptions& options,
                        std::unique_ptr<ObjectStoreTable>* out);
   // Opens the table after a restart or crash: validates the index and every
