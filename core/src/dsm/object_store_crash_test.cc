@@ -126,22 +126,27 @@ Status OpenStore(const std::string& path, uint64_t crash_after_bytes, Store* sto
   return ObjectStoreTable::Open(store->alloc.get(), {}, &store->table, nullptr);
 }
 
+// Creates a PM file holding one segment with a formatted, opened allocator.
+Status CreateStoreFile(const std::string& path, uint64_t segment_size, Store* store) {
+  pm::PmOptions o;
+  o.create_size = pm::kSuperblockAreaSize + segment_size;
+  std::unique_ptr<pm::PmDevice> device;
+  PDPM_RETURN_IF_ERROR(pm::PmDevice::Open(path, o, &device));
+  pm::FormatOptions f;
+  f.segment_size = segment_size;
+  PDPM_RETURN_IF_ERROR(pm::PmSpace::Format(std::move(device), f, &store->space));
+  PDPM_RETURN_IF_ERROR(PAllocator::Format(store->Range()));
+  return PAllocator::Open(store->Range(), {}, &store->alloc);
+}
+
 class CrashTest : public ::testing::TestWithParam<uint64_t> {
  protected:
   void SetUp() override {
     ops_ = MakeWorkload(GetParam(), 60);
     // The starting image: a PM space with one segment holding an empty table.
     {
-      pm::PmOptions o;
-      o.create_size = pm::kSuperblockAreaSize + kSegmentSize;
-      std::unique_ptr<pm::PmDevice> device;
-      ASSERT_TRUE(pm::PmDevice::Open(pristine_, o, &device).ok());
-      pm::FormatOptions f;
-      f.segment_size = kSegmentSize;
       Store store;
-      ASSERT_TRUE(pm::PmSpace::Format(std::move(device), f, &store.space).ok());
-      ASSERT_TRUE(PAllocator::Format(store.Range()).ok());
-      ASSERT_TRUE(PAllocator::Open(store.Range(), {}, &store.alloc).ok());
+      ASSERT_TRUE(CreateStoreFile(pristine_, kSegmentSize, &store).ok());
       ASSERT_TRUE(ObjectStoreTable::Create(store.alloc.get(), {}, &store.table).ok());
       // What the workload persists, counted the way the PM layer counts.
       TestRegion dry(kSegmentSize);
@@ -332,15 +337,8 @@ class AllocatorCrashTest : public ::testing::TestWithParam<uint64_t> {
 
   void SetUp() override {
     ops_ = MakeAllocWorkload(GetParam(), 400);
-    pm::PmOptions o;
-    o.create_size = pm::kSuperblockAreaSize + kHeapSegment;
-    std::unique_ptr<pm::PmDevice> device;
-    ASSERT_TRUE(pm::PmDevice::Open(pristine_, o, &device).ok());
-    pm::FormatOptions f;
-    f.segment_size = kHeapSegment;
     Store store;
-    ASSERT_TRUE(pm::PmSpace::Format(std::move(device), f, &store.space).ok());
-    ASSERT_TRUE(PAllocator::Format(store.Range()).ok());
+    ASSERT_TRUE(CreateStoreFile(pristine_, kHeapSegment, &store).ok());
     TestRegion dry(kHeapSegment);
     memcpy(dry.base(), store.base(), kHeapSegment);
     std::unique_ptr<PAllocator> a;
