@@ -11,7 +11,7 @@ import (
 // data when the resource is deleted.
 // +kubebuilder:validation:XValidation:rule="self.storage.replicaCount <= self.servers.replicas",message="storage.replicaCount must not exceed servers.replicas: every replica of a segment lives on a different server"
 type PDPMClusterSpec struct {
-	// +kubebuilder:default={}
+	// +kubebuilder:default={replicas: 3, etcd: {mode: Embedded}}
 	Monitor MonitorSpec `json:"monitor,omitempty"`
 	// +kubebuilder:validation:Required
 	Servers ServersSpec `json:"servers"`
@@ -45,7 +45,7 @@ type MonitorSpec struct {
 	// +kubebuilder:validation:Enum=1;3;5
 	// +kubebuilder:default=3
 	Replicas int32 `json:"replicas,omitempty"`
-	// +kubebuilder:default={}
+	// +kubebuilder:default={mode: Embedded}
 	Etcd EtcdSpec `json:"etcd,omitempty"`
 	// Resources of the pdpm-monitor container.
 	// +optional

@@ -57,15 +57,14 @@ func (r *PDPMClusterReconciler) finalize(ctx context.Context, c *pdpmv1alpha1.PD
 		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: pdpmv1alpha1.ConditionReady,
 			Status: metav1.ConditionFalse, Reason: "Deleting", Message: wait, ObservedGeneration: c.Generation})
 		if err := r.Status().Patch(ctx, c, client.MergeFrom(orig)); err != nil {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
 	controllerutil.RemoveFinalizer(c, Finalizer)
-	if err := r.Update(ctx, c); err != nil {
-		return ctrl.Result{}, err
-	}
-	return ctrl.Result{}, nil
+	// Not found: an earlier reconcile (this one read a stale copy) already
+	// let the object go.
+	return ctrl.Result{}, client.IgnoreNotFound(r.Update(ctx, c))
 }
 
 // retain keeps everything the data needs: PM on the nodes, the server and

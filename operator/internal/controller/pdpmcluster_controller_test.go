@@ -627,11 +627,13 @@ func TestImageChangeRollsServersOneAtATimeWhileHealthy(t *testing.T) {
 	mon.set(func(s *pdpmv1.ClusterStatus) { s.Health = pdpmv1.Health_HEALTH_OK })
 	waitPartition(t, ns, 0)
 	setStatefulSetStatus(t, ns, "pdpm-server", 3, 3)
+	// The monitors rolled to the new image through their StatefulSet.
+	setStatefulSetStatus(t, ns, "pdpm-monitor", 3, 3)
 	cur = waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionTrue, "Ready")
 	if cur.Status.ServerImage != "pdpm/server:0.2.0" {
 		t.Errorf("serverImage %s after the rollout", cur.Status.ServerImage)
 	}
-	waitEvents(t, ns, "RolloutStep", 3)
+	waitEvents(t, ns, "RolloutStep", 1)
 }
 
 // serverPod plays the scheduler and kubelet for one server pod on node.

@@ -176,11 +176,13 @@ func rollout(c *pdpmv1alpha1.PDPMCluster, mon, srv *appsv1.StatefulSet, obs *obs
 	return false, "", ""
 }
 
-// recordTransitions emits an event for every condition that changed.
+// recordTransitions emits an event for every condition whose status or
+// reason changed (not for every new count in a message: Kubernetes rate
+// limits the events of one object, and those must not crowd out the rest).
 func (r *PDPMClusterReconciler) recordTransitions(c, before *pdpmv1alpha1.PDPMCluster) {
 	for _, cond := range c.Status.Conditions {
 		old := meta.FindStatusCondition(before.Status.Conditions, cond.Type)
-		if old != nil && old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
+		if old != nil && old.Status == cond.Status && old.Reason == cond.Reason {
 			continue
 		}
 		good := cond.Status == metav1.ConditionTrue
