@@ -41,7 +41,7 @@ GO
   minor=${minor%%.*}
   (
     cd "$work"
-    GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
+    GOFLAGS=-mod=mod go mod tidy >&2
     GOFLAGS=-mod=mod CGO_ENABLED=0 go build -p 2 -o "$bin.tmp" \
       -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version \
         -X k8s.io/component-base/version.gitMajor=$major \

@@ -105,7 +105,7 @@ func (r *PDPMClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if controllerutil.AddFinalizer(c, Finalizer) {
 		if err := r.Update(ctx, c); err != nil {
 			countOutcome("error")
-			return ctrl.Result{}, err
+			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
 
@@ -118,7 +118,7 @@ func (r *PDPMClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if !equality.Semantic.DeepEqual(orig.Status, c.Status) {
 		if err := r.Status().Patch(ctx, c, client.MergeFrom(orig)); err != nil {
 			countOutcome("error")
-			return ctrl.Result{}, err
+			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
 	switch {

@@ -498,13 +498,21 @@ func TestScaleUp(t *testing.T) {
 	waitEvents(t, ns, "ScalingUp", 1)
 }
 
-func TestScaleDownRefusedUntilDrained(t *testing.T) {
+// healthyCluster is a running cluster of 3 servers whose monitor reports
+// health OK.
+func healthyCluster(t *testing.T) (string, *testMonitor, *pdpmv1alpha1.PDPMCluster) {
+	t.Helper()
 	ns := newNamespace(t)
 	mon := startMonitor(t, ns, 3)
 	c := testCluster(ns)
 	createCluster(t, c)
 	readyCluster(t, ns, 3)
 	waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionTrue, "Ready")
+	return ns, mon, c
+}
+
+func TestScaleDownRefusedUntilDrained(t *testing.T) {
+	ns, mon, c := healthyCluster(t)
 
 	if err := updateCluster(t, c, func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Servers.Replicas = 2 }); err != nil {
 		t.Fatal(err)
@@ -586,12 +594,7 @@ func waitPartition(t *testing.T, ns string, want int32) {
 }
 
 func TestImageChangeRollsServersOneAtATimeWhileHealthy(t *testing.T) {
-	ns := newNamespace(t)
-	mon := startMonitor(t, ns, 3)
-	c := testCluster(ns)
-	createCluster(t, c)
-	readyCluster(t, ns, 3)
-	waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionTrue, "Ready")
+	ns, mon, c := healthyCluster(t)
 
 	if err := updateCluster(t, c, func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Images.Tag = "0.2.0" }); err != nil {
 		t.Fatal(err)

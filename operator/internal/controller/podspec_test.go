@@ -195,3 +195,24 @@ func mount(t *testing.T, c *corev1.Container, name string) *corev1.VolumeMount {
 	t.Fatalf("no mount %s", name)
 	return nil
 }
+
+// With an external etcd the monitor pod has no etcd member and no volume,
+// and the configuration points at the external endpoints.
+func TestExternalEtcdMonitors(t *testing.T) {
+	ns := newNamespace(t)
+	c := testCluster(ns, func(c *pdpmv1alpha1.PDPMCluster) {
+		c.Spec.Monitor = pdpmv1alpha1.MonitorSpec{Replicas: 1, Etcd: pdpmv1alpha1.EtcdSpec{
+			Mode: pdpmv1alpha1.EtcdExternal, Endpoints: []string{"https://etcd-0.example:2379", "https://etcd-1.example:2379"}}}
+	})
+	createCluster(t, c)
+	mon := &appsv1.StatefulSet{}
+	mustGet(t, ns, "pdpm-monitor", mon)
+	if n := len(mon.Spec.Template.Spec.Containers); n != 1 || len(mon.Spec.VolumeClaimTemplates) != 0 || *mon.Spec.Replicas != 1 {
+		t.Errorf("monitor with external etcd: %d containers, claims %v, replicas %d", n, mon.Spec.VolumeClaimTemplates, *mon.Spec.Replicas)
+	}
+	cm := &corev1.ConfigMap{}
+	mustGet(t, ns, "pdpm-config", cm)
+	if !strings.Contains(cm.Data["pdpm.conf"], "etcd_endpoints = https://etcd-0.example:2379,https://etcd-1.example:2379\n") {
+		t.Errorf("configuration: %s", cm.Data["pdpm.conf"])
+	}
+}

@@ -328,24 +328,33 @@ func statefulSet(c *pdpmv1alpha1.PDPMCluster, name, component string, replicas i
 	}
 }
 
-func monitorStatefulSet(c *pdpmv1alpha1.PDPMCluster, configHash string) *appsv1.StatefulSet {
-	vols, mounts := configVolumes(c)
-	spec := &c.Spec
-	containers := []corev1.Container{{
-		Name:            "pdpm-monitor",
-		Image:           image(spec.Images.Monitor, spec.Images.Tag),
-		ImagePullPolicy: spec.Images.PullPolicy,
+// daemonContainer runs a PDPM daemon from repo: it reads the cluster
+// configuration, serves on port (named portName), exports metrics on
+// metricsPort and is ready once it accepts connections on port.
+func daemonContainer(c *pdpmv1alpha1.PDPMCluster, name, repo, portName string, port, metricsPort int32,
+	mounts []corev1.VolumeMount, res corev1.ResourceRequirements, sc *corev1.SecurityContext) corev1.Container {
+	return corev1.Container{
+		Name:            name,
+		Image:           image(repo, c.Spec.Images.Tag),
+		ImagePullPolicy: c.Spec.Images.PullPolicy,
 		Args:            []string{"--config=" + configMountPath + "/" + configFile},
 		Env:             podEnv(),
 		Ports: []corev1.ContainerPort{
-			{Name: "grpc", ContainerPort: MonitorPort, Protocol: corev1.ProtocolTCP},
-			{Name: "metrics", ContainerPort: MonitorMetrics, Protocol: corev1.ProtocolTCP},
+			{Name: portName, ContainerPort: port, Protocol: corev1.ProtocolTCP},
+			{Name: "metrics", ContainerPort: metricsPort, Protocol: corev1.ProtocolTCP},
 		},
 		VolumeMounts:    mounts,
-		Resources:       spec.Monitor.Resources,
-		ReadinessProbe:  tcpProbe(MonitorPort),
-		SecurityContext: restricted(),
-	}}
+		Resources:       res,
+		ReadinessProbe:  tcpProbe(port),
+		SecurityContext: sc,
+	}
+}
+
+func monitorStatefulSet(c *pdpmv1alpha1.PDPMCluster, configHash string) *appsv1.StatefulSet {
+	vols, mounts := configVolumes(c)
+	spec := &c.Spec
+	containers := []corev1.Container{daemonContainer(c, "pdpm-monitor", spec.Images.Monitor, "grpc", MonitorPort, MonitorMetrics,
+		mounts, spec.Monitor.Resources, restricted())}
 	var claims []corev1.PersistentVolumeClaim
 	if spec.Monitor.Etcd.Mode == pdpmv1alpha1.EtcdEmbedded {
 		storage := spec.Monitor.Etcd.Storage
@@ -503,21 +512,7 @@ func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.P
 			Annotations: map[string]string{ConfigHashAnnotation: configHash},
 		},
 		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name:            "pdpm-server",
-				Image:           image(spec.Images.Server, spec.Images.Tag),
-				ImagePullPolicy: spec.Images.PullPolicy,
-				Args:            []string{"--config=" + configMountPath + "/" + configFile},
-				Env:             podEnv(),
-				Ports: []corev1.ContainerPort{
-					{Name: "data", ContainerPort: ServerPort, Protocol: corev1.ProtocolTCP},
-					{Name: "metrics", ContainerPort: ServerMetrics, Protocol: corev1.ProtocolTCP},
-				},
-				VolumeMounts:    mounts,
-				Resources:       res,
-				ReadinessProbe:  tcpProbe(ServerPort),
-				SecurityContext: sc,
-			}},
+			Containers:   []corev1.Container{daemonContainer(c, "pdpm-server", spec.Images.Server, "data", ServerPort, ServerMetrics, mounts, res, sc)},
 			Volumes:      vols,
 			NodeSelector: spec.Servers.NodeSelector,
 			Affinity:     affinity,
