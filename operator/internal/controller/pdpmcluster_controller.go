@@ -181,7 +181,7 @@ func (r *PDPMClusterReconciler) reconcileChildren(ctx context.Context, c *pdpmv1
 	}
 	tmpl, claims := serverPodTemplate(c, configHash)
 	replicas := r.serverReplicas(c, existing, pods, obs)
-	obs.partition = r.serverPartition(c, existing, hashOf(tmpl), replicas, obs)
+	obs.partition = r.serverPartition(c, existing, pods, hashOf(tmpl), replicas, obs)
 	srv := serverStatefulSet(c, tmpl, claims, replicas, obs.partition)
 	if err := r.apply(ctx, c, srv); err != nil {
 		return err
@@ -419,8 +419,10 @@ func serverState(st *pdpmv1.ClusterStatus, pod string) (pdpmv1.ServerState, bool
 // ordinal >= partition run the new template, and the partition moves down
 // by one only when every pod above it is updated and ready and the monitor
 // reports the cluster healthy — one server at a time, never while degraded.
+// A server that is not ready serves nothing, so it is updated at once: a
+// fixed template reaches a server stuck on a broken one.
 func (r *PDPMClusterReconciler) serverPartition(c *pdpmv1alpha1.PDPMCluster, existing *appsv1.StatefulSet,
-	templateHash string, replicas int32, obs *observation) int32 {
+	pods []corev1.Pod, templateHash string, replicas int32, obs *observation) int32 {
 	if existing == nil {
 		return 0
 	}
@@ -442,6 +444,9 @@ func (r *PDPMClusterReconciler) serverPartition(c *pdpmv1alpha1.PDPMCluster, exi
 	st := existing.Status
 	next := fmt.Sprintf("%s-%d", serverName(c), p-1)
 	switch {
+	case !podReady(pods, next):
+		r.Recorder.Eventf(c, corev1.EventTypeNormal, "RolloutStep", "Updating server %s (not ready, so not serving)", next)
+		return p - 1
 	case obs.monitorErr != nil:
 		obs.rolloutPaused = fmt.Sprintf("waiting to update %s: the monitor is unreachable, so cluster health is unknown", next)
 		return p
@@ -455,6 +460,20 @@ func (r *PDPMClusterReconciler) serverPartition(c *pdpmv1alpha1.PDPMCluster, exi
 	}
 	r.Recorder.Eventf(c, corev1.EventTypeNormal, "RolloutStep", "Updating server %s", next)
 	return p - 1
+}
+
+func podReady(pods []corev1.Pod, name string) bool {
+	for _, p := range pods {
+		if p.Name != name || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady {
+				return cond.Status == corev1.ConditionTrue
+			}
+		}
+	}
+	return false
 }
 
 func ptrValue(v *int32) int32 {

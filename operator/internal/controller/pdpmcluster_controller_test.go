@@ -159,6 +159,7 @@ func TestUpdatePropagatesToChildren(t *testing.T) {
 	createCluster(t, c)
 	srv := &appsv1.StatefulSet{}
 	mustGet(t, ns, "pdpm-server", srv)
+	readyCluster(t, c, 3)
 	oldHash := srv.Spec.Template.Annotations[ConfigHashAnnotation]
 
 	err := updateCluster(t, c, func(c *pdpmv1alpha1.PDPMCluster) {
@@ -197,7 +198,7 @@ func TestUpdatePropagatesToChildren(t *testing.T) {
 		return nil
 	})
 	// The monitor is unreachable, so the new server template waits: no
-	// server is updated while the cluster's health is unknown.
+	// serving server is updated while the cluster's health is unknown.
 	if p := *srv.Spec.UpdateStrategy.RollingUpdate.Partition; p != 3 {
 		t.Errorf("partition %d, want 3 (rollout held)", p)
 	}
@@ -506,7 +507,7 @@ func healthyCluster(t *testing.T) (string, *testMonitor, *pdpmv1alpha1.PDPMClust
 	mon := startMonitor(t, ns, 3)
 	c := testCluster(ns)
 	createCluster(t, c)
-	readyCluster(t, ns, 3)
+	readyCluster(t, c, 3)
 	waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionTrue, "Ready")
 	return ns, mon, c
 }
@@ -637,20 +638,6 @@ func TestImageChangeRollsServersOneAtATimeWhileHealthy(t *testing.T) {
 		t.Errorf("serverImage %s after the rollout", cur.Status.ServerImage)
 	}
 	waitEvents(t, ns, "RolloutStep", 1)
-}
-
-// serverPod plays the scheduler and kubelet for one server pod on node.
-func serverPod(t *testing.T, c *pdpmv1alpha1.PDPMCluster, ordinal int, node string) *corev1.Pod {
-	t.Helper()
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", serverName(c), ordinal), Namespace: c.Namespace,
-			Labels: Labels(c, componentServer)},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "pdpm-server", Image: "pdpm/server:0.1.0"}}},
-	}
-	if err := k8s.Create(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 func forceDelete(t *testing.T, obj client.Object) {
@@ -829,5 +816,47 @@ func TestMetricsReportOutcomesAndClusters(t *testing.T) {
 		if !found[name] {
 			t.Errorf("metric %s missing or wrong", name)
 		}
+	}
+}
+
+// A server stuck on a broken template serves nothing: a fixed template
+// replaces it at once, even while the cluster is degraded, and stops at the
+// next server that serves.
+func TestRolloutReplacesServerStuckOnBrokenTemplate(t *testing.T) {
+	ns, mon, c := healthyCluster(t)
+	if err := updateCluster(t, c, func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Images.Tag = "broken" }); err != nil {
+		t.Fatal(err)
+	}
+	waitPartition(t, ns, 2)
+	// Server 2 never comes up on the broken image; the cluster degrades.
+	setPodReady(t, ns, "pdpm-server-2", false)
+	mon.set(func(s *pdpmv1.ClusterStatus) { s.Health = pdpmv1.Health_HEALTH_DEGRADED; s.Message = "server 2 down" })
+	setStatefulSetStatus(t, ns, "pdpm-server", 2, 1)
+	waitCondition(t, c, pdpmv1alpha1.ConditionProgressing, metav1.ConditionTrue, "RolloutPaused")
+	if p := partition(t, ns); p != 2 {
+		t.Fatalf("partition %d while degraded", p)
+	}
+
+	if err := updateCluster(t, c, func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Images.Tag = "0.2.1" }); err != nil {
+		t.Fatal(err)
+	}
+	// The fixed template and the partition are applied together: the new
+	// rollout starts above server 2 and passes it at once.
+	srv := &appsv1.StatefulSet{}
+	eventually(t, func() error {
+		if err := get(t, ns, "pdpm-server", srv); err != nil {
+			return err
+		}
+		if img := srv.Spec.Template.Spec.Containers[0].Image; img != "pdpm/server:0.2.1" {
+			return fmt.Errorf("server template image %s", img)
+		}
+		return nil
+	})
+	if p := *srv.Spec.UpdateStrategy.RollingUpdate.Partition; p != 2 {
+		t.Fatalf("partition %d, want 2: the stuck server is replaced, no serving one", p)
+	}
+	cur := waitCondition(t, c, pdpmv1alpha1.ConditionProgressing, metav1.ConditionTrue, "RolloutPaused")
+	if m := condition(cur, pdpmv1alpha1.ConditionProgressing).Message; !strings.Contains(m, "pdpm-server-1") {
+		t.Errorf("rollout should wait before server 1: %q", m)
 	}
 }

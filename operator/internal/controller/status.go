@@ -176,18 +176,22 @@ func rollout(c *pdpmv1alpha1.PDPMCluster, mon, srv *appsv1.StatefulSet, obs *obs
 	return false, "", ""
 }
 
-// recordTransitions emits an event for every condition whose status or
-// reason changed (not for every new count in a message: Kubernetes rate
-// limits the events of one object, and those must not crowd out the rest).
+// recordTransitions emits an event when the Ready or Degraded condition
+// changes status or reason. Not more: Kubernetes rate-limits the events of
+// one object, and condition chatter must not crowd out the events of
+// actions (created, updated, scaled, rolled, wiped).
 func (r *PDPMClusterReconciler) recordTransitions(c, before *pdpmv1alpha1.PDPMCluster) {
 	for _, cond := range c.Status.Conditions {
+		if cond.Type != pdpmv1alpha1.ConditionReady && cond.Type != pdpmv1alpha1.ConditionDegraded {
+			continue
+		}
 		old := meta.FindStatusCondition(before.Status.Conditions, cond.Type)
 		if old != nil && old.Status == cond.Status && old.Reason == cond.Reason {
 			continue
 		}
 		good := cond.Status == metav1.ConditionTrue
-		if cond.Type == pdpmv1alpha1.ConditionDegraded || cond.Type == pdpmv1alpha1.ConditionProgressing {
-			good = cond.Status == metav1.ConditionFalse || cond.Type == pdpmv1alpha1.ConditionProgressing
+		if cond.Type == pdpmv1alpha1.ConditionDegraded {
+			good = cond.Status == metav1.ConditionFalse
 		}
 		eventType := corev1.EventTypeNormal
 		if !good {

@@ -341,11 +341,49 @@ func setStatefulSetStatus(t *testing.T, ns, name string, ready, updated int32) {
 	})
 }
 
-// readyCluster sets both StatefulSets of cluster "pdpm" fully ready.
-func readyCluster(t *testing.T, ns string, servers int32) {
+// readyCluster plays the StatefulSet controller, scheduler and kubelet for
+// cluster "pdpm": both StatefulSets fully ready, and a ready server pod per
+// server, each on its own node.
+func readyCluster(t *testing.T, c *pdpmv1alpha1.PDPMCluster, servers int32) {
 	t.Helper()
-	setStatefulSetStatus(t, ns, "pdpm-monitor", 3, 3)
-	setStatefulSetStatus(t, ns, "pdpm-server", servers, servers)
+	for i := 0; i < int(servers); i++ {
+		serverPod(t, c, i, fmt.Sprintf("node-%d", i))
+		setPodReady(t, c.Namespace, fmt.Sprintf("%s-%d", serverName(c), i), true)
+	}
+	setStatefulSetStatus(t, c.Namespace, "pdpm-monitor", 3, 3)
+	setStatefulSetStatus(t, c.Namespace, "pdpm-server", servers, servers)
+}
+
+// serverPod plays the scheduler for one server pod: created on node.
+func serverPod(t *testing.T, c *pdpmv1alpha1.PDPMCluster, ordinal int, node string) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", serverName(c), ordinal), Namespace: c.Namespace,
+			Labels: Labels(c, componentServer)},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "pdpm-server", Image: "pdpm/server:0.1.0"}}},
+	}
+	if err := k8s.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// setPodReady plays the kubelet: the pod's Ready condition.
+func setPodReady(t *testing.T, ns, name string, ready bool) {
+	t.Helper()
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	eventually(t, func() error {
+		p := &corev1.Pod{}
+		if err := get(t, ns, name, p); err != nil {
+			return err
+		}
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+		return k8s.Status().Update(context.Background(), p)
+	})
 }
 
 // waitEvents waits until at least n events with the reason were recorded in
