@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,12 +24,12 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	pdpmv1alpha1 "pdpm.io/pdpm/operator/api/v1alpha1"
 	"pdpm.io/pdpm/operator/internal/pdpmv1"
+	"pdpm.io/pdpm/operator/internal/testenv"
 )
 
 // The whole suite shares one real kube-apiserver + etcd (envtest) and one
@@ -50,9 +49,9 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the operator tests with scripts/operator-test.sh "+
-			"(it builds kube-apiserver and points envtest at it)")
+	env, err := testenv.Environment()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
@@ -61,10 +60,6 @@ func runSuite(m *testing.M) int {
 	}
 	if err := pdpmv1alpha1.AddToScheme(scheme); err != nil {
 		panic(err)
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -249,17 +244,7 @@ func deleteCluster(t *testing.T, c *pdpmv1alpha1.PDPMCluster) {
 // eventually retries f until it succeeds or 30 s pass.
 func eventually(t *testing.T, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within 30s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, f)
 }
 
 func get(t *testing.T, ns, name string, obj client.Object) error {
