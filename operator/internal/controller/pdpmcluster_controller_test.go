@@ -860,3 +860,89 @@ func TestRolloutReplacesServerStuckOnBrokenTemplate(t *testing.T) {
 		t.Errorf("rollout should wait before server 1: %q", m)
 	}
 }
+
+// A failed wipe keeps the PDPMCluster and says so; deleting the failed Job
+// retries it.
+func TestFailedWipeKeepsClusterUntilRetried(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	c := testCluster(ns, func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.CleanupPolicy = pdpmv1alpha1.CleanupWipeData })
+	createCluster(t, c)
+	mustGet(t, ns, "pdpm-server", &appsv1.StatefulSet{})
+	pod := serverPod(t, c, 0, "node-a")
+	waitPMNodes(t, c, "node-a")
+	forceDelete(t, pod)
+	if err := k8s.Delete(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	job := &batchv1.Job{}
+	name := wipeJob(c, "node-a").Name
+	mustGet(t, ns, name, job)
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	job.Status.Failed = 4
+	job.Status.Conditions = []batchv1.JobCondition{
+		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
+		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
+	}
+	if err := k8s.Status().Update(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() error {
+		m := condition(getCluster(t, c), pdpmv1alpha1.ConditionReady).Message
+		if !strings.Contains(m, "wiping PM failed on nodes node-a") {
+			return fmt.Errorf("message %q", m)
+		}
+		return nil
+	})
+	waitEvents(t, ns, "WipeFailed", 1)
+
+	uid := job.UID
+	if err := k8s.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() error {
+		if err := get(t, ns, name, job); err != nil {
+			return err
+		}
+		if job.UID == uid {
+			return fmt.Errorf("wipe job not yet recreated")
+		}
+		return nil
+	})
+	completeJob(t, job)
+	eventually(t, func() error {
+		if err := get(t, ns, c.Name, &pdpmv1alpha1.PDPMCluster{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("cluster still present (%v)", err)
+		}
+		return nil
+	})
+}
+
+// With PM in claims, wiping deletes the claims; no Job runs on any node.
+func TestWipeDataDeletesPMClaims(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	c := testCluster(ns, func(c *pdpmv1alpha1.PDPMCluster) {
+		c.Spec.CleanupPolicy = pdpmv1alpha1.CleanupWipeData
+		c.Spec.Servers.PM = pdpmv1alpha1.PMSource{Mode: pdpmv1alpha1.PMPVC, PVC: &pdpmv1alpha1.VolumeSpec{Size: resource.MustParse("1Gi")}}
+	})
+	createCluster(t, c)
+	mustGet(t, ns, "pdpm-server", &appsv1.StatefulSet{})
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "pm-pdpm-server-0", Namespace: ns, Labels: Labels(c, componentServer)},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}
+	if err := k8s.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	deleteCluster(t, c)
+	if err := get(t, ns, claim.Name, claim); err == nil && claim.DeletionTimestamp.IsZero() {
+		t.Errorf("PM claim not deleted under WipeData")
+	}
+	jobs := &batchv1.JobList{}
+	if err := k8s.List(ctx, jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
+		t.Errorf("wipe jobs for PM in claims: %v %v", jobs.Items, err)
+	}
+}
