@@ -686,24 +686,37 @@ func TestDeletionRetainsDataByDefault(t *testing.T) {
 	waitEvents(t, ns, "DataRetained", 1)
 }
 
-func TestDeletionWipesDataWhenAsked(t *testing.T) {
+// wipedCluster is a cluster with cleanup policy WipeData and emulated PM.
+func wipedCluster(t *testing.T) (string, *pdpmv1alpha1.PDPMCluster) {
+	t.Helper()
 	ns := newNamespace(t)
-	ctx := context.Background()
 	c := testCluster(ns, func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.CleanupPolicy = pdpmv1alpha1.CleanupWipeData })
 	createCluster(t, c)
 	mustGet(t, ns, "pdpm-server", &appsv1.StatefulSet{})
-	podA := serverPod(t, c, 0, "node-a")
-	podB := serverPod(t, c, 1, "node-b")
-	waitPMNodes(t, c, "node-a", "node-b")
-	// The claim of an etcd member, as the StatefulSet controller makes it.
+	return ns, c
+}
+
+// createClaim plays the StatefulSet controller making the claim of a pod.
+func createClaim(t *testing.T, c *pdpmv1alpha1.PDPMCluster, name, component string) *corev1.PersistentVolumeClaim {
+	t.Helper()
 	claim := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "etcd-data-pdpm-monitor-0", Namespace: ns, Labels: Labels(c, componentMonitor)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: Labels(c, component)},
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
 	}
-	if err := k8s.Create(ctx, claim); err != nil {
+	if err := k8s.Create(context.Background(), claim); err != nil {
 		t.Fatal(err)
 	}
+	return claim
+}
+
+func TestDeletionWipesDataWhenAsked(t *testing.T) {
+	ns, c := wipedCluster(t)
+	ctx := context.Background()
+	podA := serverPod(t, c, 0, "node-a")
+	podB := serverPod(t, c, 1, "node-b")
+	waitPMNodes(t, c, "node-a", "node-b")
+	claim := createClaim(t, c, "etcd-data-pdpm-monitor-0", componentMonitor)
 
 	if err := k8s.Delete(ctx, c); err != nil {
 		t.Fatal(err)
@@ -864,11 +877,8 @@ func TestRolloutReplacesServerStuckOnBrokenTemplate(t *testing.T) {
 // A failed wipe keeps the PDPMCluster and says so; deleting the failed Job
 // retries it.
 func TestFailedWipeKeepsClusterUntilRetried(t *testing.T) {
-	ns := newNamespace(t)
+	ns, c := wipedCluster(t)
 	ctx := context.Background()
-	c := testCluster(ns, func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.CleanupPolicy = pdpmv1alpha1.CleanupWipeData })
-	createCluster(t, c)
-	mustGet(t, ns, "pdpm-server", &appsv1.StatefulSet{})
 	pod := serverPod(t, c, 0, "node-a")
 	waitPMNodes(t, c, "node-a")
 	forceDelete(t, pod)
@@ -929,14 +939,7 @@ func TestWipeDataDeletesPMClaims(t *testing.T) {
 	})
 	createCluster(t, c)
 	mustGet(t, ns, "pdpm-server", &appsv1.StatefulSet{})
-	claim := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "pm-pdpm-server-0", Namespace: ns, Labels: Labels(c, componentServer)},
-		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-	}
-	if err := k8s.Create(ctx, claim); err != nil {
-		t.Fatal(err)
-	}
+	claim := createClaim(t, c, "pm-pdpm-server-0", componentServer)
 	deleteCluster(t, c)
 	if err := get(t, ns, claim.Name, claim); err == nil && claim.DeletionTimestamp.IsZero() {
 		t.Errorf("PM claim not deleted under WipeData")
