@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -112,6 +113,9 @@ func (r *PDPMClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	orig := c.DeepCopy()
 	obs := &observation{}
 	obs.reconcileErr = r.reconcileChildren(ctx, c, obs)
+	if obs.reconcileErr != nil {
+		r.observeAfterFailure(ctx, c, obs)
+	}
 	r.computeStatus(c, obs)
 	r.recordTransitions(c, orig)
 	setClusterMetrics(c, obs)
@@ -191,6 +195,26 @@ func (r *PDPMClusterReconciler) reconcileChildren(ctx context.Context, c *pdpmv1
 		recordPMNodes(c, pods)
 	}
 	return nil
+}
+
+// observeAfterFailure completes the observation of a reconcile that failed
+// part way, so the status still describes what exists rather than guesses.
+func (r *PDPMClusterReconciler) observeAfterFailure(ctx context.Context, c *pdpmv1alpha1.PDPMCluster, obs *observation) {
+	for _, s := range []struct {
+		name string
+		sts  **appsv1.StatefulSet
+	}{{monitorName(c), &obs.monitorSts}, {serverName(c), &obs.serverSts}} {
+		if *s.sts != nil {
+			continue
+		}
+		sts := &appsv1.StatefulSet{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: s.name}, sts); err == nil {
+			*s.sts = sts
+		}
+	}
+	if obs.monitor == nil && obs.monitorErr == nil {
+		obs.monitorErr = errors.New("not queried: the reconcile failed before")
+	}
 }
 
 // apply makes obj (built from the spec) true on the API server with

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -948,4 +949,66 @@ func TestWipeDataDeletesPMClaims(t *testing.T) {
 	if err := k8s.List(ctx, jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
 		t.Errorf("wipe jobs for PM in claims: %v %v", jobs.Items, err)
 	}
+}
+
+// A child the API server refuses is reported, not hidden, and created once
+// the obstacle is gone.
+func TestApplyFailureIsReportedAndRetried(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	// An admission policy of the API server refuses StatefulSets in ns.
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+					Rule:       admissionv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"statefulsets"}},
+				}}}},
+			Validations: []admissionv1.Validation{{Expression: "false", Message: "StatefulSets are frozen here"}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        ns,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}},
+		},
+	}
+	for _, obj := range []client.Object{policy, binding} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, policy) })
+	probe := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}},
+		},
+	}
+	eventually(t, func() error {
+		if err := k8s.Create(ctx, probe.DeepCopy(), client.DryRunAll); err == nil {
+			return fmt.Errorf("the admission policy is not in force yet")
+		}
+		return nil
+	})
+
+	c := testCluster(ns)
+	createCluster(t, c)
+	cur := waitCondition(t, c, pdpmv1alpha1.ConditionDegraded, metav1.ConditionTrue, "ReconcileFailed")
+	if m := condition(cur, pdpmv1alpha1.ConditionDegraded).Message; !strings.Contains(m, "StatefulSet pdpm-monitor") ||
+		!strings.Contains(m, "frozen") {
+		t.Errorf("failure message %q", m)
+	}
+	mustGet(t, ns, "pdpm-config", &corev1.ConfigMap{})
+	if err := k8s.Delete(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, ns, "pdpm-server", &appsv1.StatefulSet{})
+	waitCondition(t, c, pdpmv1alpha1.ConditionDegraded, metav1.ConditionTrue, "MonitorsNotReady")
 }
