@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -1011,4 +1012,47 @@ func TestApplyFailureIsReportedAndRetried(t *testing.T) {
 	}
 	mustGet(t, ns, "pdpm-server", &appsv1.StatefulSet{})
 	waitCondition(t, c, pdpmv1alpha1.ConditionDegraded, metav1.ConditionTrue, "MonitorsNotReady")
+}
+
+// Reconciling an unchanged cluster again changes nothing: no child is
+// written, so no resourceVersion moves.
+func TestReconcileIsIdempotent(t *testing.T) {
+	ns := newNamespace(t)
+	c := testCluster(ns)
+	createCluster(t, c)
+	readyCluster(t, c, 3)
+	waitCondition(t, c, pdpmv1alpha1.ConditionAvailable, metav1.ConditionUnknown, "MonitorUnreachable")
+	children := []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "pdpm-config"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pdpm-key"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "pdpm"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "pdpm-monitor"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "pdpm-server"}},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "pdpm-monitor"}},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "pdpm-server"}},
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "pdpm-monitor"}},
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "pdpm-server"}},
+		&pdpmv1alpha1.PDPMCluster{ObjectMeta: metav1.ObjectMeta{Name: "pdpm"}},
+	}
+	versions := func() []string {
+		var v []string
+		for _, obj := range children {
+			if err := get(t, ns, obj.GetName(), obj); err != nil {
+				t.Fatal(err)
+			}
+			v = append(v, fmt.Sprintf("%T/%s@%s", obj, obj.GetName(), obj.GetResourceVersion()))
+		}
+		return v
+	}
+	before := versions()
+	reconciled := promtestutil.ToFloat64(reconcileOutcomes.WithLabelValues("reconciled"))
+	eventually(t, func() error {
+		if n := promtestutil.ToFloat64(reconcileOutcomes.WithLabelValues("reconciled")) - reconciled; n < 5 {
+			return fmt.Errorf("%v more reconciles, waiting for 5", n)
+		}
+		return nil
+	})
+	if after := versions(); !slices.Equal(before, after) {
+		t.Errorf("reconciling an unchanged cluster wrote objects:\nbefore %v\nafter  %v", before, after)
+	}
 }
