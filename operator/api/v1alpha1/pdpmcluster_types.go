@@ -97,6 +97,7 @@ type VolumeSpec struct {
 }
 
 // ServersSpec describes the PM servers, one pod per node.
+// +kubebuilder:validation:XValidation:rule="!(has(self.allowMultiplePerNode) && self.allowMultiplePerNode && has(self.pm.devDax) && !has(self.pm.devDax.resourceName))",message="servers with DevDax PM from a host path cannot share a node: they would map the same device"
 type ServersSpec struct {
 	// Replicas is the number of servers. Raising it adds servers; lowering it
 	// is refused until the monitor reports the servers to remove as drained.

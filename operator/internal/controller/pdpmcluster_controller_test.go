@@ -329,6 +329,10 @@ func TestValidationRejects(t *testing.T) {
 		{"two members", "exactly the member named by mode", func(c *pdpmv1alpha1.PDPMCluster) {
 			c.Spec.Servers.PM.FSDax = &pdpmv1alpha1.FSDaxSource{Path: "/mnt/pmem0"}
 		}},
+		{"devdax servers sharing a node", "cannot share a node", func(c *pdpmv1alpha1.PDPMCluster) {
+			c.Spec.Servers.AllowMultiplePerNode = true
+			c.Spec.Servers.PM = pdpmv1alpha1.PMSource{Mode: pdpmv1alpha1.PMDevDax, DevDax: &pdpmv1alpha1.DevDaxSource{Path: "/dev/dax0.0"}}
+		}},
 		{"unknown mode", "spec.servers.pm.mode", func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Servers.PM.Mode = "Optane" }},
 		{"devdax path", "spec.servers.pm.devDax.path", func(c *pdpmv1alpha1.PDPMCluster) {
 			c.Spec.Servers.PM = pdpmv1alpha1.PMSource{Mode: pdpmv1alpha1.PMDevDax, DevDax: &pdpmv1alpha1.DevDaxSource{Path: "/dev/sda"}}

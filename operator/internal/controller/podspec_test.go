@@ -29,13 +29,21 @@ func TestServerPodSpecPerPMModeAndTransport(t *testing.T) {
 			pm:         pdpmv1alpha1.PMSource{Mode: pdpmv1alpha1.PMDevDax, DevDax: &pdpmv1alpha1.DevDaxSource{Path: "/dev/dax0.0"}},
 			transport:  pdpmv1alpha1.TransportTCP,
 			privileged: true,
-			check: func(t *testing.T, _ *appsv1.StatefulSet, pod *corev1.PodSpec, srv *corev1.Container) {
+			check: func(t *testing.T, sts *appsv1.StatefulSet, pod *corev1.PodSpec, srv *corev1.Container) {
 				v := volume(t, pod, "pm")
 				if v.HostPath == nil || v.HostPath.Path != "/dev/dax0.0" || *v.HostPath.Type != corev1.HostPathCharDev {
 					t.Errorf("pm volume %+v", v.VolumeSource)
 				}
 				if m := mount(t, srv, "pm"); m.MountPath != "/dev/dax0.0" {
 					t.Errorf("device mounted at %s", m.MountPath)
+				}
+				// No pod of any cluster maps the same device on a node.
+				terms := pod.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+				if !slices.ContainsFunc(terms, func(term corev1.PodAffinityTerm) bool {
+					return term.NamespaceSelector != nil && len(term.NamespaceSelector.MatchLabels) == 0 &&
+						term.LabelSelector.MatchLabels[DeviceLabel] == "dax0.0" && term.TopologyKey == corev1.LabelHostname
+				}) || sts.Spec.Template.Labels[DeviceLabel] != "dax0.0" {
+					t.Errorf("device not protected from a second pod: %+v", terms)
 				}
 			},
 		},

@@ -46,6 +46,9 @@ const (
 	// server's state by its pod name.
 	ServerPodLabel = "pod"
 
+	// DeviceLabel on a server pod names the host device-DAX device it maps.
+	DeviceLabel = "pdpm.io/devdax"
+
 	componentMonitor = "monitor"
 	componentServer  = "server"
 	componentWipe    = "wipe"
@@ -431,6 +434,9 @@ func hostClusterDir(c *pdpmv1alpha1.PDPMCluster) string {
 	return fmt.Sprintf("%s/%s-%s", base, c.Namespace, c.Name)
 }
 
+// deviceLabelValue is a device path as a label value: /dev/dax0.0 → dax0.0.
+func deviceLabelValue(path string) string { return strings.TrimPrefix(path, "/dev/") }
+
 // pmOnHost reports whether the PM data of cluster c lives on the nodes
 // (rather than in volumes Kubernetes can delete).
 func pmOnHost(c *pdpmv1alpha1.PDPMCluster) bool {
@@ -496,6 +502,17 @@ func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.P
 		affinity = spec.Servers.Affinity.DeepCopy()
 	}
 	own := antiAffinity(c, componentServer, !spec.Servers.AllowMultiplePerNode)
+	labels := Labels(c, componentServer)
+	if privileged {
+		// No two pods of any cluster may map the same host device.
+		labels[DeviceLabel] = deviceLabelValue(pm.DevDax.Path)
+		own.RequiredDuringSchedulingIgnoredDuringExecution = append(own.RequiredDuringSchedulingIgnoredDuringExecution,
+			corev1.PodAffinityTerm{
+				LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{DeviceLabel: labels[DeviceLabel]}},
+				NamespaceSelector: &metav1.LabelSelector{},
+				TopologyKey:       corev1.LabelHostname,
+			})
+	}
 	if affinity.PodAntiAffinity == nil {
 		affinity.PodAntiAffinity = own
 	} else {
@@ -508,7 +525,7 @@ func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.P
 
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{
-			Labels:      Labels(c, componentServer),
+			Labels:      labels,
 			Annotations: map[string]string{ConfigHashAnnotation: configHash},
 		},
 		Spec: corev1.PodSpec{
