@@ -14,7 +14,7 @@ FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
 .PHONY: deps build build-asan build-tsan build-fuzz test test-core test-asan test-tsan \
-        test-fuzz fuzz bench bench-net bench-dsm bench-kv bench-fs lint format clean
+        test-fuzz test-operator fuzz bench bench-net bench-dsm bench-kv bench-fs lint format clean
 
 deps:
 	@scripts/deps.sh
@@ -36,9 +36,9 @@ build-fuzz: deps
 	cmake --build build/fuzz -j $(JOBS) --target fuzzers
 
 # Everything: the whole core suite optimised, the PM and transport suites
-# under ASan+UBSan and TSan, each fuzzer for a bounded time.
+# under ASan+UBSan and TSan, each fuzzer for a bounded time, the operator.
 test: deps
-	$(MAKE) test-core test-asan test-tsan test-fuzz
+	$(MAKE) test-core test-asan test-tsan test-fuzz test-operator
 
 test-core: build
 	cd build/release && $(CTEST)
@@ -51,6 +51,10 @@ test-tsan: build-tsan
 
 test-fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_SECONDS)
+
+# The Kubernetes operator against a real kube-apiserver and etcd (envtest).
+test-operator: deps
+	scripts/operator-test.sh
 
 fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_LONG_SECONDS)
