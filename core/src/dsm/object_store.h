@@ -38,7 +38,9 @@ struct ObjectStoreOptions {
   // Region root slot holding the table's index root.
   int root_slot = 0;
   // Buckets of the hash index (fixed when the table is created).
-  uint32_t bucket_count = 1024;
+  // The default's 64 KiB array shares the chunk of 16-page extents; size
+  // it to the expected object count (chains grow past it), up to 2^24.
+  uint32_t bucket_count = 8192;
   // Seed of the skip-list level generator (tests fix it for determinism).
   uint64_t seed = 0x5eed;
 };
