@@ -174,7 +174,7 @@ class RpcClient::Impl {
       h.flags = kFlagBulk;
       std::memcpy(slot.bulk.data(), request.data(), request.size());
     } else {
-      std::memcpy(msg + kRpcHeaderSize, request.data(), request.size());
+      if (!request.empty()) std::memcpy(msg + kRpcHeaderSize, request.data(), request.size());
       inline_bytes = request.size();
     }
     EncodeMessage(h, msg);
@@ -512,7 +512,7 @@ class RpcServer::Impl {
       rep.flags = 0;
       rep.method_or_status = static_cast<uint16_t>(status.code());
       std::string_view m = status.message().substr(0, inline_max);
-      std::memcpy(out + kRpcHeaderSize, m.data(), m.size());
+      if (!m.empty()) std::memcpy(out + kRpcHeaderSize, m.data(), m.size());
       rep.length = inline_bytes = m.size();
       count = 0;
     } else if (!(rep.flags & kFlagBulk)) {

@@ -5,6 +5,7 @@
 namespace pdpm::net::tcp {
 
 RegionTable::RegionTable() : rng_(std::random_device{}()) {}
+RegionTable::RegionTable(uint32_t seed) : rng_(seed) {}
 
 std::shared_ptr<RegionEntry> RegionTable::Add(char* data, size_t size, uint32_t access,
                                               PersistFn persist) {

@@ -32,6 +32,9 @@ struct RegionEntry {
 class RegionTable {
  public:
   RegionTable();
+  // Keys drawn from a generator seeded with `seed`: reproducible keys for
+  // the fuzzer's corpus. The transport always uses the random constructor.
+  explicit RegionTable(uint32_t seed);
 
   // Registers a range under a fresh random non-zero key, unique in this table.
   std::shared_ptr<RegionEntry> Add(char* data, size_t size, uint32_t access, PersistFn persist);
