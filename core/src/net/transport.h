@@ -23,6 +23,7 @@
 //
 // Threading: a Connection is driven by one thread at a time (core i talks
 // to core i). Transport and MemoryRegion methods are thread-safe.
+// Lifetime: a Transport outlives its connections and memory regions.
 #pragma once
 
 #include <cstddef>

@@ -207,12 +207,11 @@ TEST_F(TransportTest, WriteWithImmRaisesIncomingAtThePeer) {
   StartPeer();
   auto conn = ConnectToPeer();
   ASSERT_TRUE(conn);
-  for (uint32_t i = 0; i < 100; i++) local_[i] = static_cast<char>(i);
-  Op w = Rw(Opcode::kWriteWithImm, 0, 100, 0);
+  for (uint32_t i = 0; i < 100; i++) local_[(1 << 20) + i] = static_cast<char>(i + 1);
+  Op w = Rw(Opcode::kWriteWithImm, 1 << 20, 100, 0);
   w.imm = 41;
   ASSERT_TRUE(ExecuteSync(*conn, w).ok());
   // The peer echoes the same bytes into our region at offset 0 with imm+1.
-  std::memset(local_.data(), 0, 100);
   Incoming in;
   auto deadline = Clock::now() + std::chrono::seconds(10);
   size_t n = 0;
@@ -226,7 +225,7 @@ TEST_F(TransportTest, WriteWithImmRaisesIncomingAtThePeer) {
   ASSERT_EQ(n, 1u);
   EXPECT_EQ(in.imm, 42u);
   EXPECT_EQ(in.length, 100u);
-  for (uint32_t i = 0; i < 100; i++) ASSERT_EQ(local_[i], static_cast<char>(i));
+  for (uint32_t i = 0; i < 100; i++) ASSERT_EQ(local_[i], static_cast<char>(i + 1));
 }
 
 TEST_F(TransportTest, ManyOutstandingWithSelectiveSignaling) {

@@ -224,6 +224,9 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   // Drains the socket. Returns true when it stopped with data left (the
   // caller should come back).
   bool Progress();
+  // Progress for the application's polling thread: leftovers go to the
+  // progress thread, which does not get another epoll edge for them.
+  void ProgressFromPoller();
   void OnWritable();
   // Fails the oldest op (and so the connection) if its deadline passed.
   void CheckTimeout(Clock::time_point now);
@@ -257,10 +260,11 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   void EndResponse(const FrameHeader& h, std::string_view error) override;
 
  private:
-  void DrainLocked();
+  bool DrainLocked();
   void Fail(const Status& s);
   void FailLocked(const Status& s);  // rx_mu_ held
   Status FlushLocked();              // tx_mu_ held
+  Status QueueLocked(std::span<const Op> ops);  // tx_mu_ held
   void Notify();
   Status ValidateOp(const Op& op) const;
 
@@ -436,18 +440,24 @@ class TcpTransport final : public Transport {
 
 bool ConnCore::Progress() {
   rx_pending_.store(true);
+  bool more = false;
   while (rx_pending_.load()) {
     std::unique_lock lock(rx_mu_, std::try_to_lock);
     if (!lock.owns_lock()) return false;  // the holder sees rx_pending_
     rx_pending_.store(false);
     if (closed_.load() || broken_.load()) return false;
-    DrainLocked();
+    more = DrainLocked();
   }
-  return false;
+  return more;
 }
 
-void ConnCore::DrainLocked() {
-  for (int i = 0; i < kReadsPerBurst; i++) {
+bool ConnCore::DrainLocked() {
+  bool more = false;
+  for (int i = 0;; i++) {
+    if (i == kReadsPerBurst) {
+      more = true;  // yield to the other connections; the caller comes back
+      break;
+    }
     if (tx_backlog_.load() > std::max<size_t>(size_t{4} * options_.max_transfer, 64 << 20)) {
       rx_paused_.store(true);  // OnWritable resumes
       break;
@@ -466,27 +476,34 @@ void ConnCore::DrainLocked() {
     }
     if (r == 0) {
       FailLocked(Status::Unavailable("peer " + address_ + " closed the connection"));
-      return;
+      return false;
     }
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) break;
       FailLocked(Status::Unavailable("connection to " + address_ + ": " + std::strerror(errno)));
-      return;
+      return false;
     }
     Status s = machine_.Consume(staging_.data(), staged);
     if (!s.ok()) {
       FailLocked(s.WithContext("bad frame from " + address_));
-      return;
+      return false;
     }
-    if (i == kReadsPerBurst - 1) rx_pending_.store(true);  // yield; come back
   }
   Status flushed;
   {
     std::lock_guard lock(tx_mu_);
     flushed = FlushLocked();
   }
-  if (!flushed.ok()) FailLocked(flushed);
+  if (!flushed.ok()) {
+    FailLocked(flushed);
+    return false;
+  }
+  return more;
+}
+
+void ConnCore::ProgressFromPoller() {
+  if (Progress()) thread_->Kick(shared_from_this());
 }
 
 void ConnCore::OnWritable() {
@@ -501,7 +518,7 @@ void ConnCore::OnWritable() {
   }
   if (rx_paused_.load() && tx_backlog_.load() == 0) {
     rx_paused_.store(false);
-    Progress();
+    if (Progress()) thread_->Kick(shared_from_this());
   }
 }
 
@@ -698,7 +715,18 @@ Status ConnCore::ValidateOp(const Op& op) const {
 Status ConnCore::Post(std::span<const Op> ops) {
   if (broken_.load()) return Status::Unavailable("connection to " + address_ + " is broken");
   for (const Op& op : ops) PDPM_RETURN_IF_ERROR(ValidateOp(op));
-  std::lock_guard tx_lock(tx_mu_);
+  Status sent;
+  {
+    std::lock_guard tx_lock(tx_mu_);
+    PDPM_RETURN_IF_ERROR(QueueLocked(ops));
+    sent = FlushLocked();
+  }
+  // The ops are queued; a send failure fails them through the connection.
+  if (!sent.ok()) Fail(sent);
+  return Status::OK();
+}
+
+Status ConnCore::QueueLocked(std::span<const Op> ops) {
   {
     std::lock_guard lock(state_mu_);
     if (broken_.load()) return Status::Unavailable("connection to " + address_ + " is broken");
@@ -749,16 +777,11 @@ Status ConnCore::Post(std::span<const Op> ops) {
       tx_backlog_.fetch_add(e.total());
     }
   }
-  Status s = FlushLocked();
-  if (!s.ok()) {
-    // The ops are queued; they fail through the connection's failure.
-    thread_->Kick(shared_from_this());
-  }
   return Status::OK();
 }
 
 size_t ConnCore::PollCompletions(std::span<Completion> out) {
-  Progress();
+  ProgressFromPoller();
   CheckTimeout(Clock::now());
   std::lock_guard lock(state_mu_);
   size_t n = 0;
@@ -772,7 +795,7 @@ size_t ConnCore::PollCompletions(std::span<Completion> out) {
 }
 
 size_t ConnCore::PollIncoming(std::span<Incoming> out) {
-  Progress();
+  ProgressFromPoller();
   std::lock_guard lock(state_mu_);
   size_t n = 0;
   while (n < out.size() && !incoming_.empty()) {
@@ -896,7 +919,7 @@ void ProgressThread::Run() {
       }
     }
     for (auto& conn : work) {
-      conn->Progress();
+      if (conn->Progress()) ready.push_back(std::move(conn));
     }
     Clock::time_point now = Clock::now();
     if (now >= next_tick) {
