@@ -4,6 +4,7 @@
 //       one-sided target (64 MiB, all rights) on the first address, RPC echo
 //       server on the second; prints "LISTEN <one-sided> <rpc>".
 //   net_bench client <one-sided address> <rpc address> [seconds per figure]
+//       [rpc]   (rpc: only the RPC figures)
 //       prints "RESULT <name> <value> <unit>" lines (scripts/bench-net.sh
 //       turns them into BENCH lines next to their references).
 // The backend comes from PDPM_BENCH_TRANSPORT (tcp, the default, or verbs).
@@ -151,10 +152,12 @@ void Result(const std::string& name, double value, const char* unit) {
   std::fflush(stdout);
 }
 
-int Client(const std::string& raw_address, const std::string& rpc_address, double seconds) {
+int Client(const std::string& raw_address, const std::string& rpc_address, double seconds,
+           bool rpc_only) {
   std::unique_ptr<Transport> t;
   Check(Transport::Create(Options(1), &t), "transport");
   for (Opcode opcode : {Opcode::kWrite, Opcode::kRead}) {
+    if (rpc_only) break;
     for (uint32_t size : {4u << 10, 16u << 10, 64u << 10, 256u << 10, 1u << 20}) {
       for (int conns : {1, 4}) {
         double bps = OneSided(t.get(), raw_address, opcode, size, conns, seconds);
@@ -211,8 +214,9 @@ int Client(const std::string& raw_address, const std::string& rpc_address, doubl
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "server" && argc == 4) return Server(argv[2], argv[3]);
-  if (mode == "client" && (argc == 4 || argc == 5)) {
-    return Client(argv[2], argv[3], argc == 5 ? std::atof(argv[4]) : 0.5);
+  if (mode == "client" && argc >= 4 && argc <= 6) {
+    return Client(argv[2], argv[3], argc >= 5 ? std::atof(argv[4]) : 0.5,
+                  argc == 6 && std::string(argv[5]) == "rpc");
   }
   std::fprintf(stderr, "usage: net_bench server <addr> <addr> | client <addr> <addr> [s]\n");
   return 2;

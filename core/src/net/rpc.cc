@@ -22,7 +22,7 @@ constexpr uint32_t kClientBlobMagic = 0x43435052;  // "RPCC"
 constexpr uint32_t kServerBlobMagic = 0x53435052;  // "RPCS"
 constexpr uint16_t kFlagBulk = 1;
 // Pollers spin this long before they sleep on the notify fd.
-constexpr auto kSpin = std::chrono::microseconds(200);
+constexpr auto kSpin = std::chrono::microseconds(20);
 
 // Layout (little-endian): 0 magic u32 | 4 method (request) or status
 // (reply) u16 | 6 flags u16 | 8 length u32 | 12 bulk_capacity u32 |

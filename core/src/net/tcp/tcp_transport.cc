@@ -40,8 +40,17 @@ constexpr size_t kDeferredResponseMax = 4096;
 constexpr size_t kStagingSize = 256 << 10;
 // Receive calls per burst before a connection yields to the others.
 constexpr int kReadsPerBurst = 64;
-// Progress threads look for timed-out ops at least this often.
+// Progress threads look for timed-out ops (and answers a poller held
+// back) at least this often.
 constexpr int kTickMs = 10;
+// A poller that polls again sends answers it held back this long.
+constexpr auto kMaxAckDeferral = std::chrono::microseconds(50);
+// A connection is attended while its application thread polled it this
+// recently, or armed its notify fd this recently (it then sleeps on a set
+// that includes the socket). The progress thread leaves an attended
+// connection's socket to that thread: no hand-off on the latency path.
+constexpr auto kAttendedPolling = std::chrono::milliseconds(2);
+constexpr auto kAttendedSleeping = std::chrono::milliseconds(100);
 
 class UniqueFd {
  public:
@@ -214,7 +223,13 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
         fd_(std::move(fd)),
         peer_blob_(std::move(peer_blob)),
         peer_max_transfer_(peer_max_transfer),
-        notify_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+        event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+        wait_fd_(::epoll_create1(EPOLL_CLOEXEC)) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ::epoll_ctl(wait_fd_.get(), EPOLL_CTL_ADD, event_fd_.get(), &ev);
+    WatchSocketForWaiters();
+  }
 
   uint64_t id() const { return id_; }
   int fd_for_epoll() const { return fd_.get(); }  // only by its progress thread, under its lock
@@ -223,7 +238,20 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
 
   // Drains the socket. Returns true when it stopped with data left (the
   // caller should come back).
-  bool Progress();
+  // `from_poller`: run by the application's polling thread, which leaves
+  // small answers queued (see FlushDeferred) so they can share a send with
+  // what it posts next.
+  bool Progress(bool from_poller = false);
+  // Sends answers a poller left queued if they waited at least `min_age`.
+  void FlushDeferred(Clock::duration min_age);
+  bool Attended(Clock::time_point now) const {
+    Clock::time_point touched{Clock::duration(last_touch_.load())};
+    return now - touched < (waiting_.load() ? kAttendedSleeping : kAttendedPolling);
+  }
+  // The progress thread left the socket to the attending thread (and
+  // stopped watching its data); it takes it back on its tick once that
+  // thread went away. Touched by the progress thread only.
+  std::atomic<bool> skipped{false};
   // Progress for the application's polling thread: leftovers go to the
   // progress thread, which does not get another epoll edge for them.
   void ProgressFromPoller();
@@ -241,7 +269,7 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   }
   bool healthy() const { return !broken_.load(); }
   Status Reconnect();
-  int notify_fd() const { return notify_fd_.get(); }
+  int notify_fd() const { return wait_fd_.get(); }
   Status ArmNotify();
   void AckNotify();
   std::span<const uint8_t> peer_blob() const {
@@ -260,7 +288,7 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   void EndResponse(const FrameHeader& h, std::string_view error) override;
 
  private:
-  bool DrainLocked();
+  bool DrainLocked(bool from_poller);
   void Fail(const Status& s);
   void FailLocked(const Status& s);  // rx_mu_ held
   Status FlushLocked();              // tx_mu_ held
@@ -293,6 +321,12 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   uint64_t tx_numbers_ = 0;       // guarded by tx_mu_
   Status tx_error_;               // guarded by tx_mu_
   std::atomic<size_t> tx_backlog_{0};
+  // When a poller first left answers queued (steady clock ticks; 0: none).
+  std::atomic<int64_t> deferred_since_{0};
+  // When the application last polled or armed (steady clock ticks), and
+  // whether it armed since it last woke (AckNotify).
+  std::atomic<int64_t> last_touch_{0};
+  std::atomic<bool> waiting_{false};
 
   mutable std::mutex state_mu_;
   std::deque<PendingOp> pending_;                // guarded by state_mu_
@@ -303,7 +337,16 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   std::atomic<bool> broken_{false};
   std::atomic<bool> closed_{false};
 
-  UniqueFd notify_fd_;
+  // A sleeping poller waits on wait_fd_, an epoll set of event_fd_ (written
+  // when a progress thread queued news) and the socket itself, so that data
+  // for a sleeping poller wakes it directly, without a thread hand-off.
+  void WatchSocketForWaiters() {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ::epoll_ctl(wait_fd_.get(), EPOLL_CTL_ADD, fd_.get(), &ev);
+  }
+  UniqueFd event_fd_;
+  UniqueFd wait_fd_;
   std::atomic<bool> armed_{false};
 };
 
@@ -318,6 +361,9 @@ class ProgressThread {
   void Remove(const std::shared_ptr<ConnCore>& conn);
   // Asks the thread to drain `conn` again (it stopped with data left).
   void Kick(const std::shared_ptr<ConnCore>& conn);
+  // Whether this thread hears of incoming data on `conn` (it always hears
+  // when the socket can take more).
+  void WatchReceive(const std::shared_ptr<ConnCore>& conn, bool watch);
   Status WatchListener(int fd);
 
  private:
@@ -438,7 +484,7 @@ class TcpTransport final : public Transport {
 
 // ---------------------------------------------------------------- ConnCore
 
-bool ConnCore::Progress() {
+bool ConnCore::Progress(bool from_poller) {
   rx_pending_.store(true);
   bool more = false;
   while (rx_pending_.load()) {
@@ -446,12 +492,12 @@ bool ConnCore::Progress() {
     if (!lock.owns_lock()) return false;  // the holder sees rx_pending_
     rx_pending_.store(false);
     if (closed_.load() || broken_.load()) return false;
-    more = DrainLocked();
+    more = DrainLocked(from_poller);
   }
   return more;
 }
 
-bool ConnCore::DrainLocked() {
+bool ConnCore::DrainLocked(bool from_poller) {
   bool more = false;
   for (int i = 0;; i++) {
     if (i == kReadsPerBurst) {
@@ -493,6 +539,14 @@ bool ConnCore::DrainLocked() {
   Status flushed;
   {
     std::lock_guard lock(tx_mu_);
+    if (from_poller && !txq_.empty() && tx_error_.ok()) {
+      // Hold the answers back briefly: an RPC server's reply, or the
+      // poller's next post, takes them along in one send.
+      if (deferred_since_.load() == 0) {
+        deferred_since_.store(Clock::now().time_since_epoch().count());
+      }
+      return more;
+    }
     flushed = FlushLocked();
   }
   if (!flushed.ok()) {
@@ -502,8 +556,22 @@ bool ConnCore::DrainLocked() {
   return more;
 }
 
+void ConnCore::FlushDeferred(Clock::duration min_age) {
+  int64_t since = deferred_since_.load();
+  if (since == 0 || Clock::now().time_since_epoch().count() - since < min_age.count()) return;
+  Status s;
+  {
+    std::lock_guard lock(tx_mu_);
+    s = FlushLocked();
+  }
+  if (!s.ok()) Fail(s);
+}
+
 void ConnCore::ProgressFromPoller() {
-  if (Progress()) thread_->Kick(shared_from_this());
+  last_touch_.store(Clock::now().time_since_epoch().count());
+  if (tx_backlog_.load() > 0 && deferred_since_.load() == 0) OnWritable();  // resume a stalled send
+  FlushDeferred(kMaxAckDeferral);
+  if (Progress(/*from_poller=*/true)) thread_->Kick(shared_from_this());
 }
 
 void ConnCore::OnWritable() {
@@ -523,6 +591,7 @@ void ConnCore::OnWritable() {
 }
 
 Status ConnCore::FlushLocked() {
+  deferred_since_.store(0);
   if (!tx_error_.ok()) return tx_error_;
   while (!txq_.empty()) {
     iovec iov[64];
@@ -636,7 +705,7 @@ void ConnCore::EndResponse(const FrameHeader& h, std::string_view error) {
 void ConnCore::Notify() {
   if (armed_.exchange(false)) {
     uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(notify_fd_.get(), &one, sizeof(one));
+    [[maybe_unused]] ssize_t n = ::write(event_fd_.get(), &one, sizeof(one));
   }
 }
 
@@ -648,6 +717,8 @@ void ConnCore::Fail(const Status& s) {
 void ConnCore::FailLocked(const Status& s) {
   if (broken_.exchange(true)) return;
   ::shutdown(fd_.get(), SHUT_RDWR);
+  // A dead socket stays readable: waiters now hear only event_fd_.
+  ::epoll_ctl(wait_fd_.get(), EPOLL_CTL_DEL, fd_.get(), nullptr);
   {
     std::lock_guard lock(tx_mu_);
     txq_.clear();
@@ -806,14 +877,18 @@ size_t ConnCore::PollIncoming(std::span<Incoming> out) {
 }
 
 Status ConnCore::ArmNotify() {
+  FlushDeferred(Clock::duration::zero());  // nobody else would send them now
+  last_touch_.store(Clock::now().time_since_epoch().count());
+  waiting_.store(true);
   armed_.store(true);
   if (broken_.load()) Notify();
   return Status::OK();
 }
 
 void ConnCore::AckNotify() {
+  waiting_.store(false);
   uint64_t v;
-  [[maybe_unused]] ssize_t n = ::read(notify_fd_.get(), &v, sizeof(v));
+  [[maybe_unused]] ssize_t n = ::read(event_fd_.get(), &v, sizeof(v));
 }
 
 // ---------------------------------------------------------- ProgressThread
@@ -865,6 +940,15 @@ void ProgressThread::Remove(const std::shared_ptr<ConnCore>& conn) {
   }
 }
 
+void ProgressThread::WatchReceive(const std::shared_ptr<ConnCore>& conn, bool watch) {
+  std::lock_guard lock(mu_);
+  if (conns_.count(conn->id()) == 0) return;  // removed, maybe reconnecting
+  epoll_event ev{};
+  ev.events = EPOLLOUT | EPOLLET | (watch ? EPOLLIN | EPOLLRDHUP : 0);
+  ev.data.u64 = conn->id();
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, conn->fd_for_epoll(), &ev);
+}
+
 void ProgressThread::Kick(const std::shared_ptr<ConnCore>& conn) {
   std::lock_guard lock(mu_);
   kicked_.push_back(conn);
@@ -914,7 +998,13 @@ void ProgressThread::Run() {
         if (!conn) continue;
         if (events[i].events & EPOLLOUT) conn->OnWritable();
         if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-          work.push_back(std::move(conn));
+          if (conn->Attended(Clock::now())) {
+            // Its poller drains it; stop waking up for its data meanwhile.
+            conn->skipped.store(true);
+            WatchReceive(conn, false);
+          } else {
+            work.push_back(std::move(conn));
+          }
         }
       }
     }
@@ -929,7 +1019,15 @@ void ProgressThread::Run() {
         std::lock_guard lock(mu_);
         for (auto& [id, c] : conns_) all.push_back(c);
       }
-      for (auto& c : all) c->CheckTimeout(now);
+      for (auto& c : all) {
+        c->FlushDeferred(Clock::duration::zero());
+        c->CheckTimeout(now);
+        if (c->skipped.load() && !c->Attended(now)) {
+          c->skipped.store(false);
+          WatchReceive(c, true);
+          if (c->Progress()) ready.push_back(c);
+        }
+      }
       for (auto it = handshakes_.begin(); it != handshakes_.end();) {
         it = it->second.deadline <= now ? handshakes_.erase(it) : std::next(it);
       }
@@ -1139,6 +1237,7 @@ Status ConnCore::Reconnect() {
     std::lock_guard rx_lock(rx_mu_);
     std::lock_guard tx_lock(tx_mu_);
     fd_ = std::move(fd);
+    WatchSocketForWaiters();
     peer_blob_ = std::move(blob);
     peer_max_transfer_ = max_transfer;
     machine_.Reset();
