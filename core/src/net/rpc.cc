@@ -21,8 +21,6 @@ constexpr uint32_t kMessageMagic = 0x31435052;  // "RPC1"
 constexpr uint32_t kClientBlobMagic = 0x43435052;  // "RPCC"
 constexpr uint32_t kServerBlobMagic = 0x53435052;  // "RPCS"
 constexpr uint16_t kFlagBulk = 1;
-// Pollers spin this long before they sleep on the notify fd.
-constexpr auto kSpin = std::chrono::microseconds(20);
 
 // Layout (little-endian): 0 magic u32 | 4 method (request) or status
 // (reply) u16 | 6 flags u16 | 8 length u32 | 12 bulk_capacity u32 |
@@ -152,9 +150,13 @@ class RpcClient::Impl {
       return Status::TooLarge("rpc request of " + std::to_string(request.size()) + " bytes");
     }
     if (!conn_->healthy()) return Status::Unavailable("rpc: connection to server is broken");
-    PDPM_RETURN_IF_ERROR(Drain(nullptr, 0, nullptr));
     uint32_t s = 0;
     while (s < slots_.size() && slots_[s].busy) s++;
+    if (s == slots_.size()) {
+      PDPM_RETURN_IF_ERROR(Drain(nullptr, 0, nullptr));  // late replies free slots
+      s = 0;
+      while (s < slots_.size() && slots_[s].busy) s++;
+    }
     if (s == slots_.size()) {
       return Status::ResourceExhausted("rpc: every slot awaits the reply of a timed-out call");
     }
@@ -195,20 +197,22 @@ class RpcClient::Impl {
     slot.busy = true;
     slot.call_id = h.call_id;
 
-    Clock::time_point spin_until = Clock::now() + kSpin;
+    Clock::time_point spin_until = Clock::now() + std::chrono::microseconds(options_.spin_us);
     for (;;) {
       bool done = false;
-      PDPM_RETURN_IF_ERROR(Drain(&done, s, reply).WithContext("rpc call"));
-      if (done) return reply_status_;
       Clock::time_point now = Clock::now();
       if (now >= deadline) {
         return Status::Timeout("rpc method " + std::to_string(method) + ": no reply in " +
                                std::to_string(timeout_ms) + " ms");
       }
-      if (now < spin_until) continue;
+      if (now < spin_until) {
+        PDPM_RETURN_IF_ERROR(Drain(&done, s, reply).WithContext("rpc call"));
+        if (done) return reply_status_;
+        continue;
+      }
       // Sleep until the transport has news or the deadline passes.
       PDPM_RETURN_IF_ERROR(conn_->ArmNotify());
-      PDPM_RETURN_IF_ERROR(Drain(&done, s, reply));
+      PDPM_RETURN_IF_ERROR(Drain(&done, s, reply).WithContext("rpc call"));
       if (done) return reply_status_;
       pollfd p{conn_->notify_fd(), POLLIN, 0};
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
@@ -229,14 +233,24 @@ class RpcClient::Impl {
   // Takes replies (freeing their slots) and failures. When slot `want`'s
   // reply arrives, fills `reply` and reply_status_ and sets *done.
   Status Drain(bool* done, uint32_t want, std::string* reply) {
+    // Incoming first: its poll drains the socket, so the reply needs no
+    // notification.
+    Incoming in[16];
+    size_t n;
+    while ((n = conn_->PollIncoming(in)) > 0) {
+      TakeReplies({in, n}, done, want, reply);
+    }
     Completion c[8];
     size_t nc = conn_->PollCompletions(c);
     for (size_t i = 0; i < nc; i++) {
       if (!c[i].status.ok()) return c[i].status;
     }
-    Incoming in[16];
-    size_t n = conn_->PollIncoming(in);
-    for (size_t i = 0; i < n; i++) {
+    if (!conn_->healthy()) return Status::Unavailable("rpc: connection to server broke");
+    return Status::OK();
+  }
+
+  void TakeReplies(std::span<const Incoming> in, bool* done, uint32_t want, std::string* reply) {
+    for (size_t i = 0; i < in.size(); i++) {
       uint32_t s = in[i].imm;
       if (s >= slots_.size() || !slots_[s].busy) continue;  // not ours: ignore
       Slot& slot = slots_[s];
@@ -251,8 +265,6 @@ class RpcClient::Impl {
       slot.bulk.Release();
       if (mine) *done = true;
     }
-    if (!conn_->healthy()) return Status::Unavailable("rpc: connection to server broke");
-    return Status::OK();
   }
 
   Status ParseReply(const MessageHeader& h, const char* msg, const Slot& slot,
@@ -414,7 +426,8 @@ class RpcServer::Impl {
 
   void Run(Worker* w) {
     std::vector<std::unique_ptr<ServerConn>> conns;
-    Clock::time_point spin_until = Clock::now() + kSpin;
+    const auto spin = std::chrono::microseconds(options_.spin_us);
+    Clock::time_point spin_until = Clock::now() + spin;
     while (!stop_.load()) {
       {
         std::lock_guard lock(w->mu);
@@ -425,8 +438,8 @@ class RpcServer::Impl {
       for (auto& sc : conns) busy |= Serve(*sc);
       std::erase_if(conns, [](auto& sc) { return !sc->conn->healthy(); });
       Clock::time_point now = Clock::now();
-      if (busy) spin_until = now + kSpin;
-      if (busy || now < spin_until) continue;
+      if (busy) spin_until = now + spin;
+      if (now < spin_until) continue;
       // Sleep until a connection has news.
       std::vector<pollfd> fds{{w->wake_fd, POLLIN, 0}};
       bool news = false;
@@ -435,24 +448,28 @@ class RpcServer::Impl {
         fds.push_back({sc->conn->notify_fd(), POLLIN, 0});
       }
       for (auto& sc : conns) news |= Serve(*sc);
-      if (!news) ::poll(fds.data(), fds.size(), 50);
-      uint64_t v;
-      [[maybe_unused]] ssize_t n = ::read(w->wake_fd, &v, sizeof(v));
+      if (!news && ::poll(fds.data(), fds.size(), 50) > 0 && (fds[0].revents & POLLIN)) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t n = ::read(w->wake_fd, &v, sizeof(v));
+      }
       for (auto& sc : conns) sc->conn->AckNotify();
-      spin_until = Clock::now() + kSpin;
+      spin_until = Clock::now() + spin;
     }
   }
 
   // Answers every request waiting on `sc`; true if there was any.
   bool Serve(ServerConn& sc) {
+    Incoming in[16];
+    size_t total = 0, n;
+    while ((n = sc.conn->PollIncoming(in)) > 0) {
+      for (size_t i = 0; i < n && sc.conn->healthy(); i++) {
+        if (in[i].imm < options_.slots) Handle(sc, in[i].imm);
+      }
+      total += n;
+    }
     Completion c[16];
     size_t nc = sc.conn->PollCompletions(c);
-    Incoming in[16];
-    size_t n = sc.conn->PollIncoming(in);
-    for (size_t i = 0; i < n && sc.conn->healthy(); i++) {
-      if (in[i].imm < options_.slots) Handle(sc, in[i].imm);
-    }
-    return n > 0 || nc > 0;
+    return total > 0 || nc > 0;
   }
 
   void Handle(ServerConn& sc, uint32_t s) {

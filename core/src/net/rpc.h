@@ -31,6 +31,10 @@ struct RpcOptions {
   uint32_t pool_buffers = 16;       // bulk buffers per client / per server
   uint32_t server_threads = 1;      // threads a server polls its connections on
   uint32_t timeout_ms = 2000;       // a call's deadline unless it gives one
+  // Clients and server threads poll this long before sleeping on the
+  // notify fds. Spinning pays only with spare cores; on a busy host
+  // sleeping at once is faster.
+  uint32_t spin_us = 0;
 };
 
 // Bytes of a slot taken by the message header.

@@ -51,6 +51,10 @@ constexpr auto kMaxAckDeferral = std::chrono::microseconds(50);
 // connection's socket to that thread: no hand-off on the latency path.
 constexpr auto kAttendedPolling = std::chrono::milliseconds(2);
 constexpr auto kAttendedSleeping = std::chrono::milliseconds(100);
+// A poller that found the socket empty this recently does not ask again:
+// polling completions and then incoming events costs one receive call.
+constexpr auto kFreshlyEmptied = std::chrono::duration_cast<Clock::duration>(
+    std::chrono::microseconds(2));
 
 class UniqueFd {
  public:
@@ -241,7 +245,8 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   // `from_poller`: run by the application's polling thread, which leaves
   // small answers queued (see FlushDeferred) so they can share a send with
   // what it posts next.
-  bool Progress(bool from_poller = false);
+  enum class Drainer { kProgressThread, kCompletionPoller, kIncomingPoller };
+  bool Progress(Drainer drainer = Drainer::kProgressThread);
   // Sends answers a poller left queued if they waited at least `min_age`.
   void FlushDeferred(Clock::duration min_age);
   bool Attended(Clock::time_point now) const {
@@ -254,7 +259,7 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   std::atomic<bool> skipped{false};
   // Progress for the application's polling thread: leftovers go to the
   // progress thread, which does not get another epoll edge for them.
-  void ProgressFromPoller();
+  void ProgressFromPoller(Drainer drainer);
   void OnWritable();
   // Fails the oldest op (and so the connection) if its deadline passed.
   void CheckTimeout(Clock::time_point now);
@@ -288,7 +293,10 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   void EndResponse(const FrameHeader& h, std::string_view error) override;
 
  private:
-  bool DrainLocked(bool from_poller);
+  bool DrainLocked(Drainer drainer);
+  // Who drains right now; events the draining poller returns itself need
+  // no notification. Guarded by rx_mu_.
+  Drainer draining_for_ = Drainer::kProgressThread;
   void Fail(const Status& s);
   void FailLocked(const Status& s);  // rx_mu_ held
   Status FlushLocked();              // tx_mu_ held
@@ -327,6 +335,8 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   // whether it armed since it last woke (AckNotify).
   std::atomic<int64_t> last_touch_{0};
   std::atomic<bool> waiting_{false};
+  // When a drain last found the socket empty (steady clock ticks).
+  std::atomic<int64_t> emptied_at_{0};
 
   mutable std::mutex state_mu_;
   std::deque<PendingOp> pending_;                // guarded by state_mu_
@@ -348,6 +358,7 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   UniqueFd event_fd_;
   UniqueFd wait_fd_;
   std::atomic<bool> armed_{false};
+  std::atomic<bool> notified_{false};  // event_fd_ was written since AckNotify
 };
 
 // An epoll loop serving a set of connections (and, for the first one, the
@@ -484,7 +495,7 @@ class TcpTransport final : public Transport {
 
 // ---------------------------------------------------------------- ConnCore
 
-bool ConnCore::Progress(bool from_poller) {
+bool ConnCore::Progress(Drainer drainer) {
   rx_pending_.store(true);
   bool more = false;
   while (rx_pending_.load()) {
@@ -492,12 +503,15 @@ bool ConnCore::Progress(bool from_poller) {
     if (!lock.owns_lock()) return false;  // the holder sees rx_pending_
     rx_pending_.store(false);
     if (closed_.load() || broken_.load()) return false;
-    more = DrainLocked(from_poller);
+    draining_for_ = drainer;
+    more = DrainLocked(drainer);
+    draining_for_ = Drainer::kProgressThread;
   }
   return more;
 }
 
-bool ConnCore::DrainLocked(bool from_poller) {
+bool ConnCore::DrainLocked(Drainer drainer) {
+  const bool from_poller = drainer != Drainer::kProgressThread;
   bool more = false;
   for (int i = 0;; i++) {
     if (i == kReadsPerBurst) {
@@ -509,8 +523,10 @@ bool ConnCore::DrainLocked(bool from_poller) {
       break;
     }
     size_t staged = 0;
+    size_t asked = staging_.size();
     ssize_t r = machine_.FillDirect([&](char* dst, size_t max) -> ssize_t {
       iovec iov[2] = {{dst, max}, {staging_.data(), staging_.size()}};
+      asked += max;
       ssize_t n = ::readv(fd_.get(), iov, 2);
       if (n <= 0) return n;
       staged = static_cast<size_t>(n) > max ? n - max : 0;
@@ -526,7 +542,10 @@ bool ConnCore::DrainLocked(bool from_poller) {
     }
     if (r < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) break;
+      if (errno == EAGAIN) {
+        emptied_at_.store(Clock::now().time_since_epoch().count());
+        break;
+      }
       FailLocked(Status::Unavailable("connection to " + address_ + ": " + std::strerror(errno)));
       return false;
     }
@@ -534,6 +553,12 @@ bool ConnCore::DrainLocked(bool from_poller) {
     if (!s.ok()) {
       FailLocked(s.WithContext("bad frame from " + address_));
       return false;
+    }
+    if (r + staged < asked) {
+      // A short read took all the socket had; data arriving later raises a
+      // new edge for the progress thread and wakes sleeping pollers.
+      emptied_at_.store(Clock::now().time_since_epoch().count());
+      break;
     }
   }
   Status flushed;
@@ -567,11 +592,16 @@ void ConnCore::FlushDeferred(Clock::duration min_age) {
   if (!s.ok()) Fail(s);
 }
 
-void ConnCore::ProgressFromPoller() {
-  last_touch_.store(Clock::now().time_since_epoch().count());
+void ConnCore::ProgressFromPoller(Drainer drainer) {
+  int64_t now = Clock::now().time_since_epoch().count();
+  last_touch_.store(now);
+  if (now - emptied_at_.load() < kFreshlyEmptied.count() && tx_backlog_.load() == 0 &&
+      deferred_since_.load() == 0) {
+    return;  // drained an instant ago (e.g. PollCompletions right before PollIncoming)
+  }
   if (tx_backlog_.load() > 0 && deferred_since_.load() == 0) OnWritable();  // resume a stalled send
   FlushDeferred(kMaxAckDeferral);
-  if (Progress(/*from_poller=*/true)) thread_->Kick(shared_from_this());
+  if (Progress(drainer)) thread_->Kick(shared_from_this());
 }
 
 void ConnCore::OnWritable() {
@@ -669,7 +699,7 @@ void ConnCore::DeliverIncoming(uint32_t imm, uint32_t length) {
     std::lock_guard lock(state_mu_);
     incoming_.push_back({imm, length});
   }
-  Notify();
+  if (draining_for_ != Drainer::kIncomingPoller) Notify();
 }
 
 Status ConnCore::BeginResponse(const FrameHeader& h, std::span<uint8_t>* dest) {
@@ -699,11 +729,12 @@ void ConnCore::EndResponse(const FrameHeader& h, std::string_view error) {
       notify = true;
     }
   }
-  if (notify) Notify();
+  if (notify && draining_for_ != Drainer::kCompletionPoller) Notify();
 }
 
 void ConnCore::Notify() {
   if (armed_.exchange(false)) {
+    notified_.store(true);
     uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(event_fd_.get(), &one, sizeof(one));
   }
@@ -852,7 +883,7 @@ Status ConnCore::QueueLocked(std::span<const Op> ops) {
 }
 
 size_t ConnCore::PollCompletions(std::span<Completion> out) {
-  ProgressFromPoller();
+  ProgressFromPoller(Drainer::kCompletionPoller);
   CheckTimeout(Clock::now());
   std::lock_guard lock(state_mu_);
   size_t n = 0;
@@ -866,7 +897,7 @@ size_t ConnCore::PollCompletions(std::span<Completion> out) {
 }
 
 size_t ConnCore::PollIncoming(std::span<Incoming> out) {
-  ProgressFromPoller();
+  ProgressFromPoller(Drainer::kIncomingPoller);
   std::lock_guard lock(state_mu_);
   size_t n = 0;
   while (n < out.size() && !incoming_.empty()) {
@@ -887,6 +918,7 @@ Status ConnCore::ArmNotify() {
 
 void ConnCore::AckNotify() {
   waiting_.store(false);
+  if (!notified_.exchange(false)) return;
   uint64_t v;
   [[maybe_unused]] ssize_t n = ::read(event_fd_.get(), &v, sizeof(v));
 }
