@@ -15,8 +15,12 @@ BufferPool::Buffer& BufferPool::Buffer::operator=(Buffer&& o) noexcept {
   return *this;
 }
 
-char* BufferPool::Buffer::data() const { return pool_->memory_ + offset_; }
-size_t BufferPool::Buffer::size() const { return pool_->buffer_size_; }
+char* BufferPool::Buffer::data() const {
+  return pool_->memory_ + offset_;
+}
+size_t BufferPool::Buffer::size() const {
+  return pool_->buffer_size_;
+}
 
 LocalBuffer BufferPool::Buffer::local(uint32_t length) const {
   return LocalBuffer{pool_->region_.get(), offset_, length};
@@ -34,16 +38,15 @@ BufferPool::~BufferPool() {
   std::free(memory_);
 }
 
-Status BufferPool::Create(Transport* transport, size_t buffer_size, size_t count,
-                          uint32_t access, std::unique_ptr<BufferPool>* out) {
+Status BufferPool::Create(Transport* transport, size_t buffer_size, size_t count, uint32_t access,
+                          std::unique_ptr<BufferPool>* out) {
   if (buffer_size == 0 || count == 0) return Status::InvalidArgument("empty buffer pool");
   std::unique_ptr<BufferPool> pool(new BufferPool(buffer_size, count));
   size_t bytes = (pool->buffer_size_ * count + 4095) / 4096 * 4096;
   pool->memory_ = static_cast<char*>(std::aligned_alloc(4096, bytes));
   if (pool->memory_ == nullptr) return Status::ResourceExhausted("buffer pool allocation");
   std::memset(pool->memory_, 0, bytes);
-  PDPM_RETURN_IF_ERROR(
-      transport->RegisterMemory(pool->memory_, bytes, access, {}, &pool->region_));
+  PDPM_RETURN_IF_ERROR(transport->RegisterMemory(pool->memory_, bytes, access, {}, &pool->region_));
   pool->free_.reserve(count);
   for (size_t i = count; i-- > 0;) pool->free_.push_back(i * pool->buffer_size_);
   *out = std::move(pool);

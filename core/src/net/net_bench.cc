@@ -86,8 +86,8 @@ int Server(const std::string& raw_address, const std::string& rpc_address) {
 
 // Streams `size`-byte ops of `opcode` over `conns` connections (one thread
 // each) for `seconds`; returns bytes per second.
-double OneSided(Transport* t, const std::string& address, Opcode opcode, uint32_t size,
-                int conns, double seconds) {
+double OneSided(Transport* t, const std::string& address, Opcode opcode, uint32_t size, int conns,
+                double seconds) {
   std::atomic<uint64_t> bytes{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;

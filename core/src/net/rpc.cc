@@ -17,7 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kMessageMagic = 0x31435052;  // "RPC1"
+constexpr uint32_t kMessageMagic = 0x31435052;     // "RPC1"
 constexpr uint32_t kClientBlobMagic = 0x43435052;  // "RPCC"
 constexpr uint32_t kServerBlobMagic = 0x53435052;  // "RPCS"
 constexpr uint16_t kFlagBulk = 1;
@@ -126,17 +126,15 @@ class RpcClient::Impl {
     PDPM_RETURN_IF_ERROR(ValidateOptions(options_));
     PDPM_RETURN_IF_ERROR(replies_.Init(transport_, options_, kRemoteWrite));
     PDPM_RETURN_IF_ERROR(sends_.Init(transport_, options_, 0));
-    PDPM_RETURN_IF_ERROR(BufferPool::Create(transport_, options_.max_payload,
-                                            options_.pool_buffers, kRemoteRead | kRemoteWrite,
-                                            &pool_));
+    PDPM_RETURN_IF_ERROR(BufferPool::Create(transport_, options_.max_payload, options_.pool_buffers,
+                                            kRemoteRead | kRemoteWrite, &pool_));
     std::string blob;
     PutU32s(&blob, {kClientBlobMagic, replies_.region->key(), pool_->key(), options_.slots,
                     options_.slot_size});
     PDPM_RETURN_IF_ERROR(transport_->Connect(address, core, blob, &conn_));
     uint32_t magic = 0, slots = 0, slot_size = 0;
     if (!GetU32s(conn_->peer_blob(), {&magic, &server_key_, &slots, &slot_size}) ||
-        magic != kServerBlobMagic || slots != options_.slots ||
-        slot_size != options_.slot_size) {
+        magic != kServerBlobMagic || slots != options_.slots || slot_size != options_.slot_size) {
       return Status::Corruption("rpc: " + address + " is not an RPC server with these slots");
     }
     return Status::OK();
@@ -267,8 +265,7 @@ class RpcClient::Impl {
     }
   }
 
-  Status ParseReply(const MessageHeader& h, const char* msg, const Slot& slot,
-                    std::string* reply) {
+  Status ParseReply(const MessageHeader& h, const char* msg, const Slot& slot, std::string* reply) {
     if (h.method_or_status != 0) {
       if (h.method_or_status > static_cast<uint16_t>(StatusCode::kInternal) ||
           (h.flags & kFlagBulk)) {
@@ -313,7 +310,9 @@ Status RpcClient::Call(uint16_t method, std::span<const uint8_t> request, std::s
   return impl_->Call(method, request, reply, timeout_ms);
 }
 
-Connection& RpcClient::connection() { return impl_->connection(); }
+Connection& RpcClient::connection() {
+  return impl_->connection();
+}
 
 // ------------------------------------------------------------------ server
 
@@ -338,8 +337,8 @@ class RpcServer::Impl {
 
   Status Init() {
     PDPM_RETURN_IF_ERROR(ValidateOptions(options_));
-    PDPM_RETURN_IF_ERROR(BufferPool::Create(transport_, options_.max_payload,
-                                            options_.pool_buffers, 0, &pool_));
+    PDPM_RETURN_IF_ERROR(
+        BufferPool::Create(transport_, options_.max_payload, options_.pool_buffers, 0, &pool_));
     for (uint32_t i = 0; i < options_.server_threads; i++) {
       auto w = std::make_unique<Worker>();
       w->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -594,6 +593,8 @@ void RpcServer::Register(uint16_t method, RpcHandler handler) {
   impl_->Register(method, std::move(handler));
 }
 
-Status RpcServer::Listen(const std::string& address) { return impl_->Listen(address); }
+Status RpcServer::Listen(const std::string& address) {
+  return impl_->Listen(address);
+}
 
 }  // namespace pdpm::net

@@ -25,8 +25,8 @@
 namespace pdpm::net {
 
 struct RpcOptions {
-  uint32_t slots = 8;         // calls a connection can have in flight
-  uint32_t slot_size = 4096;  // message header + inline payload
+  uint32_t slots = 8;               // calls a connection can have in flight
+  uint32_t slot_size = 4096;        // message header + inline payload
   uint32_t max_payload = 1u << 20;  // largest request or reply
   uint32_t pool_buffers = 16;       // bulk buffers per client / per server
   uint32_t server_threads = 1;      // threads a server polls its connections on

@@ -18,7 +18,9 @@ using Clock = std::chrono::steady_clock;
 std::span<const uint8_t> Bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
-std::string U32(uint32_t v) { return std::string(reinterpret_cast<char*>(&v), 4); }
+std::string U32(uint32_t v) {
+  return std::string(reinterpret_cast<char*>(&v), 4);
+}
 
 class RpcTest : public ::testing::Test {
  protected:
@@ -136,7 +138,8 @@ TEST_F(RpcTest, DeadServerFailsCallsInTime) {
   s = c->Call(kEcho, Bytes("z"), &reply);
   EXPECT_EQ(s.code(), StatusCode::kUnavailable);
   std::unique_ptr<RpcClient> none;
-  EXPECT_FALSE(RpcClient::Connect(transport_.get(), server_.address(), 0, RpcOptions(), &none).ok());
+  EXPECT_FALSE(
+      RpcClient::Connect(transport_.get(), server_.address(), 0, RpcOptions(), &none).ok());
 }
 
 TEST_F(RpcTest, HungServerTimesOut) {

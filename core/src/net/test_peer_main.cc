@@ -69,8 +69,7 @@ int Serve(const std::string& address, uint32_t max_transfer) {
   for (size_t i = 0; i < ro.size(); i++) ro[i] = static_cast<char>(i * 7);
   std::unique_ptr<MemoryRegion> rw_region, ro_region, meta_region;
   PersistFn persist = [](const void*, size_t len) {
-    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(meta + kMetaPersistCalls))
-        .fetch_add(1);
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(meta + kMetaPersistCalls)).fetch_add(1);
     std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(meta + kMetaPersistBytes))
         .fetch_add(len);
   };

@@ -136,8 +136,8 @@ class Connection {
   // is broken (kUnavailable), an op is malformed locally (kInvalidArgument:
   // local buffer outside its region, atomic without an 8-byte local buffer
   // or on a misaligned word), a transfer exceeds max_transfer of either side
-  // (kTooLarge) or the send queue cannot take them all (kResourceExhausted). Remote-side failures (wrong
-  // key, out of bounds, no access right) arrive as failed Completions.
+  // (kTooLarge) or the send queue cannot take them all (kResourceExhausted). Remote-side failures
+  // (wrong key, out of bounds, no access right) arrive as failed Completions.
   virtual Status Post(std::span<const Op> ops) = 0;
 
   // Non-blocking. Fills `out` with finished ops; returns how many.

@@ -29,7 +29,9 @@ namespace {
 using namespace testing;
 using Clock = std::chrono::steady_clock;
 
-std::string ListenSpec() { return TestHost() + ":0"; }
+std::string ListenSpec() {
+  return TestHost() + ":0";
+}
 
 // A transport with a local registered buffer and a connection to a peer.
 class TransportTest : public ::testing::Test {
@@ -37,8 +39,8 @@ class TransportTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(Transport::Create(TestOptions(), &transport_).ok());
     local_.assign(4 << 20, 0);
-    ASSERT_TRUE(transport_->RegisterMemory(local_.data(), local_.size(), kRemoteWrite, {}, &region_)
-                    .ok());
+    ASSERT_TRUE(
+        transport_->RegisterMemory(local_.data(), local_.size(), kRemoteWrite, {}, &region_).ok());
   }
 
   void StartPeer(std::vector<std::string> extra = {}) {
@@ -166,7 +168,11 @@ TEST_F(TransportTest, AtomicsReturnTheOldValue) {
   StartPeer();
   auto conn = ConnectToPeer();
   ASSERT_TRUE(conn);
-  auto word = [&] { uint64_t v; std::memcpy(&v, local_.data(), 8); return v; };
+  auto word = [&] {
+    uint64_t v;
+    std::memcpy(&v, local_.data(), 8);
+    return v;
+  };
   std::memset(local_.data() + 64, 0, 8);
   ASSERT_TRUE(ExecuteSync(*conn, Rw(Opcode::kWrite, 64, 8, 4096)).ok());
   Op add = Rw(Opcode::kFetchAdd, 0, 8, 4096);
@@ -296,9 +302,7 @@ class ServingTest : public TransportTest {
     };
     ASSERT_TRUE(transport_->Listen(ListenSpec(), h).ok());
   }
-  uint64_t Word(size_t i) {
-    return std::atomic_ref<uint64_t>(words_[i]).load();
-  }
+  uint64_t Word(size_t i) { return std::atomic_ref<uint64_t>(words_[i]).load(); }
   void RunClients(const std::vector<std::vector<std::string>>& argvs) {
     std::vector<std::unique_ptr<PeerProcess>> clients;
     for (auto& a : argvs) {
@@ -353,7 +357,8 @@ TEST_F(TransportTest, PeerKilledMidTransferFailsEveryOpInTime) {
   ASSERT_TRUE(conn);
   std::vector<Op> ops;
   for (int i = 0; i < 64; i++) {
-    ops.push_back(i % 2 ? Rw(Opcode::kWrite, 0, 1 << 20, 0) : Rw(Opcode::kRead, 1 << 20, 1 << 20, 0));
+    ops.push_back(i % 2 ? Rw(Opcode::kWrite, 0, 1 << 20, 0)
+                        : Rw(Opcode::kRead, 1 << 20, 1 << 20, 0));
   }
   ASSERT_TRUE(conn->Post(ops).ok());
   peer_.Signal(SIGKILL);
@@ -489,8 +494,8 @@ TEST_F(TransportTest, KeysAreNonZeroAndUnique) {
   std::set<uint32_t> keys;
   for (int i = 0; i < 200; i++) {
     regions.emplace_back();
-    ASSERT_TRUE(transport_->RegisterMemory(local_.data() + i, 8, kRemoteRead, {}, &regions.back())
-                    .ok());
+    ASSERT_TRUE(
+        transport_->RegisterMemory(local_.data() + i, 8, kRemoteRead, {}, &regions.back()).ok());
     uint32_t k = regions.back()->key();
     EXPECT_NE(k, 0u);
     EXPECT_TRUE(keys.insert(k).second);

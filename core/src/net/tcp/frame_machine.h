@@ -5,12 +5,13 @@
 // exactly the code the transport runs.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
-#include <sys/types.h>
 
 #include "common/status.h"
 #include "net/tcp/region_table.h"

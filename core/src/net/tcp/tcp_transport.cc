@@ -53,8 +53,8 @@ constexpr auto kAttendedPolling = std::chrono::milliseconds(2);
 constexpr auto kAttendedSleeping = std::chrono::milliseconds(100);
 // A poller that found the socket empty this recently does not ask again:
 // polling completions and then incoming events costs one receive call.
-constexpr auto kFreshlyEmptied = std::chrono::duration_cast<Clock::duration>(
-    std::chrono::microseconds(2));
+constexpr auto kFreshlyEmptied =
+    std::chrono::duration_cast<Clock::duration>(std::chrono::microseconds(2));
 
 class UniqueFd {
  public:
@@ -165,7 +165,9 @@ class ProgressThread;
 class TcpRegion final : public MemoryRegion {
  public:
   TcpRegion(std::shared_ptr<RegionTable> table, std::shared_ptr<RegionEntry> entry)
-      : MemoryRegion(entry->data, entry->size), table_(std::move(table)), entry_(std::move(entry)) {}
+      : MemoryRegion(entry->data, entry->size),
+        table_(std::move(table)),
+        entry_(std::move(entry)) {}
   ~TcpRegion() override { table_->Remove(entry_); }
   uint32_t key() const override { return entry_->key; }
 
@@ -209,8 +211,8 @@ struct QueuedCompletion {
 class ConnCore final : public FrameSink, public std::enable_shared_from_this<ConnCore> {
  public:
   // Re-runs the connect handshake for Reconnect; empty on the accepting side.
-  using DialFn = std::function<Status(UniqueFd* fd, std::string* peer_blob,
-                                      uint32_t* peer_max_transfer)>;
+  using DialFn =
+      std::function<Status(UniqueFd* fd, std::string* peer_blob, uint32_t* peer_max_transfer)>;
 
   ConnCore(const TransportOptions& options, std::shared_ptr<RegionTable> table, DialFn dial,
            std::string address, uint32_t core, std::string local_blob, UniqueFd fd,
@@ -298,8 +300,8 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   // no notification. Guarded by rx_mu_.
   Drainer draining_for_ = Drainer::kProgressThread;
   void Fail(const Status& s);
-  void FailLocked(const Status& s);  // rx_mu_ held
-  Status FlushLocked();              // tx_mu_ held
+  void FailLocked(const Status& s);             // rx_mu_ held
+  Status FlushLocked();                         // tx_mu_ held
   Status QueueLocked(std::span<const Op> ops);  // tx_mu_ held
   void Notify();
   Status ValidateOp(const Op& op) const;
@@ -324,10 +326,10 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   uint32_t peer_max_transfer_;  // replaced by Reconnect
 
   std::mutex tx_mu_;
-  std::deque<TxEntry> txq_;       // guarded by tx_mu_
-  size_t tx_owned_bytes_ = 0;     // guarded by tx_mu_
-  uint64_t tx_numbers_ = 0;       // guarded by tx_mu_
-  Status tx_error_;               // guarded by tx_mu_
+  std::deque<TxEntry> txq_;    // guarded by tx_mu_
+  size_t tx_owned_bytes_ = 0;  // guarded by tx_mu_
+  uint64_t tx_numbers_ = 0;    // guarded by tx_mu_
+  Status tx_error_;            // guarded by tx_mu_
   std::atomic<size_t> tx_backlog_{0};
   // When a poller first left answers queued (steady clock ticks; 0: none).
   std::atomic<int64_t> deferred_since_{0};
@@ -339,11 +341,11 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   std::atomic<int64_t> emptied_at_{0};
 
   mutable std::mutex state_mu_;
-  std::deque<PendingOp> pending_;                // guarded by state_mu_
-  std::deque<QueuedCompletion> completions_;     // guarded by state_mu_
-  std::deque<Incoming> incoming_;                // guarded by state_mu_
-  size_t signaled_outstanding_ = 0;              // guarded by state_mu_
-  uint64_t next_seq_ = 1;                        // guarded by state_mu_
+  std::deque<PendingOp> pending_;             // guarded by state_mu_
+  std::deque<QueuedCompletion> completions_;  // guarded by state_mu_
+  std::deque<Incoming> incoming_;             // guarded by state_mu_
+  size_t signaled_outstanding_ = 0;           // guarded by state_mu_
+  uint64_t next_seq_ = 1;                     // guarded by state_mu_
   std::atomic<bool> broken_{false};
   std::atomic<bool> closed_{false};
 
@@ -414,9 +416,7 @@ class TcpConnection final : public Connection {
   ~TcpConnection() override { core_->Close(); }
 
   Status Post(std::span<const Op> ops) override { return core_->Post(ops); }
-  size_t PollCompletions(std::span<Completion> out) override {
-    return core_->PollCompletions(out);
-  }
+  size_t PollCompletions(std::span<Completion> out) override { return core_->PollCompletions(out); }
   size_t PollIncoming(std::span<Incoming> out) override { return core_->PollIncoming(out); }
   size_t outstanding() const override { return core_->outstanding(); }
   bool healthy() const override { return core_->healthy(); }
@@ -455,7 +455,8 @@ class TcpTransport final : public Transport {
   Status RegisterMemory(void* data, size_t size, uint32_t access, PersistFn persist,
                         std::unique_ptr<MemoryRegion>* out) override {
     if (data == nullptr && size != 0) return Status::InvalidArgument("null range");
-    if ((access & ~uint32_t{kRemoteAll}) != 0) return Status::InvalidArgument("unknown access bits");
+    if ((access & ~uint32_t{kRemoteAll}) != 0)
+      return Status::InvalidArgument("unknown access bits");
     auto entry = table_->Add(static_cast<char*>(data), size, access, std::move(persist));
     *out = std::make_unique<TcpRegion>(table_, std::move(entry));
     return Status::OK();
@@ -471,8 +472,8 @@ class TcpTransport final : public Transport {
 
   // Dials `address` and runs the handshake: the connected socket, the
   // peer's blob and max_transfer.
-  Status Dial(const std::string& address, uint32_t core, std::string_view local_blob,
-              UniqueFd* fd, std::string* peer_blob, uint32_t* peer_max_transfer) const;
+  Status Dial(const std::string& address, uint32_t core, std::string_view local_blob, UniqueFd* fd,
+              std::string* peer_blob, uint32_t* peer_max_transfer) const;
 
   // A handshake finished on the listener: consult the handler, answer, and
   // hand over the connection.
@@ -721,9 +722,9 @@ void ConnCore::EndResponse(const FrameHeader& h, std::string_view error) {
     if (h.status != 0 || op.signaled) {
       Status s;
       if (h.status != 0) {
-        s = Status(static_cast<StatusCode>(h.status),
-                   "peer " + address_ + ": " + std::string(OpcodeName(op.opcode)) + ": " +
-                       std::string(error));
+        s = Status(static_cast<StatusCode>(h.status), "peer " + address_ + ": " +
+                                                          std::string(OpcodeName(op.opcode)) +
+                                                          ": " + std::string(error));
       }
       completions_.push_back({{op.id, op.opcode, s}, op.signaled});
       notify = true;
@@ -808,8 +809,7 @@ Status ConnCore::ValidateOp(const Op& op) const {
       if (op.remote_offset % 8 != 0) return Status::InvalidArgument("atomic on a misaligned word");
       if (op.persist) return Status::InvalidArgument("persist on an atomic");
       break;
-    default:
-      return Status::InvalidArgument("unknown opcode");
+    default: return Status::InvalidArgument("unknown opcode");
   }
   return Status::OK();
 }
@@ -864,8 +864,7 @@ Status ConnCore::QueueLocked(std::span<const Op> ops) {
           h.length = op.local.length;
           h.flags = op.persist ? kFlagPersist : 0;
           if (op.local.length > 0) {
-            e.payload =
-                reinterpret_cast<const uint8_t*>(op.local.region->data() + op.local.offset);
+            e.payload = reinterpret_cast<const uint8_t*>(op.local.region->data() + op.local.offset);
             e.payload_length = op.local.length;
           }
           break;
@@ -1074,8 +1073,7 @@ void ProgressThread::AcceptAll() {
     uint64_t tag = kHandshakeBit | next_handshake_++;
     Handshake& h = handshakes_[tag];
     h.fd.reset(fd);
-    h.deadline =
-        Clock::now() + std::chrono::milliseconds(transport_->options().connect_timeout_ms);
+    h.deadline = Clock::now() + std::chrono::milliseconds(transport_->options().connect_timeout_ms);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = tag;
@@ -1199,14 +1197,14 @@ Status TcpTransport::Dial(const std::string& address, uint32_t core, std::string
   return Status::OK();
 }
 
-Status TcpTransport::Connect(const std::string& address, uint32_t core,
-                             std::string_view local_blob, std::unique_ptr<Connection>* out) {
+Status TcpTransport::Connect(const std::string& address, uint32_t core, std::string_view local_blob,
+                             std::unique_ptr<Connection>* out) {
   UniqueFd fd;
   std::string peer_blob;
   uint32_t peer_max_transfer;
   PDPM_RETURN_IF_ERROR(Dial(address, core, local_blob, &fd, &peer_blob, &peer_max_transfer));
   ConnCore::DialFn dial = [this, address, core, blob = std::string(local_blob)](
-                             UniqueFd* fd, std::string* peer_blob, uint32_t* max_transfer) {
+                              UniqueFd* fd, std::string* peer_blob, uint32_t* max_transfer) {
     return Dial(address, core, blob, fd, peer_blob, max_transfer);
   };
   auto conn = std::make_shared<ConnCore>(options_, table_, std::move(dial), address, core,
@@ -1220,8 +1218,8 @@ Status TcpTransport::Connect(const std::string& address, uint32_t core,
 void TcpTransport::Accept(UniqueFd fd, const Hello& hello, const std::string& blob) {
   uint32_t core = hello.core % std::max<uint32_t>(options_.cores, 1);
   std::string reply_blob;
-  Status s = handler_.on_request(
-      core, {reinterpret_cast<const uint8_t*>(blob.data()), blob.size()}, &reply_blob);
+  Status s = handler_.on_request(core, {reinterpret_cast<const uint8_t*>(blob.data()), blob.size()},
+                                 &reply_blob);
   if (s.ok() && reply_blob.size() > kMaxConnectBlob) {
     s = Status::Internal("accept handler produced an oversize reply blob");
   }

@@ -89,8 +89,7 @@ Status DecodeFrameHeader(const uint8_t in[kFrameHeaderSize], uint32_t max_transf
         return Status::Corruption("frame: error message too long");
       }
       break;
-    default:
-      return Status::Corruption("frame: unknown type " + std::to_string(in[3]));
+    default: return Status::Corruption("frame: unknown type " + std::to_string(in[3]));
   }
   if (h.length > max_transfer) return Status::TooLarge("frame: payload over max_transfer");
   if (is_request && h.status != 0) return Status::Corruption("frame: request with status");

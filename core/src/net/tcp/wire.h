@@ -42,15 +42,15 @@ inline constexpr uint8_t kFlagPersist = 1u << 0;
 struct FrameHeader {
   FrameType type = FrameType::kResponse;
   uint8_t flags = 0;
-  uint16_t status = 0;    // response: StatusCode
-  uint32_t length = 0;    // payload bytes after the header
-  uint32_t key = 0;       // request: remote key
-  uint32_t imm = 0;       // kWriteWithImm
+  uint16_t status = 0;       // response: StatusCode
+  uint32_t length = 0;       // payload bytes after the header
+  uint32_t key = 0;          // request: remote key
+  uint32_t imm = 0;          // kWriteWithImm
   uint32_t read_length = 0;  // kRead request: bytes wanted
-  uint64_t seq = 0;       // request number; a response echoes it
-  uint64_t offset = 0;    // request: offset in the remote range
-  uint64_t arg0 = 0;      // compare / add
-  uint64_t arg1 = 0;      // swap
+  uint64_t seq = 0;          // request number; a response echoes it
+  uint64_t offset = 0;       // request: offset in the remote range
+  uint64_t arg0 = 0;         // compare / add
+  uint64_t arg1 = 0;         // swap
 };
 
 void EncodeFrameHeader(const FrameHeader& h, uint8_t out[kFrameHeaderSize]);
