@@ -23,7 +23,13 @@ using namespace pdpm::net::tcp;
 // a local buffer.
 class Sink final : public FrameSink {
  public:
-  void Respond(const FrameHeader& h, std::span<const uint8_t> payload) override {
+  void Respond(const FrameHeader& h, std::span<const uint8_t> payload,
+               std::shared_ptr<RegionEntry> range) override {
+    std::shared_lock lock;
+    if (range) {
+      lock = std::shared_lock(range->mu);  // as the transport sends it
+      if (range->dead) return;
+    }
     for (uint8_t b : payload) checksum_ += b;  // reads every byte handed over
     checksum_ += h.seq;
   }

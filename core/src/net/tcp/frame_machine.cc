@@ -103,15 +103,9 @@ Status FrameMachine::FinishFrame() {
         RespondError(s);
         break;
       }
-      std::shared_lock lock(entry->mu);
-      if (entry->dead) {
-        lock.unlock();
-        RespondError(Status::PermissionDenied("range deregistered"));
-        break;
-      }
       response.length = h_.read_length;
-      sink_->Respond(response,
-                     {reinterpret_cast<const uint8_t*>(entry->data + h_.offset), h_.read_length});
+      const auto* data = reinterpret_cast<const uint8_t*>(entry->data + h_.offset);
+      sink_->Respond(response, {data, h_.read_length}, std::move(entry));
       break;
     }
     case FrameType::kWrite:
@@ -130,7 +124,7 @@ Status FrameMachine::FinishFrame() {
         break;
       }
       if (h_.type == FrameType::kWriteWithImm) sink_->DeliverIncoming(h_.imm, h_.length);
-      sink_->Respond(response, {});
+      sink_->Respond(response, {}, nullptr);
       break;
     }
     case FrameType::kCompareSwap:
@@ -143,7 +137,7 @@ Status FrameMachine::FinishFrame() {
         break;
       }
       response.length = 8;
-      sink_->Respond(response, {reinterpret_cast<const uint8_t*>(&old_value), 8});
+      sink_->Respond(response, {reinterpret_cast<const uint8_t*>(&old_value), 8}, nullptr);
       break;
     }
     case FrameType::kResponse:
@@ -162,7 +156,7 @@ void FrameMachine::RespondError(const Status& s) {
   response.status = static_cast<uint16_t>(s.code());
   std::string_view msg = s.message().substr(0, kMaxErrorMessage);
   response.length = msg.size();
-  sink_->Respond(response, {reinterpret_cast<const uint8_t*>(msg.data()), msg.size()});
+  sink_->Respond(response, {reinterpret_cast<const uint8_t*>(msg.data()), msg.size()}, nullptr);
 }
 
 }  // namespace pdpm::net::tcp

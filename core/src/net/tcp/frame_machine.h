@@ -22,9 +22,12 @@ namespace pdpm::net::tcp {
 class FrameSink {
  public:
   virtual ~FrameSink() = default;
-  // Passive side: queue the response `h` with `payload`, which is valid
-  // only during the call (it may point into a registered range).
-  virtual void Respond(const FrameHeader& h, std::span<const uint8_t> payload) = 0;
+  // Passive side: queue the response `h` with `payload`. When `range` is
+  // set the payload lies in that registered range and may be sent from
+  // there later (under the range's lock, checking it is still registered);
+  // otherwise it is valid only during the call.
+  virtual void Respond(const FrameHeader& h, std::span<const uint8_t> payload,
+                       std::shared_ptr<RegionEntry> range) = 0;
   // Passive side: a WRITE_WITH_IMM landed (and was persisted if it asked).
   virtual void DeliverIncoming(uint32_t imm, uint32_t length) = 0;
   // Active side: the response `h` arrived. Sets where its payload goes (the
@@ -54,6 +57,9 @@ class FrameMachine {
   ssize_t FillDirect(Fill&& fill);
 
   void Reset();
+
+  // The payload length of the frame being received.
+  uint32_t payload_length() const { return h_.length; }
 
  private:
   enum class State { kHeader, kPayload };

@@ -38,6 +38,9 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kDeferredResponseMax = 4096;
 // Bytes read per receive call into the staging buffer.
 constexpr size_t kStagingSize = 256 << 10;
+// Payloads this large are received in place with one call each, which
+// also takes the next frame's header (and nothing more).
+constexpr size_t kDirectMin = 16 << 10;
 // Receive calls per burst before a connection yields to the others.
 constexpr int kReadsPerBurst = 64;
 // Progress threads look for timed-out ops (and answers a poller held
@@ -184,8 +187,9 @@ struct TxEntry {
   const uint8_t* payload = nullptr;
   size_t payload_length = 0;
   std::vector<uint8_t> owned;
+  // Set when the payload lies in this registered range (a READ answer).
+  std::shared_ptr<RegionEntry> range;
   size_t sent = 0;  // of header + payload
-  uint64_t number = 0;
   size_t total() const { return kFrameHeaderSize + payload_length; }
 };
 
@@ -289,7 +293,8 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   uint32_t core() const { return core_; }
 
   // FrameSink.
-  void Respond(const FrameHeader& h, std::span<const uint8_t> payload) override;
+  void Respond(const FrameHeader& h, std::span<const uint8_t> payload,
+               std::shared_ptr<RegionEntry> range) override;
   void DeliverIncoming(uint32_t imm, uint32_t length) override;
   Status BeginResponse(const FrameHeader& h, std::span<uint8_t>* dest) override;
   void EndResponse(const FrameHeader& h, std::string_view error) override;
@@ -320,6 +325,7 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   std::atomic<bool> rx_paused_{false};  // tx backlog too large: stop taking requests
   FrameMachine machine_;                // guarded by rx_mu_
   std::vector<uint8_t> staging_;        // guarded by rx_mu_
+  bool large_stream_ = false;           // the last payload was large; guarded by rx_mu_
   // The socket; replaced only by Reconnect holding rx_mu_ and tx_mu_.
   UniqueFd fd_;
   std::string peer_blob_;       // replaced by Reconnect
@@ -327,8 +333,8 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
 
   std::mutex tx_mu_;
   std::deque<TxEntry> txq_;    // guarded by tx_mu_
+  bool tx_blocked_ = false;    // the socket said EAGAIN; guarded by tx_mu_
   size_t tx_owned_bytes_ = 0;  // guarded by tx_mu_
-  uint64_t tx_numbers_ = 0;    // guarded by tx_mu_
   Status tx_error_;            // guarded by tx_mu_
   std::atomic<size_t> tx_backlog_{0};
   // When a poller first left answers queued (steady clock ticks; 0: none).
@@ -526,7 +532,11 @@ bool ConnCore::DrainLocked(Drainer drainer) {
     size_t staged = 0;
     size_t asked = staging_.size();
     ssize_t r = machine_.FillDirect([&](char* dst, size_t max) -> ssize_t {
-      iovec iov[2] = {{dst, max}, {staging_.data(), staging_.size()}};
+      // In a stream of large payloads only the next header is staged with
+      // a payload: the next payload is then received in place too.
+      large_stream_ = machine_.payload_length() >= kDirectMin;
+      asked = large_stream_ ? kFrameHeaderSize : staging_.size();
+      iovec iov[2] = {{dst, max}, {staging_.data(), asked}};
       asked += max;
       ssize_t n = ::readv(fd_.get(), iov, 2);
       if (n <= 0) return n;
@@ -534,7 +544,8 @@ bool ConnCore::DrainLocked(Drainer drainer) {
       return std::min<ssize_t>(n, max);
     });
     if (r == -2) {
-      r = ::recv(fd_.get(), staging_.data(), staging_.size(), 0);
+      asked = large_stream_ ? kFrameHeaderSize : staging_.size();
+      r = ::recv(fd_.get(), staging_.data(), asked, 0);
       staged = r > 0 ? r : 0;
     }
     if (r == 0) {
@@ -609,6 +620,7 @@ void ConnCore::OnWritable() {
   Status s;
   {
     std::lock_guard lock(tx_mu_);
+    tx_blocked_ = false;
     s = FlushLocked();
   }
   if (!s.ok()) {
@@ -625,9 +637,26 @@ Status ConnCore::FlushLocked() {
   deferred_since_.store(0);
   if (!tx_error_.ok()) return tx_error_;
   while (!txq_.empty()) {
+    // Gather up to 64 pieces. Payloads lying in registered ranges are sent
+    // under the ranges' locks (at most two ranges per send), and only while
+    // the ranges are registered.
     iovec iov[64];
     int count = 0;
+    RegionEntry* ranges[2] = {};
+    std::shared_lock<std::shared_mutex> locks[2];
+    int locked = 0;
     for (auto it = txq_.begin(); it != txq_.end() && count < 63; ++it) {
+      if (RegionEntry* r = it->range.get(); r != nullptr && r != ranges[0] && r != ranges[1]) {
+        if (locked == 2) break;
+        ranges[locked] = r;
+        locks[locked++] = std::shared_lock(r->mu);
+        if (r->dead) {
+          // As on verbs, deregistering a range under a remote READ breaks
+          // the connection.
+          tx_error_ = Status::Unavailable("a range was deregistered while the peer read it");
+          return tx_error_;
+        }
+      }
       size_t sent = it->sent;
       if (sent < kFrameHeaderSize) {
         iov[count++] = {it->header + sent, kFrameHeaderSize - sent};
@@ -643,9 +672,13 @@ Status ConnCore::FlushLocked() {
     msg.msg_iov = iov;
     msg.msg_iovlen = count;
     ssize_t w = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
+    for (int i = 0; i < locked; i++) locks[i].unlock();
     if (w < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) return Status::OK();  // EPOLLOUT brings us back
+      if (errno == EAGAIN) {
+        tx_blocked_ = true;  // until EPOLLOUT (OnWritable)
+        return Status::OK();
+      }
       tx_error_ = Status::Unavailable("send to " + address_ + ": " + std::strerror(errno));
       return tx_error_;
     }
@@ -665,34 +698,25 @@ Status ConnCore::FlushLocked() {
   return Status::OK();
 }
 
-void ConnCore::Respond(const FrameHeader& h, std::span<const uint8_t> payload) {
+void ConnCore::Respond(const FrameHeader& h, std::span<const uint8_t> payload,
+                       std::shared_ptr<RegionEntry> range) {
   std::lock_guard lock(tx_mu_);
   if (!tx_error_.ok()) return;
   TxEntry& e = txq_.emplace_back();
   EncodeFrameHeader(h, e.header);
-  e.number = ++tx_numbers_;
   e.payload_length = payload.size();
   tx_backlog_.fetch_add(e.total());
-  if (payload.size() <= kDeferredResponseMax) {
+  if (payload.size() <= kDeferredResponseMax || !range) {
     // Small: copy now, send with the rest of the burst.
     e.owned.assign(payload.begin(), payload.end());
     e.payload = e.owned.data();
     tx_owned_bytes_ += e.owned.size();
     return;
   }
+  // A large READ answer goes out from the range itself, without a copy.
   e.payload = payload.data();
-  uint64_t number = e.number;
-  tx_error_ = FlushLocked();
-  if (!txq_.empty() && txq_.back().number == number) {
-    // Not all sent: the payload points into a registered range we may not
-    // hold on to, so keep a copy of the rest.
-    TxEntry& rest = txq_.back();
-    size_t from = rest.sent > kFrameHeaderSize ? rest.sent - kFrameHeaderSize : 0;
-    rest.owned.assign(payload.begin() + from, payload.end());
-    // Re-base so that payload + (sent - header) addresses the copy.
-    rest.payload = rest.owned.data() - from;
-    tx_owned_bytes_ += rest.owned.size();
-  }
+  e.range = std::move(range);
+  if (!tx_blocked_) tx_error_ = FlushLocked();
 }
 
 void ConnCore::DeliverIncoming(uint32_t imm, uint32_t length) {
@@ -856,7 +880,6 @@ Status ConnCore::QueueLocked(std::span<const Op> ops) {
       h.key = op.remote_key;
       h.offset = op.remote_offset;
       TxEntry& e = txq_.emplace_back();
-      e.number = ++tx_numbers_;
       switch (op.opcode) {
         case Opcode::kRead: h.read_length = op.local.length; break;
         case Opcode::kWriteWithImm: h.imm = op.imm; [[fallthrough]];
@@ -1272,6 +1295,7 @@ Status ConnCore::Reconnect() {
     peer_max_transfer_ = max_transfer;
     machine_.Reset();
     tx_error_ = Status::OK();
+    tx_blocked_ = false;
     rx_paused_.store(false);
     broken_.store(false);
   }
