@@ -21,10 +21,9 @@ constexpr std::array<uint32_t, 256> kTable = MakeTable();
 
 }  // namespace
 
-uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
-  const auto* p = static_cast<const unsigned char*>(data);
+uint32_t Crc32c(std::string_view data, uint32_t crc) {
   uint32_t c = ~crc;
-  for (size_t i = 0; i < size; ++i) c = kTable[(c ^ p[i]) & 0xff] ^ (c >> 8);
+  for (char ch : data) c = kTable[(c ^ static_cast<unsigned char>(ch)) & 0xff] ^ (c >> 8);
   return ~c;
 }
 

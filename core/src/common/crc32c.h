@@ -2,17 +2,13 @@
 // table-driven; meant for metadata (headers, views), not the data path.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 namespace pdpm {
 
-// Extends `crc` (the value returned for the data before, 0 to start) over
+// Extends `crc` (the value returned for the bytes before, 0 to start) over
 // `data`. Crc32c("123456789") == 0xe3069283.
-uint32_t Crc32c(const void* data, size_t size, uint32_t crc = 0);
-inline uint32_t Crc32c(std::string_view data, uint32_t crc = 0) {
-  return Crc32c(data.data(), data.size(), crc);
-}
+uint32_t Crc32c(std::string_view data, uint32_t crc = 0);
 
 }  // namespace pdpm
