@@ -25,10 +25,13 @@ TEST(Crc32c, KnownVectors) {
 
 TEST(Logger, FormatsOneLinePerEvent) {
   auto ts = std::chrono::system_clock::time_point(std::chrono::milliseconds(1'700'000'000'123));
-  std::string line =
-      Logger::FormatLine(ts, LogLevel::kWarn, "monitor", "server \"2\" is suspect",
-                         {{"server_id", 2}, {"addr", "10.0.0.1:7000"}, {"why", "no heartbeat"},
-                          {"empty", ""}, {"ok", true}, {"st", Status::NotFound("x")}});
+  std::string line = Logger::FormatLine(ts, LogLevel::kWarn, "monitor", "server \"2\" is suspect",
+                                        {{"server_id", 2},
+                                         {"addr", "10.0.0.1:7000"},
+                                         {"why", "no heartbeat"},
+                                         {"empty", ""},
+                                         {"ok", true},
+                                         {"st", Status::NotFound("x")}});
   EXPECT_EQ(line,
             "ts=2023-11-14T22:13:20.123Z level=warn component=monitor "
             "msg=\"server \\\"2\\\" is suspect\" server_id=2 addr=10.0.0.1:7000 "
@@ -91,8 +94,8 @@ TEST(Flags, ParsesEveryKind) {
   p.AddSize("size", &size, "a size");
   p.AddDuration("timeout", &d, "a duration");
   p.AddBool("embedded", &b, "a switch");
-  const char* argv[] = {"prog",    "--name=x y", "--count",   "42",        "--size",
-                        "4MiB",    "--timeout",  "3s",        "--embedded", "--small=7"};
+  const char* argv[] = {"prog", "--name=x y", "--count", "42",         "--size",
+                        "4MiB", "--timeout",  "3s",      "--embedded", "--small=7"};
   ASSERT_TRUE(p.Parse(10, argv).ok());
   EXPECT_EQ(s, "x y");
   EXPECT_EQ(n, 42u);

@@ -32,10 +32,14 @@ Status ParseSize(std::string_view text, uint64_t* bytes) {
   uint64_t unit = 1;
   if (!suffix.empty()) {
     switch (suffix[0]) {
-      case 'K': case 'k': unit = 1ULL << 10; break;
-      case 'M': case 'm': unit = 1ULL << 20; break;
-      case 'G': case 'g': unit = 1ULL << 30; break;
-      case 'T': case 't': unit = 1ULL << 40; break;
+      case 'K':
+      case 'k': unit = 1ULL << 10; break;
+      case 'M':
+      case 'm': unit = 1ULL << 20; break;
+      case 'G':
+      case 'g': unit = 1ULL << 30; break;
+      case 'T':
+      case 't': unit = 1ULL << 40; break;
       case 'B': unit = 1; break;
       default: unit = 0;
     }

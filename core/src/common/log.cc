@@ -116,8 +116,7 @@ std::string Logger::FormatLine(std::chrono::system_clock::time_point ts, LogLeve
 void Logger::Log(LogLevel level, std::string_view msg,
                  std::initializer_list<LogField> fields) const {
   if (!Enabled(level)) return;
-  std::string line =
-      FormatLine(std::chrono::system_clock::now(), level, component_, msg, fields);
+  std::string line = FormatLine(std::chrono::system_clock::now(), level, component_, msg, fields);
   const char* p = line.data();
   size_t left = line.size();
   while (left > 0) {

@@ -71,8 +71,7 @@ Status GlobalAddress::CheckRange(uint64_t length, uint64_t segment_size) const {
   PDPM_RETURN_IF_ERROR(descriptor.Validate());
   if (offset >= segment_size || length > segment_size - offset) {
     return Status::OutOfRange(ToString() + " length " + std::to_string(length) +
-                              " leaves its segment of " + std::to_string(segment_size) +
-                              " bytes");
+                              " leaves its segment of " + std::to_string(segment_size) + " bytes");
   }
   return Status::OK();
 }
@@ -80,8 +79,7 @@ Status GlobalAddress::CheckRange(uint64_t length, uint64_t segment_size) const {
 Status GlobalAddress::Advance(uint64_t delta, uint64_t segment_size, GlobalAddress* out) const {
   if (offset >= segment_size || delta >= segment_size - offset) {
     return Status::OutOfRange(ToString() + " + " + std::to_string(delta) +
-                              " leaves its segment of " + std::to_string(segment_size) +
-                              " bytes");
+                              " leaves its segment of " + std::to_string(segment_size) + " bytes");
   }
   *out = *this;
   out->offset += delta;

@@ -82,8 +82,8 @@ struct GlobalAddress {
   uint64_t hi() const { return (uint64_t{descriptor.bits} << 32) | segment; }
   uint64_t lo() const { return offset; }
   static GlobalAddress FromWords(uint64_t hi, uint64_t lo) {
-    return GlobalAddress{Descriptor{static_cast<uint32_t>(hi >> 32)},
-                         static_cast<uint32_t>(hi), lo};
+    return GlobalAddress{Descriptor{static_cast<uint32_t>(hi >> 32)}, static_cast<uint32_t>(hi),
+                         lo};
   }
 
   std::array<uint8_t, kEncodedSize> Encode() const;
@@ -105,8 +105,7 @@ struct GlobalAddress {
 };
 
 inline bool operator==(const GlobalAddress& a, const GlobalAddress& b) {
-  return a.descriptor.bits == b.descriptor.bits && a.segment == b.segment &&
-         a.offset == b.offset;
+  return a.descriptor.bits == b.descriptor.bits && a.segment == b.segment && a.offset == b.offset;
 }
 
 }  // namespace pdpm::dsm

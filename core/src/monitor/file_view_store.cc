@@ -101,9 +101,8 @@ Status FileViewStore::Open(const std::string& dir, std::unique_ptr<FileViewStore
     ::close(lock_fd);
     ::close(dir_fd);
     if (err == EWOULDBLOCK) {
-      return Status::FailedPrecondition("view directory " + dir +
-                                        " is in use by another monitor (" + lock_path +
-                                        " is locked)");
+      return Status::FailedPrecondition(
+          "view directory " + dir + " is in use by another monitor (" + lock_path + " is locked)");
     }
     return Status::FromErrno("lock " + lock_path, err);
   }
@@ -153,8 +152,7 @@ Status FileViewStore::Decode(const std::string& bytes, const std::string& what,
   uint32_t version = static_cast<uint32_t>(GetLe(bytes, 8, 4));
   if (version != kFormatVersion) {
     return Status::Corruption(what + " has format version " + std::to_string(version) +
-                              "; this monitor reads version " +
-                              std::to_string(kFormatVersion));
+                              "; this monitor reads version " + std::to_string(kFormatVersion));
   }
   uint32_t flags = static_cast<uint32_t>(GetLe(bytes, 12, 4));
   if (flags != 0) return Status::Corruption(what + ": unknown header flags");

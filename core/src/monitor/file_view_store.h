@@ -54,8 +54,8 @@ class FileViewStore final : public ViewStore {
   // The file's bytes for `view` at `revision` (exposed for tests).
   static std::string Encode(uint64_t revision, const v1::ClusterView& view);
   // Parses and checks file bytes; `what` names the file in errors.
-  static Status Decode(const std::string& bytes, const std::string& what,
-                       v1::ClusterView* view, uint64_t* revision);
+  static Status Decode(const std::string& bytes, const std::string& what, v1::ClusterView* view,
+                       uint64_t* revision);
 
  private:
   FileViewStore(std::string dir, int dir_fd, int lock_fd);

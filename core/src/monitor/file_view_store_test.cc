@@ -1,7 +1,5 @@
 #include "monitor/file_view_store.h"
 
-#include "common/crc32c.h"
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+
+#include "common/crc32c.h"
 
 namespace pdpm::monitor {
 namespace {
@@ -133,8 +133,7 @@ TEST_F(FileViewStoreTest, EveryDefectIsCorruptionAndTheFileIsKept) {
     EXPECT_NE(s.message().find(c.expect), std::string::npos) << c.name << ": " << s.ToString();
     // A store that cannot read its view refuses to overwrite it.
     uint64_t r = 0;
-    EXPECT_EQ(store->CompareAndPut(0, SampleView(1), &r).code(), StatusCode::kCorruption)
-        << c.name;
+    EXPECT_EQ(store->CompareAndPut(0, SampleView(1), &r).code(), StatusCode::kCorruption) << c.name;
     EXPECT_EQ(ReadAll(), c.bytes) << c.name;
   }
 }

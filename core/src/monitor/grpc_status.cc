@@ -30,8 +30,7 @@ grpc::StatusCode ToGrpcCode(StatusCode code) {
 
 grpc::Status ToGrpcStatus(const Status& s, grpc::ServerContext* context) {
   if (s.ok()) return grpc::Status::OK;
-  context->AddTrailingMetadata(kStatusCodeTrailer,
-                               std::to_string(static_cast<unsigned>(s.code())));
+  context->AddTrailingMetadata(kStatusCodeTrailer, std::to_string(static_cast<unsigned>(s.code())));
   return grpc::Status(ToGrpcCode(s.code()), std::string(s.message()));
 }
 
@@ -41,7 +40,8 @@ Status FromGrpcStatus(const grpc::Status& s, const grpc::ClientContext& context)
   auto it = trailers.find(kStatusCodeTrailer);
   if (it != trailers.end()) {
     unsigned code = 0;
-    auto [ptr, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), code);
+    auto [ptr, ec] =
+        std::from_chars(it->second.data(), it->second.data() + it->second.size(), code);
     if (ec == std::errc() && code > 0 && code <= static_cast<unsigned>(StatusCode::kInternal)) {
       return Status(static_cast<StatusCode>(code), s.error_message());
     }

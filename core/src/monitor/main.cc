@@ -66,7 +66,7 @@ Status ReadSmallFile(const std::string& path, std::string* out) {
   ssize_t n;
   while ((n = ::read(fd, buf, sizeof(buf))) > 0) {
     out->append(buf, static_cast<size_t>(n));
-    if (out->size() > 64 * 1024) break;
+    if (out->size() > size_t{64} * 1024) break;
   }
   int err = errno;
   ::close(fd);
@@ -196,9 +196,9 @@ int Run(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return Fail(log, "cannot serve",
-                Status::Unavailable("cannot listen on " + flags.listen +
-                                    " (address in use or not local)"));
+    return Fail(
+        log, "cannot serve",
+        Status::Unavailable("cannot listen on " + flags.listen + " (address in use or not local)"));
   }
   std::string bound = flags.listen.substr(0, flags.listen.rfind(':')) + ":" + std::to_string(port);
   views->SetLeaderAddress(bound);
@@ -209,8 +209,10 @@ int Run(int argc, char** argv) {
       return Fail(log, "cannot write the port file", s);
     }
   }
-  log.Info("serving", {{"listen", bound}, {"store", store->Describe()},
-                       {"epoch", views->epoch()}, {"heartbeat_interval_ms", heartbeat.count()},
+  log.Info("serving", {{"listen", bound},
+                       {"store", store->Describe()},
+                       {"epoch", views->epoch()},
+                       {"heartbeat_interval_ms", heartbeat.count()},
                        {"suspect_timeout_ms", o.suspect_timeout.count()},
                        {"down_timeout_ms", o.down_timeout.count()}});
 
@@ -244,4 +246,6 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace pdpm::monitor
 
-int main(int argc, char** argv) { return pdpm::monitor::Run(argc, argv); }
+int main(int argc, char** argv) {
+  return pdpm::monitor::Run(argc, argv);
+}

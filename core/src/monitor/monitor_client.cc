@@ -20,8 +20,9 @@ void FillSecret(Req* req, const std::string& secret) {
 MonitorClient::MonitorClient(std::string address, MonitorClientOptions options)
     : address_(std::move(address)),
       options_(std::move(options)),
-      stub_(v1::Monitor::NewStub(
-          grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()))) {}
+      stub_(
+          v1::Monitor::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()))) {
+}
 
 void MonitorClient::Prepare(grpc::ClientContext* ctx) const {
   ctx->set_deadline(std::chrono::system_clock::now() + options_.call_timeout);

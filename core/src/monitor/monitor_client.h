@@ -20,7 +20,7 @@
 namespace pdpm::monitor {
 
 struct MonitorClientOptions {
-  std::string cluster_secret;                  // "" for callers without one
+  std::string cluster_secret;                    // "" for callers without one
   std::chrono::milliseconds call_timeout{5000};  // per call
 };
 

@@ -48,7 +48,8 @@ std::vector<uint32_t> ChooseBackups(const std::vector<PlacementCandidate>& candi
       });
       if (taken) continue;
       int distance = 3;
-      for (const PlacementCandidate* x : chosen) distance = std::min(distance, DomainDistance(c, *x));
+      for (const PlacementCandidate* x : chosen)
+        distance = std::min(distance, DomainDistance(c, *x));
       bool better = best == nullptr || distance > best_distance;
       if (!better && distance == best_distance) {
         if (LessUsedFraction(c, *best)) {
@@ -78,9 +79,12 @@ bool BalanceTables(std::vector<TableSlot>* tables, const std::vector<uint32_t>& 
     if (owned.count(t.owner)) ++owned[t.owner];
   }
   auto least_loaded = [&] {
-    return std::min_element(owned.begin(), owned.end(), [](const auto& a, const auto& b) {
-             return a.second < b.second || (a.second == b.second && a.first < b.first);
-           })->first;
+    return std::min_element(owned.begin(), owned.end(),
+                            [](const auto& a, const auto& b) {
+                              return a.second < b.second ||
+                                     (a.second == b.second && a.first < b.first);
+                            })
+        ->first;
   };
   bool changed = false;
   for (TableSlot& t : *tables) {
@@ -99,8 +103,8 @@ bool BalanceTables(std::vector<TableSlot>* tables, const std::vector<uint32_t>& 
       if (t.segments != 0 || !owned.count(t.owner)) continue;
       uint32_t c = owned[t.owner];
       if (move == nullptr || c > from_count ||
-          (c == from_count && (t.owner < move->owner ||
-                               (t.owner == move->owner && t.table > move->table)))) {
+          (c == from_count &&
+           (t.owner < move->owner || (t.owner == move->owner && t.table > move->table)))) {
         move = &t;
         from_count = c;
       }
@@ -124,9 +128,9 @@ uint32_t TableForObject(uint64_t id_hi, uint64_t id_lo, uint32_t table_count) {
   while (next < static_cast<int64_t>(table_count)) {
     bucket = next;
     key = key * 2862933555777941757ULL + 1;
-    next = static_cast<int64_t>(static_cast<double>(bucket + 1) *
-                                (static_cast<double>(1LL << 31) /
-                                 static_cast<double>((key >> 33) + 1)));
+    next = static_cast<int64_t>(
+        static_cast<double>(bucket + 1) *
+        (static_cast<double>(1LL << 31) / static_cast<double>((key >> 33) + 1)));
   }
   return static_cast<uint32_t>(bucket) + 1;
 }

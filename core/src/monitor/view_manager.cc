@@ -97,8 +97,7 @@ Status CheckView(const v1::ClusterView& v) {
   for (const auto& m : v.segments()) {
     if (FindServer(v, m.primary().server_id()) == nullptr) {
       return Status::Corruption("stored view maps segment " + std::to_string(m.segment()) +
-                                " to unknown server " +
-                                std::to_string(m.primary().server_id()));
+                                " to unknown server " + std::to_string(m.primary().server_id()));
     }
   }
   return Status::OK();
@@ -147,9 +146,10 @@ Status ViewManager::Open(ViewStore* store, const MonitorOptions& options, const 
     for (uint32_t t = 1; t <= options.tables; ++t) fresh.add_tables()->set_table(t);
     PDPM_RETURN_IF_ERROR(store->CompareAndPut(0, fresh, &m->revision_));
     m->view_ = std::move(fresh);
-    log.Info("created a new cluster view",
-             {{"store", store->Describe()}, {"segment_size", options.segment_size},
-              {"replicas", options.replicas}, {"tables", options.tables}});
+    log.Info("created a new cluster view", {{"store", store->Describe()},
+                                            {"segment_size", options.segment_size},
+                                            {"replicas", options.replicas},
+                                            {"tables", options.tables}});
   } else {
     PDPM_RETURN_IF_ERROR(s);
     PDPM_RETURN_IF_ERROR(CheckView(m->view_).WithContext(store->Describe()));
@@ -169,10 +169,11 @@ Status ViewManager::Open(ViewStore* store, const MonitorOptions& options, const 
     if (options.tables_set && options.tables != v.table_count()) {
       return mismatch("--tables", options.tables, v.table_count());
     }
-    log.Info("loaded the cluster view",
-             {{"store", store->Describe()}, {"cluster", v.cluster_uuid()},
-              {"epoch", v.epoch()}, {"servers", v.servers_size()},
-              {"segments", v.segments_size()}});
+    log.Info("loaded the cluster view", {{"store", store->Describe()},
+                                         {"cluster", v.cluster_uuid()},
+                                         {"epoch", v.epoch()},
+                                         {"servers", v.servers_size()},
+                                         {"segments", v.segments_size()}});
   }
   auto now = Clock::now();
   for (const auto& server : m->view_.servers()) m->liveness_[server.id()].last_seen = now;
@@ -315,15 +316,14 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
     changed = true;
   } else {
     if (view_.cluster_uuid().empty()) {
-      return Status::FailedPrecondition(
-          "server belongs to cluster " + req.cluster_uuid() +
-          " but this monitor's view has no cluster yet (" + store_->Describe() +
-          " is not the view that cluster was created with)");
+      return Status::FailedPrecondition("server belongs to cluster " + req.cluster_uuid() +
+                                        " but this monitor's view has no cluster yet (" +
+                                        store_->Describe() +
+                                        " is not the view that cluster was created with)");
     }
     if (req.cluster_uuid() != view_.cluster_uuid()) {
       return Status::FailedPrecondition("server belongs to cluster " + req.cluster_uuid() +
-                                        "; this monitor serves cluster " +
-                                        view_.cluster_uuid());
+                                        "; this monitor serves cluster " + view_.cluster_uuid());
     }
     id = req.server_id();
     v1::ServerInfo* s = id == 0 ? nullptr : FindServer(&next, id);
@@ -365,8 +365,11 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
   resp->set_epoch(view_.epoch());
   resp->set_heartbeat_interval_ms(static_cast<uint64_t>(options_.heartbeat_interval.count()));
   log_.Info(req.cluster_uuid().empty() ? "server joined" : "server rejoined",
-            {{"server_id", id}, {"addr", info.address()}, {"segments", req.segment_count()},
-             {"cluster", view_.cluster_uuid()}, {"epoch", view_.epoch()}});
+            {{"server_id", id},
+             {"addr", info.address()},
+             {"segments", req.segment_count()},
+             {"cluster", view_.cluster_uuid()},
+             {"epoch", view_.epoch()}});
   return Status::OK();
 }
 
@@ -409,10 +412,10 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
   if (req.table() != 0) {
     const v1::TableAssignment& t = view_.tables(static_cast<int>(req.table()) - 1);
     if (t.server_id() != server_id) {
-      return Status::FailedPrecondition(
-          "table " + std::to_string(req.table()) + " belongs to server " +
-          std::to_string(t.server_id()) + " since epoch " + std::to_string(t.assigned_epoch()) +
-          "; refresh the mapping");
+      return Status::FailedPrecondition("table " + std::to_string(req.table()) +
+                                        " belongs to server " + std::to_string(t.server_id()) +
+                                        " since epoch " + std::to_string(t.assigned_epoch()) +
+                                        "; refresh the mapping");
     }
   }
   v1::ClusterView next = view_;
@@ -424,17 +427,16 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
       if (m.table() != req.table()) {
         return Status::AlreadyExists("local segment " + std::to_string(req.local_index()) +
                                      " of server " + std::to_string(server_id) +
-                                     " is already global segment " +
-                                     std::to_string(m.segment()) + " of table " +
-                                     std::to_string(m.table()));
+                                     " is already global segment " + std::to_string(m.segment()) +
+                                     " of table " + std::to_string(m.table()));
       }
       if (m.access_key() != req.access_key()) {
         m.set_access_key(req.access_key());
         next.set_epoch(next.epoch() + 1);
         const uint64_t segment = m.segment();
         PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
-        log_.Info("segment key changed", {{"segment", segment}, {"server_id", server_id},
-                                          {"epoch", view_.epoch()}});
+        log_.Info("segment key changed",
+                  {{"segment", segment}, {"server_id", server_id}, {"epoch", view_.epoch()}});
       }
       for (const auto& cur : view_.segments()) {
         if (cur.primary().server_id() == server_id &&
@@ -477,12 +479,13 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
   std::vector<PlacementCandidate> candidates;
   PlacementCandidate primary;
   for (const auto& s : view_.servers()) {
-    PlacementCandidate c{s.id(), s.segment_count(), static_cast<uint32_t>(used[s.id()].size()),
+    PlacementCandidate c{s.id(),
+                         s.segment_count(),
+                         static_cast<uint32_t>(used[s.id()].size()),
                          {s.labels().begin(), s.labels().end()}};
     if (s.id() == server_id) {
       primary = c;
-    } else if (s.state() == v1::SERVER_STATE_UP &&
-               LiveState(s.id(), now) == v1::SERVER_STATE_UP) {
+    } else if (s.state() == v1::SERVER_STATE_UP && LiveState(s.id(), now) == v1::SERVER_STATE_UP) {
       candidates.push_back(std::move(c));
     }
   }
@@ -493,9 +496,13 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
       dsm::Descriptor::Make(dsm::kPermRead | dsm::kPermWrite, view_.replica_count()).bits);
   m->mutable_primary()->set_server_id(server_id);
   m->mutable_primary()->set_local_index(req.local_index());
+  // Backups take a server's highest free local segments while servers pick
+  // their primaries from the bottom, so the two rarely meet; when they do,
+  // the server's AllocateSegment is refused with kAlreadyExists.
   for (uint32_t backup : ChooseBackups(candidates, primary, view_.replica_count() - 1)) {
-    uint32_t index = 0;
-    while (used[backup].count(index)) ++index;
+    const v1::ServerInfo* holder = FindServer(view_, backup);
+    uint32_t index = holder->segment_count() - 1;
+    while (used[backup].count(index)) --index;
     v1::SegmentReplica* r = m->add_backups();
     r->set_server_id(backup);
     r->set_local_index(index);
@@ -508,7 +515,8 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
   result.clear_access_key();
   if (static_cast<uint32_t>(result.backups_size()) + 1 < view_.replica_count()) {
     log_.Warn("segment is under-replicated: not enough servers for its backups",
-              {{"segment", number}, {"backups", result.backups_size()},
+              {{"segment", number},
+               {"backups", result.backups_size()},
                {"replicas", view_.replica_count()}});
   }
   log_.Info("segment allocated", {{"segment", number},
@@ -537,17 +545,15 @@ Status ViewManager::FreeSegment(const v1::FreeSegmentRequest& req, v1::FreeSegme
     return Status::NotFound("global segment " + std::to_string(req.segment()) + " is not mapped");
   }
   if (it->primary().server_id() != req.server_id()) {
-    return Status::FailedPrecondition("global segment " + std::to_string(req.segment()) +
-                                      " belongs to server " +
-                                      std::to_string(it->primary().server_id()) + ", not " +
-                                      std::to_string(req.server_id()));
+    return Status::FailedPrecondition(
+        "global segment " + std::to_string(req.segment()) + " belongs to server " +
+        std::to_string(it->primary().server_id()) + ", not " + std::to_string(req.server_id()));
   }
   segments->erase(it);
   next.set_epoch(next.epoch() + 1);
   PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
-  log_.Info("segment freed", {{"segment", req.segment()},
-                              {"server_id", req.server_id()},
-                              {"epoch", view_.epoch()}});
+  log_.Info("segment freed",
+            {{"segment", req.segment()}, {"server_id", req.server_id()}, {"epoch", view_.epoch()}});
   resp->set_epoch(view_.epoch());
   return Status::OK();
 }
@@ -665,12 +671,15 @@ void ViewManager::CheckLiveness() {
     if (state == l.reported) continue;
     auto silent_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - l.last_seen).count();
-    const char* msg = state == v1::SERVER_STATE_UP ? "server is up again"
+    const char* msg = state == v1::SERVER_STATE_UP        ? "server is up again"
                       : state == v1::SERVER_STATE_SUSPECT ? "server missed its heartbeats"
                                                           : "server is down";
     LogLevel level = state == v1::SERVER_STATE_UP ? LogLevel::kInfo : LogLevel::kWarn;
-    log_.Log(level, msg, {{"server_id", s.id()}, {"addr", s.address()},
-                          {"state", StateName(state)}, {"silent_ms", silent_ms}});
+    log_.Log(level, msg,
+             {{"server_id", s.id()},
+              {"addr", s.address()},
+              {"state", StateName(state)},
+              {"silent_ms", silent_ms}});
     l.reported = state;
   }
 }

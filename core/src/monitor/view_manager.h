@@ -57,8 +57,7 @@ class ViewManager {
 
   Status RegisterServer(const v1::RegisterServerRequest& req, v1::RegisterServerResponse* resp);
   Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
-  Status AllocateSegment(const v1::AllocateSegmentRequest& req,
-                         v1::AllocateSegmentResponse* resp);
+  Status AllocateSegment(const v1::AllocateSegmentRequest& req, v1::AllocateSegmentResponse* resp);
   Status FreeSegment(const v1::FreeSegmentRequest& req, v1::FreeSegmentResponse* resp);
   Status GetMapping(const v1::GetMappingRequest& req, v1::GetMappingResponse* resp);
   Status GetSegmentKeys(const v1::GetSegmentKeysRequest& req, v1::GetSegmentKeysResponse* resp);
