@@ -24,8 +24,11 @@ MonitorClient::MonitorClient(std::string address, MonitorClientOptions options)
           v1::Monitor::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()))) {
 }
 
-void MonitorClient::Prepare(grpc::ClientContext* ctx) const {
-  ctx->set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+template <typename Req, typename Resp>
+Status MonitorClient::Call(StubMethod<Req, Resp> method, const Req& req, Resp* resp) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+  return FromGrpcStatus((stub_.get()->*method)(&ctx, req, resp), ctx);
 }
 
 Status MonitorClient::WaitReady(std::chrono::milliseconds timeout) {
@@ -50,39 +53,29 @@ Status MonitorClient::WaitReady(std::chrono::milliseconds timeout) {
 Status MonitorClient::RegisterServer(v1::RegisterServerRequest req,
                                      v1::RegisterServerResponse* resp) {
   FillSecret(&req, options_.cluster_secret);
-  grpc::ClientContext ctx;
-  Prepare(&ctx);
-  return FromGrpcStatus(stub_->RegisterServer(&ctx, req, resp), ctx);
+  return Call(&v1::Monitor::Stub::RegisterServer, req, resp);
 }
 
 Status MonitorClient::Heartbeat(v1::HeartbeatRequest req, v1::HeartbeatResponse* resp) {
   FillSecret(&req, options_.cluster_secret);
-  grpc::ClientContext ctx;
-  Prepare(&ctx);
-  return FromGrpcStatus(stub_->Heartbeat(&ctx, req, resp), ctx);
+  return Call(&v1::Monitor::Stub::Heartbeat, req, resp);
 }
 
 Status MonitorClient::AllocateSegment(v1::AllocateSegmentRequest req,
                                       v1::AllocateSegmentResponse* resp) {
   FillSecret(&req, options_.cluster_secret);
-  grpc::ClientContext ctx;
-  Prepare(&ctx);
-  return FromGrpcStatus(stub_->AllocateSegment(&ctx, req, resp), ctx);
+  return Call(&v1::Monitor::Stub::AllocateSegment, req, resp);
 }
 
 Status MonitorClient::FreeSegment(v1::FreeSegmentRequest req, v1::FreeSegmentResponse* resp) {
   FillSecret(&req, options_.cluster_secret);
-  grpc::ClientContext ctx;
-  Prepare(&ctx);
-  return FromGrpcStatus(stub_->FreeSegment(&ctx, req, resp), ctx);
+  return Call(&v1::Monitor::Stub::FreeSegment, req, resp);
 }
 
 Status MonitorClient::GetMapping(uint64_t known_epoch, v1::GetMappingResponse* resp) {
   v1::GetMappingRequest req;
   req.set_known_epoch(known_epoch);
-  grpc::ClientContext ctx;
-  Prepare(&ctx);
-  return FromGrpcStatus(stub_->GetMapping(&ctx, req, resp), ctx);
+  return Call(&v1::Monitor::Stub::GetMapping, req, resp);
 }
 
 Status MonitorClient::GetSegmentKeys(const std::vector<uint64_t>& segments,
@@ -90,16 +83,12 @@ Status MonitorClient::GetSegmentKeys(const std::vector<uint64_t>& segments,
   v1::GetSegmentKeysRequest req;
   req.set_cluster_secret(options_.cluster_secret);
   for (uint64_t s : segments) req.add_segments(s);
-  grpc::ClientContext ctx;
-  Prepare(&ctx);
-  return FromGrpcStatus(stub_->GetSegmentKeys(&ctx, req, resp), ctx);
+  return Call(&v1::Monitor::Stub::GetSegmentKeys, req, resp);
 }
 
 Status MonitorClient::GetClusterStatus(v1::ClusterStatus* status) {
   v1::GetClusterStatusRequest req;
-  grpc::ClientContext ctx;
-  Prepare(&ctx);
-  return FromGrpcStatus(stub_->GetClusterStatus(&ctx, req, status), ctx);
+  return Call(&v1::Monitor::Stub::GetClusterStatus, req, status);
 }
 
 }  // namespace pdpm::monitor

@@ -48,7 +48,11 @@ class MonitorClient {
   const std::string& address() const { return address_; }
 
  private:
-  void Prepare(grpc::ClientContext* ctx) const;
+  template <typename Req, typename Resp>
+  using StubMethod = grpc::Status (v1::Monitor::Stub::*)(grpc::ClientContext*, const Req&, Resp*);
+  // One unary call with the configured deadline.
+  template <typename Req, typename Resp>
+  Status Call(StubMethod<Req, Resp> method, const Req& req, Resp* resp);
 
   const std::string address_;
   const MonitorClientOptions options_;

@@ -134,7 +134,7 @@ class MonitorTest : public ::testing::Test {
   }
 
   // Runs the daemon expecting it to refuse to start; returns its log.
-  std::string ExpectStartFailure(std::vector<std::string> args, int* exit_code,
+  std::string ExpectStartFailure(const std::vector<std::string>& args, int* exit_code,
                                  const std::string& listen = "127.0.0.1:0",
                                  const std::string& dir = "") {
     fs::remove(log_ + ".fail");

@@ -373,13 +373,20 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
   return Status::OK();
 }
 
+Status ViewManager::FindMember(uint32_t server_id, const v1::ServerInfo** server) const {
+  *server = FindServer(view_, server_id);
+  if (*server == nullptr) {
+    return Status::NotFound("server id " + std::to_string(server_id) +
+                            " is not a member; register first");
+  }
+  return Status::OK();
+}
+
 Status ViewManager::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
   PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
   std::lock_guard<std::mutex> lock(mu_);
-  if (FindServer(view_, req.server_id()) == nullptr) {
-    return Status::NotFound("server id " + std::to_string(req.server_id()) +
-                            " is not a member; register first");
-  }
+  const v1::ServerInfo* server = nullptr;
+  PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
   Touch(req.server_id());
   liveness_[req.server_id()].used_bytes = req.used_bytes();
   resp->set_epoch(view_.epoch());
@@ -391,10 +398,8 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
   PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
   std::lock_guard<std::mutex> lock(mu_);
   const uint32_t server_id = req.server_id();
-  const v1::ServerInfo* server = FindServer(view_, server_id);
-  if (server == nullptr) {
-    return Status::NotFound("server id " + std::to_string(server_id) + " is not a member");
-  }
+  const v1::ServerInfo* server = nullptr;
+  PDPM_RETURN_IF_ERROR(FindMember(server_id, &server));
   if (req.epoch() > view_.epoch()) {
     return Status::InvalidArgument("request epoch " + std::to_string(req.epoch()) +
                                    " is ahead of the cluster's " + std::to_string(view_.epoch()));
@@ -533,9 +538,8 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
 Status ViewManager::FreeSegment(const v1::FreeSegmentRequest& req, v1::FreeSegmentResponse* resp) {
   PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
   std::lock_guard<std::mutex> lock(mu_);
-  if (FindServer(view_, req.server_id()) == nullptr) {
-    return Status::NotFound("server id " + std::to_string(req.server_id()) + " is not a member");
-  }
+  const v1::ServerInfo* server = nullptr;
+  PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
   Touch(req.server_id());
   v1::ClusterView next = view_;
   auto* segments = next.mutable_segments();

@@ -83,6 +83,8 @@ class ViewManager {
   ViewManager(ViewStore* store, const MonitorOptions& options, const Logger& log);
 
   Status CheckSecret(const std::string& presented) const;
+  // NotFound unless `server_id` is a member of the current view.
+  Status FindMember(uint32_t server_id, const v1::ServerInfo** server) const;
   // Stores `next` (epoch already advanced by the caller) and makes it current.
   Status Commit(v1::ClusterView next);
   v1::ServerState LiveState(uint32_t server_id, Clock::time_point now) const;
