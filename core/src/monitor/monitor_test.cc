@@ -6,6 +6,7 @@
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,17 +49,22 @@ class MonitorProcess {
     std::vector<std::string> args = {PDPM_MONITOR_BINARY, "--embedded", "--dir",       dir,
                                      "--listen",          listen,       "--port-file", port_file_};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char*> argv;
-      argv.reserve(args.size() + 1);
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
+    // posix_spawn, not fork: this process runs gRPC threads, and a forked
+    // child of a threaded process may only call async-signal-safe functions.
+    std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      pid_ = -1;
+      return false;
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < deadline) {
@@ -204,7 +210,7 @@ class MonitorTest : public ::testing::Test {
 };
 
 TEST_F(MonitorTest, RegisterAllocateFreeAndMappingWithEpoch) {
-  StartMonitor();
+  ASSERT_NO_FATAL_FAILURE(StartMonitor());
   v1::ClusterStatus empty = ClusterStatus();
   EXPECT_EQ(empty.health(), v1::HEALTH_DOWN);
   EXPECT_EQ(empty.servers_total(), 0u);
@@ -325,7 +331,7 @@ TEST_F(MonitorTest, RegisterAllocateFreeAndMappingWithEpoch) {
 }
 
 TEST_F(MonitorTest, SecretIsRequiredAndChecked) {
-  StartMonitor();
+  ASSERT_NO_FATAL_FAILURE(StartMonitor());
   auto no_secret = Client("");
   auto wrong = Client("not-the-secret");
   v1::RegisterServerResponse resp;
@@ -381,7 +387,7 @@ TEST_F(MonitorTest, SecretIsRequiredAndChecked) {
 }
 
 TEST_F(MonitorTest, RestartingServersAreRecognisedStrangersRefused) {
-  StartMonitor();
+  ASSERT_NO_FATAL_FAILURE(StartMonitor());
   auto first = Register(NewServer("127.0.0.1:7100"));
   auto second = Register(NewServer("127.0.0.1:7101"));
 
@@ -421,7 +427,7 @@ TEST_F(MonitorTest, RestartingServersAreRecognisedStrangersRefused) {
 }
 
 TEST_F(MonitorTest, ViewSurvivesKill9) {
-  StartMonitor({"--replicas", "2"});
+  ASSERT_NO_FATAL_FAILURE(StartMonitor({"--replicas", "2"}));
   std::vector<v1::RegisterServerResponse> joined;
   joined.reserve(3);
   for (int i = 0; i < 3; ++i) {
@@ -438,7 +444,7 @@ TEST_F(MonitorTest, ViewSurvivesKill9) {
   ASSERT_TRUE(client_->GetSegmentKeys({}, &keys_before).ok());
 
   monitor_->Kill(SIGKILL);
-  StartMonitor();  // same directory; --replicas may be left out
+  ASSERT_NO_FATAL_FAILURE(StartMonitor());  // same directory; --replicas may be left out
   v1::GetMappingResponse after = Mapping();
   EXPECT_EQ(after.epoch(), before.epoch());
   EXPECT_EQ(after.cluster_uuid(), before.cluster_uuid());
@@ -469,7 +475,7 @@ TEST_F(MonitorTest, ViewSurvivesKill9) {
 }
 
 TEST_F(MonitorTest, CorruptViewFileRefusesToStart) {
-  StartMonitor();
+  ASSERT_NO_FATAL_FAILURE(StartMonitor());
   Register(NewServer("127.0.0.1:7100"));
   monitor_->Kill(SIGTERM);
   EXPECT_EQ(monitor_->exit_code(), 0);
@@ -521,7 +527,7 @@ TEST_F(MonitorTest, BadFlagsUnusableDirAndBusyPortAreClearErrors) {
   EXPECT_EQ(code, 1);
   EXPECT_NE(log.find("cannot use the view directory"), std::string::npos) << log;
 
-  StartMonitor();
+  ASSERT_NO_FATAL_FAILURE(StartMonitor());
   // The same directory is locked by the running monitor.
   log = ExpectStartFailure(BaseArgs(), &code);
   EXPECT_EQ(code, 1);
@@ -539,7 +545,7 @@ TEST_F(MonitorTest, BadFlagsUnusableDirAndBusyPortAreClearErrors) {
 }
 
 TEST_F(MonitorTest, ConcurrentRegistrationsGetDistinctIds) {
-  StartMonitor();
+  ASSERT_NO_FATAL_FAILURE(StartMonitor());
   constexpr int kThreads = 6, kEach = 5;
   std::vector<std::thread> threads;
   std::vector<std::vector<uint32_t>> ids(kThreads);
@@ -575,7 +581,7 @@ TEST_F(MonitorTest, ConcurrentRegistrationsGetDistinctIds) {
 }
 
 TEST_F(MonitorTest, BackupsSpreadOverDomainsAndLeastUsedServers) {
-  StartMonitor({"--replicas", "3"});
+  ASSERT_NO_FATAL_FAILURE(StartMonitor({"--replicas", "3"}));
   // One server alone: its segments are under-replicated and health says so.
   uint32_t a1 = Register(NewServer("127.0.0.1:7100", 8, {{"zone", "a"}})).server_id();
   client_epoch_ = 1;
@@ -606,7 +612,7 @@ TEST_F(MonitorTest, BackupsSpreadOverDomainsAndLeastUsedServers) {
 }
 
 TEST_F(MonitorTest, BackupsGoToTheLeastUsedServer) {
-  StartMonitor({"--replicas", "2"});
+  ASSERT_NO_FATAL_FAILURE(StartMonitor({"--replicas", "2"}));
   for (int i = 0; i < 4; ++i) Register(NewServer("127.0.0.1:710" + std::to_string(i), 8));
   client_epoch_ = 1;
   // Load servers 2 and 3 with primaries; server 4 stays empty.
@@ -644,8 +650,8 @@ TEST_F(MonitorTest, BackupsGoToTheLeastUsedServer) {
 }
 
 TEST_F(MonitorTest, SilentServersBecomeSuspectThenDown) {
-  StartMonitor(
-      {"--heartbeat-interval", "50ms", "--suspect-timeout", "600ms", "--down-timeout", "1200ms"});
+  ASSERT_NO_FATAL_FAILURE(StartMonitor(
+      {"--heartbeat-interval", "50ms", "--suspect-timeout", "600ms", "--down-timeout", "1200ms"}));
   uint32_t alive = Register(NewServer("127.0.0.1:7100")).server_id();
   uint32_t silent = Register(NewServer("127.0.0.1:7101")).server_id();
   std::atomic<bool> stop{false};
