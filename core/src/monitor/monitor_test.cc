@@ -323,7 +323,7 @@ TEST_F(MonitorTest, RegisterAllocateFreeAndMappingWithEpoch) {
   EXPECT_EQ(st.health(), v1::HEALTH_OK) << st.message();
   EXPECT_EQ(st.servers_up(), 3u);
   EXPECT_EQ(st.servers_total(), 3u);
-  EXPECT_EQ(st.capacity_bytes(), uint64_t{3 * 16} * kSegmentSize);
+  EXPECT_EQ(st.capacity_bytes(), kSegmentSize * 48);
   EXPECT_EQ(st.used_bytes(), 12345u);
   EXPECT_EQ(st.epoch(), next_heap.epoch());
   EXPECT_EQ(st.leader(), monitor_->address());
