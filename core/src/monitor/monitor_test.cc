@@ -474,6 +474,44 @@ TEST_F(MonitorTest, ViewSurvivesKill9) {
   EXPECT_EQ(Register(NewServer("127.0.0.1:7109")).server_id(), 4u);
 }
 
+TEST_F(MonitorTest, Kill9DuringChangesLosesNothingAcknowledged) {
+  ASSERT_NO_FATAL_FAILURE(StartMonitor());
+  v1::RegisterServerResponse joined = Register(NewServer("127.0.0.1:7100", 4096));
+  client_epoch_ = joined.epoch();
+  std::vector<uint64_t> acknowledged;
+  std::atomic<bool> killed{false};
+  std::thread killer([&] {
+    // Let a stream of changes run, then kill the monitor in the middle of it.
+    std::this_thread::sleep_for(milliseconds(300));
+    killed = true;
+    monitor_->Kill(SIGKILL);
+  });
+  for (uint32_t local = 0; local < 4096; ++local) {
+    v1::AllocateSegmentResponse r;
+    Status s = Allocate(joined.server_id(), local, 0, local + 1, &r);
+    if (!s.ok()) {
+      EXPECT_TRUE(killed.load()) << s.ToString();
+      break;
+    }
+    acknowledged.push_back(r.mapping().segment());
+  }
+  killer.join();
+  ASSERT_FALSE(acknowledged.empty());
+
+  ASSERT_NO_FATAL_FAILURE(StartMonitor());
+  v1::GetSegmentKeysResponse keys;
+  ASSERT_TRUE(client_->GetSegmentKeys({}, &keys).ok());
+  std::map<uint64_t, uint32_t> stored;
+  for (const auto& m : keys.segments()) stored[m.segment()] = m.access_key();
+  // Every acknowledged change is there; at most the one in flight is extra.
+  for (size_t i = 0; i < acknowledged.size(); ++i) {
+    ASSERT_EQ(stored.count(acknowledged[i]), 1u) << "segment " << acknowledged[i] << " lost";
+    EXPECT_EQ(stored[acknowledged[i]], i + 1);
+  }
+  EXPECT_LE(stored.size(), acknowledged.size() + 1);
+  EXPECT_EQ(keys.epoch(), joined.epoch() + stored.size());
+}
+
 TEST_F(MonitorTest, CorruptViewFileRefusesToStart) {
   ASSERT_NO_FATAL_FAILURE(StartMonitor());
   Register(NewServer("127.0.0.1:7100"));
