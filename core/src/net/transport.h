@@ -169,6 +169,9 @@ class Connection {
   // Peer's address ("host:port") and the core this connection is bound to.
   virtual std::string peer_address() const = 0;
   virtual uint32_t core() const = 0;
+
+ protected:
+  Connection() = default;
 };
 
 struct TransportOptions {
@@ -226,6 +229,9 @@ class Transport {
   // peer's core count), sending `local_blob` (<= kMaxConnectBlob bytes).
   virtual Status Connect(const std::string& address, uint32_t core, std::string_view local_blob,
                          std::unique_ptr<Connection>* out) = 0;
+
+ protected:
+  Transport() = default;
 };
 
 // Posts one op and polls until it completes (tests, slow paths). Returns
