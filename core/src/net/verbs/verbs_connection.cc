@@ -417,7 +417,10 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
 
     ibv_send_wr& wr = wrs_[w];
     ibv_sge& sge = sges_[w];
-    sge.addr = reinterpret_cast<uintptr_t>(region->data() + op.local.offset);
+    // Registered ranges start at I/O address 0, local ones too: the device
+    // addresses the buffer by its offset. Inline data is copied by the CPU
+    // from the real address instead.
+    sge.addr = op.local.offset;
     sge.length = op.local.length;
     sge.lkey = region->lkey();
     wr.wr_id = ++posted_;
@@ -439,7 +442,10 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
         wr.imm_data = htonl(op.imm);
         wr.wr.rdma.remote_addr = op.remote_offset;
         wr.wr.rdma.rkey = op.remote_key;
-        if (op.local.length <= link_->max_inline) wr.send_flags |= IBV_SEND_INLINE;
+        if (op.local.length <= link_->max_inline) {
+          wr.send_flags |= IBV_SEND_INLINE;
+          sge.addr = reinterpret_cast<uintptr_t>(region->data() + op.local.offset);
+        }
         // A write must not overtake an earlier READ or atomic whose result
         // lands in memory it may be sending.
         if (last_read_ > retired_) wr.send_flags |= IBV_SEND_FENCE;
