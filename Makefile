@@ -14,7 +14,8 @@ FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
 .PHONY: deps build build-asan build-tsan build-fuzz test test-core test-asan test-tsan \
-        test-fuzz fuzz bench bench-net bench-dsm bench-kv bench-fs lint format clean
+        test-fuzz fuzz bench bench-net bench-dsm bench-kv bench-fs lint format clean \
+        test-hw bench-hw
 
 deps:
 	@scripts/deps.sh
@@ -38,7 +39,7 @@ build-fuzz: deps
 # Everything: the whole core suite optimised, the PM and transport suites
 # under ASan+UBSan and TSan, each fuzzer for a bounded time.
 test: deps
-	$(MAKE) test-core test-asan test-tsan test-fuzz
+	$(MAKE) test-core test-asan test-tsan test-fuzz test-hw
 
 test-core: build
 	cd build/release && $(CTEST)
@@ -51,6 +52,14 @@ test-tsan: build-tsan
 
 test-fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_SECONDS)
+
+# The pm and net suites inside a QEMU guest with soft-RoCE and an emulated
+# NVDIMM (e2e/hw). Fails loudly where QEMU cannot run unless PDPM_SKIP_HW=1.
+test-hw: build
+	e2e/hw/run.sh build/release
+
+bench-hw: build
+	e2e/hw/run.sh build/release --bench
 
 fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_LONG_SECONDS)
