@@ -42,7 +42,10 @@ for label in pm net; do
   ctest --test-dir "$build" --show-only=json-v1 -L "^${label}\$" |
     jq -r --arg suite "$label" '.tests[] | "\($suite) \(.command[0]) \(
       [.properties[]? | select(.name == "WORKING_DIRECTORY") | .value][0] // "/tmp")"' |
-    sort -u >>"$run/plan"
+    sort -u | while read -r suite binary workdir; do
+      # Test binaries not built in this tree are not part of the run.
+      if [[ -x $binary ]]; then echo "$suite $binary $workdir"; fi
+    done >>"$run/plan"
 done
 # PDPM_HW_FILTER: a gtest filter for every binary (narrowing a debug run).
 if [[ -n ${PDPM_HW_FILTER:-} ]]; then echo "$PDPM_HW_FILTER" >"$run/filter"; fi
@@ -73,7 +76,7 @@ qemu-system-x86_64 \
   </dev/null >"$run/qemu.log" 2>&1 &
 qemu_pid=$!
 start=$(date +%s)
-tail -n +1 -F "$console" 2>/dev/null | grep --line-buffered -E '^(HW-|  \| )' &
+tail -n +1 -F "$console" 2>/dev/null | grep --line-buffered -E '^(HW-|  \| |BENCH |net\.)' &
 tail_pid=$!
 while kill -0 "$qemu_pid" 2>/dev/null; do
   if (($(date +%s) - start > timeout_s)); then
@@ -101,6 +104,7 @@ if [[ -z $exit_line ]]; then
   cat "$run/qemu.log" >&2
   exit 1
 fi
+grep -a '^BENCH ' "$run/console.txt" || true
 passed=$(grep -c '^HW-RESULT .* PASS' "$run/console.txt" || true)
 failed=$(grep -c '^HW-RESULT .* FAIL' "$run/console.txt" || true)
 echo "hw: $passed suites passed, $failed failed, guest ran $(($(date +%s) - start))s ($exit_line)"
