@@ -57,7 +57,8 @@ dax=/dev/$(echo "$devdax_json" | sed -n 's/.*"chardev":"\([^"]*\)".*/\1/p' | hea
 step "mkfs on $pmem" mkfs.ext4 -q -F -b 4096 "$pmem"
 mkdir -p /mnt/pmem
 step "mount -o dax" mount -o dax "$pmem" /mnt/pmem
-echo "HW-SETUP OK rxe0 on dummy0 $host_ip, devdax $dax, fsdax $pmem on /mnt/pmem"
+clock=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)
+echo "HW-SETUP OK rxe0 on dummy0 $host_ip, devdax $dax, fsdax $pmem on /mnt/pmem, clock $clock"
 
 export HOME=/tmp TMPDIR=/tmp
 export PDPM_TEST_TRANSPORT=verbs PDPM_TEST_HOST=$host_ip

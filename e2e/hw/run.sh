@@ -68,7 +68,7 @@ qemu-system-x86_64 \
   -object memory-backend-file,id=mem1,share=on,mem-path="$run/pmem.img",size=1G \
   -device nvdimm,id=nvdimm1,memdev=mem1,label-size=128K \
   -kernel "$image/vmlinuz" -initrd "$image/initrd.img" \
-  -append "console=ttyS0 root=/dev/vda rw init=/sbin/pdpm-init pdpm_share=$repo quiet loglevel=3 panic=-1" \
+  -append "console=ttyS0 root=/dev/vda rw init=/sbin/pdpm-init pdpm_share=$repo quiet loglevel=3 panic=-1 tsc=reliable" \
   -drive file="$image/rootfs.ext4",format=raw,if=virtio,snapshot=on \
   -virtfs local,path="$repo",mount_tag=pdpm,security_model=none,readonly=on \
   -virtfs local,path="$run",mount_tag=pdpmrun,security_model=none,readonly=on \
@@ -92,6 +92,11 @@ sleep 0.5
 kill "$tail_pid" 2>/dev/null || true
 wait "$tail_pid" 2>/dev/null || true
 
+if [[ ! -s $console ]]; then
+  echo "hw: QEMU did not start the guest:" >&2
+  cat "$run/qemu.log" >&2
+  exit 1
+fi
 tr -d '\r' <"$console" >"$run/console.txt"
 if grep -q '^HW-SETUP FAIL' "$run/console.txt"; then
   echo "hw: guest setup failed" >&2

@@ -158,7 +158,12 @@ class VerbsConnection final : public Connection {
   uint64_t last_signaled_ = 0;
   uint64_t last_read_ = 0;  // last READ or atomic (fences later writes)
   uint32_t unsignaled_run_ = 0;
-  std::chrono::steady_clock::time_point progress_at_;
+  // Op timeout: progress_ counts retirements, replies and posts that start
+  // the clock; a stall is progress_ unchanged for op_timeout_ms.
+  uint64_t progress_ = 0;
+  uint64_t progress_seen_ = ~0ull;
+  uint32_t idle_polls_ = 0;
+  std::chrono::steady_clock::time_point stalled_since_;
   std::deque<Pending> pending_;
   std::deque<Ready> ready_;
   std::deque<Incoming> incoming_;
