@@ -182,8 +182,8 @@ int Main(int argc, char** argv) {
   if (server == 0) {
     close(address_pipe[0]);
     close(control_pipe[1]);
-    std::string env = host + "," + std::to_string(address_pipe[1]) + "," +
-                      std::to_string(control_pipe[0]);
+    std::string env =
+        host + "," + std::to_string(address_pipe[1]) + "," + std::to_string(control_pipe[0]);
     setenv(kServerEnv, env.c_str(), 1);
     execl("/proc/self/exe", "verbs_bench_server", static_cast<char*>(nullptr));
     _exit(127);

@@ -39,12 +39,10 @@ Status StatusFromCompletion(const ibv_wc& wc) {
     case IBV_WC_RETRY_EXC_ERR:
     case IBV_WC_RNR_RETRY_EXC_ERR:
       return Status::Unavailable("peer does not answer: retries exhausted" + detail);
-    case IBV_WC_WR_FLUSH_ERR:
-      return Status::Unavailable("connection broken" + detail);
+    case IBV_WC_WR_FLUSH_ERR: return Status::Unavailable("connection broken" + detail);
     case IBV_WC_REM_OP_ERR:
       return Status::IOError("the peer failed to execute the request" + detail);
-    default:
-      return Status::Unavailable("completion error" + detail);
+    default: return Status::Unavailable("completion error" + detail);
   }
 }
 
@@ -206,7 +204,8 @@ Status VerbsConnection::ConnectTo(std::shared_ptr<Device> device, const std::str
   if (local_blob.size() > kMaxConnectBlob) {
     return Status::InvalidArgument("connect blob exceeds 48 bytes");
   }
-  std::unique_ptr<VerbsConnection> conn(new VerbsConnection(std::move(device), true, core, address));
+  std::unique_ptr<VerbsConnection> conn(
+      new VerbsConnection(std::move(device), true, core, address));
   conn->local_blob_ = std::string(local_blob);
   conn->comp_channel_ = ibv_create_comp_channel(conn->device_->context());
   if (conn->comp_channel_ == nullptr) return ErrnoStatus("ibv_create_comp_channel");
@@ -248,8 +247,8 @@ Status VerbsConnection::Establish() {
     return ErrnoStatus("rdma_create_id");
   }
   int timeout_ms = static_cast<int>(options.connect_timeout_ms);
-  if (rdma_resolve_addr(link->id, nullptr, reinterpret_cast<sockaddr*>(&destination),
-                        timeout_ms) != 0) {
+  if (rdma_resolve_addr(link->id, nullptr, reinterpret_cast<sockaddr*>(&destination), timeout_ms) !=
+      0) {
     return ErrnoStatus("rdma_resolve_addr " + address_);
   }
   PDPM_RETURN_IF_ERROR(
@@ -308,12 +307,13 @@ Status VerbsConnection::ForRequest(std::shared_ptr<Device> device, rdma_cm_id* i
   conn->local_blob_ = std::move(local_blob);
   char host[INET6_ADDRSTRLEN] = "?";
   sockaddr* peer = rdma_get_peer_addr(id);
-  const void* raw = peer->sa_family == AF_INET6
-                        ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(peer)->sin6_addr)
-                        : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(peer)->sin_addr);
+  const void* raw =
+      peer->sa_family == AF_INET6
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(peer)->sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(peer)->sin_addr);
   inet_ntop(peer->sa_family, raw, host, sizeof(host));
-  conn->peer_address_ = (peer->sa_family == AF_INET6 ? "[" + std::string(host) + "]" : host) +
-                        ":" + std::to_string(ntohs(rdma_get_dst_port(id)));
+  conn->peer_address_ = (peer->sa_family == AF_INET6 ? "[" + std::string(host) + "]" : host) + ":" +
+                        std::to_string(ntohs(rdma_get_dst_port(id)));
   auto link = std::make_unique<Link>();
   link->id = id;
   std::lock_guard lock(conn->mu_);
@@ -344,9 +344,9 @@ bool VerbsConnection::TakeSignal(bool wanted) {
 Status VerbsConnection::Post(std::span<const Op> ops) {
   std::lock_guard lock(mu_);
   if (broken_ || peer_gone_ || !link_) {
-    return Status::Unavailable("connection to " + peer_address_ + " is broken: " +
-                               (broken_status_.ok() ? std::string("peer disconnected")
-                                                    : broken_status_.ToString()));
+    return Status::Unavailable(
+        "connection to " + peer_address_ + " is broken: " +
+        (broken_status_.ok() ? std::string("peer disconnected") : broken_status_.ToString()));
   }
   const TransportOptions& options = device_->options();
   size_t requests = 0, signaled = 0;
@@ -407,7 +407,8 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
   size_t w = 0;
   for (const Op& op : ops) {
     auto* region = static_cast<VerbsRegion*>(op.local.region);
-    bool persist = op.persist && (op.opcode == Opcode::kWrite || op.opcode == Opcode::kWriteWithImm);
+    bool persist =
+        op.persist && (op.opcode == Opcode::kWrite || op.opcode == Opcode::kWriteWithImm);
     Pending pending{};
     pending.first_seq = posted_ + 1;
     pending.id = op.id;
@@ -480,8 +481,8 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
       message.length = op.local.length;
       message.imm = op.imm;
       message.has_imm = op.opcode == Opcode::kWriteWithImm ? 1 : 0;
-      char* slot = link_->control +
-                   size_t{kControlSlot} * (link_->rq_depth + posted_ % link_->sq_depth);
+      char* slot =
+          link_->control + size_t{kControlSlot} * (link_->rq_depth + posted_ % link_->sq_depth);
       std::memcpy(slot, &message, sizeof(message));
       request_sge.addr = reinterpret_cast<uintptr_t>(slot);
       request_sge.length = sizeof(message);

@@ -68,9 +68,8 @@ struct Link {
 class VerbsConnection final : public Connection {
  public:
   // Active side: resolves, connects and waits for the accept.
-  static Status ConnectTo(std::shared_ptr<Device> device, const std::string& address,
-                          uint32_t core, std::string_view local_blob,
-                          std::unique_ptr<Connection>* out);
+  static Status ConnectTo(std::shared_ptr<Device> device, const std::string& address, uint32_t core,
+                          std::string_view local_blob, std::unique_ptr<Connection>* out);
   // Passive side (service thread): builds the queue pair on the request's
   // id; the caller accepts with AcceptParams().
   static Status ForRequest(std::shared_ptr<Device> device, rdma_cm_id* id, uint32_t core,
@@ -117,8 +116,7 @@ class VerbsConnection final : public Connection {
     bool signaled;
   };
 
-  VerbsConnection(std::shared_ptr<Device> device, bool active, uint32_t core,
-                  std::string address);
+  VerbsConnection(std::shared_ptr<Device> device, bool active, uint32_t core, std::string address);
   Status Setup(std::unique_ptr<Link> link);
   Status Establish();  // active side: connect link_ and register it
   Status InitLink(Link* link);

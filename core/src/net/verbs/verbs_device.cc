@@ -36,8 +36,7 @@ Status Device::Open(const TransportOptions& options, std::shared_ptr<Device>* ou
     if (!options.device.empty() && name != options.device) continue;
     named_found = true;
     ibv_port_attr port{};
-    if (ibv_query_port(contexts[i], options.ib_port, &port) == 0 &&
-        port.state == IBV_PORT_ACTIVE) {
+    if (ibv_query_port(contexts[i], options.ib_port, &port) == 0 && port.state == IBV_PORT_ACTIVE) {
       chosen = contexts[i];
     }
   }
@@ -259,8 +258,7 @@ void Device::HandleCmEvent(rdma_cm_event* event) {
       if (it != connections_.end()) it->second->OnPeerDisconnected();
       return;
     }
-    default:
-      return;  // address/route events belong to setup channels; TIMEWAIT_EXIT etc.
+    default: return;  // address/route events belong to setup channels; TIMEWAIT_EXIT etc.
   }
 }
 
@@ -289,9 +287,9 @@ void Device::HandleConnectRequest(rdma_cm_id* id, std::span<const uint8_t> data,
   }
   if (!handler.on_request) return reject(Status::Unavailable("not listening"));
   std::string reply;
-  s = handler.on_request(core, std::span<const uint8_t>(
-                                   reinterpret_cast<const uint8_t*>(peer_blob.data()),
-                                   peer_blob.size()),
+  s = handler.on_request(core,
+                         std::span<const uint8_t>(
+                             reinterpret_cast<const uint8_t*>(peer_blob.data()), peer_blob.size()),
                          &reply);
   if (!s.ok()) return reject(s);
   if (reply.size() > kMaxConnectBlob) {
@@ -299,8 +297,7 @@ void Device::HandleConnectRequest(rdma_cm_id* id, std::span<const uint8_t> data,
   }
   // A listening transport holds the device, so shared_from_this() is valid.
   std::unique_ptr<VerbsConnection> conn;
-  s = VerbsConnection::ForRequest(shared_from_this(), id, core, std::move(peer_blob), reply,
-                                  &conn);
+  s = VerbsConnection::ForRequest(shared_from_this(), id, core, std::move(peer_blob), reply, &conn);
   if (!s.ok()) return reject(s);
 
   uint8_t private_data[kConnectDataSize];

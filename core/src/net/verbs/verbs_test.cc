@@ -1,8 +1,6 @@
 // The verbs backend against a real device: a forked server process and the
 // test process talk over RC queue pairs (soft-RoCE in the hardware guest).
 // Without a device only the wire format and the clean refusal are checked.
-#include "net/verbs/verbs_transport.h"
-
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -19,6 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "net/verbs/verbs_transport.h"
 #include "net/verbs/verbs_wire.h"
 
 namespace pdpm::net::verbs {
@@ -26,14 +25,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-#define EXPECT_OK(expr)                               \
-  do {                                                \
-    Status s_ = (expr);                               \
+#define EXPECT_OK(expr)                                     \
+  do {                                                      \
+    Status s_ = (expr);                                     \
     EXPECT_TRUE(s_.ok()) << #expr << ": " << s_.ToString(); \
   } while (0)
-#define ASSERT_OK(expr)                               \
-  do {                                                \
-    Status s_ = (expr);                               \
+#define ASSERT_OK(expr)                                     \
+  do {                                                      \
+    Status s_ = (expr);                                     \
     ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString(); \
   } while (0)
 
@@ -120,9 +119,9 @@ TEST(VerbsTransport, UnknownDeviceNameIsNotSupported) {
 constexpr size_t kRegionSize = 1 << 20;
 // Server region layout: persist counters first, then free space.
 constexpr uint64_t kPersistCount = 0, kPersistOffset = 8, kPersistLength = 16;
-constexpr uint32_t kEchoBelow = 1000;   // server answers WRITE_WITH_IMM imm < this
-constexpr uint64_t kEchoSource = 256;   // ... with its 8 bytes at this offset
-constexpr uint64_t kEchoTarget = 512;   // ... written here in the client's region
+constexpr uint32_t kEchoBelow = 1000;  // server answers WRITE_WITH_IMM imm < this
+constexpr uint64_t kEchoSource = 256;  // ... with its 8 bytes at this offset
+constexpr uint64_t kEchoTarget = 512;  // ... written here in the client's region
 constexpr uint32_t kServerCores = 2;
 
 struct Blob {
@@ -161,15 +160,15 @@ void Check(const Status& s, const char* what) {
   char* base = MapRegion();
   char* read_only = MapRegion();
   std::unique_ptr<MemoryRegion> region, read_only_region;
-  Check(transport->RegisterMemory(base, kRegionSize, kRemoteAll,
-                                  [base](const void* addr, size_t len) {
-                                    auto* words = reinterpret_cast<uint64_t*>(base);
-                                    words[kPersistCount / 8]++;
-                                    words[kPersistOffset / 8] =
-                                        static_cast<const char*>(addr) - base;
-                                    words[kPersistLength / 8] = len;
-                                  },
-                                  &region),
+  Check(transport->RegisterMemory(
+            base, kRegionSize, kRemoteAll,
+            [base](const void* addr, size_t len) {
+              auto* words = reinterpret_cast<uint64_t*>(base);
+              words[kPersistCount / 8]++;
+              words[kPersistOffset / 8] = static_cast<const char*>(addr) - base;
+              words[kPersistLength / 8] = len;
+            },
+            &region),
         "register");
   Check(transport->RegisterMemory(read_only, kRegionSize, kRemoteRead, nullptr, &read_only_region),
         "register read-only");
@@ -271,7 +270,8 @@ class VerbsPair : public ::testing::Test {
     Status s = CreateVerbsTransport(options, &transport_);
     ASSERT_TRUE(s.ok()) << s.ToString();
     local_ = MapRegion();
-    ASSERT_TRUE(transport_->RegisterMemory(local_, kRegionSize, kRemoteAll, nullptr, &region_).ok());
+    ASSERT_TRUE(
+        transport_->RegisterMemory(local_, kRegionSize, kRemoteAll, nullptr, &region_).ok());
     Connect(0);
   }
 
@@ -454,7 +454,8 @@ TEST_F(VerbsPair, SelectiveSignalingRecyclesTheSendQueue) {
   for (int i = 0; i < kOps;) {
     Op batch[25];
     for (Op& op : batch) {
-      op = Write(static_cast<uint64_t>(i % 64) * 64, 65536 + static_cast<uint64_t>(i % 64) * 64, 64);
+      op =
+          Write(static_cast<uint64_t>(i % 64) * 64, 65536 + static_cast<uint64_t>(i % 64) * 64, 64);
       op.signaled = (i + 1) % 100 == 0;
       i++;
     }

@@ -42,9 +42,8 @@ class VerbsTransport final : public Transport {
     ibv_mr* mr = ibv_reg_mr_iova2(device_->pd(), data, size, 0, flags);
     if (mr == nullptr) {
       int err = errno;
-      std::string hint = err == EOPNOTSUPP
-                             ? " (file-system DAX memory cannot be pinned; register devdax)"
-                             : "";
+      std::string hint =
+          err == EOPNOTSUPP ? " (file-system DAX memory cannot be pinned; register devdax)" : "";
       return Status::FromErrno("ibv_reg_mr of " + std::to_string(size) + " bytes" + hint, err);
     }
     device_->AddRegion(mr->rkey, static_cast<char*>(data), size, std::move(persist));
@@ -61,8 +60,8 @@ class VerbsTransport final : public Transport {
     }
     std::string host = address.substr(0, colon);
     std::string port = address.substr(colon + 1);
-    std::string bare = host.size() >= 2 && host.front() == '[' ? host.substr(1, host.size() - 2)
-                                                               : host;
+    std::string bare =
+        host.size() >= 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -84,8 +83,8 @@ class VerbsTransport final : public Transport {
     if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&local)) != 0) {
       s = ErrnoStatus("rdma_bind_addr " + address);
     } else if (id->verbs != nullptr && id->verbs != device_->context()) {
-      s = Status::FailedPrecondition("listen address " + address + " belongs to another device than " +
-                                     device_->name());
+      s = Status::FailedPrecondition("listen address " + address +
+                                     " belongs to another device than " + device_->name());
     } else if (rdma_listen(id, 128) != 0) {
       s = ErrnoStatus("rdma_listen " + address);
     }

@@ -50,7 +50,8 @@ Status DecodeRejectData(std::span<const uint8_t> data) {
     return Status::Unavailable("connection refused");
   }
   std::string_view message(reinterpret_cast<const char*>(data.data()) + 4, data[1]);
-  return Status(static_cast<StatusCode>(code), "peer refused the connection: " + std::string(message));
+  return Status(static_cast<StatusCode>(code),
+                "peer refused the connection: " + std::string(message));
 }
 
 Status DecodeControl(std::span<const uint8_t> data, ControlMessage* out) {

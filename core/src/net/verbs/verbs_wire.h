@@ -46,13 +46,13 @@ enum class ControlType : uint8_t { kPersistRequest = 1, kPersistReply = 2 };
 // has_imm also raises an Incoming event once the range is persisted.
 struct ControlMessage {
   uint8_t version;
-  uint8_t type;       // ControlType
-  uint16_t status;    // reply: StatusCode of the persist
-  uint32_t key;       // request: the range's key
-  uint64_t seq;       // requester's tag
-  uint64_t offset;    // request: offset inside the range
-  uint32_t length;    // request: bytes written
-  uint32_t imm;       // request: immediate to deliver when has_imm
+  uint8_t type;     // ControlType
+  uint16_t status;  // reply: StatusCode of the persist
+  uint32_t key;     // request: the range's key
+  uint64_t seq;     // requester's tag
+  uint64_t offset;  // request: offset inside the range
+  uint32_t length;  // request: bytes written
+  uint32_t imm;     // request: immediate to deliver when has_imm
   uint8_t has_imm;
   uint8_t padding[7];
 };
