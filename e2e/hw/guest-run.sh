@@ -71,10 +71,11 @@ while read -r label binary workdir; do
   start=$(date +%s)
   filter=
   [ -s "$run/filter" ] && filter="--gtest_filter=$(cat "$run/filter")"
-  (cd "$workdir" && timeout -k 5 300 "$binary" --gtest_brief=1 $filter) >/tmp/out 2>&1
+  (cd "$workdir" && timeout -k 5 300 "$binary" $filter) >/tmp/out 2>&1
   rc=$?
   took=$(($(date +%s) - start))
-  sed 's/^/  | /' /tmp/out | tail -400
+  # Everything but the passing cases: failures, skips and the summary.
+  grep -avE '^\[ (RUN|      OK) |^\[----------\]|^$' /tmp/out | sed 's/^/  | /' | tail -400
   if [ $rc -eq 0 ]; then
     echo "HW-RESULT $label $name PASS ${took}s"
   else
