@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "net/verbs/peer_process.h"
 #include "net/verbs/verbs_transport.h"
 
 namespace pdpm::net::verbs {
@@ -36,7 +37,7 @@ constexpr char kServerEnv[] = "PDPM_VERBS_BENCH_SERVER";
 
 [[noreturn]] void Die(const char* what, const Status& s) {
   fprintf(stderr, "verbs_bench: %s: %s\n", what, s.ToString().c_str());
-  exit(1);
+  _exit(1);
 }
 
 char* MapRegion() {
@@ -46,19 +47,32 @@ char* MapRegion() {
   return static_cast<char*>(p);
 }
 
+// A verbs transport with one registered region of kRegionSize bytes.
+struct Endpoint {
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<MemoryRegion> region;
+};
+
+Endpoint OpenEndpoint() {
+  TransportOptions options;
+  options.backend = BackendKind::kVerbs;
+  Endpoint endpoint;
+  Status s = CreateVerbsTransport(options, &endpoint.transport);
+  if (!s.ok()) Die("create transport", s);
+  s = endpoint.transport->RegisterMemory(MapRegion(), kRegionSize, kRemoteAll, nullptr,
+                                         &endpoint.region);
+  if (!s.ok()) Die("register", s);
+  return endpoint;
+}
+
 // Answers every 64-byte request (imm 1) with a 64-byte reply (imm 2) into
 // the client's region, whose key the client sent as its blob.
 [[noreturn]] void RunServer(const std::string& host, int address_fd, int control_fd) {
-  TransportOptions options;
-  options.backend = BackendKind::kVerbs;
-  std::unique_ptr<Transport> transport;
-  Status s = CreateVerbsTransport(options, &transport);
-  if (!s.ok()) Die("server create", s);
-  char* base = MapRegion();
-  std::unique_ptr<MemoryRegion> region;
-  s = transport->RegisterMemory(base, kRegionSize, kRemoteAll, nullptr, &region);
-  if (!s.ok()) Die("server register", s);
+  Endpoint server = OpenEndpoint();
+  Transport* transport = server.transport.get();
+  MemoryRegion* region = server.region.get();
   uint32_t key = region->key();
+  Status s;
   std::unique_ptr<Connection> conn;
   std::atomic<Connection*> ready{nullptr};
   AcceptHandler handler;
@@ -73,7 +87,7 @@ char* MapRegion() {
   s = transport->Listen(host + ":0", handler);
   if (!s.ok()) Die("listen", s);
   std::string address = transport->listen_address() + "\n";
-  if (write(address_fd, address.data(), address.size()) < 0) exit(1);
+  if (write(address_fd, address.data(), address.size()) < 0) _exit(1);
   Connection* c;
   while ((c = ready.load(std::memory_order_acquire)) == nullptr) usleep(100);
   uint32_t client_key;
@@ -88,16 +102,16 @@ char* MapRegion() {
     for (size_t i = 0; i < n; i++) {
       Op reply;
       reply.opcode = Opcode::kWriteWithImm;
-      reply.local = {region.get(), 0, kRpcSize};
+      reply.local = {region, 0, kRpcSize};
       reply.remote_key = client_key;
       reply.imm = 2;
       reply.signaled = false;
-      if (!c->Post({&reply, 1}).ok()) exit(1);
+      if (!c->Post({&reply, 1}).ok()) _exit(1);
     }
     Completion done[16];
     c->PollCompletions(done);
   }
-  exit(0);
+  _exit(0);
 }
 
 double Bandwidth(Connection& conn, MemoryRegion* region, uint32_t peer_key, Opcode opcode,
@@ -184,9 +198,7 @@ int Main(int argc, char** argv) {
     close(control_pipe[1]);
     std::string env =
         host + "," + std::to_string(address_pipe[1]) + "," + std::to_string(control_pipe[0]);
-    setenv(kServerEnv, env.c_str(), 1);
-    execl("/proc/self/exe", "verbs_bench_server", static_cast<char*>(nullptr));
-    _exit(127);
+    ExecSelfAsPeer(kServerEnv, env);
   }
   close(address_pipe[1]);
   close(control_pipe[0]);
@@ -199,29 +211,22 @@ int Main(int argc, char** argv) {
   }
   std::string address(buffer, got - 1);
 
-  TransportOptions options;
-  options.backend = BackendKind::kVerbs;
-  std::unique_ptr<Transport> transport;
-  Status s = CreateVerbsTransport(options, &transport);
-  if (!s.ok()) Die("create", s);
-  char* base = MapRegion();
-  std::unique_ptr<MemoryRegion> region;
-  s = transport->RegisterMemory(base, kRegionSize, kRemoteAll, nullptr, &region);
-  if (!s.ok()) Die("register", s);
+  Endpoint client = OpenEndpoint();
+  MemoryRegion* region = client.region.get();
   uint32_t key = region->key();
   std::unique_ptr<Connection> conn;
-  s = transport->Connect(address, 0, std::string_view(reinterpret_cast<char*>(&key), sizeof(key)),
-                         &conn);
+  Status s = client.transport->Connect(
+      address, 0, std::string_view(reinterpret_cast<char*>(&key), sizeof(key)), &conn);
   if (!s.ok()) Die("connect", s);
   uint32_t peer_key;
   std::memcpy(&peer_key, conn->peer_blob().data(), sizeof(peer_key));
 
-  Report("net.verbs.write.64KiB", Bandwidth(*conn, region.get(), peer_key, Opcode::kWrite, seconds),
+  Report("net.verbs.write.64KiB", Bandwidth(*conn, region, peer_key, Opcode::kWrite, seconds),
          "MiB/s", "ib_write_bw", atof(argv[3]));
-  Report("net.verbs.read.64KiB", Bandwidth(*conn, region.get(), peer_key, Opcode::kRead, seconds),
+  Report("net.verbs.read.64KiB", Bandwidth(*conn, region, peer_key, Opcode::kRead, seconds),
          "MiB/s", "ib_read_bw", atof(argv[4]));
-  Report("net.verbs.rpc64.p50", RpcP50(*conn, region.get(), peer_key, seconds), "us",
-         "ib_write_lat.rtt", 2 * atof(argv[5]));
+  Report("net.verbs.rpc64.p50", RpcP50(*conn, region, peer_key, seconds), "us", "ib_write_lat.rtt",
+         2 * atof(argv[5]));
   close(control_pipe[1]);
   int status;
   waitpid(server, &status, 0);
@@ -232,10 +237,11 @@ int Main(int argc, char** argv) {
 }  // namespace pdpm::net::verbs
 
 int main(int argc, char** argv) {
-  if (const char* env = std::getenv(pdpm::net::verbs::kServerEnv)) {
+  std::string env = pdpm::net::verbs::PeerEnv(pdpm::net::verbs::kServerEnv);
+  if (!env.empty()) {
     char host[128];
     int address_fd, control_fd;
-    if (sscanf(env, "%127[^,],%d,%d", host, &address_fd, &control_fd) == 3) {
+    if (sscanf(env.c_str(), "%127[^,],%d,%d", host, &address_fd, &control_fd) == 3) {
       pdpm::net::verbs::RunServer(host, address_fd, control_fd);
     }
     return 2;

@@ -129,13 +129,18 @@ VerbsConnection::~VerbsConnection() {
   if (comp_channel_ != nullptr) ibv_destroy_comp_channel(comp_channel_);
 }
 
-Status VerbsConnection::Setup(std::unique_ptr<Link> link) {
+Status VerbsConnection::CreateCompChannel() {
   comp_channel_ = ibv_create_comp_channel(device_->context());
   if (comp_channel_ == nullptr) return ErrnoStatus("ibv_create_comp_channel");
   int flags = fcntl(comp_channel_->fd, F_GETFL);
   if (fcntl(comp_channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
     return ErrnoStatus("fcntl O_NONBLOCK on the completion channel");
   }
+  return Status::OK();
+}
+
+Status VerbsConnection::Setup(std::unique_ptr<Link> link) {
+  PDPM_RETURN_IF_ERROR(CreateCompChannel());
   link_ = std::move(link);
   return InitLink(link_.get());
 }
@@ -207,12 +212,7 @@ Status VerbsConnection::ConnectTo(std::shared_ptr<Device> device, const std::str
   std::unique_ptr<VerbsConnection> conn(
       new VerbsConnection(std::move(device), true, core, address));
   conn->local_blob_ = std::string(local_blob);
-  conn->comp_channel_ = ibv_create_comp_channel(conn->device_->context());
-  if (conn->comp_channel_ == nullptr) return ErrnoStatus("ibv_create_comp_channel");
-  int flags = fcntl(conn->comp_channel_->fd, F_GETFL);
-  if (fcntl(conn->comp_channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-    return ErrnoStatus("fcntl O_NONBLOCK on the completion channel");
-  }
+  PDPM_RETURN_IF_ERROR(conn->CreateCompChannel());
   std::lock_guard lock(conn->mu_);
   PDPM_RETURN_IF_ERROR(conn->Establish());
   *out = std::move(conn);
@@ -684,7 +684,7 @@ void VerbsConnection::FinishReady() {
   }
 }
 
-void VerbsConnection::FailFrom(uint64_t failed_seq, Status status) {
+void VerbsConnection::FailFrom(uint64_t failed_seq, const Status& status) {
   if (broken_) return;  // flushed requests after the first failure
   // RC completes in order: everything before the failed request succeeded.
   for (Pending& p : pending_) {
@@ -705,7 +705,7 @@ void VerbsConnection::FailFrom(uint64_t failed_seq, Status status) {
   Break(status);
 }
 
-void VerbsConnection::Break(Status status) {
+void VerbsConnection::Break(const Status& status) {
   if (broken_) return;
   broken_status_ = status;
   broken_ = true;

@@ -117,6 +117,7 @@ class VerbsConnection final : public Connection {
   };
 
   VerbsConnection(std::shared_ptr<Device> device, bool active, uint32_t core, std::string address);
+  Status CreateCompChannel();
   Status Setup(std::unique_ptr<Link> link);
   Status Establish();  // active side: connect link_ and register it
   Status InitLink(Link* link);
@@ -126,8 +127,8 @@ class VerbsConnection final : public Connection {
   void HandleCompletion(const ibv_wc& wc);
   void HandleControl(const uint8_t* data, uint32_t length);
   void Retire(uint64_t seq);
-  void FailFrom(uint64_t failed_seq, Status status);
-  void Break(Status status);
+  void FailFrom(uint64_t failed_seq, const Status& status);
+  void Break(const Status& status);
   void FinishReady();
   void CheckTimeoutLocked();
   Status SendControl(const ControlMessage& message);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "net/verbs/peer_process.h"
 #include "net/verbs/verbs_transport.h"
 #include "net/verbs/verbs_wire.h"
 
@@ -137,8 +138,7 @@ char* MapRegion() {
 }
 
 std::string TestHost() {
-  const char* host = std::getenv("PDPM_TEST_HOST");
-  return host != nullptr ? host : "";
+  return PeerEnv("PDPM_TEST_HOST");
 }
 
 void Check(const Status& s, const char* what) {
@@ -224,9 +224,9 @@ void Check(const Status& s, const char* what) {
 constexpr char kServerEnv[] = "PDPM_VERBS_TEST_SERVER";
 
 __attribute__((constructor)) void MaybeRunAsServer() {
-  const char* fds = std::getenv(kServerEnv);
+  std::string fds = PeerEnv(kServerEnv);
   int address_fd, control_fd;
-  if (fds != nullptr && sscanf(fds, "%d,%d", &address_fd, &control_fd) == 2) {
+  if (sscanf(fds.c_str(), "%d,%d", &address_fd, &control_fd) == 2) {
     RunServer(address_fd, control_fd);
   }
 }
@@ -246,9 +246,7 @@ class VerbsPair : public ::testing::Test {
       close(address_pipe[0]);
       close(control_pipe[1]);
       std::string fds = std::to_string(address_pipe[1]) + "," + std::to_string(control_pipe[0]);
-      setenv(kServerEnv, fds.c_str(), 1);
-      execl("/proc/self/exe", "verbs_test_server", static_cast<char*>(nullptr));
-      _exit(127);
+      ExecSelfAsPeer(kServerEnv, fds);
     }
     close(address_pipe[1]);
     close(control_pipe[0]);
@@ -479,6 +477,7 @@ TEST_F(VerbsPair, SelectiveSignalingRecyclesTheSendQueue) {
 
 TEST_F(VerbsPair, TooManySignaledOpsAreRefusedWhole) {
   std::vector<Op> ops;
+  ops.reserve(65);
   for (int i = 0; i < 65; i++) ops.push_back(Read(0, 0, 8));
   EXPECT_EQ(conn_->Post(ops).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(conn_->outstanding(), 0u);
