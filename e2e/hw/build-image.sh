@@ -14,6 +14,15 @@ inputs=("$here/packages.txt" "$here/build-image.sh" "$here/guest-stub-init")
 hash=$(cat "${inputs[@]}" | sha256sum | cut -c1-16)
 out=$cache_root/$hash
 if [[ -f $out/ready ]]; then
+  touch "$out/ready"  # most recently used images are kept
+  echo "$out"
+  exit 0
+fi
+mkdir -p "$cache_root"
+# One build at a time; a concurrent run may have built it meanwhile.
+exec 9>"$cache_root/lock"
+flock 9
+if [[ -f $out/ready ]]; then
   echo "$out"
   exit 0
 fi
@@ -33,7 +42,6 @@ fi
 [[ -n $mirror ]] || { log "no Debian mirror found in the apt configuration"; exit 1; }
 
 packages=$(grep -v '^\s*#' "$here/packages.txt" | grep -v '^\s*$' | paste -sd, -)
-mkdir -p "$cache_root"
 work=$(mktemp -d "$cache_root/build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root=$work/root
@@ -58,8 +66,11 @@ log "ext4 image"
 mkfs.ext4 -q -F -L pdpm-hw -d "$root" "$work/out/rootfs.ext4" 2G
 touch "$work/out/ready"
 
-# Keep one image: drop the ones built from older inputs.
-find "$cache_root" -mindepth 1 -maxdepth 1 -type d ! -name "build.*" -exec rm -rf {} +
-mv "$work/out" "$out"
+mv -T "$work/out" "$out"
+# Keep the three most recently used images (branches differ in their
+# inputs); a running guest keeps its open files even when one goes.
+ls -1t "$cache_root"/*/ready 2>/dev/null | tail -n +4 | while read -r old; do
+  rm -rf "$(dirname "$old")"
+done
 log "ready: $out"
 echo "$out"

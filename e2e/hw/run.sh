@@ -86,15 +86,17 @@ while kill -0 "$qemu_pid" 2>/dev/null; do
   fi
   sleep 1
 done
-wait "$qemu_pid" 2>/dev/null || true
+qemu_status=0
+wait "$qemu_pid" 2>/dev/null || qemu_status=$?
 qemu_pid=
 sleep 0.5
 kill "$tail_pid" 2>/dev/null || true
 wait "$tail_pid" 2>/dev/null || true
 
 if [[ ! -s $console ]]; then
-  echo "hw: QEMU did not start the guest:" >&2
+  echo "hw: QEMU (exit status $qemu_status) did not start the guest from $image:" >&2
   cat "$run/qemu.log" >&2
+  ls -la "$run" >&2
   exit 1
 fi
 tr -d '\r' <"$console" >"$run/console.txt"
