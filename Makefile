@@ -14,7 +14,8 @@ FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
 .PHONY: deps build build-asan build-tsan build-fuzz test test-core test-asan test-tsan \
-        test-fuzz test-operator fuzz bench bench-net bench-dsm bench-kv bench-fs lint format clean
+        test-fuzz test-operator test-hw fuzz bench bench-net bench-hw bench-dsm bench-kv \
+        bench-fs lint format clean
 
 deps:
 	@scripts/deps.sh
@@ -36,9 +37,10 @@ build-fuzz: deps
 	cmake --build build/fuzz -j $(JOBS) --target fuzzers
 
 # Everything: the whole core suite optimised, the PM and transport suites
-# under ASan+UBSan and TSan, each fuzzer for a bounded time, the operator.
+# under ASan+UBSan and TSan, each fuzzer for a bounded time, the operator,
+# and the pm and net suites on real verbs and DAX in the hardware guest.
 test: deps
-	$(MAKE) test-core test-asan test-tsan test-fuzz test-operator
+	$(MAKE) test-core test-asan test-tsan test-fuzz test-operator test-hw
 
 test-core: build
 	cd build/release && $(CTEST)
@@ -55,6 +57,14 @@ test-fuzz: build-fuzz
 # The Kubernetes operator against a real kube-apiserver and etcd (envtest).
 test-operator: deps
 	scripts/operator-test.sh
+
+# The pm and net suites inside a QEMU guest with soft-RoCE and an emulated
+# NVDIMM (e2e/hw). Fails loudly where QEMU cannot run unless PDPM_SKIP_HW=1.
+test-hw: build
+	e2e/hw/run.sh build/release
+
+bench-hw: build
+	e2e/hw/run.sh build/release --bench
 
 fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_LONG_SECONDS)

@@ -5,8 +5,6 @@
 #include <chrono>
 #include <thread>
 
-#include "net/tcp/tcp_transport.h"
-
 namespace pdpm::net {
 
 Status ParseBackendKind(std::string_view name, BackendKind* out) {
@@ -34,16 +32,6 @@ std::string_view OpcodeName(Opcode op) {
     case Opcode::kFetchAdd: return "fetch_add";
   }
   return "unknown";
-}
-
-Status Transport::Create(const TransportOptions& options, std::unique_ptr<Transport>* out) {
-  switch (options.backend) {
-    case BackendKind::kTcp: return tcp::CreateTcpTransport(options, out);
-    case BackendKind::kVerbs:
-      // MERGE: the lead wires pdpm::net::verbs::CreateVerbsTransport here.
-      return Status::NotSupported("verbs backend not built");
-  }
-  return Status::InvalidArgument("unknown transport backend");
 }
 
 Status ExecuteSync(Connection& conn, const Op& op) {

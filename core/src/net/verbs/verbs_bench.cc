@@ -1,0 +1,250 @@
+// Verbs backend figures next to perftest's, measured in the same run (the
+// hardware guest's bench script runs perftest first and passes its results):
+//   net.verbs.write.64KiB  MiB/s, 32 signaled 64 KiB WRITEs in flight   vs ib_write_bw
+//   net.verbs.read.64KiB   MiB/s, 32 signaled 64 KiB READs in flight    vs ib_read_bw
+//   net.verbs.rpc64.p50    µs, 64-byte WRITE_WITH_IMM request and reply vs ib_write_lat
+//                          (whose one-way figure is doubled: a round trip)
+//
+//   verbs_bench <host> <seconds> <ib_write_bw MiB/s> <ib_read_bw MiB/s> <ib_write_lat µs>
+//
+// The server is this binary re-executed (verbs contexts do not survive fork).
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "net/verbs/peer_process.h"
+#include "net/verbs/verbs_transport.h"
+
+namespace pdpm::net::verbs {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kRegionSize = 4 << 20;
+constexpr uint32_t kBlock = 64 << 10;
+constexpr int kWindow = 32;
+constexpr uint32_t kRpcSize = 64;
+constexpr char kServerEnv[] = "PDPM_VERBS_BENCH_SERVER";
+
+[[noreturn]] void Die(const char* what, const Status& s) {
+  fprintf(stderr, "verbs_bench: %s: %s\n", what, s.ToString().c_str());
+  _exit(1);
+}
+
+char* MapRegion() {
+  void* p = mmap(nullptr, kRegionSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) abort();
+  std::memset(p, 1, kRegionSize);
+  return static_cast<char*>(p);
+}
+
+// A verbs transport with one registered region of kRegionSize bytes.
+struct Endpoint {
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<MemoryRegion> region;
+};
+
+Endpoint OpenEndpoint() {
+  TransportOptions options;
+  options.backend = BackendKind::kVerbs;
+  Endpoint endpoint;
+  Status s = CreateVerbsTransport(options, &endpoint.transport);
+  if (!s.ok()) Die("create transport", s);
+  s = endpoint.transport->RegisterMemory(MapRegion(), kRegionSize, kRemoteAll, nullptr,
+                                         &endpoint.region);
+  if (!s.ok()) Die("register", s);
+  return endpoint;
+}
+
+// Answers every 64-byte request (imm 1) with a 64-byte reply (imm 2) into
+// the client's region, whose key the client sent as its blob.
+[[noreturn]] void RunServer(const std::string& host, int address_fd, int control_fd) {
+  Endpoint server = OpenEndpoint();
+  Transport* transport = server.transport.get();
+  MemoryRegion* region = server.region.get();
+  uint32_t key = region->key();
+  Status s;
+  std::unique_ptr<Connection> conn;
+  std::atomic<Connection*> ready{nullptr};
+  AcceptHandler handler;
+  handler.on_request = [key](uint32_t, std::span<const uint8_t>, std::string* reply) {
+    reply->assign(reinterpret_cast<const char*>(&key), sizeof(key));
+    return Status::OK();
+  };
+  handler.on_connected = [&](std::unique_ptr<Connection> c) {
+    conn = std::move(c);
+    ready.store(conn.get(), std::memory_order_release);
+  };
+  s = transport->Listen(host + ":0", handler);
+  if (!s.ok()) Die("listen", s);
+  std::string address = transport->listen_address() + "\n";
+  if (write(address_fd, address.data(), address.size()) < 0) _exit(1);
+  Connection* c;
+  while ((c = ready.load(std::memory_order_acquire)) == nullptr) usleep(100);
+  uint32_t client_key;
+  std::memcpy(&client_key, c->peer_blob().data(), sizeof(client_key));
+  for (uint64_t spins = 0;; spins++) {
+    if ((spins & 0xffff) == 0) {
+      pollfd pfd{control_fd, POLLIN, 0};
+      if (poll(&pfd, 1, 0) > 0) break;
+    }
+    Incoming in[16];
+    size_t n = c->PollIncoming(in);
+    for (size_t i = 0; i < n; i++) {
+      Op reply;
+      reply.opcode = Opcode::kWriteWithImm;
+      reply.local = {region, 0, kRpcSize};
+      reply.remote_key = client_key;
+      reply.imm = 2;
+      reply.signaled = false;
+      if (!c->Post({&reply, 1}).ok()) _exit(1);
+    }
+    Completion done[16];
+    c->PollCompletions(done);
+  }
+  _exit(0);
+}
+
+double Bandwidth(Connection& conn, MemoryRegion* region, uint32_t peer_key, Opcode opcode,
+                 double seconds) {
+  auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  auto start = Clock::now();
+  uint64_t bytes = 0, next = 0;
+  int inflight = 0;
+  bool stop = false;
+  for (uint64_t round = 0;; round++) {
+    if (!stop && round % 64 == 0) stop = Clock::now() >= end;
+    while (!stop && inflight < kWindow) {
+      uint64_t slot = next++ % (kRegionSize / kBlock);
+      Op op;
+      op.opcode = opcode;
+      op.id = next;
+      op.local = {region, slot * kBlock, kBlock};
+      op.remote_key = peer_key;
+      op.remote_offset = slot * kBlock;
+      Status s = conn.Post({&op, 1});
+      if (!s.ok()) Die("post", s);
+      inflight++;
+    }
+    if (stop && inflight == 0) break;
+    Completion done[32];
+    size_t n = conn.PollCompletions(done);
+    for (size_t i = 0; i < n; i++) {
+      if (!done[i].status.ok()) Die("completion", done[i].status);
+      bytes += kBlock;
+      inflight--;
+    }
+  }
+  double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  return bytes / elapsed / (1 << 20);
+}
+
+double RpcP50(Connection& conn, MemoryRegion* region, uint32_t peer_key, double seconds) {
+  std::vector<double> samples;
+  auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    Op request;
+    request.opcode = Opcode::kWriteWithImm;
+    request.local = {region, 0, kRpcSize};
+    request.remote_key = peer_key;
+    request.remote_offset = 4096;
+    request.imm = 1;
+    request.signaled = false;
+    auto start = Clock::now();
+    Status s = conn.Post({&request, 1});
+    if (!s.ok()) Die("rpc post", s);
+    Incoming in;
+    while (conn.PollIncoming({&in, 1}) == 0) {
+      if (!conn.healthy()) Die("rpc", Status::Unavailable("connection broke"));
+    }
+    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+    Completion done[16];
+    conn.PollCompletions(done);
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+void Report(const char* name, double value, const char* unit, const char* ref_name, double ref) {
+  printf("%-24s %10.2f %-5s (%s %.2f, ratio %.3f)\n", name, value, unit, ref_name, ref,
+         value / ref);
+  printf("BENCH name=%s value=%.2f unit=%s ref=%s:%.2f ratio=%.3f\n", name, value, unit, ref_name,
+         ref, value / ref);
+}
+
+int Main(int argc, char** argv) {
+  if (argc != 6) {
+    fprintf(stderr,
+            "usage: verbs_bench <host> <seconds> <ib_write_bw MiB/s> <ib_read_bw MiB/s> "
+            "<ib_write_lat us>\n");
+    return 2;
+  }
+  std::string host = argv[1];
+  double seconds = atof(argv[2]);
+  int address_pipe[2], control_pipe[2];
+  if (pipe(address_pipe) != 0 || pipe(control_pipe) != 0) return 1;
+  pid_t server = fork();
+  if (server == 0) {
+    close(address_pipe[0]);
+    close(control_pipe[1]);
+    std::string env =
+        host + "," + std::to_string(address_pipe[1]) + "," + std::to_string(control_pipe[0]);
+    ExecSelfAsPeer(kServerEnv, env);
+  }
+  close(address_pipe[1]);
+  close(control_pipe[0]);
+  char buffer[256];
+  ssize_t got = 0;
+  while (got == 0 || buffer[got - 1] != '\n') {
+    ssize_t n = read(address_pipe[0], buffer + got, sizeof(buffer) - got);
+    if (n <= 0) Die("server", Status::Unavailable("server died before listening"));
+    got += n;
+  }
+  std::string address(buffer, got - 1);
+
+  Endpoint client = OpenEndpoint();
+  MemoryRegion* region = client.region.get();
+  uint32_t key = region->key();
+  std::unique_ptr<Connection> conn;
+  Status s = client.transport->Connect(
+      address, 0, std::string_view(reinterpret_cast<char*>(&key), sizeof(key)), &conn);
+  if (!s.ok()) Die("connect", s);
+  uint32_t peer_key;
+  std::memcpy(&peer_key, conn->peer_blob().data(), sizeof(peer_key));
+
+  Report("net.verbs.write.64KiB", Bandwidth(*conn, region, peer_key, Opcode::kWrite, seconds),
+         "MiB/s", "ib_write_bw", atof(argv[3]));
+  Report("net.verbs.read.64KiB", Bandwidth(*conn, region, peer_key, Opcode::kRead, seconds),
+         "MiB/s", "ib_read_bw", atof(argv[4]));
+  Report("net.verbs.rpc64.p50", RpcP50(*conn, region, peer_key, seconds), "us", "ib_write_lat.rtt",
+         2 * atof(argv[5]));
+  close(control_pipe[1]);
+  int status;
+  waitpid(server, &status, 0);
+  return 0;
+}
+
+}  // namespace
+}  // namespace pdpm::net::verbs
+
+int main(int argc, char** argv) {
+  std::string env = pdpm::net::verbs::PeerEnv(pdpm::net::verbs::kServerEnv);
+  if (!env.empty()) {
+    char host[128];
+    int address_fd, control_fd;
+    if (sscanf(env.c_str(), "%127[^,],%d,%d", host, &address_fd, &control_fd) == 3) {
+      pdpm::net::verbs::RunServer(host, address_fd, control_fd);
+    }
+    return 2;
+  }
+  return pdpm::net::verbs::Main(argc, argv);
+}

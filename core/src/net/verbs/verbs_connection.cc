@@ -1,0 +1,816 @@
+#include "net/verbs/verbs_connection.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace pdpm::net::verbs {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Receive work requests carry this bit in wr_id; send ones their sequence.
+constexpr uint64_t kRecvTag = 1ull << 63;
+// Bytes per control buffer (one ControlMessage, cache-line sized).
+constexpr uint32_t kControlSlot = 64;
+// What we ask for as max_inline_data; providers that refuse get less.
+constexpr uint32_t kInlineWanted[] = {256, 128, 64, 0};
+constexpr uint32_t kPollsPerClockRead = 64;
+
+Status StatusFromCompletion(const ibv_wc& wc) {
+  std::string detail = std::string(" (") + ibv_wc_status_str(wc.status) + ")";
+  switch (wc.status) {
+    case IBV_WC_REM_ACCESS_ERR:
+      return Status::PermissionDenied(
+          "remote access refused: wrong key, outside the range or no access right" + detail);
+    case IBV_WC_LOC_PROT_ERR:
+    case IBV_WC_LOC_LEN_ERR:
+    case IBV_WC_LOC_ACCESS_ERR:
+      return Status::InvalidArgument("local buffer refused by the device" + detail);
+    case IBV_WC_REM_INV_REQ_ERR:
+      return Status::InvalidArgument("the peer's device refused the request" + detail);
+    case IBV_WC_RETRY_EXC_ERR:
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return Status::Unavailable("peer does not answer: retries exhausted" + detail);
+    case IBV_WC_WR_FLUSH_ERR: return Status::Unavailable("connection broken" + detail);
+    case IBV_WC_REM_OP_ERR:
+      return Status::IOError("the peer failed to execute the request" + detail);
+    default: return Status::Unavailable("completion error" + detail);
+  }
+}
+
+Status SplitAddress(const std::string& address, std::string* host, std::string* port) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) {
+    return Status::InvalidArgument("address '" + address + "' is not host:port");
+  }
+  *host = address.substr(0, colon);
+  *port = address.substr(colon + 1);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  return Status::OK();
+}
+
+// Waits on `channel` for `expected`; other outcomes become a Status.
+Status WaitCmEvent(rdma_event_channel* channel, rdma_cm_event_type expected,
+                   Clock::time_point deadline, const std::string& address,
+                   std::vector<uint8_t>* private_data) {
+  for (;;) {
+    rdma_cm_event* event;
+    if (rdma_get_cm_event(channel, &event) == 0) {
+      rdma_cm_event_type type = event->event;
+      int status = event->status;
+      const auto* data = static_cast<const uint8_t*>(event->param.conn.private_data);
+      std::vector<uint8_t> copy;
+      if (data != nullptr) copy.assign(data, data + event->param.conn.private_data_len);
+      rdma_ack_cm_event(event);
+      if (type == expected) {
+        if (private_data != nullptr) *private_data = std::move(copy);
+        return Status::OK();
+      }
+      if (type == RDMA_CM_EVENT_REJECTED) {
+        return DecodeRejectData(copy).WithContext("connect to " + address);
+      }
+      return Status::Unavailable("connect to " + address + ": " + rdma_event_str(type) +
+                                 " (status " + std::to_string(status) + ")");
+    }
+    if (errno != EAGAIN) return ErrnoStatus("rdma_get_cm_event");
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      return Status::Timeout("connect to " + address + ": no answer in time");
+    }
+    pollfd pfd{channel->fd, POLLIN, 0};
+    poll(&pfd, 1, static_cast<int>(left.count()) + 1);
+  }
+}
+
+}  // namespace
+
+VerbsRegion::~VerbsRegion() {
+  device_->RemoveRegion(mr_->rkey);
+  ibv_dereg_mr(mr_);
+}
+
+Link::~Link() {
+  if (has_qp) rdma_destroy_qp(id);
+  if (id != nullptr) rdma_destroy_id(id);
+  if (setup_channel != nullptr) rdma_destroy_event_channel(setup_channel);
+  if (cq != nullptr) {
+    // Events of this CQ the owner did not take must be acknowledged first.
+    ibv_cq* event_cq;
+    void* context;
+    while (ibv_get_cq_event(comp_channel, &event_cq, &context) == 0) {
+      ibv_ack_cq_events(event_cq, 1);
+    }
+    ibv_destroy_cq(cq);
+  }
+  if (control_mr != nullptr) ibv_dereg_mr(control_mr);
+  free(control);
+}
+
+VerbsConnection::VerbsConnection(std::shared_ptr<Device> device, bool active, uint32_t core,
+                                 std::string address)
+    : device_(std::move(device)), active_(active), core_(core), address_(std::move(address)) {}
+
+VerbsConnection::~VerbsConnection() {
+  if (link_) {
+    device_->RemoveConnection(link_->id);
+    if (!broken_) rdma_disconnect(link_->id);
+    link_.reset();
+  }
+  if (comp_channel_ != nullptr) ibv_destroy_comp_channel(comp_channel_);
+}
+
+Status VerbsConnection::CreateCompChannel() {
+  comp_channel_ = ibv_create_comp_channel(device_->context());
+  if (comp_channel_ == nullptr) return ErrnoStatus("ibv_create_comp_channel");
+  int flags = fcntl(comp_channel_->fd, F_GETFL);
+  if (fcntl(comp_channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    return ErrnoStatus("fcntl O_NONBLOCK on the completion channel");
+  }
+  return Status::OK();
+}
+
+Status VerbsConnection::Setup(std::unique_ptr<Link> link) {
+  PDPM_RETURN_IF_ERROR(CreateCompChannel());
+  link_ = std::move(link);
+  return InitLink(link_.get());
+}
+
+// CQ, queue pair, control buffers and a full receive ring on link->id.
+Status VerbsConnection::InitLink(Link* link) {
+  const ibv_device_attr& attr = device_->attr();
+  const TransportOptions& options = device_->options();
+  // Persist ops take two requests; replies to the peer need room too.
+  uint32_t depth = std::min<uint32_t>(2 * options.max_outstanding + 64, attr.max_qp_wr);
+  link->sq_depth = depth;
+  link->rq_depth = depth;
+  link->comp_channel = comp_channel_;
+  int cqe = std::min<int>(2 * depth, attr.max_cqe);
+  link->cq = ibv_create_cq(device_->context(), cqe, nullptr, comp_channel_, 0);
+  if (link->cq == nullptr) return ErrnoStatus("ibv_create_cq");
+
+  size_t control_size = size_t{kControlSlot} * (link->rq_depth + link->sq_depth);
+  link->control = static_cast<char*>(aligned_alloc(4096, (control_size + 4095) / 4096 * 4096));
+  if (link->control == nullptr) return Status::ResourceExhausted("control buffers");
+  link->control_mr = ibv_reg_mr(device_->pd(), link->control, control_size, IBV_ACCESS_LOCAL_WRITE);
+  if (link->control_mr == nullptr) return ErrnoStatus("ibv_reg_mr (control buffers)");
+
+  Status created;
+  for (uint32_t inline_size : kInlineWanted) {
+    ibv_qp_init_attr init{};
+    init.send_cq = link->cq;
+    init.recv_cq = link->cq;
+    init.qp_type = IBV_QPT_RC;
+    init.sq_sig_all = 0;
+    init.cap.max_send_wr = link->sq_depth;
+    init.cap.max_recv_wr = link->rq_depth;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    init.cap.max_inline_data = inline_size;
+    if (rdma_create_qp(link->id, device_->pd(), &init) == 0) {
+      link->has_qp = true;
+      link->max_inline = init.cap.max_inline_data;
+      break;
+    }
+    created = ErrnoStatus("rdma_create_qp");
+  }
+  if (!link->has_qp) return created;
+  for (uint32_t i = 0; i < link->rq_depth; i++) PDPM_RETURN_IF_ERROR(PostReceive(i));
+  return Status::OK();
+}
+
+Status VerbsConnection::PostReceive(uint32_t index) {
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uintptr_t>(link_->control + size_t{index} * kControlSlot);
+  sge.length = kControlSlot;
+  sge.lkey = link_->control_mr->lkey;
+  ibv_recv_wr wr{};
+  wr.wr_id = kRecvTag | index;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad;
+  int err = ibv_post_recv(link_->id->qp, &wr, &bad);
+  if (err != 0) return Status::FromErrno("ibv_post_recv", err);
+  return Status::OK();
+}
+
+Status VerbsConnection::ConnectTo(std::shared_ptr<Device> device, const std::string& address,
+                                  uint32_t core, std::string_view local_blob,
+                                  std::unique_ptr<Connection>* out) {
+  if (local_blob.size() > kMaxConnectBlob) {
+    return Status::InvalidArgument("connect blob exceeds 48 bytes");
+  }
+  std::unique_ptr<VerbsConnection> conn(
+      new VerbsConnection(std::move(device), true, core, address));
+  conn->local_blob_ = std::string(local_blob);
+  PDPM_RETURN_IF_ERROR(conn->CreateCompChannel());
+  std::lock_guard lock(conn->mu_);
+  PDPM_RETURN_IF_ERROR(conn->Establish());
+  *out = std::move(conn);
+  return Status::OK();
+}
+
+Status VerbsConnection::Establish() {
+  const TransportOptions& options = device_->options();
+  auto deadline = Clock::now() + std::chrono::milliseconds(options.connect_timeout_ms);
+  std::string host, port;
+  PDPM_RETURN_IF_ERROR(SplitAddress(address_, &host, &port));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* resolved = nullptr;
+  int gai = getaddrinfo(host.c_str(), port.c_str(), &hints, &resolved);
+  if (gai != 0) {
+    return Status::InvalidArgument("resolve '" + address_ + "': " + gai_strerror(gai));
+  }
+  sockaddr_storage destination{};
+  std::memcpy(&destination, resolved->ai_addr, resolved->ai_addrlen);
+  freeaddrinfo(resolved);
+
+  auto link = std::make_unique<Link>();
+  link->setup_channel = rdma_create_event_channel();
+  if (link->setup_channel == nullptr) return ErrnoStatus("rdma_create_event_channel");
+  int flags = fcntl(link->setup_channel->fd, F_GETFL);
+  if (fcntl(link->setup_channel->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    return ErrnoStatus("fcntl O_NONBLOCK on the rdma_cm channel");
+  }
+  if (rdma_create_id(link->setup_channel, &link->id, nullptr, RDMA_PS_TCP) != 0) {
+    return ErrnoStatus("rdma_create_id");
+  }
+  int timeout_ms = static_cast<int>(options.connect_timeout_ms);
+  if (rdma_resolve_addr(link->id, nullptr, reinterpret_cast<sockaddr*>(&destination), timeout_ms) !=
+      0) {
+    return ErrnoStatus("rdma_resolve_addr " + address_);
+  }
+  PDPM_RETURN_IF_ERROR(
+      WaitCmEvent(link->setup_channel, RDMA_CM_EVENT_ADDR_RESOLVED, deadline, address_, nullptr));
+  if (link->id->verbs != device_->context()) {
+    return Status::FailedPrecondition("connect to " + address_ +
+                                      ": the route leaves through another device than " +
+                                      device_->name());
+  }
+  if (rdma_resolve_route(link->id, timeout_ms) != 0) {
+    return ErrnoStatus("rdma_resolve_route " + address_);
+  }
+  PDPM_RETURN_IF_ERROR(
+      WaitCmEvent(link->setup_channel, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, address_, nullptr));
+  link_ = std::move(link);
+  PDPM_RETURN_IF_ERROR(InitLink(link_.get()));
+
+  uint8_t private_data[kConnectDataSize];
+  rdma_conn_param param{};
+  param.private_data = private_data;
+  param.private_data_len =
+      static_cast<uint8_t>(EncodeConnectData(core_, local_blob_, private_data));
+  param.responder_resources = static_cast<uint8_t>(device_->attr().max_qp_rd_atom);
+  param.initiator_depth = static_cast<uint8_t>(device_->attr().max_qp_init_rd_atom);
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;  // receiver-not-ready forever: the op timeout bounds it
+  if (rdma_connect(link_->id, &param) != 0) return ErrnoStatus("rdma_connect " + address_);
+  std::vector<uint8_t> reply;
+  PDPM_RETURN_IF_ERROR(
+      WaitCmEvent(link_->setup_channel, RDMA_CM_EVENT_ESTABLISHED, deadline, address_, &reply));
+  uint32_t echoed_core;
+  PDPM_RETURN_IF_ERROR(DecodeConnectData(reply, &echoed_core, &peer_blob_)
+                           .WithContext("accept data from " + address_));
+  peer_address_ = address_;
+
+  // From here on disconnects arrive at the device's service thread.
+  device_->AddConnection(link_->id, this);
+  if (rdma_migrate_id(link_->id, device_->cm_channel()) != 0) {
+    Status s = ErrnoStatus("rdma_migrate_id");
+    device_->RemoveConnection(link_->id);
+    return s;
+  }
+  rdma_destroy_event_channel(link_->setup_channel);
+  link_->setup_channel = nullptr;
+  broken_ = false;
+  peer_gone_ = false;
+  progress_++;
+  return Status::OK();
+}
+
+Status VerbsConnection::ForRequest(std::shared_ptr<Device> device, rdma_cm_id* id, uint32_t core,
+                                   std::string peer_blob, std::string local_blob,
+                                   std::unique_ptr<VerbsConnection>* out) {
+  std::unique_ptr<VerbsConnection> conn(new VerbsConnection(std::move(device), false, core, ""));
+  conn->peer_blob_ = std::move(peer_blob);
+  conn->local_blob_ = std::move(local_blob);
+  char host[INET6_ADDRSTRLEN] = "?";
+  sockaddr* peer = rdma_get_peer_addr(id);
+  const void* raw =
+      peer->sa_family == AF_INET6
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(peer)->sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(peer)->sin_addr);
+  inet_ntop(peer->sa_family, raw, host, sizeof(host));
+  conn->peer_address_ = (peer->sa_family == AF_INET6 ? "[" + std::string(host) + "]" : host) + ":" +
+                        std::to_string(ntohs(rdma_get_dst_port(id)));
+  auto link = std::make_unique<Link>();
+  link->id = id;
+  std::lock_guard lock(conn->mu_);
+  Status s = conn->Setup(std::move(link));
+  if (!s.ok()) {
+    // The caller rejects the request and destroys the id itself.
+    if (conn->link_) {
+      if (conn->link_->has_qp) rdma_destroy_qp(id);
+      conn->link_->has_qp = false;
+      conn->link_->id = nullptr;
+    }
+    return s;
+  }
+  *out = std::move(conn);
+  return Status::OK();
+}
+
+bool VerbsConnection::TakeSignal(bool wanted) {
+  uint32_t interval = std::max<uint32_t>(link_->sq_depth / 4, 1);
+  if (wanted || unsignaled_run_ + 1 >= interval) {
+    unsignaled_run_ = 0;
+    return true;
+  }
+  unsignaled_run_++;
+  return false;
+}
+
+Status VerbsConnection::Post(std::span<const Op> ops) {
+  std::lock_guard lock(mu_);
+  if (broken_ || peer_gone_ || !link_) {
+    return Status::Unavailable(
+        "connection to " + peer_address_ + " is broken: " +
+        (broken_status_.ok() ? std::string("peer disconnected") : broken_status_.ToString()));
+  }
+  const TransportOptions& options = device_->options();
+  size_t requests = 0, signaled = 0;
+  for (const Op& op : ops) {
+    const LocalBuffer& local = op.local;
+    auto* region = dynamic_cast<VerbsRegion*>(local.region);
+    if (region == nullptr || region->device() != device_.get()) {
+      return Status::InvalidArgument(std::string(OpcodeName(op.opcode)) +
+                                     ": local buffer not registered with this transport");
+    }
+    if (local.offset > region->size() || local.length > region->size() - local.offset) {
+      return Status::InvalidArgument(std::string(OpcodeName(op.opcode)) +
+                                     ": local buffer outside its region");
+    }
+    switch (op.opcode) {
+      case Opcode::kCompareSwap:
+      case Opcode::kFetchAdd:
+        if (local.length != 8 || op.remote_offset % 8 != 0 ||
+            (reinterpret_cast<uintptr_t>(region->data()) + local.offset) % 8 != 0) {
+          return Status::InvalidArgument(std::string(OpcodeName(op.opcode)) +
+                                         ": atomics take 8 bytes at 8-aligned offsets");
+        }
+        if (device_->attr().atomic_cap == IBV_ATOMIC_NONE) {
+          return Status::NotSupported("device " + device_->name() + " has no atomics");
+        }
+        break;
+      case Opcode::kRead:
+      case Opcode::kWrite:
+      case Opcode::kWriteWithImm:
+        if (local.length > options.max_transfer || local.length > device_->attr().max_mr_size) {
+          return Status::TooLarge(std::string(OpcodeName(op.opcode)) + " of " +
+                                  std::to_string(local.length) + " bytes exceeds max_transfer");
+        }
+        break;
+      default:
+        return Status::InvalidArgument("unknown opcode " +
+                                       std::to_string(static_cast<int>(op.opcode)));
+    }
+    bool persist = op.persist && op.opcode != Opcode::kRead && op.opcode != Opcode::kCompareSwap &&
+                   op.opcode != Opcode::kFetchAdd;
+    requests += persist ? 2 : 1;
+    signaled += op.signaled ? 1 : 0;
+  }
+  if (signaled_outstanding_ + signaled > options.max_outstanding) {
+    return Status::ResourceExhausted("more than max_outstanding signaled ops in flight");
+  }
+  // Keep room for the replies to the peer's persist requests (deferred
+  // when the queue is full, but never starved by our own ops).
+  size_t reserve = link_->sq_depth / 8;
+  if (requests + reserve > FreeSendSlots()) {
+    return Status::ResourceExhausted("send queue full: poll completions first");
+  }
+  if (ops.empty()) return Status::OK();
+
+  wrs_.assign(requests, ibv_send_wr{});
+  sges_.assign(requests, ibv_sge{});
+  bool had_expected = !pending_.empty() && last_signaled_ >= pending_.front().first_seq;
+  size_t w = 0;
+  for (const Op& op : ops) {
+    auto* region = static_cast<VerbsRegion*>(op.local.region);
+    bool persist =
+        op.persist && (op.opcode == Opcode::kWrite || op.opcode == Opcode::kWriteWithImm);
+    Pending pending{};
+    pending.first_seq = posted_ + 1;
+    pending.id = op.id;
+    pending.opcode = op.opcode;
+    pending.signaled = op.signaled;
+    pending.needs_reply = persist;
+
+    ibv_send_wr& wr = wrs_[w];
+    ibv_sge& sge = sges_[w];
+    // Registered ranges start at I/O address 0, local ones too: the device
+    // addresses the buffer by its offset. Inline data is copied by the CPU
+    // from the real address instead.
+    sge.addr = op.local.offset;
+    sge.length = op.local.length;
+    sge.lkey = region->lkey();
+    wr.wr_id = ++posted_;
+    wr.sg_list = &sge;
+    wr.num_sge = op.local.length == 0 ? 0 : 1;
+    switch (op.opcode) {
+      case Opcode::kRead:
+        wr.opcode = IBV_WR_RDMA_READ;
+        wr.wr.rdma.remote_addr = op.remote_offset;
+        wr.wr.rdma.rkey = op.remote_key;
+        last_read_ = posted_;
+        break;
+      case Opcode::kWrite:
+      case Opcode::kWriteWithImm:
+        // A persisted WRITE_WITH_IMM travels as WRITE + persist request;
+        // the peer raises the Incoming event once the range is durable.
+        wr.opcode = op.opcode == Opcode::kWriteWithImm && !persist ? IBV_WR_RDMA_WRITE_WITH_IMM
+                                                                   : IBV_WR_RDMA_WRITE;
+        wr.imm_data = htonl(op.imm);
+        wr.wr.rdma.remote_addr = op.remote_offset;
+        wr.wr.rdma.rkey = op.remote_key;
+        if (op.local.length <= link_->max_inline) {
+          wr.send_flags |= IBV_SEND_INLINE;
+          sge.addr = reinterpret_cast<uintptr_t>(region->data() + op.local.offset);
+        }
+        // A write must not overtake an earlier READ or atomic whose result
+        // lands in memory it may be sending.
+        if (last_read_ > retired_) wr.send_flags |= IBV_SEND_FENCE;
+        break;
+      case Opcode::kCompareSwap:
+      case Opcode::kFetchAdd:
+        wr.opcode = op.opcode == Opcode::kCompareSwap ? IBV_WR_ATOMIC_CMP_AND_SWP
+                                                      : IBV_WR_ATOMIC_FETCH_AND_ADD;
+        wr.wr.atomic.remote_addr = op.remote_offset;
+        wr.wr.atomic.rkey = op.remote_key;
+        wr.wr.atomic.compare_add = op.compare_or_add;
+        wr.wr.atomic.swap = op.swap;
+        last_read_ = posted_;
+        break;
+    }
+    if (TakeSignal(op.signaled && !persist)) {
+      wr.send_flags |= IBV_SEND_SIGNALED;
+      last_signaled_ = posted_;
+    }
+    w++;
+    if (persist) {
+      // The request follows the WRITE on the same queue pair, so the peer
+      // sees it only after the data is placed.
+      ibv_send_wr& request = wrs_[w];
+      ibv_sge& request_sge = sges_[w];
+      ControlMessage message{};
+      message.version = kWireVersion;
+      message.type = static_cast<uint8_t>(ControlType::kPersistRequest);
+      message.key = op.remote_key;
+      message.seq = ++posted_;
+      message.offset = op.remote_offset;
+      message.length = op.local.length;
+      message.imm = op.imm;
+      message.has_imm = op.opcode == Opcode::kWriteWithImm ? 1 : 0;
+      char* slot =
+          link_->control + size_t{kControlSlot} * (link_->rq_depth + posted_ % link_->sq_depth);
+      std::memcpy(slot, &message, sizeof(message));
+      request_sge.addr = reinterpret_cast<uintptr_t>(slot);
+      request_sge.length = sizeof(message);
+      request_sge.lkey = link_->control_mr->lkey;
+      request.wr_id = posted_;
+      request.opcode = IBV_WR_SEND;
+      request.sg_list = &request_sge;
+      request.num_sge = 1;
+      request.send_flags = IBV_SEND_SIGNALED;
+      if (sizeof(message) <= link_->max_inline) request.send_flags |= IBV_SEND_INLINE;
+      TakeSignal(true);
+      last_signaled_ = posted_;
+      w++;
+    }
+    pending.last_seq = posted_;
+    pending_.push_back(std::move(pending));
+    if (op.signaled) signaled_outstanding_++;
+  }
+  for (size_t i = 0; i + 1 < w; i++) wrs_[i].next = &wrs_[i + 1];
+  if (!had_expected) progress_++;  // the stall clock starts now
+
+  ibv_send_wr* bad = nullptr;
+  int err = ibv_post_send(link_->id->qp, wrs_.data(), &bad);
+  if (err != 0) {
+    // Accounting said it fits, so the queue pair itself is in trouble;
+    // some requests may be in flight: the connection cannot be trusted.
+    Break(Status::FromErrno("ibv_post_send", err));
+  }
+  return Status::OK();
+}
+
+size_t VerbsConnection::PollCompletions(std::span<Completion> out) {
+  owner_polls_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  DrainLocked();
+  size_t n = 0;
+  while (n < out.size() && !ready_.empty()) {
+    Ready& ready = ready_.front();
+    if (ready.signaled) signaled_outstanding_--;
+    out[n++] = std::move(ready.completion);
+    ready_.pop_front();
+  }
+  return n;
+}
+
+size_t VerbsConnection::PollIncoming(std::span<Incoming> out) {
+  owner_polls_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  DrainLocked();
+  size_t n = 0;
+  while (n < out.size() && !incoming_.empty()) {
+    out[n++] = incoming_.front();
+    incoming_.pop_front();
+  }
+  return n;
+}
+
+void VerbsConnection::ServeIfIdle() {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (lock.owns_lock()) DrainLocked();
+}
+
+void VerbsConnection::DrainLocked() {
+  if (!link_) return;
+  ibv_wc wcs[32];
+  int handled = 0;
+  for (;;) {
+    int n = ibv_poll_cq(link_->cq, 32, wcs);
+    if (n < 0) {
+      Break(Status::IOError("ibv_poll_cq failed"));
+      break;
+    }
+    for (int i = 0; i < n; i++) HandleCompletion(wcs[i]);
+    handled += n;
+    if (n < 32) break;
+  }
+  if (!broken_ && peer_gone_) Break(Status::Unavailable("peer " + peer_address_ + " disconnected"));
+  if (!broken_) {
+    FlushDeferredLocked();
+    if (handled == 0) CheckTimeoutLocked();
+  }
+}
+
+void VerbsConnection::HandleCompletion(const ibv_wc& wc) {
+  if (wc.wr_id & kRecvTag) {
+    if (wc.status != IBV_WC_SUCCESS) {
+      if (!broken_) Break(StatusFromCompletion(wc));
+      return;
+    }
+    auto index = static_cast<uint32_t>(wc.wr_id & ~kRecvTag);
+    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+      // The CQE is polled after the data is placed; ibv_poll_cq orders the
+      // caller's later loads after it.
+      incoming_.push_back(Incoming{ntohl(wc.imm_data), wc.byte_len});
+    } else if (wc.opcode == IBV_WC_RECV) {
+      HandleControl(reinterpret_cast<const uint8_t*>(link_->control) + size_t{index} * kControlSlot,
+                    wc.byte_len);
+    } else {
+      Break(Status::Corruption("unexpected receive completion opcode"));
+    }
+    if (!broken_) {
+      Status s = PostReceive(index);
+      if (!s.ok()) Break(s);
+    }
+    return;
+  }
+  if (wc.status != IBV_WC_SUCCESS) {
+    FailFrom(wc.wr_id, StatusFromCompletion(wc));
+    return;
+  }
+  Retire(wc.wr_id);
+}
+
+void VerbsConnection::HandleControl(const uint8_t* data, uint32_t length) {
+  ControlMessage message;
+  Status s = DecodeControl(std::span<const uint8_t>(data, length), &message);
+  if (!s.ok()) {
+    Break(s.WithContext("from peer " + peer_address_));
+    return;
+  }
+  if (message.type == static_cast<uint8_t>(ControlType::kPersistRequest)) {
+    Status persisted = device_->Persist(message.key, message.offset, message.length);
+    if (persisted.ok() && message.has_imm) {
+      incoming_.push_back(Incoming{message.imm, message.length});
+    }
+    ControlMessage reply{};
+    reply.version = kWireVersion;
+    reply.type = static_cast<uint8_t>(ControlType::kPersistReply);
+    reply.status = static_cast<uint16_t>(persisted.code());
+    reply.seq = message.seq;
+    deferred_.push_back(reply);
+    FlushDeferredLocked();
+    return;
+  }
+  // A reply: find the op whose persist request carried this sequence.
+  auto it = std::find_if(pending_.begin(), pending_.end(),
+                         [&](const Pending& p) { return p.last_seq == message.seq; });
+  if (it == pending_.end() || !it->needs_reply || it->replied) {
+    Break(Status::Corruption("persist reply for no request, from peer " + peer_address_));
+    return;
+  }
+  it->replied = true;
+  if (message.status != 0) {
+    it->status = Status(static_cast<StatusCode>(message.status),
+                        "the peer could not persist the written range");
+  }
+  progress_++;
+  FinishReady();
+}
+
+void VerbsConnection::FlushDeferredLocked() {
+  while (!deferred_.empty() && FreeSendSlots() > 0) {
+    ControlMessage& message = deferred_.front();
+    ibv_sge sge{};
+    uint64_t seq = ++posted_;
+    char* slot = link_->control + size_t{kControlSlot} * (link_->rq_depth + seq % link_->sq_depth);
+    std::memcpy(slot, &message, sizeof(message));
+    sge.addr = reinterpret_cast<uintptr_t>(slot);
+    sge.length = sizeof(message);
+    sge.lkey = link_->control_mr->lkey;
+    ibv_send_wr wr{};
+    wr.wr_id = seq;
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    if (sizeof(message) <= link_->max_inline) wr.send_flags |= IBV_SEND_INLINE;
+    if (TakeSignal(false)) {
+      wr.send_flags |= IBV_SEND_SIGNALED;
+      last_signaled_ = seq;
+    }
+    ibv_send_wr* bad;
+    int err = ibv_post_send(link_->id->qp, &wr, &bad);
+    if (err != 0) {
+      Break(Status::FromErrno("ibv_post_send (persist reply)", err));
+      return;
+    }
+    deferred_.pop_front();
+  }
+}
+
+void VerbsConnection::Retire(uint64_t seq) {
+  retired_ = std::max(retired_, seq);
+  for (Pending& p : pending_) {
+    if (p.last_seq > seq) break;
+    p.retired = true;
+  }
+  progress_++;
+  FinishReady();
+}
+
+void VerbsConnection::FinishReady() {
+  while (!pending_.empty()) {
+    Pending& p = pending_.front();
+    if (!p.retired || (p.needs_reply && !p.replied)) break;
+    if (p.signaled || !p.status.ok()) {
+      ready_.push_back(Ready{Completion{p.id, p.opcode, std::move(p.status)}, p.signaled});
+    }
+    pending_.pop_front();
+  }
+}
+
+void VerbsConnection::FailFrom(uint64_t failed_seq, const Status& status) {
+  if (broken_) return;  // flushed requests after the first failure
+  // RC completes in order: everything before the failed request succeeded.
+  for (Pending& p : pending_) {
+    if (p.last_seq < failed_seq) {
+      p.retired = true;
+      if (p.needs_reply && !p.replied) {
+        p.status = Status::Unavailable("connection broke before the persist reply");
+      }
+    } else if (p.first_seq <= failed_seq) {
+      p.status = status;
+    } else {
+      p.status = Status::Unavailable("not executed: an earlier op on the connection failed");
+    }
+    p.retired = true;
+    p.replied = true;
+  }
+  FinishReady();
+  Break(status);
+}
+
+void VerbsConnection::Break(const Status& status) {
+  if (broken_) return;
+  broken_status_ = status;
+  broken_ = true;
+  // The device stops touching our buffers before the caller learns the ops
+  // failed and reuses them.
+  if (link_ && link_->has_qp) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ibv_modify_qp(link_->id->qp, &attr, IBV_QP_STATE);
+  }
+  for (Pending& p : pending_) {
+    if (p.status.ok()) p.status = status;
+    ready_.push_back(Ready{Completion{p.id, p.opcode, std::move(p.status)}, p.signaled});
+  }
+  pending_.clear();
+  deferred_.clear();
+}
+
+void VerbsConnection::CheckTimeoutLocked() {
+  // Reading the clock on every empty poll would cost more than the poll
+  // (and far more where the clock is not a cheap vDSO read): look every
+  // kPollsPerClockRead empty polls whether progress was made since.
+  if (++idle_polls_ % kPollsPerClockRead != 0) return;
+  // Only ops a signaled request will retire can be late; a trailing run of
+  // unsignaled ops waits for the caller's next signaled op.
+  if (pending_.empty()) return;
+  const Pending& front = pending_.front();
+  bool expected = last_signaled_ >= front.first_seq || front.needs_reply;
+  if (!expected) return;
+  auto now = Clock::now();
+  if (progress_ != progress_seen_) {
+    progress_seen_ = progress_;
+    stalled_since_ = now;
+    return;
+  }
+  auto timeout = std::chrono::milliseconds(device_->options().op_timeout_ms);
+  if (now - stalled_since_ > timeout) {
+    Break(Status::Timeout(std::string(OpcodeName(front.opcode)) + " to " + peer_address_ +
+                          " did not complete within " +
+                          std::to_string(device_->options().op_timeout_ms) + " ms"));
+  }
+}
+
+size_t VerbsConnection::outstanding() const {
+  std::lock_guard lock(mu_);
+  return signaled_outstanding_;
+}
+
+bool VerbsConnection::healthy() const {
+  return !broken_ && !peer_gone_;
+}
+
+void VerbsConnection::OnPeerDisconnected() {
+  peer_gone_ = true;
+  // Moves our queue pair to the error state: its flushed receives wake an
+  // owner sleeping on notify_fd.
+  if (link_) rdma_disconnect(link_->id);
+}
+
+Status VerbsConnection::Reconnect() {
+  if (!active_) {
+    return Status::FailedPrecondition("the accepting side cannot reconnect; its peer does");
+  }
+  std::lock_guard lock(mu_);
+  if (link_) {
+    device_->RemoveConnection(link_->id);
+    Break(Status::Unavailable("connection replaced by Reconnect"));
+    link_.reset();
+  }
+  posted_ = retired_ = last_signaled_ = last_read_ = 0;
+  unsignaled_run_ = 0;
+  broken_status_ = Status::OK();
+  Status s = Establish();
+  if (!s.ok()) {
+    link_.reset();
+    broken_status_ = s;
+    broken_ = true;
+  }
+  return s;
+}
+
+int VerbsConnection::notify_fd() const {
+  return comp_channel_->fd;
+}
+
+Status VerbsConnection::ArmNotify() {
+  std::lock_guard lock(mu_);
+  if (!link_) return Status::Unavailable("connection is broken");
+  int err = ibv_req_notify_cq(link_->cq, 0);
+  if (err != 0) return Status::FromErrno("ibv_req_notify_cq", err);
+  return Status::OK();
+}
+
+void VerbsConnection::AckNotify() {
+  ibv_cq* cq;
+  void* context;
+  while (ibv_get_cq_event(comp_channel_, &cq, &context) == 0) ibv_ack_cq_events(cq, 1);
+}
+
+std::span<const uint8_t> VerbsConnection::peer_blob() const {
+  return {reinterpret_cast<const uint8_t*>(peer_blob_.data()), peer_blob_.size()};
+}
+
+std::span<const uint8_t> VerbsConnection::local_blob() const {
+  return {reinterpret_cast<const uint8_t*>(local_blob_.data()), local_blob_.size()};
+}
+
+}  // namespace pdpm::net::verbs

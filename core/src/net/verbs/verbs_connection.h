@@ -1,0 +1,175 @@
+// One RC queue pair to a peer core, with its completion queue (send and
+// receive share it), a ring of receive buffers that takes both the
+// WRITE_WITH_IMM notifications and the control messages, and the send
+// queue accounting.
+//
+// Send queue: every work request gets a sequence number. A signaled request
+// that completes retires itself and every earlier one (RC completes in
+// order), so the queue holds posted - retired requests; Post refuses what
+// would not fit. Unsignaled runs are cut by an internally signaled request
+// every sq_depth/4, so the queue drains even if the caller never signals.
+//
+// Completions reach the caller in posting order: an op completes once its
+// requests retired and, for `persist`, once the peer's reply arrived.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "net/transport.h"
+#include "net/verbs/verbs_device.h"
+#include "net/verbs/verbs_wire.h"
+
+namespace pdpm::net::verbs {
+
+class VerbsRegion final : public MemoryRegion {
+ public:
+  VerbsRegion(std::shared_ptr<Device> device, ibv_mr* mr, char* data, size_t size)
+      : MemoryRegion(data, size), device_(std::move(device)), mr_(mr) {}
+  ~VerbsRegion() override;
+
+  uint32_t key() const override { return mr_->rkey; }
+  uint32_t lkey() const { return mr_->lkey; }
+  const Device* device() const { return device_.get(); }
+
+ private:
+  std::shared_ptr<Device> device_;
+  ibv_mr* const mr_;
+};
+
+// The per-connection verbs resources; RAII over cm id, queue pair, CQ and
+// the control buffers.
+struct Link {
+  Link() = default;
+  ~Link();
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  rdma_event_channel* setup_channel = nullptr;  // active side, until established
+  rdma_cm_id* id = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_comp_channel* comp_channel = nullptr;  // not owned: the connection's
+  bool has_qp = false;
+  char* control = nullptr;  // recv buffers, then send buffers, kControlSlot each
+  ibv_mr* control_mr = nullptr;
+  uint32_t sq_depth = 0;
+  uint32_t rq_depth = 0;
+  uint32_t max_inline = 0;
+};
+
+class VerbsConnection final : public Connection {
+ public:
+  // Active side: resolves, connects and waits for the accept.
+  static Status ConnectTo(std::shared_ptr<Device> device, const std::string& address, uint32_t core,
+                          std::string_view local_blob, std::unique_ptr<Connection>* out);
+  // Passive side (service thread): builds the queue pair on the request's
+  // id; the caller accepts with AcceptParams().
+  static Status ForRequest(std::shared_ptr<Device> device, rdma_cm_id* id, uint32_t core,
+                           std::string peer_blob, std::string local_blob,
+                           std::unique_ptr<VerbsConnection>* out);
+  ~VerbsConnection() override;
+
+  Status Post(std::span<const Op> ops) override;
+  size_t PollCompletions(std::span<Completion> out) override;
+  size_t PollIncoming(std::span<Incoming> out) override;
+  size_t outstanding() const override;
+  bool healthy() const override;
+  Status Reconnect() override;
+  int notify_fd() const override;
+  Status ArmNotify() override;
+  void AckNotify() override;
+  std::span<const uint8_t> peer_blob() const override;
+  std::span<const uint8_t> local_blob() const override;
+  std::string peer_address() const override { return peer_address_; }
+  uint32_t core() const override { return core_; }
+
+  // Service thread.
+  rdma_cm_id* cm_id() const { return link_ ? link_->id : nullptr; }
+  uint64_t owner_polls() const { return owner_polls_.load(std::memory_order_relaxed); }
+  void OnPeerDisconnected();
+  // Serves the completion queue unless the owner holds the connection.
+  void ServeIfIdle();
+
+ private:
+  // One caller op in flight: its work requests are [first_seq, last_seq].
+  struct Pending {
+    uint64_t first_seq;
+    uint64_t last_seq;
+    uint64_t id;
+    Opcode opcode;
+    bool signaled;     // the caller wants a completion on success
+    bool needs_reply;  // persist: done when the peer's reply arrived
+    bool retired = false;
+    bool replied = false;
+    Status status;
+  };
+  struct Ready {
+    Completion completion;
+    bool signaled;
+  };
+
+  VerbsConnection(std::shared_ptr<Device> device, bool active, uint32_t core, std::string address);
+  Status CreateCompChannel();
+  Status Setup(std::unique_ptr<Link> link);
+  Status Establish();  // active side: connect link_ and register it
+  Status InitLink(Link* link);
+  Status PostReceive(uint32_t index);
+
+  void DrainLocked();
+  void HandleCompletion(const ibv_wc& wc);
+  void HandleControl(const uint8_t* data, uint32_t length);
+  void Retire(uint64_t seq);
+  void FailFrom(uint64_t failed_seq, const Status& status);
+  void Break(const Status& status);
+  void FinishReady();
+  void CheckTimeoutLocked();
+  Status SendControl(const ControlMessage& message);
+  void FlushDeferredLocked();
+  size_t FreeSendSlots() const { return link_->sq_depth - (posted_ - retired_); }
+  bool TakeSignal(bool wanted);
+
+  const std::shared_ptr<Device> device_;
+  const bool active_;
+  const uint32_t core_;
+  const std::string address_;  // active side: what to reconnect to
+  std::string peer_address_;
+  std::string local_blob_;
+  std::string peer_blob_;
+  ibv_comp_channel* comp_channel_ = nullptr;  // survives Reconnect: notify_fd is stable
+
+  mutable std::mutex mu_;
+  std::unique_ptr<Link> link_;
+  std::atomic<bool> broken_{false};
+  std::atomic<bool> peer_gone_{false};
+  std::atomic<uint64_t> owner_polls_{0};
+  Status broken_status_;
+
+  uint64_t posted_ = 0;   // sequence number of the last work request posted
+  uint64_t retired_ = 0;  // every request up to this one has completed
+  uint64_t last_signaled_ = 0;
+  uint64_t last_read_ = 0;  // last READ or atomic (fences later writes)
+  uint32_t unsignaled_run_ = 0;
+  // Op timeout: progress_ counts retirements, replies and posts that start
+  // the clock; a stall is progress_ unchanged for op_timeout_ms.
+  uint64_t progress_ = 0;
+  uint64_t progress_seen_ = ~0ull;
+  uint32_t idle_polls_ = 0;
+  std::chrono::steady_clock::time_point stalled_since_;
+  std::deque<Pending> pending_;
+  std::deque<Ready> ready_;
+  std::deque<Incoming> incoming_;
+  std::deque<ControlMessage> deferred_;  // replies waiting for send queue room
+  size_t signaled_outstanding_ = 0;
+  std::vector<ibv_send_wr> wrs_;
+  std::vector<ibv_sge> sges_;
+};
+
+}  // namespace pdpm::net::verbs

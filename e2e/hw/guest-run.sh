@@ -1,0 +1,90 @@
+#!/bin/sh
+# Runs inside the hardware guest (started by guest-stub-init as PID 1's
+# child): sets up soft-RoCE on a dummy interface and devdax + fsdax
+# namespaces on the emulated NVDIMM, then runs the plan the host wrote
+# (/run/pdpm/plan: "<label> <binary> <working-dir>" lines) and prints one
+# HW-RESULT line per binary on the serial console.
+set -u
+run=/run/pdpm
+host_ip=10.77.0.1
+mkdir -p "$run"
+mount -t 9p -o trans=virtio,version=9p2000.L,ro pdpmrun "$run" || {
+  echo "HW-SETUP FAIL cannot mount the run share"
+  exit 2
+}
+step() { # step <what> <command...>: runs it, reports failures loudly
+  what=$1
+  shift
+  if ! out=$("$@" 2>&1); then
+    echo "HW-SETUP FAIL $what: $out"
+    exit 2
+  fi
+}
+
+ulimit -l unlimited
+ip link set lo up
+step "dummy module" modprobe dummy numdummies=0
+step "dummy0" ip link add dummy0 type dummy
+step "dummy0 address" ip addr add "$host_ip/24" dev dummy0
+step "dummy0 up" ip link set dummy0 up
+for m in ib_uverbs rdma_ucm rdma_rxe; do step "module $m" modprobe "$m"; done
+step "rxe0" rdma link add rxe0 type rxe netdev dummy0
+i=0
+until grep -qs ACTIVE /sys/class/infiniband/rxe0/ports/1/state; do
+  i=$((i + 1))
+  [ $i -gt 100 ] && { echo "HW-SETUP FAIL rxe0 port never became active"; exit 2; }
+  sleep 0.1
+done
+
+for m in nfit nd_pmem nd_btt dax_pmem device_dax; do modprobe "$m" 2>/dev/null; done
+step "disable regions" ndctl disable-region all
+step "init labels" ndctl init-labels -f all
+step "enable regions" ndctl enable-region all
+fsdax_json=$(ndctl create-namespace -m fsdax -s 256M 2>&1) || {
+  echo "HW-SETUP FAIL fsdax namespace: $fsdax_json"
+  exit 2
+}
+devdax_json=$(ndctl create-namespace -m devdax -s 256M 2>&1) || {
+  echo "HW-SETUP FAIL devdax namespace: $devdax_json"
+  exit 2
+}
+pmem=/dev/$(echo "$fsdax_json" | sed -n 's/.*"blockdev":"\([^"]*\)".*/\1/p' | head -1)
+dax=/dev/$(echo "$devdax_json" | sed -n 's/.*"chardev":"\([^"]*\)".*/\1/p' | head -1)
+[ -b "$pmem" ] && [ -c "$dax" ] || {
+  echo "HW-SETUP FAIL namespaces without devices: $fsdax_json $devdax_json"
+  exit 2
+}
+step "mkfs on $pmem" mkfs.ext4 -q -F -b 4096 "$pmem"
+mkdir -p /mnt/pmem
+step "mount -o dax" mount -o dax "$pmem" /mnt/pmem
+clock=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)
+echo "HW-SETUP OK rxe0 on dummy0 $host_ip, devdax $dax, fsdax $pmem on /mnt/pmem, clock $clock"
+
+export HOME=/tmp TMPDIR=/tmp
+export PDPM_TEST_TRANSPORT=verbs PDPM_TEST_HOST=$host_ip
+export PDPM_TEST_DEVDAX=$dax PDPM_TEST_FSDAX_DIR=/mnt/pmem
+status=0
+while read -r label binary workdir; do
+  [ -n "$label" ] || continue
+  name=$(basename "$binary")
+  echo "HW-RUN $label $name"
+  start=$(date +%s)
+  filter=
+  [ -s "$run/filter" ] && filter="--gtest_filter=$(cat "$run/filter")"
+  (cd "$workdir" && timeout -k 5 300 "$binary" $filter) >/tmp/out 2>&1
+  rc=$?
+  took=$(($(date +%s) - start))
+  # Everything but the passing cases: failures, skips and the summary.
+  grep -avE '^\[ (RUN|      OK) |^\[----------\]|^$' /tmp/out | sed 's/^/  | /' | tail -400
+  if [ $rc -eq 0 ]; then
+    echo "HW-RESULT $label $name PASS ${took}s"
+  else
+    echo "HW-RESULT $label $name FAIL rc=$rc ${took}s"
+    status=1
+  fi
+done <"$run/plan"
+
+if [ -x "$run/bench.sh" ]; then
+  "$run/bench.sh" "$host_ip" || status=1
+fi
+exit $status

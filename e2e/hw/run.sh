@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Runs the PM suite (label pm, on devdax and fsdax) and the transport suite
+# (label net, on verbs over soft-RoCE) inside the hardware guest, on the
+# binaries of a host build directory, and exits with their status.
+#
+#   e2e/hw/run.sh <build-dir> [--bench]
+#
+# The guest boots under QEMU software emulation with an emulated NVDIMM and
+# no network; the repository comes in read-only over 9p at the same path,
+# so test binaries find everything where the host build put it. A timeout
+# around QEMU (PDPM_HW_TIMEOUT seconds) guarantees it never hangs. Where
+# QEMU cannot run, it says so loudly and fails, unless PDPM_SKIP_HW=1.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+build=$(cd "${1:?usage: run.sh <build-dir> [--bench]}" && pwd)
+bench=${2:-}
+timeout_s=${PDPM_HW_TIMEOUT:-600}
+
+cannot_run() {
+  echo "!!!!!! HARDWARE GUEST NOT RUN: $* — verbs and DAX are untested (PDPM_SKIP_HW=1 skips) !!!!!!" >&2
+  if [[ ${PDPM_SKIP_HW:-0} == 1 ]]; then exit 0; fi
+  exit 1
+}
+
+command -v qemu-system-x86_64 >/dev/null || cannot_run "qemu-system-x86_64 is not installed"
+command -v debootstrap >/dev/null || cannot_run "debootstrap is not installed"
+[[ $(id -u) -eq 0 ]] || cannot_run "building the guest image needs root"
+image=$("$here/build-image.sh") || cannot_run "the guest image could not be built"
+
+run=$(mktemp -d "${TMPDIR:-/tmp}/pdpm-hw.XXXXXX")
+qemu_pid=
+cleanup() {
+  [[ -n $qemu_pid ]] && kill -9 "$qemu_pid" 2>/dev/null
+  rm -rf "$run"
+}
+trap cleanup EXIT
+
+# The plan: every binary of the pm and net suites, once each.
+for label in pm net; do
+  ctest --test-dir "$build" --show-only=json-v1 -L "^${label}\$" |
+    jq -r --arg suite "$label" '.tests[] | "\($suite) \(.command[0]) \(
+      [.properties[]? | select(.name == "WORKING_DIRECTORY") | .value][0] // "/tmp")"' |
+    sort -u | while read -r suite binary workdir; do
+      # Test binaries not built in this tree are not part of the run.
+      if [[ -x $binary ]]; then echo "$suite $binary $workdir"; fi
+    done >>"$run/plan"
+done
+# PDPM_HW_FILTER: a gtest filter for every binary (narrowing a debug run).
+if [[ -n ${PDPM_HW_FILTER:-} ]]; then echo "$PDPM_HW_FILTER" >"$run/filter"; fi
+if [[ $bench == --bench ]]; then
+  install -m 0755 "$here/guest-bench.sh" "$run/bench.sh"
+  echo "$build" >"$run/bench-build"
+  : >"$run/plan"  # a benchmark run measures only
+fi
+if [[ ! -s $run/plan && $bench != --bench ]]; then
+  echo "hw: no pm or net tests in $build" >&2
+  exit 1
+fi
+echo "hw: $(wc -l <"$run/plan") test binaries; guest image $(basename "$image")"
+
+truncate -s 1G "$run/pmem.img"
+console=$run/console.log
+qemu-system-x86_64 \
+  -machine pc,nvdimm=on -accel tcg,thread=multi -cpu max -smp 2 \
+  -m 2G,slots=2,maxmem=6G \
+  -object memory-backend-file,id=mem1,share=on,mem-path="$run/pmem.img",size=1G \
+  -device nvdimm,id=nvdimm1,memdev=mem1,label-size=128K \
+  -kernel "$image/vmlinuz" -initrd "$image/initrd.img" \
+  -append "console=ttyS0 root=/dev/vda rw init=/sbin/pdpm-init pdpm_share=$repo quiet loglevel=3 panic=-1 tsc=reliable" \
+  -drive file="$image/rootfs.ext4",format=raw,if=virtio,snapshot=on \
+  -virtfs local,path="$repo",mount_tag=pdpm,security_model=none,readonly=on \
+  -virtfs local,path="$run",mount_tag=pdpmrun,security_model=none,readonly=on \
+  -nic none -display none -monitor none -serial file:"$console" -no-reboot \
+  </dev/null >"$run/qemu.log" 2>&1 &
+qemu_pid=$!
+start=$(date +%s)
+tail -n +1 -F "$console" 2>/dev/null | grep --line-buffered -E '^(HW-|  \| |BENCH |net\.)' &
+tail_pid=$!
+while kill -0 "$qemu_pid" 2>/dev/null; do
+  if (($(date +%s) - start > timeout_s)); then
+    echo "hw: guest still running after ${timeout_s}s — killing QEMU" >&2
+    kill -9 "$qemu_pid"
+    break
+  fi
+  sleep 1
+done
+qemu_status=0
+wait "$qemu_pid" 2>/dev/null || qemu_status=$?
+qemu_pid=
+sleep 0.5
+kill "$tail_pid" 2>/dev/null || true
+wait "$tail_pid" 2>/dev/null || true
+
+if [[ ! -s $console ]]; then
+  echo "hw: QEMU (exit status $qemu_status) did not start the guest from $image:" >&2
+  cat "$run/qemu.log" >&2
+  ls -la "$run" >&2
+  exit 1
+fi
+tr -d '\r' <"$console" >"$run/console.txt"
+if grep -q '^HW-SETUP FAIL' "$run/console.txt"; then
+  echo "hw: guest setup failed" >&2
+  exit 1
+fi
+exit_line=$(grep -a '^HW-EXIT' "$run/console.txt" | tail -1 || true)
+if [[ -z $exit_line ]]; then
+  echo "hw: the guest did not finish (timeout or crash); last console lines:" >&2
+  tail -20 "$run/console.txt" >&2
+  cat "$run/qemu.log" >&2
+  exit 1
+fi
+grep -a '^BENCH ' "$run/console.txt" || true
+passed=$(grep -c '^HW-RESULT .* PASS' "$run/console.txt" || true)
+failed=$(grep -c '^HW-RESULT .* FAIL' "$run/console.txt" || true)
+echo "hw: $passed suites passed, $failed failed, guest ran $(($(date +%s) - start))s ($exit_line)"
+[[ $exit_line == "HW-EXIT 0" && $failed -eq 0 ]]
