@@ -229,8 +229,7 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "server" && argc == 4) return Server(argv[2], argv[3]);
   if (mode == "client" && argc >= 4 && argc <= 6) {
-    return Client(argv[2], argv[3], argc >= 5 ? std::atof(argv[4]) : 0.5,
-                  argc == 6 ? argv[5] : "");
+    return Client(argv[2], argv[3], argc >= 5 ? std::atof(argv[4]) : 0.5, argc == 6 ? argv[5] : "");
   }
   std::fprintf(stderr, "usage: net_bench server <addr> <addr> | client <addr> <addr> [s]\n");
   return 2;

@@ -33,8 +33,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Responses with at most this much payload are copied and sent at the end
-// of a receive burst, coalescing many acks into one send.
+// Answers with at most this much payload are copied; larger ones (READ
+// answers) are sent from the range. Either way they go out at the end of a
+// receive burst, many in one send.
 constexpr size_t kDeferredResponseMax = 4096;
 // Bytes read per receive call into the staging buffer.
 constexpr size_t kStagingSize = 256 << 10;
@@ -46,6 +47,8 @@ constexpr int kReadsPerBurst = 64;
 // Progress threads look for timed-out ops (and answers a poller held
 // back) at least this often.
 constexpr int kTickMs = 10;
+// A poller holds back at most this many bytes of answers.
+constexpr size_t kMaxDeferredBytes = 64 << 10;
 // A poller that polls again sends answers it held back this long.
 constexpr auto kMaxAckDeferral = std::chrono::microseconds(50);
 // A connection is attended while its application thread polled it this
@@ -333,7 +336,6 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
 
   std::mutex tx_mu_;
   std::deque<TxEntry> txq_;    // guarded by tx_mu_
-  bool tx_blocked_ = false;    // the socket said EAGAIN; guarded by tx_mu_
   size_t tx_owned_bytes_ = 0;  // guarded by tx_mu_
   Status tx_error_;            // guarded by tx_mu_
   std::atomic<size_t> tx_backlog_{0};
@@ -576,7 +578,7 @@ bool ConnCore::DrainLocked(Drainer drainer) {
   Status flushed;
   {
     std::lock_guard lock(tx_mu_);
-    if (from_poller && !txq_.empty() && tx_error_.ok()) {
+    if (from_poller && !txq_.empty() && tx_error_.ok() && tx_backlog_.load() <= kMaxDeferredBytes) {
       // Hold the answers back briefly: an RPC server's reply, or the
       // poller's next post, takes them along in one send.
       if (deferred_since_.load() == 0) {
@@ -620,7 +622,6 @@ void ConnCore::OnWritable() {
   Status s;
   {
     std::lock_guard lock(tx_mu_);
-    tx_blocked_ = false;
     s = FlushLocked();
   }
   if (!s.ok()) {
@@ -675,10 +676,7 @@ Status ConnCore::FlushLocked() {
     for (int i = 0; i < locked; i++) locks[i].unlock();
     if (w < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        tx_blocked_ = true;  // until EPOLLOUT (OnWritable)
-        return Status::OK();
-      }
+      if (errno == EAGAIN) return Status::OK();  // EPOLLOUT brings us back
       tx_error_ = Status::Unavailable("send to " + address_ + ": " + std::strerror(errno));
       return tx_error_;
     }
@@ -713,10 +711,10 @@ void ConnCore::Respond(const FrameHeader& h, std::span<const uint8_t> payload,
     tx_owned_bytes_ += e.owned.size();
     return;
   }
-  // A large READ answer goes out from the range itself, without a copy.
+  // A large READ answer goes out from the range itself, without a copy,
+  // with the other answers of this receive burst in one send.
   e.payload = payload.data();
   e.range = std::move(range);
-  if (!tx_blocked_) tx_error_ = FlushLocked();
 }
 
 void ConnCore::DeliverIncoming(uint32_t imm, uint32_t length) {
@@ -1295,7 +1293,6 @@ Status ConnCore::Reconnect() {
     peer_max_transfer_ = max_transfer;
     machine_.Reset();
     tx_error_ = Status::OK();
-    tx_blocked_ = false;
     rx_paused_.store(false);
     broken_.store(false);
   }
