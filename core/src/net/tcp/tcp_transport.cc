@@ -347,6 +347,8 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   std::atomic<bool> waiting_{false};
   // When a drain last found the socket empty (steady clock ticks).
   std::atomic<int64_t> emptied_at_{0};
+  // The poller woke (AckNotify) and has not drained the socket empty since.
+  std::atomic<bool> maybe_unread_{true};
 
   mutable std::mutex state_mu_;
   std::deque<PendingOp> pending_;             // guarded by state_mu_
@@ -558,6 +560,7 @@ bool ConnCore::DrainLocked(Drainer drainer) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
         emptied_at_.store(Clock::now().time_since_epoch().count());
+        if (from_poller) maybe_unread_.store(false);
         break;
       }
       FailLocked(Status::Unavailable("connection to " + address_ + ": " + std::strerror(errno)));
@@ -572,6 +575,7 @@ bool ConnCore::DrainLocked(Drainer drainer) {
       // A short read took all the socket had; data arriving later raises a
       // new edge for the progress thread and wakes sleeping pollers.
       emptied_at_.store(Clock::now().time_since_epoch().count());
+      if (from_poller) maybe_unread_.store(false);
       break;
     }
   }
@@ -929,7 +933,13 @@ size_t ConnCore::PollIncoming(std::span<Incoming> out) {
 
 Status ConnCore::ArmNotify() {
   FlushDeferred(Clock::duration::zero());  // nobody else would send them now
-  last_touch_.store(Clock::now().time_since_epoch().count());
+  int64_t now = Clock::now().time_since_epoch().count();
+  last_touch_.store(now);
+  // The socket is in the wait set: if the poller found it empty since it
+  // last woke, the "poll once more" after arming need not read it (data
+  // arriving wakes the waiter at once); it only looks at what progress
+  // threads queued.
+  if (!maybe_unread_.load()) emptied_at_.store(now);
   waiting_.store(true);
   armed_.store(true);
   if (broken_.load()) Notify();
@@ -938,6 +948,7 @@ Status ConnCore::ArmNotify() {
 
 void ConnCore::AckNotify() {
   waiting_.store(false);
+  maybe_unread_.store(true);
   if (!notified_.exchange(false)) return;
   uint64_t v;
   [[maybe_unused]] ssize_t n = ::read(event_fd_.get(), &v, sizeof(v));
