@@ -41,7 +41,7 @@ class Sink final : public FrameSink {
     *dest = {local_, n};
     return Status::OK();
   }
-  void EndResponse(const FrameHeader& h, std::string_view error) override {
+  void EndResponse(const FrameHeader&, std::string_view error) override {
     next_seq_++;
     checksum_ += error.size();
   }

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -528,11 +529,11 @@ class RpcServer::Impl {
       rep.flags = 0;
       rep.method_or_status = static_cast<uint16_t>(status.code());
       std::string_view m = status.message().substr(0, inline_max);
-      if (!m.empty()) std::memcpy(out + kRpcHeaderSize, m.data(), m.size());
+      std::copy(m.begin(), m.end(), out + kRpcHeaderSize);
       rep.length = inline_bytes = m.size();
       count = 0;
     } else if (!(rep.flags & kFlagBulk)) {
-      std::memcpy(out + kRpcHeaderSize, reply.data(), reply.size());
+      std::copy(reply.begin(), reply.end(), out + kRpcHeaderSize);
       rep.length = inline_bytes = reply.size();
     }
     EncodeMessage(rep, out);

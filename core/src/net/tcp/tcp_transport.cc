@@ -103,6 +103,12 @@ Status ResolveAddress(const std::string& address, sockaddr_in* out) {
   return Status::OK();
 }
 
+// strerror, thread-safe.
+std::string ErrnoText(int err) {
+  char buf[128];
+  return strerror_r(err, buf, sizeof(buf));  // the GNU variant returns the text
+}
+
 int RemainingMs(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   return static_cast<int>(std::max<int64_t>(0, left.count()));
@@ -131,7 +137,7 @@ Status SendAll(int fd, const void* data, size_t n, Clock::time_point deadline) {
     } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
       PDPM_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, "handshake send"));
     } else {
-      return Status::Unavailable(std::string("handshake send: ") + std::strerror(errno));
+      return Status::Unavailable(std::string("handshake send: ") + ErrnoText(errno));
     }
   }
   return Status::OK();
@@ -149,7 +155,7 @@ Status RecvAll(int fd, void* data, size_t n, Clock::time_point deadline) {
     } else if (errno == EAGAIN || errno == EINTR) {
       PDPM_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline, "handshake receive"));
     } else {
-      return Status::Unavailable(std::string("handshake receive: ") + std::strerror(errno));
+      return Status::Unavailable(std::string("handshake receive: ") + ErrnoText(errno));
     }
   }
   return Status::OK();
@@ -563,7 +569,7 @@ bool ConnCore::DrainLocked(Drainer drainer) {
         if (from_poller) maybe_unread_.store(false);
         break;
       }
-      FailLocked(Status::Unavailable("connection to " + address_ + ": " + std::strerror(errno)));
+      FailLocked(Status::Unavailable("connection to " + address_ + ": " + ErrnoText(errno)));
       return false;
     }
     Status s = machine_.Consume(staging_.data(), staged);
@@ -681,7 +687,7 @@ Status ConnCore::FlushLocked() {
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return Status::OK();  // EPOLLOUT brings us back
-      tx_error_ = Status::Unavailable("send to " + address_ + ": " + std::strerror(errno));
+      tx_error_ = Status::Unavailable("send to " + address_ + ": " + ErrnoText(errno));
       return tx_error_;
     }
     size_t left = w;
@@ -1195,13 +1201,13 @@ Status TcpTransport::Dial(const std::string& address, uint32_t core, std::string
   if (fd.get() < 0) return Status::FromErrno("connect: socket", errno);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     if (errno != EINPROGRESS) {
-      return Status::Unavailable("connect to " + address + ": " + std::strerror(errno));
+      return Status::Unavailable("connect to " + address + ": " + ErrnoText(errno));
     }
     PDPM_RETURN_IF_ERROR(WaitFd(fd.get(), POLLOUT, deadline, "connect").WithContext(address));
     int err = 0;
     socklen_t len = sizeof(err);
     ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) return Status::Unavailable("connect to " + address + ": " + std::strerror(err));
+    if (err != 0) return Status::Unavailable("connect to " + address + ": " + ErrnoText(err));
   }
   SetNoDelay(fd.get());
   uint8_t hello_bytes[kHelloSize];
