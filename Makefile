@@ -6,6 +6,9 @@ SHELL := /bin/bash
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pdpm
 export CCACHE_DIR ?= $(CACHE_DIR)/ccache
 export CCACHE_BASEDIR := $(CURDIR)
+# Debug info then names paths relative to the build; without this every
+# clone in a new directory would miss the cache.
+export CCACHE_NOHASHDIR := 1
 export CCACHE_MAXSIZE ?= 5G
 JOBS ?= $(shell nproc)
 CTEST := ctest --output-on-failure --timeout 300 -j $(JOBS)
