@@ -492,12 +492,17 @@ CcehCheckReport CcehIndex::Check(PAllocator* alloc, uint64_t header_offset) {
 }
 
 void CcehIndex::AddReachable(std::unordered_set<uint64_t>* reachable) {
-  std::shared_lock<std::shared_mutex> dl(dir_mu_);
   const Layout& L = *layout_;
-  reachable->insert(header_offset_);
-  reachable->insert(L.directory());
-  for (const auto& [seg, lock] : locks_) {
-    std::shared_lock<std::shared_mutex> sl(lock->mu);
+  std::vector<std::pair<uint64_t, std::shared_mutex*>> segments;
+  {
+    std::shared_lock<std::shared_mutex> dl(dir_mu_);
+    reachable->insert(header_offset_);
+    reachable->insert(L.directory());
+    for (const auto& [seg, lock] : locks_) segments.emplace_back(seg, &lock->mu);
+  }
+  // Segment locks are taken without dir_mu_ held (the lock order).
+  for (const auto& [seg, mu] : segments) {
+    std::shared_lock<std::shared_mutex> sl(*mu);
     reachable->insert(seg);
     for (uint32_t i = 0; i < L.slot_count(); ++i) {
       const Slot* slot = L.slot(seg, i);
@@ -567,6 +572,16 @@ Status CcehIndex::RemoveSlot(Slot* slot) {
 }
 
 Status CcehIndex::Get(std::string_view key, std::string* value, ItemMeta* meta) {
+  return Lookup(key, value, meta);
+}
+
+Status CcehIndex::Exists(std::string_view key, bool* exists) {
+  Status s = Lookup(key, nullptr, nullptr);
+  *exists = s.ok();
+  return s.code() == StatusCode::kNotFound ? Status::OK() : s;
+}
+
+Status CcehIndex::Lookup(std::string_view key, std::string* value, ItemMeta* meta) {
   PDPM_RETURN_IF_ERROR(CheckItemSize(key, 0));
   const uint64_t hash = HashKey(key);
   {
@@ -578,28 +593,26 @@ Status CcehIndex::Get(std::string_view key, std::string* value, ItemMeta* meta) 
     ItemView view;
     PDPM_RETURN_IF_ERROR(ItemView::Open(*alloc_, slot->item, &view));
     if (!view.ExpiredAt(NowMs())) {
-      PDPM_RETURN_IF_ERROR(view.VerifyChecksum());
-      value->assign(view.value());
+      if (value != nullptr) {
+        PDPM_RETURN_IF_ERROR(view.VerifyChecksum());
+        value->assign(view.value());
+      }
       if (meta != nullptr) *meta = view.meta();
       return Status::OK();
     }
   }
-  // Expired: free it (an update that leaves the key as it is does).
-  PDPM_RETURN_IF_ERROR(
-      Apply(key, [](const std::string_view*, const ItemMeta&, Change*) { return Status::OK(); }));
+  // Expired: free it (a change that keeps the key as it is does).
+  PDPM_RETURN_IF_ERROR(Apply(key, /*may_insert=*/false,
+                             [](const std::string_view*, const ItemMeta&, Change*) {
+                               return Status::OK();
+                             }));
   return Status::NotFound("no such key (expired)");
-}
-
-Status CcehIndex::Exists(std::string_view key, bool* exists) {
-  std::string value;
-  Status s = Get(key, &value);
-  *exists = s.ok();
-  return s.code() == StatusCode::kNotFound ? Status::OK() : s;
 }
 
 Status CcehIndex::Put(std::string_view key, std::string_view value, const PutOptions& options) {
   PDPM_RETURN_IF_ERROR(CheckItemSize(key, value.size()));
-  return Apply(key, [&](const std::string_view* old, const ItemMeta& old_meta, Change* c) {
+  return Apply(key, /*may_insert=*/true,
+               [&](const std::string_view* old, const ItemMeta& old_meta, Change* c) {
     if (old != nullptr && options.mode == PutMode::kIfAbsent) {
       return Status::AlreadyExists("key exists");
     }
@@ -615,7 +628,8 @@ Status CcehIndex::Put(std::string_view key, std::string_view value, const PutOpt
 }
 
 Status CcehIndex::Delete(std::string_view key) {
-  return Apply(key, [](const std::string_view* old, const ItemMeta&, Change* c) {
+  return Apply(key, /*may_insert=*/false,
+               [](const std::string_view* old, const ItemMeta&, Change* c) {
     if (old == nullptr) return Status::NotFound("no such key");
     c->kind = Mutation::kDelete;
     return Status::OK();
@@ -624,7 +638,8 @@ Status CcehIndex::Delete(std::string_view key) {
 
 Status CcehIndex::Update(std::string_view key, const UpdateFn& fn) {
   Mutation m;
-  return Apply(key, [&](const std::string_view* old, const ItemMeta& old_meta, Change* c) {
+  return Apply(key, /*may_insert=*/true,
+               [&](const std::string_view* old, const ItemMeta& old_meta, Change* c) {
     PDPM_RETURN_IF_ERROR(fn(old, old_meta, &m));
     c->kind = m.kind;
     c->value = m.value;
@@ -633,7 +648,7 @@ Status CcehIndex::Update(std::string_view key, const UpdateFn& fn) {
   });
 }
 
-Status CcehIndex::Apply(std::string_view key, const Decide& decide) {
+Status CcehIndex::Apply(std::string_view key, bool may_insert, const Decide& decide) {
   PDPM_RETURN_IF_ERROR(CheckItemSize(key, 0));
   const uint64_t hash = HashKey(key);
   for (;;) {
@@ -651,7 +666,7 @@ Status CcehIndex::Apply(std::string_view key, const Decide& decide) {
         found = nullptr;
       }
     }
-    if (found == nullptr && free_slot == nullptr) {
+    if (may_insert && found == nullptr && free_slot == nullptr) {
       // No room in the key's probe window: split before deciding, so that
       // the decision is taken once, on the state it applies to.
       PDPM_RETURN_IF_ERROR(Split(seg));
@@ -669,6 +684,9 @@ Status CcehIndex::Apply(std::string_view key, const Decide& decide) {
       case Mutation::kKeep: return Status::OK();
       case Mutation::kDelete: return found != nullptr ? RemoveSlot(found) : Status::OK();
       case Mutation::kPut: break;
+    }
+    if (found == nullptr && free_slot == nullptr) {
+      return Status::Internal("a change that may not insert the key inserted it");
     }
     uint64_t item;
     PDPM_RETURN_IF_ERROR(WriteItem(alloc_, key, change.value, change.meta, hash, &item));

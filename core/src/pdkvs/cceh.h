@@ -151,7 +151,9 @@ class CcehIndex {
   // kNotFound when absent or expired.
   Status Delete(std::string_view key);
   // Atomic read-modify-write of one key (increment, append, set-if-equal,
-  // TTL changes): see UpdateFn.
+  // TTL changes): see UpdateFn. `fn` is called exactly once; when the key is
+  // absent and its probe window full, the segment splits first (as for a
+  // put), whatever `fn` then decides.
   Status Update(std::string_view key, const UpdateFn& fn);
   // Up to about `count` keys (more when keys share a hash) from `cursor`.
   Status Scan(uint64_t cursor, size_t count, ScanPage* page);
@@ -187,7 +189,10 @@ class CcehIndex {
   // The one write path: locks the key's segment exclusively, frees an
   // expired item, makes room (splits), calls `decide` once with the current
   // value and applies its change.
-  Status Apply(std::string_view key, const Decide& decide);
+  // `may_insert` false: the change never adds the key (no split for room).
+  Status Apply(std::string_view key, bool may_insert, const Decide& decide);
+  // Get without a copy when value is null (Exists).
+  Status Lookup(std::string_view key, std::string* value, ItemMeta* meta);
   // Clears a slot and frees its item; segment locked exclusively.
   Status RemoveSlot(Slot* slot);
   // Splits segment `seg` (locked exclusively), doubling the directory when

@@ -149,6 +149,19 @@ TEST_F(CcehTest, Errors) {
   ExpectClean();
 }
 
+TEST_F(CcehTest, ReadsAndDeletesOfAbsentKeysNeverSplit) {
+  Make(1, 1);
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(index_->Put("k" + std::to_string(i), "v").ok());
+  const uint64_t splits = index_->Stats().splits;
+  for (int i = 0; i < 200; ++i) {
+    std::string key = "absent" + std::to_string(i);
+    EXPECT_EQ(index_->Delete(key).code(), StatusCode::kNotFound);
+    EXPECT_EQ(Get(key), "<not_found>");
+  }
+  EXPECT_EQ(index_->Stats().splits, splits);
+  ExpectClean();
+}
+
 TEST_F(CcehTest, RegionFull) {
   Make(255, 4, 4);
   std::string value(200000, 'v');
