@@ -602,10 +602,9 @@ Status CcehIndex::Lookup(std::string_view key, std::string* value, ItemMeta* met
     }
   }
   // Expired: free it (a change that keeps the key as it is does).
-  PDPM_RETURN_IF_ERROR(Apply(key, /*may_insert=*/false,
-                             [](const std::string_view*, const ItemMeta&, Change*) {
-                               return Status::OK();
-                             }));
+  PDPM_RETURN_IF_ERROR(
+      Apply(key, /*may_insert=*/false,
+            [](const std::string_view*, const ItemMeta&, Change*) { return Status::OK(); }));
   return Status::NotFound("no such key (expired)");
 }
 
@@ -613,39 +612,40 @@ Status CcehIndex::Put(std::string_view key, std::string_view value, const PutOpt
   PDPM_RETURN_IF_ERROR(CheckItemSize(key, value.size()));
   return Apply(key, /*may_insert=*/true,
                [&](const std::string_view* old, const ItemMeta& old_meta, Change* c) {
-    if (old != nullptr && options.mode == PutMode::kIfAbsent) {
-      return Status::AlreadyExists("key exists");
-    }
-    if (old == nullptr && options.mode == PutMode::kIfPresent) {
-      return Status::NotFound("no such key");
-    }
-    c->kind = Mutation::kPut;
-    c->value = value;
-    c->meta = options.meta;
-    if (options.keep_ttl && old != nullptr) c->meta.expire_at_ms = old_meta.expire_at_ms;
-    return Status::OK();
-  });
+                 if (old != nullptr && options.mode == PutMode::kIfAbsent) {
+                   return Status::AlreadyExists("key exists");
+                 }
+                 if (old == nullptr && options.mode == PutMode::kIfPresent) {
+                   return Status::NotFound("no such key");
+                 }
+                 c->kind = Mutation::kPut;
+                 c->value = value;
+                 c->meta = options.meta;
+                 if (options.keep_ttl && old != nullptr)
+                   c->meta.expire_at_ms = old_meta.expire_at_ms;
+                 return Status::OK();
+               });
 }
 
 Status CcehIndex::Delete(std::string_view key) {
   return Apply(key, /*may_insert=*/false,
                [](const std::string_view* old, const ItemMeta&, Change* c) {
-    if (old == nullptr) return Status::NotFound("no such key");
-    c->kind = Mutation::kDelete;
-    return Status::OK();
-  });
+                 if (old == nullptr) return Status::NotFound("no such key");
+                 c->kind = Mutation::kDelete;
+                 return Status::OK();
+               });
 }
 
 Status CcehIndex::Update(std::string_view key, const UpdateFn& fn) {
   Mutation m;
   return Apply(key, /*may_insert=*/true,
                [&](const std::string_view* old, const ItemMeta& old_meta, Change* c) {
-    PDPM_RETURN_IF_ERROR(fn(old, old_meta, &m));
-    c->kind = m.kind;
-    c->value = m.value;
-    c->meta = m.meta;
-    return Status::OK();
-  });
+                 PDPM_RETURN_IF_ERROR(fn(old, old_meta, &m));
+                 c->kind = m.kind;
+                 c->value = m.value;
+                 c->meta = m.meta;
+                 return Status::OK();
+               });
 }
 
 Status CcehIndex::Apply(std::string_view key, bool may_insert, const Decide& decide) {

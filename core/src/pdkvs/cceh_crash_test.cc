@@ -182,20 +182,6 @@ struct SparseImage {
   }
 };
 
-// Reads the reports of a child until it ends; whether it died of SIGKILL.
-std::vector<uint32_t> CollectChild(const pm::Child& child, bool* killed) {
-  std::vector<uint32_t> acks;
-  uint32_t v;
-  while (pm::ReadReport(child.read_fd, &v)) acks.push_back(v);
-  close(child.read_fd);
-  int status = 0;
-  EXPECT_EQ(waitpid(child.pid, &status, 0), child.pid);
-  *killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-  EXPECT_TRUE(*killed || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
-      << "child failed with status " << status;
-  return acks;
-}
-
 class CcehCrashTest : public ::testing::TestWithParam<uint64_t> {
  protected:
   void SetUp() override {
@@ -236,7 +222,7 @@ class CcehCrashTest : public ::testing::TestWithParam<uint64_t> {
                  " persisted bytes, recovery crash after " + std::to_string(recovery_kill_at));
     pristine_image_.WriteTo(image_);
     bool killed;
-    std::vector<uint32_t> acks = CollectChild(
+    std::vector<uint32_t> acks = pm::CollectReports(
         pm::ForkChild([&](int ack_fd) {
           Store store;
           if (!OpenSpace(image_, kill_at, &store).ok()) _exit(91);
@@ -265,11 +251,11 @@ class CcehCrashTest : public ::testing::TestWithParam<uint64_t> {
     }
     if (recovery_kill_at > 0) {
       bool recovery_killed;
-      CollectChild(pm::ForkChild([&](int) {
-                     Store store;
-                     if (!OpenStore(image_, recovery_kill_at, &store).ok()) _exit(94);
-                   }),
-                   &recovery_killed);
+      pm::CollectReports(pm::ForkChild([&](int) {
+                           Store store;
+                           if (!OpenStore(image_, recovery_kill_at, &store).ok()) _exit(94);
+                         }),
+                         &recovery_killed);
     }
 
     Store store;

@@ -16,6 +16,12 @@ namespace {
 
 using dsm::PAllocator;
 
+PutOptions WithMode(PutMode mode) {
+  PutOptions o;
+  o.mode = mode;
+  return o;
+}
+
 // An index in a fresh region, and its reopening from the region alone.
 class CcehTest : public ::testing::Test {
  protected:
@@ -109,8 +115,8 @@ TEST_F(CcehTest, PutGetDeleteExists) {
 }
 
 TEST_F(CcehTest, PutModes) {
-  PutOptions absent{PutMode::kIfAbsent};
-  PutOptions present{PutMode::kIfPresent};
+  PutOptions absent = WithMode(PutMode::kIfAbsent);
+  PutOptions present = WithMode(PutMode::kIfPresent);
   EXPECT_EQ(index_->Put("k", "x", present).code(), StatusCode::kNotFound);
   EXPECT_EQ(Get("k"), "<not_found>");
   ASSERT_TRUE(index_->Put("k", "first", absent).ok());
@@ -222,11 +228,11 @@ TEST_F(CcehTest, Ttl) {
   ASSERT_TRUE(index_->Exists("t", &exists).ok());
   EXPECT_FALSE(exists);
   ASSERT_TRUE(index_->Put("t", "v", o).ok());
-  EXPECT_EQ(index_->Put("t", "v", {PutMode::kIfPresent}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(index_->Put("t", "v", WithMode(PutMode::kIfPresent)).code(), StatusCode::kNotFound);
   EXPECT_EQ(index_->Delete("t").code(), StatusCode::kNotFound);
   ASSERT_TRUE(index_->Put("t", "v", o).ok());
   EXPECT_EQ(ScanAll(10), std::set<std::string>{"forever"});
-  ASSERT_TRUE(index_->Put("t", "fresh", {PutMode::kIfAbsent}).ok());
+  ASSERT_TRUE(index_->Put("t", "fresh", WithMode(PutMode::kIfAbsent)).ok());
   EXPECT_EQ(Get("t"), "fresh");
   ExpectClean();
 }
@@ -417,7 +423,9 @@ TEST_F(CcehTest, ConcurrentThreads) {
         std::string v;
         Status s = index_->Get(other, &v);
         EXPECT_TRUE(s.ok() ? v == other : s.code() == StatusCode::kNotFound) << s.ToString();
-        if (i % 3 == 0) EXPECT_TRUE(index_->Delete(key).ok());
+        if (i % 3 == 0) {
+          EXPECT_TRUE(index_->Delete(key).ok());
+        }
         if (i % 50 == 0) {
           ScanPage page;
           EXPECT_TRUE(index_->Scan(rng(), 5, &page).ok());
