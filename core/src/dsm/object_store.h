@@ -38,7 +38,9 @@ struct ObjectStoreOptions {
   // Region root slot holding the table's index root.
   int root_slot = 0;
   // Buckets of the hash index (fixed when the table is created).
-  uint32_t bucket_count = 1024;
+  // The default's 64 KiB array shares the chunk of 16-page extents; size
+  // it to the expected object count (chains grow past it), up to 2^24.
+  uint32_t bucket_count = 8192;
   // Seed of the skip-list level generator (tests fix it for determinism).
   uint64_t seed = 0x5eed;
 };
@@ -52,8 +54,9 @@ struct ObjectStoreRecovery {
 class ObjectStoreTable {
  public:
   // Creates an empty table in the region and records it in the root slot.
-  // Object-store blocks left in the region (by a Create that crashed before
-  // publishing) are reclaimed first.
+  // A region holds at most one table (every object-store block of the region
+  // belongs to it), so object-store blocks already in the region — left by a
+  // Create that crashed before publishing — are reclaimed first.
   static Status Create(PAllocator* alloc, const ObjectStoreOptions& options,
                        std::unique_ptr<ObjectStoreTable>* out);
   // Opens the table after a restart or crash: validates the index and every

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -125,22 +126,27 @@ Status OpenStore(const std::string& path, uint64_t crash_after_bytes, Store* sto
   return ObjectStoreTable::Open(store->alloc.get(), {}, &store->table, nullptr);
 }
 
+// Creates a PM file holding one segment with a formatted, opened allocator.
+Status CreateStoreFile(const std::string& path, uint64_t segment_size, Store* store) {
+  pm::PmOptions o;
+  o.create_size = pm::kSuperblockAreaSize + segment_size;
+  std::unique_ptr<pm::PmDevice> device;
+  PDPM_RETURN_IF_ERROR(pm::PmDevice::Open(path, o, &device));
+  pm::FormatOptions f;
+  f.segment_size = segment_size;
+  PDPM_RETURN_IF_ERROR(pm::PmSpace::Format(std::move(device), f, &store->space));
+  PDPM_RETURN_IF_ERROR(PAllocator::Format(store->Range()));
+  return PAllocator::Open(store->Range(), {}, &store->alloc);
+}
+
 class CrashTest : public ::testing::TestWithParam<uint64_t> {
  protected:
   void SetUp() override {
     ops_ = MakeWorkload(GetParam(), 60);
     // The starting image: a PM space with one segment holding an empty table.
     {
-      pm::PmOptions o;
-      o.create_size = pm::kSuperblockAreaSize + kSegmentSize;
-      std::unique_ptr<pm::PmDevice> device;
-      ASSERT_TRUE(pm::PmDevice::Open(pristine_, o, &device).ok());
-      pm::FormatOptions f;
-      f.segment_size = kSegmentSize;
       Store store;
-      ASSERT_TRUE(pm::PmSpace::Format(std::move(device), f, &store.space).ok());
-      ASSERT_TRUE(PAllocator::Format(store.Range()).ok());
-      ASSERT_TRUE(PAllocator::Open(store.Range(), {}, &store.alloc).ok());
+      ASSERT_TRUE(CreateStoreFile(pristine_, kSegmentSize, &store).ok());
       ASSERT_TRUE(ObjectStoreTable::Create(store.alloc.get(), {}, &store.table).ok());
       // What the workload persists, counted the way the PM layer counts.
       TestRegion dry(kSegmentSize);
@@ -269,6 +275,171 @@ TEST_P(CrashTest, EveryAcknowledgedOperationSurvivesAKill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, CrashTest, ::testing::Values(1, 2, 3));
+
+// The allocator alone, with heap blocks of every class and large runs: an
+// acknowledged allocation stays allocated and an acknowledged free stays
+// free across a crash, and nothing allocated is handed out again.
+struct AllocOp {
+  bool alloc;
+  uint64_t size;  // alloc
+  uint64_t pick;  // free: which live block (modulo their count)
+};
+
+std::vector<AllocOp> MakeAllocWorkload(uint64_t seed, int n) {
+  std::mt19937_64 rng(seed);
+  std::vector<AllocOp> ops;
+  int live = 0;
+  for (int i = 0; i < n; ++i) {
+    if (live == 0 || rng() % 5 < 3) {
+      uint64_t size =
+          rng() % 10 == 0 ? kChunkSize * (1 + rng() % 2) : (64ull << (rng() % 15)) - rng() % 64;
+      ops.push_back({true, size, 0});
+      ++live;
+    } else {
+      ops.push_back({false, 0, rng()});
+      --live;
+    }
+  }
+  return ops;
+}
+
+// Runs op `op` against the live list; returns the offset allocated (0 when
+// the region is full) or freed.
+uint64_t RunAllocOp(PAllocator* a, const AllocOp& op, std::vector<uint64_t>* live) {
+  if (op.alloc) {
+    uint64_t off = 0;
+    Status s = a->Allocate(op.size, BlockOwner::kHeap, 0, &off);
+    if (!s.ok() && s.code() != StatusCode::kResourceExhausted) _exit(95);
+    if (s.ok()) live->push_back(off);
+    return s.ok() ? off : 0;
+  }
+  size_t k = op.pick % live->size();
+  uint64_t off = (*live)[k];
+  (*live)[k] = live->back();
+  live->pop_back();
+  if (!a->Free(off, BlockOwner::kHeap).ok()) _exit(96);
+  return off;
+}
+
+class AllocatorCrashTest : public ::testing::TestWithParam<uint64_t> {
+ protected:
+  static constexpr uint64_t kHeapSegment = 12 * kChunkSize;
+
+  void SetUp() override {
+    ops_ = MakeAllocWorkload(GetParam(), 400);
+    Store store;
+    ASSERT_TRUE(CreateStoreFile(pristine_, kHeapSegment, &store).ok());
+    TestRegion dry(kHeapSegment);
+    memcpy(dry.base(), store.base(), kHeapSegment);
+    std::unique_ptr<PAllocator> a;
+    ASSERT_TRUE(PAllocator::Open(dry.range(), {}, &a).ok());
+    std::vector<uint64_t> live;
+    for (const AllocOp& op : ops_) RunAllocOp(a.get(), op, &live);
+    total_bytes_ = dry.persisted_bytes();
+    ASSERT_GT(total_bytes_, 64u * 200);
+  }
+
+  void CrashAndVerify(uint64_t kill_at) {
+    SCOPED_TRACE("crash after " + std::to_string(kill_at) + " of " + std::to_string(total_bytes_) +
+                 " persisted bytes");
+    std::filesystem::copy_file(pristine_, image_,
+                               std::filesystem::copy_options::overwrite_existing);
+    pm::Child child = pm::ForkChild([&](int report_fd) {
+      Store store;
+      if (!OpenDevice(image_, kill_at, &store).ok()) _exit(91);
+      if (!PAllocator::Open(store.Range(), {}, &store.alloc).ok()) _exit(92);
+      std::vector<uint64_t> live;
+      for (const AllocOp& op : ops_) {
+        pm::WriteReport(report_fd, static_cast<uint32_t>(RunAllocOp(store.alloc.get(), op, &live)));
+      }
+    });
+    std::vector<uint32_t> reports;
+    uint32_t v;
+    while (pm::ReadReport(child.read_fd, &v)) reports.push_back(v);
+    close(child.read_fd);
+    pm::ReapKilled(child);
+    ASSERT_LT(reports.size(), ops_.size());
+
+    // Replay the acknowledged operations.
+    std::vector<uint64_t> live;
+    std::map<uint64_t, uint64_t> sizes;  // live offset -> requested size
+    std::set<uint64_t> freed;
+    for (size_t i = 0; i < reports.size(); ++i) {
+      if (ops_[i].alloc) {
+        if (reports[i] == 0) continue;
+        live.push_back(reports[i]);
+        sizes[reports[i]] = ops_[i].size;
+        freed.erase(reports[i]);
+      } else {
+        size_t k = ops_[i].pick % live.size();
+        ASSERT_EQ(live[k], reports[i]);
+        sizes.erase(live[k]);
+        freed.insert(live[k]);
+        live[k] = live.back();
+        live.pop_back();
+      }
+    }
+    const AllocOp& in_flight = ops_[reports.size()];
+    uint64_t in_flight_free = in_flight.alloc ? 0 : live[in_flight.pick % live.size()];
+
+    Store store;
+    ASSERT_TRUE(OpenDevice(image_, 0, &store).ok());
+    SegmentCheckReport r = CheckSegment(store.base(), kHeapSegment, -1);
+    ASSERT_TRUE(r.ok()) << r.ToString();
+    ASSERT_TRUE(PAllocator::Open(store.Range(), {}, &store.alloc).ok());
+    for (auto [off, size] : sizes) {
+      if (off == in_flight_free) continue;
+      uint64_t bs;
+      Status s = store.alloc->BlockSize(off, BlockOwner::kHeap, &bs);
+      ASSERT_TRUE(s.ok()) << "acknowledged block " << off << ": " << s.ToString();
+      EXPECT_GE(bs, size);
+    }
+    if (!in_flight.alloc) {
+      for (uint64_t off : freed) {
+        uint64_t bs;
+        EXPECT_FALSE(store.alloc->BlockSize(off, BlockOwner::kHeap, &bs).ok())
+            << "freed block " << off << " is allocated again";
+      }
+    }
+    // New blocks never overlap an acknowledged one.
+    std::map<uint64_t, uint64_t> ranges;  // start -> end
+    for (auto [off, size] : sizes) {
+      if (off == in_flight_free) continue;
+      uint64_t bs;
+      ASSERT_TRUE(store.alloc->BlockSize(off, BlockOwner::kHeap, &bs).ok());
+      ranges[off] = off + bs;
+    }
+    std::mt19937_64 rng(kill_at);
+    for (int i = 0; i < 40; ++i) {
+      uint64_t off, bs;
+      Status s = store.alloc->Allocate(64ull << (rng() % 12), BlockOwner::kHeap, 0, &off);
+      if (s.code() == StatusCode::kResourceExhausted) continue;
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_TRUE(store.alloc->BlockSize(off, BlockOwner::kHeap, &bs).ok());
+      auto next = ranges.lower_bound(off);
+      ASSERT_TRUE(next == ranges.end() || next->first >= off + bs) << "overlaps " << next->first;
+      ASSERT_TRUE(next == ranges.begin() || std::prev(next)->second <= off)
+          << "overlaps " << std::prev(next)->first;
+      ranges[off] = off + bs;
+    }
+  }
+
+  pm::TempDir dir_;
+  std::string pristine_ = dir_.File("pristine.pm");
+  std::string image_ = dir_.File("image.pm");
+  std::vector<AllocOp> ops_;
+  uint64_t total_bytes_ = 0;
+};
+
+TEST_P(AllocatorCrashTest, AcknowledgedAllocationsAndFreesSurviveAKill) {
+  const uint64_t kPoints = 20;
+  for (uint64_t k = 0; k < kPoints; ++k) {
+    CrashAndVerify(8 + (total_bytes_ - 64) * k / kPoints / 8 * 8 + (k % 8) * 8);
+    if (HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, AllocatorCrashTest, ::testing::Values(1, 2));
 
 }  // namespace
 }  // namespace pdpm::dsm

@@ -321,6 +321,17 @@ TEST_F(ObjectStoreTest, CheckerFindsDamageAndOpenRepairsCrashLeftovers) {
   EXPECT_NE(r.ToString().find("crc mismatch"), std::string::npos) << r.ToString();
   ASSERT_TRUE(PAllocator::Open(region_.range(), {}, &a).ok());
   EXPECT_EQ(ObjectStoreTable::Open(a.get(), {}, &table_, nullptr).code(), StatusCode::kCorruption);
+
+  // A well-formed node whose extent overlaps its predecessor's.
+  node->offset -= kPageSize;
+  auto* second = alloc_->At<ExtentNode>(node->next[0]);
+  ASSERT_NE(node->next[0], 0u);
+  second->offset -= kPageSize;
+  second->crc = Crc32c(second, offsetof(ExtentNode, crc));
+  r = Check();
+  EXPECT_NE(r.ToString().find("overlaps"), std::string::npos) << r.ToString();
+  ASSERT_TRUE(PAllocator::Open(region_.range(), {}, &a).ok());
+  EXPECT_EQ(ObjectStoreTable::Open(a.get(), {}, &table_, nullptr).code(), StatusCode::kCorruption);
 }
 
 TEST_F(ObjectStoreTest, DamagedImagesAreRefusedNotTrusted) {

@@ -113,7 +113,7 @@ TEST_F(PAllocatorTest, EmptyChunksGoBackToTheRegion) {
   auto a = Open();
   const uint64_t bs = 64 << 10;
   const uint32_t per_chunk = ClassBlockCount(ClassForSize(bs));
-  std::vector<uint64_t> blocks(3 * per_chunk);
+  std::vector<uint64_t> blocks(size_t{3} * per_chunk);
   for (auto& b : blocks) ASSERT_TRUE(a->Allocate(bs, BlockOwner::kHeap, 0, &b).ok());
   EXPECT_EQ(a->Stats().chunks_free, 29u);
   for (auto b : blocks) ASSERT_TRUE(a->Free(b, BlockOwner::kHeap).ok());
@@ -165,7 +165,7 @@ TEST_F(PAllocatorTest, StateSurvivesReopen) {
     ASSERT_TRUE(a->Allocate(kChunkSize, BlockOwner::kObjectStore, 0, &large).ok());
     live.insert(large);
     for (int i = 0; i < 50; ++i) {
-      uint64_t off = *std::next(live.begin(), i * 3);
+      uint64_t off = *std::next(live.begin(), static_cast<long>(i) * 3);
       ASSERT_TRUE(a->Free(off, BlockOwner::kHeap).ok());
       live.erase(off);
       freed.push_back(off);
@@ -198,7 +198,7 @@ TEST_F(PAllocatorTest, ReclaimUnreachableFreesOnlyTheOwnersLeaks) {
   EXPECT_EQ(a->ReclaimUnreachable(BlockOwner::kObjectStore, {keep, heap}, nullptr).code(),
             StatusCode::kCorruption);
   EXPECT_EQ(
-      a->ReclaimUnreachable(BlockOwner::kObjectStore, {keep, keep + 3 * 4096}, nullptr).code(),
+      a->ReclaimUnreachable(BlockOwner::kObjectStore, {keep, keep + 3 * kPageSize}, nullptr).code(),
       StatusCode::kCorruption);
   uint64_t n;
   ASSERT_TRUE(a->ReclaimUnreachable(BlockOwner::kObjectStore, {keep}, &n).ok());

@@ -24,7 +24,7 @@ uint64_t PageCeil(uint64_t x) {
 uint32_t NextExtentPages(uint64_t remaining) {
   if (remaining >= kMaxExtentPages) return kMaxExtentPages;
   uint32_t p = 1;
-  while (p * 2 <= remaining) p *= 2;
+  while (uint64_t{p} * 2 <= remaining) p *= 2;
   return p;
 }
 

@@ -72,7 +72,7 @@ struct ExtentNode {
 };
 inline constexpr uint64_t kExtentNodeFixedSize = offsetof(ExtentNode, next);
 inline constexpr uint64_t ExtentNodeSize(int level) {
-  return kExtentNodeFixedSize + 8 * level;
+  return kExtentNodeFixedSize + 8 * static_cast<uint64_t>(level);
 }
 
 // Validate records in a raw region (bounds, magic, version, crc, field
