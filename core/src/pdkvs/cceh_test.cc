@@ -232,6 +232,24 @@ TEST_F(CcehTest, Ttl) {
   EXPECT_EQ(index_->Delete("t").code(), StatusCode::kNotFound);
   ASSERT_TRUE(index_->Put("t", "v", o).ok());
   EXPECT_EQ(ScanAll(10), std::set<std::string>{"forever"});
+  ExpectClean();
+  // A TTL change in place: the item (and its checksum) stays.
+  auto set_expiry = [](uint64_t at) {
+    return [at](const std::string_view*, const ItemMeta&, Mutation* m) {
+      m->kind = Mutation::kSetExpiry;
+      m->meta.expire_at_ms = at;
+      return Status::OK();
+    };
+  };
+  ASSERT_TRUE(index_->Update("forever", set_expiry(5000)).ok());
+  ASSERT_TRUE(index_->Get("forever", &v, &meta).ok());
+  EXPECT_EQ(meta.expire_at_ms, 5000u);
+  ASSERT_TRUE(index_->Update("forever", set_expiry(0)).ok());  // persist
+  ASSERT_TRUE(index_->Get("forever", &v, &meta).ok());
+  EXPECT_EQ(meta.expire_at_ms, 0u);
+  EXPECT_EQ(index_->Update("absent", set_expiry(5000)).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(index_->Update("forever", set_expiry(10)).ok());  // in the past
+  EXPECT_EQ(Get("forever"), "<not_found>");
   ASSERT_TRUE(index_->Put("t", "fresh", WithMode(PutMode::kIfAbsent)).ok());
   EXPECT_EQ(Get("t"), "fresh");
   ExpectClean();
