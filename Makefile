@@ -14,7 +14,7 @@ FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
 .PHONY: deps build build-asan build-tsan build-fuzz test test-core test-asan test-tsan \
-        test-fuzz fuzz bench bench-net bench-dsm bench-kv bench-fs lint format clean \
+        test-fuzz test-operator fuzz bench bench-net bench-dsm bench-kv bench-fs lint format clean \
         test-hw bench-hw
 
 deps:
@@ -37,9 +37,9 @@ build-fuzz: deps
 	cmake --build build/fuzz -j $(JOBS) --target fuzzers
 
 # Everything: the whole core suite optimised, the PM and transport suites
-# under ASan+UBSan and TSan, each fuzzer for a bounded time.
+# under ASan+UBSan and TSan, each fuzzer for a bounded time, the operator.
 test: deps
-	$(MAKE) test-core test-asan test-tsan test-fuzz test-hw
+	$(MAKE) test-core test-asan test-tsan test-fuzz test-operator test-hw
 
 test-core: build
 	cd build/release && $(CTEST)
@@ -60,6 +60,10 @@ test-hw: build
 
 bench-hw: build
 	e2e/hw/run.sh build/release --bench
+
+# The Kubernetes operator against a real kube-apiserver and etcd (envtest).
+test-operator: deps
+	scripts/operator-test.sh
 
 fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_LONG_SECONDS)

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace pdpm {
 
@@ -17,5 +18,7 @@ uint32_t Crc32c(const void* data, size_t n);
 // The CRC-32C of A followed by data[0, n), given crc = Crc32c(A).
 // Crc32cExtend(Crc32c(a), b) == Crc32c(a ++ b).
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
+
+inline uint32_t Crc32c(std::string_view s) { return Crc32c(s.data(), s.size()); }
 
 }  // namespace pdpm

@@ -1,7 +1,12 @@
 #include "net/transport.h"
 
+#include <poll.h>
+
 #include <chrono>
 #include <thread>
+
+#include "net/tcp/tcp_transport.h"
+#include "net/verbs/verbs_transport.h"
 
 namespace pdpm::net {
 
@@ -30,6 +35,37 @@ std::string_view OpcodeName(Opcode op) {
     case Opcode::kFetchAdd: return "fetch_add";
   }
   return "unknown";
+}
+
+Status Transport::Create(const TransportOptions& options, std::unique_ptr<Transport>* out) {
+  switch (options.backend) {
+    case BackendKind::kTcp: return tcp::CreateTcpTransport(options, out);
+    case BackendKind::kVerbs: return verbs::CreateVerbsTransport(options, out);
+  }
+  return Status::InvalidArgument("unknown transport backend");
+}
+
+Status ExecuteSync(Connection& conn, const Op& op) {
+  Op signaled = op;
+  signaled.signaled = true;
+  PDPM_RETURN_IF_ERROR(conn.Post({&signaled, 1}));
+  Completion c;
+  for (;;) {
+    if (conn.PollCompletions({&c, 1}) == 1) {
+      if (c.id == op.id) return c.status;
+      continue;  // another op's completion: not ours to report
+    }
+    // The transport fails the op within its op timeout, so this wait ends.
+    PDPM_RETURN_IF_ERROR(conn.ArmNotify());
+    if (conn.PollCompletions({&c, 1}) == 1) {
+      conn.AckNotify();
+      if (c.id == op.id) return c.status;
+      continue;
+    }
+    pollfd p{conn.notify_fd(), POLLIN, 0};
+    ::poll(&p, 1, 50);
+    conn.AckNotify();
+  }
 }
 
 }  // namespace pdpm::net

@@ -23,6 +23,7 @@
 //
 // Threading: a Connection is driven by one thread at a time (core i talks
 // to core i). Transport and MemoryRegion methods are thread-safe.
+// Lifetime: a Transport outlives its connections and memory regions.
 #pragma once
 
 #include <cstddef>
@@ -133,9 +134,10 @@ class Connection {
 
   // Queues `ops` in order. Fails without queueing any op if the connection
   // is broken (kUnavailable), an op is malformed locally (kInvalidArgument:
-  // local buffer outside its region, misaligned atomic) or the send queue
-  // cannot take them all (kResourceExhausted). Remote-side failures (wrong
-  // key, out of bounds, no access right) arrive as failed Completions.
+  // local buffer outside its region, atomic without an 8-byte local buffer
+  // or on a misaligned word), a transfer exceeds max_transfer of either side
+  // (kTooLarge) or the send queue cannot take them all (kResourceExhausted). Remote-side failures
+  // (wrong key, out of bounds, no access right) arrive as failed Completions.
   virtual Status Post(std::span<const Op> ops) = 0;
 
   // Non-blocking. Fills `out` with finished ops; returns how many.
@@ -152,7 +154,10 @@ class Connection {
   virtual bool healthy() const = 0;
 
   // Re-establishes a broken connection to the same peer and core and
-  // exchanges the connect blobs again. Registered keys stay valid.
+  // exchanges the connect blobs again (peer_blob() then returns the new
+  // one). Registered keys stay valid. Only the connecting side reconnects:
+  // on an accepted connection it fails with kFailedPrecondition (the peer
+  // reconnects and the listener gets a new connection).
   virtual Status Reconnect() = 0;
 
   // For callers that sleep instead of spinning. notify_fd() becomes
@@ -234,8 +239,10 @@ class Transport {
   Transport() = default;
 };
 
-// Posts one op and polls until it completes (tests, slow paths). Returns
-// the op's status; kTimeout if the transport's op timeout passes first.
+// Posts one op (signaled) and polls until it completes (tests, slow paths),
+// sleeping on the notify fd. Returns the op's status; kTimeout if the
+// transport's op timeout passes first. Completions of other ops that
+// arrive meanwhile are consumed: use it when no other op is in flight.
 Status ExecuteSync(Connection& conn, const Op& op);
 
 }  // namespace pdpm::net

@@ -1,0 +1,97 @@
+// ObjectStoreTable: one table (consistent-hashing vnode) of the object store,
+// living in one PAllocator region. Objects have 128-bit IDs and hold up to
+// kMaxObjectSize (64 MiB) bytes in 4 KiB pages; the index is a persistent
+// chained hash table (hash_index.h), each object's page map a persistent skip
+// list of extents (skiplist.h). Format and guarantees: docs/dsm.md.
+//
+// Contract:
+// - Put, Write and Delete are durable and atomic when they return OK: after
+//   a crash an object reads either entirely as before or entirely as after
+//   the operation that was in flight, never a mixture.
+// - Overwrite is copy-on-write: new pages are written and persisted, one
+//   persisted 8-byte pointer store publishes them, and the old pages are
+//   freed only after that.
+// - Ranges never written (a write past the end leaves a hole) read as zeros.
+// - Errors: kNotFound (unknown ID), kTooLarge (an object would exceed
+//   64 MiB), kOutOfRange (a read beyond the object's size),
+//   kAlreadyExists (Create on a region that holds a table),
+//   kResourceExhausted (the region is full; the object is unchanged),
+//   kCorruption (Open found a damaged structure).
+// - Thread-safe: reads run concurrently, mutations one at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+#include "common/status.h"
+#include "dsm/hash_index.h"
+#include "dsm/pallocator.h"
+#include "dsm/skiplist.h"
+
+namespace pdpm::dsm {
+
+struct ObjectStoreOptions {
+  // Region root slot holding the table's index root.
+  int root_slot = 0;
+  // Buckets of the hash index (fixed when the table is created).
+  // The default's 64 KiB array shares the chunk of 16-page extents; size
+  // it to the expected object count (chains grow past it), up to 2^24.
+  uint32_t bucket_count = 8192;
+  // Seed of the skip-list level generator (tests fix it for determinism).
+  uint64_t seed = 0x5eed;
+};
+
+struct ObjectStoreRecovery {
+  uint64_t objects = 0;
+  uint64_t reclaimed_blocks = 0;  // leaked blocks freed by Open
+  uint64_t repaired_links = 0;    // skip-list links of levels >= 1 rebuilt
+};
+
+class ObjectStoreTable {
+ public:
+  // Creates an empty table in the region and records it in the root slot.
+  // A region holds at most one table (every object-store block of the region
+  // belongs to it), so object-store blocks already in the region — left by a
+  // Create that crashed before publishing — are reclaimed first.
+  static Status Create(PAllocator* alloc, const ObjectStoreOptions& options,
+                       std::unique_ptr<ObjectStoreTable>* out);
+  // Opens the table after a restart or crash: validates the index and every
+  // object, rebuilds skip-list towers, and frees object-store blocks that no
+  // object reaches (leaks of operations a crash interrupted). kNotFound when
+  // the root slot is empty.
+  static Status Open(PAllocator* alloc, const ObjectStoreOptions& options,
+                     std::unique_ptr<ObjectStoreTable>* out, ObjectStoreRecovery* recovery);
+
+  // Creates the object or replaces its whole content.
+  Status Put(const ObjectId& id, std::string_view value);
+  // Writes `data` at `offset` of an existing object, growing it if needed.
+  Status Write(const ObjectId& id, uint64_t offset, std::string_view data);
+  // Reads [offset, offset + length) of an object into `out`.
+  Status Read(const ObjectId& id, uint64_t offset, uint64_t length, char* out) const;
+  // The whole object.
+  Status Get(const ObjectId& id, std::string* value) const;
+  Status Size(const ObjectId& id, uint64_t* size) const;
+  Status Delete(const ObjectId& id);
+  // Offsets of every block the table reaches: the index root, the bucket
+  // array, entries, object headers, extent nodes and data pages.
+  void Trace(std::unordered_set<uint64_t>* blocks) const;
+
+ private:
+  ObjectStoreTable(PAllocator* alloc, const ObjectStoreOptions& options,
+                   std::unique_ptr<HashIndex> index)
+      : alloc_(alloc), index_(std::move(index)), lists_(alloc, options.seed) {}
+  // The object header of `id`, or kNotFound.
+  Status HeaderOf(const ObjectId& id, uint64_t* header) const;
+  void TraceLocked(std::unordered_set<uint64_t>* blocks) const;
+
+  PAllocator* alloc_;
+  std::unique_ptr<HashIndex> index_;
+  SkipList lists_;
+  mutable std::shared_mutex mu_;
+};
+
+}  // namespace pdpm::dsm

@@ -1,0 +1,251 @@
+// pdpm-monitor: the cluster view daemon (see docs/monitor.md).
+//
+//   pdpm-monitor --embedded --dir DIR [--listen 127.0.0.1:7400] ...
+//
+// Exits non-zero with one error line on bad flags, an unusable or corrupt
+// view directory, or a listen address it cannot bind. SIGINT/SIGTERM stop
+// it cleanly; kill -9 loses nothing acknowledged (every view change is
+// durable before its reply).
+#include <fcntl.h>
+#include <grpc/grpc.h>
+#include <grpc/support/log.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/flags.h"
+#include "common/log.h"
+#include "monitor/file_view_store.h"
+#include "monitor/monitor_service.h"
+#include "monitor/view_manager.h"
+
+namespace pdpm::monitor {
+namespace {
+
+struct Flags {
+  std::string listen = "127.0.0.1:7400";
+  std::string dir;
+  bool embedded = false;
+  std::string secret_file;
+  std::string port_file;
+  std::string log_level = "info";
+  MonitorOptions options;
+};
+
+Status WriteFileAtomically(const std::string& path, const std::string& data, mode_t mode) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return Status::FromErrno("create " + tmp, errno);
+  ssize_t n = ::write(fd, data.data(), data.size());
+  int err = errno;
+  bool ok = n == static_cast<ssize_t>(data.size()) && ::fsync(fd) == 0;
+  if (!ok && n >= 0) err = errno ? errno : EIO;
+  ::close(fd);
+  if (!ok) return Status::FromErrno("write " + tmp, err);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno("rename " + tmp, errno);
+  return Status::OK();
+}
+
+Status ReadSmallFile(const std::string& path, std::string* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open " + path, errno);
+  out->clear();
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) {
+    out->append(buf, static_cast<size_t>(n));
+    if (out->size() > size_t{64} * 1024) break;
+  }
+  int err = errno;
+  ::close(fd);
+  if (n < 0) return Status::FromErrno("read " + path, err);
+  return Status::OK();
+}
+
+// The cluster secret: from --secret-file, else DIR/cluster.secret, which is
+// generated (random, mode 0600) when this is a new directory.
+Status LoadSecret(const Flags& flags, const Logger& log, std::string* secret) {
+  std::string path = flags.secret_file;
+  if (path.empty()) {
+    path = flags.dir + "/cluster.secret";
+    if (::access(path.c_str(), F_OK) != 0) {
+      unsigned char raw[32];
+      if (::getrandom(raw, sizeof(raw), 0) != static_cast<ssize_t>(sizeof(raw))) {
+        return Status::FromErrno("getrandom", errno);
+      }
+      std::string hex;
+      static constexpr char kHex[] = "0123456789abcdef";
+      for (unsigned char c : raw) {
+        hex.push_back(kHex[c >> 4]);
+        hex.push_back(kHex[c & 0xf]);
+      }
+      PDPM_RETURN_IF_ERROR(WriteFileAtomically(path, hex + "\n", 0600));
+      log.Info("generated a cluster secret", {{"file", path}});
+    }
+  }
+  PDPM_RETURN_IF_ERROR(ReadSmallFile(path, secret).WithContext("cluster secret"));
+  while (!secret->empty() && std::isspace(static_cast<unsigned char>(secret->back()))) {
+    secret->pop_back();
+  }
+  if (secret->empty()) return Status::InvalidArgument("cluster secret file " + path + " is empty");
+  return Status::OK();
+}
+
+Status CheckListenAddress(const std::string& listen) {
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return Status::InvalidArgument("--listen " + listen + ": want host:port");
+  }
+  std::string_view port(listen.data() + colon + 1, listen.size() - colon - 1);
+  unsigned value = 0;
+  auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc() || ptr != port.data() + port.size() || value > 65535) {
+    return Status::InvalidArgument("--listen " + listen + ": bad port");
+  }
+  return Status::OK();
+}
+
+int Fail(const Logger& log, std::string_view what, const Status& s) {
+  log.Error(what, {{"status", s}});
+  return 1;
+}
+
+int Run(int argc, char** argv) {
+  Flags flags;
+  MonitorOptions& o = flags.options;
+  std::chrono::milliseconds heartbeat = o.heartbeat_interval;
+  FlagParser parser("pdpm-monitor");
+  parser.AddString("listen", &flags.listen, "gRPC address host:port (port 0: any free port)");
+  parser.AddString("dir", &flags.dir, "directory holding the cluster view (required)");
+  parser.AddBool("embedded", &flags.embedded, "keep the view in a local file under --dir");
+  parser.AddString("secret-file", &flags.secret_file,
+                   "file with the cluster secret (default: DIR/cluster.secret, generated)");
+  parser.AddUint32("replicas", &o.replicas, "copies of every segment (new cluster)");
+  parser.AddUint32("tables", &o.tables, "object-store tables (new cluster)");
+  parser.AddSize("segment-size", &o.segment_size, "segment size, e.g. 2GiB (new cluster)");
+  parser.AddDuration("heartbeat-interval", &heartbeat, "how often servers heartbeat, e.g. 1s");
+  parser.AddDuration("suspect-timeout", &o.suspect_timeout, "silence before SUSPECT, e.g. 3s");
+  parser.AddDuration("down-timeout", &o.down_timeout, "silence before DOWN, e.g. 10s");
+  parser.AddString("port-file", &flags.port_file, "write the bound host:port here once serving");
+  parser.AddString("log-level", &flags.log_level, "debug, info, warn or error");
+
+  Logger boot("monitor");
+  Status s = parser.Parse(argc, argv);
+  if (!s.ok()) {
+    boot.Error("bad command line", {{"status", s}});
+    std::fputs(parser.Usage().c_str(), stderr);
+    return 2;
+  }
+  LogLevel level;
+  s = ParseLogLevel(flags.log_level, &level);
+  if (!s.ok()) return Fail(boot, "bad command line", s);
+  Logger log("monitor", 2, level);
+  o.heartbeat_interval = heartbeat;
+  o.segment_size_set = parser.IsSet("segment-size");
+  o.replicas_set = parser.IsSet("replicas");
+  o.tables_set = parser.IsSet("tables");
+  if (!flags.embedded) {
+    return Fail(log, "bad command line",
+                Status::InvalidArgument("--embedded is required: the local-file view store is "
+                                        "the only one in this version"));
+  }
+  if (flags.dir.empty()) {
+    return Fail(log, "bad command line", Status::InvalidArgument("--dir is required"));
+  }
+  s = CheckListenAddress(flags.listen);
+  if (!s.ok()) return Fail(log, "bad command line", s);
+
+  std::unique_ptr<FileViewStore> store;
+  s = FileViewStore::Open(flags.dir, &store);
+  if (!s.ok()) return Fail(log, "cannot use the view directory", s);
+  s = LoadSecret(flags, log, &o.cluster_secret);
+  if (!s.ok()) return Fail(log, "cannot read the cluster secret", s);
+  s = o.Validate();
+  if (!s.ok()) return Fail(log, "bad command line", s);
+
+  // Block the stop signals before any thread starts so only sigwait sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
+  // Without this a second process could bind the same port and steal calls.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+
+  std::unique_ptr<ViewManager> views;
+  s = ViewManager::Open(store.get(), o, log, &views);
+  if (!s.ok()) return Fail(log, "cannot load the cluster view", s);
+  MonitorService service(views.get());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(
+        log, "cannot serve",
+        Status::Unavailable("cannot listen on " + flags.listen + " (address in use or not local)"));
+  }
+  std::string bound = flags.listen.substr(0, flags.listen.rfind(':')) + ":" + std::to_string(port);
+  views->SetLeaderAddress(bound);
+  if (!flags.port_file.empty()) {
+    s = WriteFileAtomically(flags.port_file, bound + "\n", 0644);
+    if (!s.ok()) {
+      server->Shutdown();
+      return Fail(log, "cannot write the port file", s);
+    }
+  }
+  log.Info("serving", {{"listen", bound},
+                       {"store", store->Describe()},
+                       {"epoch", views->epoch()},
+                       {"heartbeat_interval_ms", heartbeat.count()},
+                       {"suspect_timeout_ms", o.suspect_timeout.count()},
+                       {"down_timeout_ms", o.down_timeout.count()}});
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::thread liveness([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, o.heartbeat_interval, [&] { return stopping; })) {
+      lock.unlock();
+      views->CheckLiveness();
+      lock.lock();
+    }
+  });
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  log.Info("stopping", {{"signal", sig}});
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stopping = true;
+  }
+  cv.notify_all();
+  liveness.join();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Wait();
+  log.Info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace pdpm::monitor
+
+int main(int argc, char** argv) {
+  return pdpm::monitor::Run(argc, argv);
+}

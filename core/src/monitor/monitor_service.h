@@ -1,0 +1,34 @@
+// MonitorService: the gRPC face of a ViewManager (pdpm.v1.Monitor). Every
+// method forwards to the manager and converts its Status (grpc_status.h).
+#pragma once
+
+#include "monitor/view_manager.h"
+#include "pdpm/v1/monitor.grpc.pb.h"
+
+namespace pdpm::monitor {
+
+class MonitorService final : public v1::Monitor::Service {
+ public:
+  // `views` is not owned and outlives the service.
+  explicit MonitorService(ViewManager* views) : views_(views) {}
+
+  grpc::Status RegisterServer(grpc::ServerContext* ctx, const v1::RegisterServerRequest* req,
+                              v1::RegisterServerResponse* resp) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override;
+  grpc::Status AllocateSegment(grpc::ServerContext* ctx, const v1::AllocateSegmentRequest* req,
+                               v1::AllocateSegmentResponse* resp) override;
+  grpc::Status FreeSegment(grpc::ServerContext* ctx, const v1::FreeSegmentRequest* req,
+                           v1::FreeSegmentResponse* resp) override;
+  grpc::Status GetMapping(grpc::ServerContext* ctx, const v1::GetMappingRequest* req,
+                          v1::GetMappingResponse* resp) override;
+  grpc::Status GetSegmentKeys(grpc::ServerContext* ctx, const v1::GetSegmentKeysRequest* req,
+                              v1::GetSegmentKeysResponse* resp) override;
+  grpc::Status GetClusterStatus(grpc::ServerContext* ctx, const v1::GetClusterStatusRequest* req,
+                                v1::ClusterStatus* resp) override;
+
+ private:
+  ViewManager* const views_;
+};
+
+}  // namespace pdpm::monitor

@@ -1,0 +1,53 @@
+// Placement decisions of the monitor, as pure functions of the view so they
+// can be tested alone: which servers hold a segment's backups, which server
+// owns each object-store table, and which table an object belongs to.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace pdpm::monitor {
+
+// What placement needs to know about a server.
+struct PlacementCandidate {
+  uint32_t server_id = 0;
+  uint32_t segment_count = 0;  // local segments of its PM
+  uint32_t segments_used = 0;  // holding a primary or a backup
+  // Topology labels; "zone", "rack" and "host" define failure domains.
+  std::map<std::string, std::string> labels;
+};
+
+// Up to `count` servers to hold backups of a segment whose primary is on
+// `primary`: never the primary, never twice the same server, only servers
+// with a free local segment. Preference, in order: a failure domain apart
+// from every replica chosen so far (another zone beats another rack beats
+// another host), the smallest used fraction of local segments, the fewest
+// used segments, the lowest id. Fewer than `count` when too few servers
+// qualify (the segment is then under-replicated and health says so).
+std::vector<uint32_t> ChooseBackups(const std::vector<PlacementCandidate>& candidates,
+                                    const PlacementCandidate& primary, uint32_t count);
+
+// One object-store table in the table map.
+struct TableSlot {
+  uint32_t table = 0;
+  uint32_t owner = 0;     // server id; 0 = none
+  uint32_t segments = 0;  // segments mapped for it (0: empty, free to move)
+};
+
+// Spreads tables over `servers` (the servers that may take tables): every
+// table without an owner among them that holds no segment is given to the
+// server owning the fewest tables, then empty tables move from the most to
+// the least loaded server until their counts differ by at most one (or no
+// empty table is left to move). Tables holding segments never move here
+// (moving data is migration, not placement). Deterministic. Returns
+// whether any owner changed.
+bool BalanceTables(std::vector<TableSlot>* tables, const std::vector<uint32_t>& servers);
+
+// The table (1..table_count) an object belongs to: jump consistent hashing
+// of its 128-bit id, so growing table_count moves only the objects the new
+// tables take. table_count must be > 0.
+uint32_t TableForObject(uint64_t id_hi, uint64_t id_lo, uint32_t table_count);
+
+}  // namespace pdpm::monitor

@@ -1,0 +1,127 @@
+#include "monitor/placement.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace pdpm::monitor {
+namespace {
+
+PlacementCandidate Server(uint32_t id, uint32_t used, uint32_t total = 10,
+                          std::map<std::string, std::string> labels = {}) {
+  return PlacementCandidate{id, total, used, std::move(labels)};
+}
+
+TEST(ChooseBackups, DistinctServersNeverThePrimary) {
+  PlacementCandidate primary = Server(1, 0);
+  std::vector<PlacementCandidate> others = {Server(2, 0), Server(3, 0), Server(4, 0)};
+  auto chosen = ChooseBackups(others, primary, 2);
+  ASSERT_EQ(chosen.size(), 2u);
+  EXPECT_NE(chosen[0], chosen[1]);
+  for (uint32_t id : chosen) EXPECT_NE(id, 1u);
+  // Asking for more than exist gives what exists, each once.
+  auto all = ChooseBackups(others, primary, 5);
+  EXPECT_EQ(std::set<uint32_t>(all.begin(), all.end()), (std::set<uint32_t>{2, 3, 4}));
+  EXPECT_TRUE(ChooseBackups(others, primary, 0).empty());
+  EXPECT_TRUE(ChooseBackups({}, primary, 2).empty());
+}
+
+TEST(ChooseBackups, PrefersLeastUsedAndSkipsFullServers) {
+  PlacementCandidate primary = Server(1, 0);
+  // Server 2: 5 of 10 used; server 3: 1 of 4 (25 %); server 4: full.
+  std::vector<PlacementCandidate> others = {Server(2, 5), Server(3, 1, 4), Server(4, 10)};
+  auto chosen = ChooseBackups(others, primary, 1);
+  ASSERT_EQ(chosen.size(), 1u);
+  EXPECT_EQ(chosen[0], 3u);
+  auto two = ChooseBackups(others, primary, 3);
+  EXPECT_EQ(two, (std::vector<uint32_t>{3, 2}));  // never the full server 4
+}
+
+TEST(ChooseBackups, SpreadsOverFailureDomains) {
+  PlacementCandidate primary = Server(1, 0, 10, {{"zone", "a"}, {"rack", "r1"}});
+  std::vector<PlacementCandidate> others = {
+      Server(2, 0, 10, {{"zone", "a"}, {"rack", "r1"}}),  // same rack as primary
+      Server(3, 3, 10, {{"zone", "a"}, {"rack", "r2"}}),  // other rack, busier
+      Server(4, 5, 10, {{"zone", "b"}, {"rack", "r1"}}),  // other zone, busiest
+  };
+  // Another zone beats another rack beats the least used.
+  EXPECT_EQ(ChooseBackups(others, primary, 1), (std::vector<uint32_t>{4}));
+  EXPECT_EQ(ChooseBackups(others, primary, 2), (std::vector<uint32_t>{4, 3}));
+  EXPECT_EQ(ChooseBackups(others, primary, 3), (std::vector<uint32_t>{4, 3, 2}));
+}
+
+std::vector<TableSlot> Tables(uint32_t n) {
+  std::vector<TableSlot> t;
+  for (uint32_t i = 1; i <= n; ++i) t.push_back({i, 0, 0});
+  return t;
+}
+
+std::map<uint32_t, int> Owners(const std::vector<TableSlot>& tables) {
+  std::map<uint32_t, int> count;
+  for (const auto& t : tables) ++count[t.owner];
+  return count;
+}
+
+TEST(BalanceTables, FirstServerTakesAllThenNewServersShare) {
+  auto tables = Tables(64);
+  EXPECT_FALSE(BalanceTables(&tables, {}));
+  ASSERT_TRUE(BalanceTables(&tables, {1}));
+  EXPECT_EQ(Owners(tables), (std::map<uint32_t, int>{{1, 64}}));
+  ASSERT_TRUE(BalanceTables(&tables, {1, 2}));
+  EXPECT_EQ(Owners(tables), (std::map<uint32_t, int>{{1, 32}, {2, 32}}));
+  ASSERT_TRUE(BalanceTables(&tables, {1, 2, 3}));
+  auto owners = Owners(tables);
+  EXPECT_EQ(owners.size(), 3u);
+  for (auto [server, n] : owners) EXPECT_TRUE(n == 21 || n == 22) << server << " owns " << n;
+  EXPECT_FALSE(BalanceTables(&tables, {1, 2, 3}));  // already balanced: no change
+}
+
+TEST(BalanceTables, TablesWithSegmentsNeverMove) {
+  auto tables = Tables(8);
+  ASSERT_TRUE(BalanceTables(&tables, {1}));
+  for (auto& t : tables) t.segments = 1;  // every table holds data on server 1
+  tables[7].segments = 0;                 // except table 8
+  ASSERT_TRUE(BalanceTables(&tables, {1, 2}));
+  for (const auto& t : tables) {
+    EXPECT_EQ(t.owner, t.table == 8 ? 2u : 1u) << "table " << t.table;
+  }
+  // A table whose owner left and which is empty goes to a live server; one
+  // holding data stays with its (absent) owner: that is migration.
+  auto orphan = Tables(4);
+  for (auto& t : orphan) t.owner = 9;
+  orphan[0].segments = 3;
+  ASSERT_TRUE(BalanceTables(&orphan, {1, 2}));
+  EXPECT_EQ(orphan[0].owner, 9u);
+  for (int i = 1; i < 4; ++i) EXPECT_NE(orphan[i].owner, 9u);
+}
+
+TEST(TableForObject, StableInRangeAndConsistent) {
+  constexpr uint32_t kTables = 64;
+  std::map<uint32_t, int> hits;
+  int moved = 0;
+  constexpr int kObjects = 20000;
+  for (int i = 0; i < kObjects; ++i) {
+    uint64_t hi = 0x1234567800000000ULL + static_cast<uint64_t>(i);
+    uint64_t lo = static_cast<uint64_t>(i) * 7919;
+    uint32_t t = TableForObject(hi, lo, kTables);
+    ASSERT_GE(t, 1u);
+    ASSERT_LE(t, kTables);
+    EXPECT_EQ(t, TableForObject(hi, lo, kTables));
+    ++hits[t];
+    uint32_t grown = TableForObject(hi, lo, kTables + 1);
+    if (grown != t) {
+      EXPECT_EQ(grown, kTables + 1);  // objects only move to the new table
+      ++moved;
+    }
+  }
+  EXPECT_EQ(hits.size(), kTables);
+  for (auto [t, n] : hits) {
+    EXPECT_GT(n, kObjects / static_cast<int>(kTables) / 2) << "table " << t;
+  }
+  EXPECT_LT(moved, kObjects / static_cast<int>(kTables) * 2);
+  EXPECT_EQ(TableForObject(5, 6, 1), 1u);
+}
+
+}  // namespace
+}  // namespace pdpm::monitor

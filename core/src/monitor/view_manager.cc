@@ -1,0 +1,691 @@
+#include "monitor/view_manager.h"
+
+#include <uuid/uuid.h>
+
+#include <algorithm>
+#include <set>
+
+#include "dsm/address.h"
+#include "monitor/placement.h"
+
+namespace pdpm::monitor {
+namespace {
+
+std::string NewClusterUuid() {
+  uuid_t id;
+  uuid_generate_random(id);
+  char text[37];
+  uuid_unparse_lower(id, text);
+  return text;
+}
+
+// Comparison that does not stop at the first differing byte, so response
+// times say nothing about how much of a guessed secret was right.
+bool SecretsEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
+}
+
+uint64_t NowUnixMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+std::string_view StateName(v1::ServerState s) {
+  switch (s) {
+    case v1::SERVER_STATE_UP: return "up";
+    case v1::SERVER_STATE_SUSPECT: return "suspect";
+    case v1::SERVER_STATE_DOWN: return "down";
+    case v1::SERVER_STATE_DRAINING: return "draining";
+    case v1::SERVER_STATE_DRAINED: return "drained";
+    default: return "unspecified";
+  }
+}
+
+v1::ServerInfo* FindServer(v1::ClusterView* view, uint32_t id) {
+  for (auto& s : *view->mutable_servers()) {
+    if (s.id() == id) return &s;
+  }
+  return nullptr;
+}
+
+const v1::ServerInfo* FindServer(const v1::ClusterView& view, uint32_t id) {
+  for (const auto& s : view.servers()) {
+    if (s.id() == id) return &s;
+  }
+  return nullptr;
+}
+
+// Local segment indexes in use on each server (primary or backup).
+std::map<uint32_t, std::set<uint32_t>> UsedLocalSegments(const v1::ClusterView& view) {
+  std::map<uint32_t, std::set<uint32_t>> used;
+  for (const auto& m : view.segments()) {
+    used[m.primary().server_id()].insert(m.primary().local_index());
+    for (const auto& b : m.backups()) used[b.server_id()].insert(b.local_index());
+  }
+  return used;
+}
+
+std::vector<TableSlot> TableSlots(const v1::ClusterView& view) {
+  std::vector<TableSlot> slots;
+  for (const auto& t : view.tables()) slots.push_back({t.table(), t.server_id(), 0});
+  for (const auto& m : view.segments()) {
+    if (m.table() >= 1 && m.table() <= slots.size()) ++slots[m.table() - 1].segments;
+  }
+  return slots;
+}
+
+// Internal consistency of a loaded view; a violation means the store holds
+// something no monitor wrote.
+Status CheckView(const v1::ClusterView& v) {
+  if (v.epoch() == 0) return Status::Corruption("stored view has epoch 0");
+  PDPM_RETURN_IF_ERROR(dsm::ValidateSegmentSize(v.segment_size()).WithContext("stored view"));
+  if (v.replica_count() == 0 || v.replica_count() > dsm::kMaxReplicas || v.table_count() == 0 ||
+      static_cast<uint32_t>(v.tables_size()) != v.table_count()) {
+    return Status::Corruption("stored view has inconsistent replica or table counts");
+  }
+  for (int i = 0; i < v.tables_size(); ++i) {
+    if (v.tables(i).table() != static_cast<uint32_t>(i) + 1) {
+      return Status::Corruption("stored view's table map is out of order");
+    }
+  }
+  for (const auto& m : v.segments()) {
+    if (FindServer(v, m.primary().server_id()) == nullptr) {
+      return Status::Corruption("stored view maps segment " + std::to_string(m.segment()) +
+                                " to unknown server " + std::to_string(m.primary().server_id()));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status MonitorOptions::Validate() const {
+  PDPM_RETURN_IF_ERROR(dsm::ValidateSegmentSize(segment_size).WithContext("--segment-size"));
+  if (replicas == 0 || replicas > dsm::kMaxReplicas) {
+    return Status::InvalidArgument("--replicas must be 1.." + std::to_string(dsm::kMaxReplicas));
+  }
+  if (tables == 0 || tables > 65536) {
+    return Status::InvalidArgument("--tables must be 1..65536");
+  }
+  if (cluster_secret.empty()) return Status::InvalidArgument("the cluster secret is empty");
+  if (heartbeat_interval.count() <= 0) {
+    return Status::InvalidArgument("--heartbeat-interval must be positive");
+  }
+  if (suspect_timeout <= heartbeat_interval) {
+    return Status::InvalidArgument("--suspect-timeout must be longer than --heartbeat-interval");
+  }
+  if (down_timeout <= suspect_timeout) {
+    return Status::InvalidArgument("--down-timeout must be longer than --suspect-timeout");
+  }
+  return Status::OK();
+}
+
+ViewManager::ViewManager(ViewStore* store, const MonitorOptions& options, const Logger& log)
+    : store_(store), options_(options), log_(log) {}
+
+Status ViewManager::Open(ViewStore* store, const MonitorOptions& options, const Logger& log,
+                         std::unique_ptr<ViewManager>* manager) {
+  PDPM_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<ViewManager> m(new ViewManager(store, options, log));
+  Status s = store->Load(&m->view_, &m->revision_);
+  if (s.code() == StatusCode::kNotFound) {
+    v1::ClusterView fresh;
+    fresh.set_epoch(1);
+    fresh.set_segment_size(options.segment_size);
+    fresh.set_replica_count(options.replicas);
+    fresh.set_table_count(options.tables);
+    fresh.set_next_server_id(1);
+    fresh.set_next_heap_segment(dsm::kFirstHeapSegment);
+    fresh.set_next_object_segment(dsm::kLastSegment);
+    for (uint32_t t = 1; t <= options.tables; ++t) fresh.add_tables()->set_table(t);
+    PDPM_RETURN_IF_ERROR(store->CompareAndPut(0, fresh, &m->revision_));
+    m->view_ = std::move(fresh);
+    log.Info("created a new cluster view", {{"store", store->Describe()},
+                                            {"segment_size", options.segment_size},
+                                            {"replicas", options.replicas},
+                                            {"tables", options.tables}});
+  } else {
+    PDPM_RETURN_IF_ERROR(s);
+    PDPM_RETURN_IF_ERROR(CheckView(m->view_).WithContext(store->Describe()));
+    const v1::ClusterView& v = m->view_;
+    auto mismatch = [&](const char* flag, uint64_t given, uint64_t stored) {
+      return Status::FailedPrecondition(std::string(flag) + " " + std::to_string(given) +
+                                        " contradicts the stored view (" + store->Describe() +
+                                        " was created with " + std::to_string(stored) +
+                                        "); it cannot change for an existing cluster");
+    };
+    if (options.segment_size_set && options.segment_size != v.segment_size()) {
+      return mismatch("--segment-size", options.segment_size, v.segment_size());
+    }
+    if (options.replicas_set && options.replicas != v.replica_count()) {
+      return mismatch("--replicas", options.replicas, v.replica_count());
+    }
+    if (options.tables_set && options.tables != v.table_count()) {
+      return mismatch("--tables", options.tables, v.table_count());
+    }
+    log.Info("loaded the cluster view", {{"store", store->Describe()},
+                                         {"cluster", v.cluster_uuid()},
+                                         {"epoch", v.epoch()},
+                                         {"servers", v.servers_size()},
+                                         {"segments", v.segments_size()}});
+  }
+  auto now = Clock::now();
+  for (const auto& server : m->view_.servers()) m->liveness_[server.id()].last_seen = now;
+  *manager = std::move(m);
+  return Status::OK();
+}
+
+uint64_t ViewManager::epoch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return view_.epoch();
+}
+
+void ViewManager::SetLeaderAddress(std::string address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  leader_address_ = std::move(address);
+}
+
+Status ViewManager::CheckSecret(const std::string& presented) const {
+  if (presented.empty()) return Status::PermissionDenied("no cluster secret presented");
+  if (!SecretsEqual(presented, options_.cluster_secret)) {
+    return Status::PermissionDenied("wrong cluster secret");
+  }
+  return Status::OK();
+}
+
+Status ViewManager::Commit(v1::ClusterView next) {
+  uint64_t new_revision = 0;
+  Status s = store_->CompareAndPut(revision_, next, &new_revision);
+  if (!s.ok()) {
+    log_.Error("storing the view failed; the change is not applied",
+               {{"store", store_->Describe()}, {"epoch", next.epoch()}, {"status", s}});
+    if (s.code() == StatusCode::kAborted) {
+      return Status::Unavailable("the stored view changed underneath this monitor: " +
+                                 std::string(s.message()));
+    }
+    return s.WithContext("store the view");
+  }
+  revision_ = new_revision;
+  view_ = std::move(next);
+  return Status::OK();
+}
+
+v1::ServerState ViewManager::LiveState(uint32_t server_id, Clock::time_point now) const {
+  auto it = liveness_.find(server_id);
+  if (it == liveness_.end()) return v1::SERVER_STATE_DOWN;
+  auto silent = now - it->second.last_seen;
+  if (silent >= options_.down_timeout) return v1::SERVER_STATE_DOWN;
+  if (silent >= options_.suspect_timeout) return v1::SERVER_STATE_SUSPECT;
+  return v1::SERVER_STATE_UP;
+}
+
+std::vector<uint32_t> ViewManager::LiveServers(const v1::ClusterView& view,
+                                               Clock::time_point now) const {
+  std::vector<uint32_t> ids;
+  for (const auto& s : view.servers()) {
+    if (s.state() == v1::SERVER_STATE_UP && LiveState(s.id(), now) == v1::SERVER_STATE_UP) {
+      ids.push_back(s.id());
+    }
+  }
+  return ids;
+}
+
+bool ViewManager::RebalanceTables(v1::ClusterView* view, Clock::time_point now) const {
+  std::vector<TableSlot> slots = TableSlots(*view);
+  if (!BalanceTables(&slots, LiveServers(*view, now))) return false;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    v1::TableAssignment* t = view->mutable_tables(static_cast<int>(i));
+    if (t->server_id() != slots[i].owner) {
+      t->set_server_id(slots[i].owner);
+      t->set_assigned_epoch(view->epoch());
+    }
+  }
+  return true;
+}
+
+void ViewManager::Touch(uint32_t server_id) {
+  Liveness& l = liveness_[server_id];
+  l.last_seen = Clock::now();
+  l.last_heartbeat_unix_ms = NowUnixMs();
+}
+
+void ViewManager::FillServers(Clock::time_point now,
+                              google::protobuf::RepeatedPtrField<v1::ServerInfo>* out) const {
+  auto used = UsedLocalSegments(view_);
+  std::map<uint32_t, uint32_t> tables;
+  for (const auto& t : view_.tables()) ++tables[t.server_id()];
+  for (const auto& stored : view_.servers()) {
+    v1::ServerInfo* s = out->Add();
+    *s = stored;
+    auto it = liveness_.find(stored.id());
+    if (it != liveness_.end()) {
+      s->set_used_bytes(it->second.used_bytes);
+      s->set_last_heartbeat_unix_ms(it->second.last_heartbeat_unix_ms);
+    }
+    if (stored.state() == v1::SERVER_STATE_UP) s->set_state(LiveState(stored.id(), now));
+    s->set_segments_used(static_cast<uint32_t>(used[stored.id()].size()));
+    s->set_tables(tables[stored.id()]);
+  }
+}
+
+Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
+                                   v1::RegisterServerResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  const v1::ServerInfo& info = req.info();
+  if (info.address().empty()) return Status::InvalidArgument("server address is empty");
+  if (info.transport() != "tcp" && info.transport() != "verbs") {
+    return Status::InvalidArgument("transport \"" + info.transport() +
+                                   "\" is neither tcp nor verbs");
+  }
+  if (req.segment_count() == 0) {
+    return Status::InvalidArgument("server offers no segments (its PM is smaller than one)");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (req.segment_size() != view_.segment_size()) {
+    return Status::FailedPrecondition(
+        "server cut its PM into segments of " + std::to_string(req.segment_size()) +
+        " bytes; this cluster uses " + std::to_string(view_.segment_size()));
+  }
+  auto now = Clock::now();
+  v1::ClusterView next = view_;
+  uint32_t id = 0;
+  bool changed = false;
+  if (req.cluster_uuid().empty()) {
+    if (req.server_id() != 0) {
+      return Status::InvalidArgument("server id " + std::to_string(req.server_id()) +
+                                     " presented without a cluster uuid");
+    }
+    if (next.cluster_uuid().empty()) next.set_cluster_uuid(NewClusterUuid());
+    id = next.next_server_id();
+    next.set_next_server_id(id + 1);
+    v1::ServerInfo* s = next.add_servers();
+    s->set_id(id);
+    s->set_address(info.address());
+    s->set_transport(info.transport());
+    s->set_cores(info.cores());
+    s->set_capacity_bytes(uint64_t{req.segment_count()} * req.segment_size());
+    *s->mutable_labels() = info.labels();
+    s->set_segment_count(req.segment_count());
+    s->set_state(v1::SERVER_STATE_UP);
+    changed = true;
+  } else {
+    if (view_.cluster_uuid().empty()) {
+      return Status::FailedPrecondition("server belongs to cluster " + req.cluster_uuid() +
+                                        " but this monitor's view has no cluster yet (" +
+                                        store_->Describe() +
+                                        " is not the view that cluster was created with)");
+    }
+    if (req.cluster_uuid() != view_.cluster_uuid()) {
+      return Status::FailedPrecondition("server belongs to cluster " + req.cluster_uuid() +
+                                        "; this monitor serves cluster " + view_.cluster_uuid());
+    }
+    id = req.server_id();
+    v1::ServerInfo* s = id == 0 ? nullptr : FindServer(&next, id);
+    if (s == nullptr) {
+      return Status::NotFound("server id " + std::to_string(id) + " is not a member of cluster " +
+                              view_.cluster_uuid());
+    }
+    auto used = UsedLocalSegments(view_);
+    if (!used[id].empty() && *used[id].rbegin() >= req.segment_count()) {
+      return Status::FailedPrecondition(
+          "server " + std::to_string(id) + " now offers " + std::to_string(req.segment_count()) +
+          " segments but local segment " + std::to_string(*used[id].rbegin()) + " is mapped");
+    }
+    v1::ServerInfo updated = *s;
+    updated.set_address(info.address());
+    updated.set_transport(info.transport());
+    updated.set_cores(info.cores());
+    updated.set_capacity_bytes(uint64_t{req.segment_count()} * req.segment_size());
+    *updated.mutable_labels() = info.labels();
+    updated.set_segment_count(req.segment_count());
+    if (updated.SerializeAsString() != s->SerializeAsString()) {
+      *s = updated;
+      changed = true;
+    }
+  }
+  Touch(id);
+  liveness_[id].reported = v1::SERVER_STATE_UP;
+  next.set_epoch(next.epoch() + 1);  // the epoch table owners would take
+  if (RebalanceTables(&next, now)) changed = true;
+  if (changed) {
+    Status s = Commit(std::move(next));
+    if (!s.ok()) {
+      if (req.cluster_uuid().empty()) liveness_.erase(id);
+      return s;
+    }
+  }
+  resp->set_cluster_uuid(view_.cluster_uuid());
+  resp->set_server_id(id);
+  resp->set_epoch(view_.epoch());
+  resp->set_heartbeat_interval_ms(static_cast<uint64_t>(options_.heartbeat_interval.count()));
+  log_.Info(req.cluster_uuid().empty() ? "server joined" : "server rejoined",
+            {{"server_id", id},
+             {"addr", info.address()},
+             {"segments", req.segment_count()},
+             {"cluster", view_.cluster_uuid()},
+             {"epoch", view_.epoch()}});
+  return Status::OK();
+}
+
+Status ViewManager::FindMember(uint32_t server_id, const v1::ServerInfo** server) const {
+  *server = FindServer(view_, server_id);
+  if (*server == nullptr) {
+    return Status::NotFound("server id " + std::to_string(server_id) +
+                            " is not a member; register first");
+  }
+  return Status::OK();
+}
+
+Status ViewManager::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  std::lock_guard<std::mutex> lock(mu_);
+  const v1::ServerInfo* server = nullptr;
+  PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
+  Touch(req.server_id());
+  liveness_[req.server_id()].used_bytes = req.used_bytes();
+  resp->set_epoch(view_.epoch());
+  return Status::OK();
+}
+
+Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
+                                    v1::AllocateSegmentResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint32_t server_id = req.server_id();
+  const v1::ServerInfo* server = nullptr;
+  PDPM_RETURN_IF_ERROR(FindMember(server_id, &server));
+  if (req.epoch() > view_.epoch()) {
+    return Status::InvalidArgument("request epoch " + std::to_string(req.epoch()) +
+                                   " is ahead of the cluster's " + std::to_string(view_.epoch()));
+  }
+  if (req.local_index() >= server->segment_count()) {
+    return Status::OutOfRange("local segment " + std::to_string(req.local_index()) +
+                              " does not exist: server " + std::to_string(server_id) + " has " +
+                              std::to_string(server->segment_count()));
+  }
+  if (req.table() > view_.table_count()) {
+    return Status::InvalidArgument("table " + std::to_string(req.table()) + " does not exist (" +
+                                   std::to_string(view_.table_count()) + " tables)");
+  }
+  Touch(server_id);
+  if (req.table() != 0) {
+    const v1::TableAssignment& t = view_.tables(static_cast<int>(req.table()) - 1);
+    if (t.server_id() != server_id) {
+      return Status::FailedPrecondition("table " + std::to_string(req.table()) +
+                                        " belongs to server " + std::to_string(t.server_id()) +
+                                        " since epoch " + std::to_string(t.assigned_epoch()) +
+                                        "; refresh the mapping");
+    }
+  }
+  v1::ClusterView next = view_;
+  // A repeated request for a local segment already mapped (a retry, or a
+  // restarted server re-announcing its segments' new keys) returns the
+  // existing mapping.
+  for (auto& m : *next.mutable_segments()) {
+    if (m.primary().server_id() == server_id && m.primary().local_index() == req.local_index()) {
+      if (m.table() != req.table()) {
+        return Status::AlreadyExists("local segment " + std::to_string(req.local_index()) +
+                                     " of server " + std::to_string(server_id) +
+                                     " is already global segment " + std::to_string(m.segment()) +
+                                     " of table " + std::to_string(m.table()));
+      }
+      if (m.access_key() != req.access_key()) {
+        m.set_access_key(req.access_key());
+        next.set_epoch(next.epoch() + 1);
+        const uint64_t segment = m.segment();
+        PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+        log_.Info("segment key changed",
+                  {{"segment", segment}, {"server_id", server_id}, {"epoch", view_.epoch()}});
+      }
+      for (const auto& cur : view_.segments()) {
+        if (cur.primary().server_id() == server_id &&
+            cur.primary().local_index() == req.local_index()) {
+          *resp->mutable_mapping() = cur;
+        }
+      }
+      resp->mutable_mapping()->clear_access_key();
+      resp->set_epoch(view_.epoch());
+      return Status::OK();
+    }
+    for (const auto& b : m.backups()) {
+      if (b.server_id() == server_id && b.local_index() == req.local_index()) {
+        return Status::AlreadyExists("local segment " + std::to_string(req.local_index()) +
+                                     " of server " + std::to_string(server_id) +
+                                     " holds a backup of global segment " +
+                                     std::to_string(m.segment()));
+      }
+    }
+  }
+
+  uint64_t number = 0;
+  if (req.table() == 0) {
+    number = next.next_heap_segment();
+    if (number >= dsm::kHeapSegmentLimit || number >= next.next_object_segment()) {
+      return Status::ResourceExhausted("the heap half of the global address space is used up");
+    }
+    next.set_next_heap_segment(number + 1);
+  } else {
+    number = next.next_object_segment();
+    if (number < dsm::kHeapSegmentLimit || number <= next.next_heap_segment()) {
+      return Status::ResourceExhausted("the object half of the global address space is used up");
+    }
+    next.set_next_object_segment(number - 1);
+  }
+
+  // Backups: other live servers, each on its lowest free local segment.
+  auto now = Clock::now();
+  auto used = UsedLocalSegments(view_);
+  std::vector<PlacementCandidate> candidates;
+  PlacementCandidate primary;
+  for (const auto& s : view_.servers()) {
+    PlacementCandidate c{s.id(),
+                         s.segment_count(),
+                         static_cast<uint32_t>(used[s.id()].size()),
+                         {s.labels().begin(), s.labels().end()}};
+    if (s.id() == server_id) {
+      primary = c;
+    } else if (s.state() == v1::SERVER_STATE_UP && LiveState(s.id(), now) == v1::SERVER_STATE_UP) {
+      candidates.push_back(std::move(c));
+    }
+  }
+  next.set_epoch(next.epoch() + 1);
+  v1::SegmentMapping* m = next.add_segments();
+  m->set_segment(number);
+  m->set_segment_descriptor(
+      dsm::Descriptor::Make(dsm::kPermRead | dsm::kPermWrite, view_.replica_count()).bits);
+  m->mutable_primary()->set_server_id(server_id);
+  m->mutable_primary()->set_local_index(req.local_index());
+  // Backups take a server's highest free local segments while servers pick
+  // their primaries from the bottom, so the two rarely meet; when they do,
+  // the server's AllocateSegment is refused with kAlreadyExists.
+  for (uint32_t backup : ChooseBackups(candidates, primary, view_.replica_count() - 1)) {
+    const v1::ServerInfo* holder = FindServer(view_, backup);
+    uint32_t index = holder->segment_count() - 1;
+    while (used[backup].count(index)) --index;
+    v1::SegmentReplica* r = m->add_backups();
+    r->set_server_id(backup);
+    r->set_local_index(index);
+  }
+  m->set_table(req.table());
+  m->set_access_key(req.access_key());
+  m->set_placement_epoch(next.epoch());
+  v1::SegmentMapping result = *m;
+  PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+  result.clear_access_key();
+  if (static_cast<uint32_t>(result.backups_size()) + 1 < view_.replica_count()) {
+    log_.Warn("segment is under-replicated: not enough servers for its backups",
+              {{"segment", number},
+               {"backups", result.backups_size()},
+               {"replicas", view_.replica_count()}});
+  }
+  log_.Info("segment allocated", {{"segment", number},
+                                  {"server_id", server_id},
+                                  {"local_index", req.local_index()},
+                                  {"table", req.table()},
+                                  {"backups", result.backups_size()},
+                                  {"epoch", view_.epoch()}});
+  *resp->mutable_mapping() = std::move(result);
+  resp->set_epoch(view_.epoch());
+  return Status::OK();
+}
+
+Status ViewManager::FreeSegment(const v1::FreeSegmentRequest& req, v1::FreeSegmentResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  std::lock_guard<std::mutex> lock(mu_);
+  const v1::ServerInfo* server = nullptr;
+  PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
+  Touch(req.server_id());
+  v1::ClusterView next = view_;
+  auto* segments = next.mutable_segments();
+  auto it = std::find_if(segments->begin(), segments->end(),
+                         [&](const v1::SegmentMapping& m) { return m.segment() == req.segment(); });
+  if (it == segments->end()) {
+    return Status::NotFound("global segment " + std::to_string(req.segment()) + " is not mapped");
+  }
+  if (it->primary().server_id() != req.server_id()) {
+    return Status::FailedPrecondition(
+        "global segment " + std::to_string(req.segment()) + " belongs to server " +
+        std::to_string(it->primary().server_id()) + ", not " + std::to_string(req.server_id()));
+  }
+  segments->erase(it);
+  next.set_epoch(next.epoch() + 1);
+  PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+  log_.Info("segment freed",
+            {{"segment", req.segment()}, {"server_id", req.server_id()}, {"epoch", view_.epoch()}});
+  resp->set_epoch(view_.epoch());
+  return Status::OK();
+}
+
+Status ViewManager::GetMapping(const v1::GetMappingRequest& req, v1::GetMappingResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  resp->set_epoch(view_.epoch());
+  if (req.known_epoch() == view_.epoch()) {
+    resp->set_unchanged(true);
+    return Status::OK();
+  }
+  auto now = Clock::now();
+  FillServers(now, resp->mutable_servers());
+  for (const auto& m : view_.segments()) {
+    v1::SegmentMapping* out = resp->add_segments();
+    *out = m;
+    out->clear_access_key();
+  }
+  *resp->mutable_tables() = view_.tables();
+  resp->set_segment_size(view_.segment_size());
+  resp->set_table_count(view_.table_count());
+  resp->set_replica_count(view_.replica_count());
+  resp->set_cluster_uuid(view_.cluster_uuid());
+  return Status::OK();
+}
+
+Status ViewManager::GetSegmentKeys(const v1::GetSegmentKeysRequest& req,
+                                   v1::GetSegmentKeysResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  std::lock_guard<std::mutex> lock(mu_);
+  resp->set_epoch(view_.epoch());
+  if (req.segments().empty()) {
+    *resp->mutable_segments() = view_.segments();
+    return Status::OK();
+  }
+  for (uint64_t wanted : req.segments()) {
+    auto it = std::find_if(view_.segments().begin(), view_.segments().end(),
+                           [&](const v1::SegmentMapping& m) { return m.segment() == wanted; });
+    if (it == view_.segments().end()) {
+      return Status::NotFound("global segment " + std::to_string(wanted) + " is not mapped");
+    }
+    *resp->add_segments() = *it;
+  }
+  return Status::OK();
+}
+
+Status ViewManager::GetClusterStatus(v1::ClusterStatus* status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto now = Clock::now();
+  status->set_cluster_uuid(view_.cluster_uuid());
+  status->set_epoch(view_.epoch());
+  status->set_leader(leader_address_);
+  status->set_replica_count(view_.replica_count());
+  status->set_segments(static_cast<uint32_t>(view_.segments_size()));
+  status->set_segment_size(view_.segment_size());
+  status->set_table_count(view_.table_count());
+  uint32_t up = 0;
+  uint64_t capacity = 0, used = 0;
+  std::map<uint32_t, v1::ServerState> states;
+  std::vector<std::string> problems;
+  FillServers(now, status->mutable_servers());
+  for (const auto& s : status->servers()) {
+    states[s.id()] = s.state();
+    capacity += s.capacity_bytes();
+    used += s.used_bytes();
+    if (s.state() == v1::SERVER_STATE_UP) {
+      ++up;
+    } else {
+      problems.push_back("server " + std::to_string(s.id()) + " (" + s.address() + ") is " +
+                         std::string(StateName(s.state())));
+    }
+  }
+  status->set_servers_up(up);
+  status->set_servers_total(static_cast<uint32_t>(view_.servers_size()));
+  status->set_capacity_bytes(capacity);
+  status->set_used_bytes(used);
+  uint32_t unavailable = 0, under_replicated = 0;
+  for (const auto& m : view_.segments()) {
+    if (states[m.primary().server_id()] == v1::SERVER_STATE_DOWN) ++unavailable;
+    if (static_cast<uint32_t>(m.backups_size()) + 1 < view_.replica_count()) ++under_replicated;
+  }
+  uint32_t unowned = 0;
+  for (const auto& t : view_.tables()) {
+    if (t.server_id() == 0 || states[t.server_id()] == v1::SERVER_STATE_DOWN) ++unowned;
+  }
+  if (unavailable) {
+    problems.push_back(std::to_string(unavailable) + " segments on down servers");
+  }
+  if (unowned) problems.push_back(std::to_string(unowned) + " tables without a live owner");
+  if (under_replicated) {
+    problems.push_back(std::to_string(under_replicated) + " segments under-replicated");
+  }
+  v1::Health health = v1::HEALTH_OK;
+  if (view_.servers().empty()) {
+    health = v1::HEALTH_DOWN;
+    problems.insert(problems.begin(), "no servers registered");
+  } else if (unavailable || unowned || up == 0) {
+    health = v1::HEALTH_DOWN;
+  } else if (!problems.empty()) {
+    health = v1::HEALTH_DEGRADED;
+  }
+  status->set_health(health);
+  std::string message;
+  for (const auto& p : problems) message += (message.empty() ? "" : "; ") + p;
+  status->set_message(message);
+  return Status::OK();
+}
+
+void ViewManager::CheckLiveness() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto now = Clock::now();
+  for (const auto& s : view_.servers()) {
+    Liveness& l = liveness_[s.id()];
+    v1::ServerState state = LiveState(s.id(), now);
+    if (state == l.reported) continue;
+    auto silent_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - l.last_seen).count();
+    const char* msg = state == v1::SERVER_STATE_UP        ? "server is up again"
+                      : state == v1::SERVER_STATE_SUSPECT ? "server missed its heartbeats"
+                                                          : "server is down";
+    LogLevel level = state == v1::SERVER_STATE_UP ? LogLevel::kInfo : LogLevel::kWarn;
+    log_.Log(level, msg,
+             {{"server_id", s.id()},
+              {"addr", s.address()},
+              {"state", StateName(state)},
+              {"silent_ms", silent_ms}});
+    l.reported = state;
+  }
+}
+
+}  // namespace pdpm::monitor

@@ -1,0 +1,112 @@
+// ViewManager: the monitor's logic — the cluster view and every change to
+// it, independent of gRPC. Each RPC of pdpm.v1.Monitor has one method here
+// taking the request and filling the response; errors are Status codes the
+// service maps to gRPC codes.
+//
+// Consistency: one mutex serialises all calls. A change is applied to a
+// copy of the view, stored through the ViewStore (CompareAndPut on the
+// revision this manager holds) and only then made visible and
+// acknowledged; a failed store leaves the old view in force. Every change
+// clients must notice (membership, addresses, segments, keys, table owners)
+// increments the epoch.
+//
+// Liveness (heartbeat times, reported use, SUSPECT/DOWN) is kept in memory
+// only: after a restart every member gets a full timeout of grace.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "monitor/view_store.h"
+#include "pdpm/v1/monitor.pb.h"
+
+namespace pdpm::monitor {
+
+struct MonitorOptions {
+  // Cluster parameters, fixed when the view is created. When a stored view
+  // exists, a parameter marked `_set` (given explicitly) must match it.
+  uint64_t segment_size = 2ULL << 30;
+  uint32_t replicas = 1;
+  uint32_t tables = 64;
+  bool segment_size_set = false;
+  bool replicas_set = false;
+  bool tables_set = false;
+
+  std::string cluster_secret;  // required, non-empty
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds suspect_timeout{3000};  // no heartbeat → SUSPECT
+  std::chrono::milliseconds down_timeout{10000};    // no heartbeat → DOWN
+
+  // InvalidArgument naming the bad option.
+  Status Validate() const;
+};
+
+class ViewManager {
+ public:
+  // Loads the view from `store` (not owned; outlives the manager), creating
+  // a fresh one when the store is empty. Fails on a corrupt store or a
+  // parameter that contradicts the stored view.
+  static Status Open(ViewStore* store, const MonitorOptions& options, const Logger& log,
+                     std::unique_ptr<ViewManager>* manager);
+
+  Status RegisterServer(const v1::RegisterServerRequest& req, v1::RegisterServerResponse* resp);
+  Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
+  Status AllocateSegment(const v1::AllocateSegmentRequest& req, v1::AllocateSegmentResponse* resp);
+  Status FreeSegment(const v1::FreeSegmentRequest& req, v1::FreeSegmentResponse* resp);
+  Status GetMapping(const v1::GetMappingRequest& req, v1::GetMappingResponse* resp);
+  Status GetSegmentKeys(const v1::GetSegmentKeysRequest& req, v1::GetSegmentKeysResponse* resp);
+  Status GetClusterStatus(v1::ClusterStatus* status);
+
+  // Re-evaluates every member's liveness and logs each UP/SUSPECT/DOWN
+  // transition. Called every heartbeat interval by the daemon.
+  void CheckLiveness();
+
+  uint64_t epoch();
+  // The address status reports as the leader (this monitor's, once bound).
+  void SetLeaderAddress(std::string address);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Liveness {
+    Clock::time_point last_seen;
+    uint64_t last_heartbeat_unix_ms = 0;
+    uint64_t used_bytes = 0;
+    v1::ServerState reported = v1::SERVER_STATE_UP;  // last state logged
+  };
+
+  ViewManager(ViewStore* store, const MonitorOptions& options, const Logger& log);
+
+  Status CheckSecret(const std::string& presented) const;
+  // NotFound unless `server_id` is a member of the current view.
+  Status FindMember(uint32_t server_id, const v1::ServerInfo** server) const;
+  // Stores `next` (epoch already advanced by the caller) and makes it current.
+  Status Commit(v1::ClusterView next);
+  v1::ServerState LiveState(uint32_t server_id, Clock::time_point now) const;
+  // Members of `view` whose liveness is UP: those that may take new tables
+  // or backups.
+  std::vector<uint32_t> LiveServers(const v1::ClusterView& view, Clock::time_point now) const;
+  bool RebalanceTables(v1::ClusterView* view, Clock::time_point now) const;
+  // Server descriptions for clients: the stored member plus liveness, use
+  // and load, in view order.
+  void FillServers(Clock::time_point now,
+                   google::protobuf::RepeatedPtrField<v1::ServerInfo>* out) const;
+  void Touch(uint32_t server_id);
+
+  ViewStore* const store_;
+  const MonitorOptions options_;
+  const Logger log_;
+
+  std::mutex mu_;
+  v1::ClusterView view_;
+  uint64_t revision_ = 0;
+  std::map<uint32_t, Liveness> liveness_;
+  std::string leader_address_;
+};
+
+}  // namespace pdpm::monitor

@@ -1,0 +1,181 @@
+// In-process tests of ViewManager over a real FileViewStore: concurrency
+// (also run under ThreadSanitizer, which the gRPC-based process tests cannot
+// be: Debian's gRPC is not instrumented) and recovery of the stored view.
+#include "monitor/view_manager.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "monitor/file_view_store.h"
+
+namespace pdpm::monitor {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr char kSecret[] = "s3cret";
+constexpr uint64_t kSegmentSize = 4ULL << 20;
+
+class ViewManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/pdpm-viewmanager-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    null_fd_ = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(null_fd_, 0);
+    options_.segment_size = kSegmentSize;
+    options_.replicas = 2;
+    options_.tables = 16;
+    options_.cluster_secret = kSecret;
+  }
+  void TearDown() override {
+    manager_.reset();
+    store_.reset();
+    close(null_fd_);
+    fs::remove_all(dir_);
+  }
+
+  void Open() {
+    manager_.reset();
+    store_.reset();
+    ASSERT_TRUE(FileViewStore::Open(dir_, &store_).ok());
+    Status s = ViewManager::Open(store_.get(), options_, Logger("monitor", null_fd_), &manager_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  static v1::RegisterServerRequest NewServer(int n) {
+    v1::RegisterServerRequest req;
+    req.set_cluster_secret(kSecret);
+    req.mutable_info()->set_address("10.0.0." + std::to_string(n) + ":7000");
+    req.mutable_info()->set_transport("tcp");
+    req.set_segment_count(64);
+    req.set_segment_size(kSegmentSize);
+    return req;
+  }
+
+  std::string dir_;
+  int null_fd_ = -1;
+  MonitorOptions options_;
+  std::unique_ptr<FileViewStore> store_;
+  std::unique_ptr<ViewManager> manager_;
+};
+
+TEST_F(ViewManagerTest, ConcurrentCallsKeepTheViewConsistent) {
+  ASSERT_NO_FATAL_FAILURE(Open());
+  constexpr int kThreads = 4, kServersEach = 3, kSegmentsEach = 6;
+  std::atomic<int> errors{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads + 1);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint32_t> mine;
+      for (int i = 0; i < kServersEach; ++i) {
+        v1::RegisterServerResponse r;
+        if (!manager_->RegisterServer(NewServer(t * 10 + i), &r).ok()) ++errors;
+        mine.push_back(r.server_id());
+      }
+      for (int i = 0; i < kSegmentsEach; ++i) {
+        v1::AllocateSegmentRequest a;
+        a.set_cluster_secret(kSecret);
+        a.set_server_id(mine[static_cast<size_t>(i) % mine.size()]);
+        a.set_local_index(static_cast<uint32_t>(i / kServersEach));
+        a.set_access_key(static_cast<uint32_t>(t * 100 + i));
+        v1::AllocateSegmentResponse ar;
+        if (!manager_->AllocateSegment(a, &ar).ok()) ++errors;
+        v1::HeartbeatRequest hb;
+        hb.set_cluster_secret(kSecret);
+        hb.set_server_id(mine[0]);
+        hb.set_used_bytes(static_cast<uint64_t>(i));
+        v1::HeartbeatResponse hr;
+        if (!manager_->Heartbeat(hb, &hr).ok()) ++errors;
+        v1::GetMappingResponse m;
+        v1::GetMappingRequest mr;
+        if (!manager_->GetMapping(mr, &m).ok()) ++errors;
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    while (!done) {
+      manager_->CheckLiveness();
+      v1::ClusterStatus st;
+      if (!manager_->GetClusterStatus(&st).ok()) ++errors;
+    }
+  });
+  for (int t = 0; t < kThreads; ++t) threads[static_cast<size_t>(t)].join();
+  done = true;
+  threads.back().join();
+  EXPECT_EQ(errors.load(), 0);
+
+  v1::GetMappingResponse m;
+  ASSERT_TRUE(manager_->GetMapping(v1::GetMappingRequest(), &m).ok());
+  EXPECT_EQ(m.servers_size(), kThreads * kServersEach);
+  EXPECT_EQ(m.segments_size(), kThreads * kSegmentsEach);
+  // One epoch per registration and per allocation, none lost or doubled.
+  EXPECT_EQ(m.epoch(), 1u + kThreads * kServersEach + kThreads * kSegmentsEach);
+  std::set<uint64_t> numbers;
+  std::set<std::pair<uint32_t, uint32_t>> slots;
+  for (const auto& seg : m.segments()) {
+    numbers.insert(seg.segment());
+    EXPECT_TRUE(slots.insert({seg.primary().server_id(), seg.primary().local_index()}).second);
+    ASSERT_EQ(seg.backups_size(), 1);
+    EXPECT_NE(seg.backups(0).server_id(), seg.primary().server_id());
+    EXPECT_TRUE(slots.insert({seg.backups(0).server_id(), seg.backups(0).local_index()}).second)
+        << "a local segment holds two replicas";
+  }
+  EXPECT_EQ(numbers.size(), static_cast<size_t>(kThreads * kSegmentsEach));
+
+  // What a new manager loads from the store is exactly what was served.
+  v1::GetSegmentKeysRequest kr;
+  kr.set_cluster_secret(kSecret);
+  v1::GetSegmentKeysResponse keys_before;
+  ASSERT_TRUE(manager_->GetSegmentKeys(kr, &keys_before).ok());
+  ASSERT_NO_FATAL_FAILURE(Open());
+  v1::GetSegmentKeysResponse keys_after;
+  ASSERT_TRUE(manager_->GetSegmentKeys(kr, &keys_after).ok());
+  EXPECT_EQ(keys_after.SerializeAsString(), keys_before.SerializeAsString());
+  EXPECT_EQ(manager_->epoch(), m.epoch());
+}
+
+TEST_F(ViewManagerTest, RestartedServerReannouncesANewKey) {
+  ASSERT_NO_FATAL_FAILURE(Open());
+  v1::RegisterServerResponse r;
+  ASSERT_TRUE(manager_->RegisterServer(NewServer(1), &r).ok());
+  v1::AllocateSegmentRequest a;
+  a.set_cluster_secret(kSecret);
+  a.set_server_id(r.server_id());
+  a.set_local_index(0);
+  a.set_access_key(7);
+  v1::AllocateSegmentResponse first, again;
+  ASSERT_TRUE(manager_->AllocateSegment(a, &first).ok());
+  a.set_access_key(8);  // the server re-registered its segment: new key
+  ASSERT_TRUE(manager_->AllocateSegment(a, &again).ok());
+  EXPECT_EQ(again.mapping().segment(), first.mapping().segment());
+  EXPECT_EQ(again.epoch(), first.epoch() + 1);  // clients' cached keys are stale
+  v1::GetSegmentKeysRequest kr;
+  kr.set_cluster_secret(kSecret);
+  v1::GetSegmentKeysResponse keys;
+  ASSERT_TRUE(manager_->GetSegmentKeys(kr, &keys).ok());
+  EXPECT_EQ(keys.segments(0).access_key(), 8u);
+}
+
+TEST_F(ViewManagerTest, OptionsAreValidated) {
+  options_.suspect_timeout = options_.heartbeat_interval;
+  EXPECT_EQ(options_.Validate().code(), StatusCode::kInvalidArgument);
+  options_.suspect_timeout = std::chrono::milliseconds(5000);
+  options_.down_timeout = std::chrono::milliseconds(4000);
+  EXPECT_EQ(options_.Validate().code(), StatusCode::kInvalidArgument);
+  options_.down_timeout = std::chrono::milliseconds(9000);
+  EXPECT_TRUE(options_.Validate().ok());
+  options_.cluster_secret.clear();
+  EXPECT_EQ(options_.Validate().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pdpm::monitor
