@@ -174,7 +174,7 @@ class VerbsConnection final : public Connection {
   uint64_t progress_ = 0;
   uint64_t progress_seen_ = ~0ull;
   uint32_t idle_polls_ = 0;
-  std::chrono::steady_clock::time_point stalled_since_;
+  std::chrono::nanoseconds stalled_since_{0};  // CLOCK_MONOTONIC_COARSE
   std::deque<Pending> pending_;
   std::deque<Ready> ready_;
   std::deque<Incoming> incoming_;
