@@ -302,6 +302,12 @@ class ServingTest : public TransportTest {
     };
     ASSERT_TRUE(transport_->Listen(ListenSpec(), h).ok());
   }
+  // Accepted connections were handed over on the transport's thread, under
+  // mu_: release them under it too.
+  void TearDown() override {
+    std::lock_guard lock(mu_);
+    accepted_.clear();
+  }
   uint64_t Word(size_t i) { return std::atomic_ref<uint64_t>(words_[i]).load(); }
   void RunClients(const std::vector<std::vector<std::string>>& argvs) {
     std::vector<std::unique_ptr<PeerProcess>> clients;
