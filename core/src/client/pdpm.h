@@ -68,7 +68,8 @@ int pdpm_del_obj(pdpm_client* c, pdpm_oid id);
 
 /* Stable lower-case name of a code ("permission_denied"). */
 const char* pdpm_strerror(int code);
-/* Message of the last failed call on this handle by this thread. */
+/* Message of the last failed call on this handle (valid until the next
+ * failing call on it). */
 const char* pdpm_last_error(pdpm_client* c);
 
 #ifdef __cplusplus
