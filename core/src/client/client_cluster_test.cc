@@ -322,7 +322,7 @@ TEST_F(ClusterTest, RestartedServerKeepsDataAndClientsRefresh) {
 
 TEST_F(ClusterTest, ConcurrentClientsReadBackTheirLastWrites) {
   std::vector<ChildProcess> load;
-  StartLoad(4, 250, &load);
+  StartLoad(4, 150, &load);
   FinishLoad(&load);
   VerifyLoad(4);
   StopAndCheckAll(/*clean=*/true);
@@ -333,8 +333,8 @@ TEST_F(ClusterTest, ConcurrentClientsReadBackTheirLastWrites) {
 
 TEST_F(ClusterTest, KillServerDuringWritesLosesNothingAcknowledged) {
   std::vector<ChildProcess> load;
-  StartLoad(2, 1200, &load);
-  WaitForProgress(150);
+  StartLoad(2, 500, &load);
+  WaitForProgress(100);
   cluster_.KillServer(1);
   CheckPm(1, /*clean=*/false);  // the image kill -9 left: no violation
   Status s = cluster_.StartServer(1);
@@ -346,13 +346,13 @@ TEST_F(ClusterTest, KillServerDuringWritesLosesNothingAcknowledged) {
 
 TEST_F(ClusterTest, PowerLossDuringWritesLosesNothingAcknowledged) {
   // Server 1 runs on simulated PM that keeps only what was persisted, and
-  // kills itself once 3 MB more have been persisted.
+  // kills itself once 1 MB more have been persisted.
   ASSERT_TRUE(cluster_.StopServer(1).ok());
   Status s = cluster_.StartServer(
-      1, {"PDPM_PM_SIMULATE_POWER_LOSS=1", "PDPM_PM_CRASH_AFTER_PERSISTED_BYTES=3000000"});
+      1, {"PDPM_PM_SIMULATE_POWER_LOSS=1", "PDPM_PM_CRASH_AFTER_PERSISTED_BYTES=1000000"});
   ASSERT_TRUE(s.ok()) << s.ToString();
   std::vector<ChildProcess> load;
-  StartLoad(2, 600, &load);
+  StartLoad(2, 300, &load);
   FinishLoad(&load);
   // Crashed by the injection, or cut now: either way a power loss.
   cluster_.KillServer(1);
