@@ -352,7 +352,7 @@ TEST_F(ClusterTest, PowerLossDuringWritesLosesNothingAcknowledged) {
       1, {"PDPM_PM_SIMULATE_POWER_LOSS=1", "PDPM_PM_CRASH_AFTER_PERSISTED_BYTES=1000000"});
   ASSERT_TRUE(s.ok()) << s.ToString();
   std::vector<ChildProcess> load;
-  StartLoad(2, 300, &load);
+  StartLoad(2, 200, &load);
   FinishLoad(&load);
   // Crashed by the injection, or cut now: either way a power loss.
   cluster_.KillServer(1);
@@ -361,6 +361,32 @@ TEST_F(ClusterTest, PowerLossDuringWritesLosesNothingAcknowledged) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   VerifyLoad(2);
   StopAndCheckAll(/*clean=*/true);
+}
+
+// The daemon alone: it never formats without being asked, and wipes a
+// device on request.
+TEST(ServerBinaryTest, RefusesUnformattedPmAndWipes) {
+  LocalClusterOptions o;
+  o.servers = 0;
+  LocalCluster dir(o);  // only for its temporary directory and secret file
+  std::string pm = dir.dir() + "/blank", log = dir.dir() + "/server.log";
+  ChildProcess p;
+  ASSERT_TRUE(p.Start({PDPM_SERVER_BINARY, "--pm", pm, "--pm-size", "260MiB", "--monitor",
+                       "127.0.0.1:1", "--secret-file", dir.secret_file()},
+                      {}, log)
+                  .ok());
+  int ws = p.Wait();
+  EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 1) << ws;
+  EXPECT_NE(FileTail(log).find("not formatted"), std::string::npos) << FileTail(log);
+
+  { std::ofstream(pm, std::ios::in | std::ios::out | std::ios::binary) << "data to wipe"; }
+  ASSERT_TRUE(p.Start({PDPM_SERVER_BINARY, "--wipe-pm=" + pm}, {}, log).ok());
+  ws = p.Wait();
+  EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << FileTail(log);
+  std::ifstream in(pm, std::ios::binary);
+  std::string head(4096, 'x');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  EXPECT_EQ(head, std::string(4096, '\0'));
 }
 
 }  // namespace
