@@ -25,7 +25,7 @@ namespace {
 
 std::string Pattern(size_t n, uint32_t seed) {
   std::string s(n, '\0');
-  for (size_t i = 0; i < n; i++) s[i] = static_cast<char>((i * 131 + seed * 7) >> 3);
+  for (size_t i = 0; i < n; i++) s[i] = static_cast<char>((i * 131 + size_t{seed} * 7) >> 3);
   return s;
 }
 
@@ -37,7 +37,7 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(OpenClient(&client_).ok());
   }
 
-  Status OpenClient(std::unique_ptr<Client>* out, std::string secret = "") {
+  Status OpenClient(std::unique_ptr<Client>* out, const std::string& secret = "") {
     ClientOptions o;
     o.monitor = cluster_.monitor_address();
     o.cluster_secret = secret.empty() ? cluster_.secret() : secret;
