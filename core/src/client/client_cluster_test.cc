@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -170,6 +171,29 @@ TEST_F(ClusterTest, ObjectsWholeAndPartial) {
     ASSERT_TRUE(client_->GetObj({1, i}, &got).ok());
     EXPECT_EQ(got, Pattern(100 + i, i));
   }
+}
+
+TEST_F(ClusterTest, OneClientSharedByThreads) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (uint64_t t = 0; t < 4; t++) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0; i < 25; i++) {
+        std::string d = Pattern(1000 + t * 100 + i, static_cast<uint32_t>(t * 100 + i));
+        GlobalAddress a;
+        std::string back(d.size(), '\0');
+        std::string got;
+        bool ok = client_->PAllocate(d.size(), &a).ok() &&
+                  client_->Write(a, d.data(), d.size()).ok() &&
+                  client_->Read(a, back.data(), back.size()).ok() && back == d &&
+                  client_->PFree(a).ok() && client_->PutObj({100 + t, i}, d).ok() &&
+                  client_->GetObj({100 + t, i}, &got).ok() && got == d;
+        if (!ok) failures++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 TEST_F(ClusterTest, BadInputsGetTheirErrorAndHarmNothing) {
