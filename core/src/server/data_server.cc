@@ -85,8 +85,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
     PDPM_RETURN_IF_ERROR(st.WithContext("announce segment " + std::to_string(seg->local)));
   }
   PDPM_RETURN_IF_ERROR(s->RefreshMapping());
-  s->serving_ = true;
-  s->heartbeat_ = std::thread([self] { self->HeartbeatLoop(); });
+  // Logged before the heartbeat thread may change what it reads.
   log.Info("serving", {{"address", s->address_},
                        {"server_id", s->server_id_},
                        {"epoch", s->epoch_},
@@ -94,6 +93,8 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
                        {"cores", options.cores},
                        {"segments", s->by_global_.size()},
                        {"tables_owned", s->owned_tables_.size()}});
+  s->serving_ = true;
+  s->heartbeat_ = std::thread([self] { self->HeartbeatLoop(); });
   *out = std::move(s);
   return Status::OK();
 }
