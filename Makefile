@@ -46,10 +46,10 @@ test-core: build
 	cd build/release && $(CTEST)
 
 test-asan: build-asan
-	cd build/asan && $(CTEST) -L '^(common|pm|net)$$'
+	cd build/asan && $(CTEST) -L '^(common|pm|net|pdkvs)$$'
 
 test-tsan: build-tsan
-	cd build/tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L '^(common|pm|net)$$'
+	cd build/tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L '^(common|pm|net|pdkvs)$$'
 
 test-fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_SECONDS)
