@@ -175,7 +175,9 @@ bool ParseInt(Ctx& c, std::string_view s, int64_t* v) {
   return false;
 }
 
-void Ok(Ctx& c) { c.w.Simple("OK"); }
+void Ok(Ctx& c) {
+  c.w.Simple("OK");
+}
 
 void Ping(Ctx& c) {
   if (c.args.size() > 2) return c.w.Error("ERR wrong number of arguments for 'ping' command");
@@ -183,7 +185,9 @@ void Ping(Ctx& c) {
   c.w.Simple("PONG");
 }
 
-void Echo(Ctx& c) { c.w.Bulk(c.args[1]); }
+void Echo(Ctx& c) {
+  c.w.Bulk(c.args[1]);
+}
 
 void Quit(Ctx& c) {
   Ok(c);
@@ -252,13 +256,12 @@ void Hello(Ctx& c) {
   if (!c.client->authenticated) {
     return c.w.Error(
         "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
-        "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
+        "HELLO AUTH <user> <pass> option can be used to authenticate the client and "
         "select the RESP protocol version at the same time");
   }
   if (setname) {
     if (!ValidClientName(name)) {
-      return c.w.Error(
-          "ERR Client names cannot contain spaces, newlines or special characters.");
+      return c.w.Error("ERR Client names cannot contain spaces, newlines or special characters.");
     }
     c.clients->SetName(c.client, std::string(name));
   }
@@ -407,8 +410,8 @@ void MGet(Ctx& c) {
 
 void MSetCommon(Ctx& c, bool nx) {
   if (c.args.size() % 2 == 0) {
-    return c.w.Error(std::string("ERR wrong number of arguments for '") +
-                     (nx ? "msetnx" : "mset") + "' command");
+    return c.w.Error(std::string("ERR wrong number of arguments for '") + (nx ? "msetnx" : "mset") +
+                     "' command");
   }
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
   for (size_t i = 1; i + 1 < c.args.size(); i += 2) pairs.emplace_back(c.args[i], c.args[i + 1]);
@@ -419,8 +422,12 @@ void MSetCommon(Ctx& c, bool nx) {
   Ok(c);
 }
 
-void MSet(Ctx& c) { MSetCommon(c, false); }
-void MSetNx(Ctx& c) { MSetCommon(c, true); }
+void MSet(Ctx& c) {
+  MSetCommon(c, false);
+}
+void MSetNx(Ctx& c) {
+  MSetCommon(c, true);
+}
 
 void Del(Ctx& c) {
   int64_t n = 0;
@@ -455,8 +462,12 @@ void IncrCommon(Ctx& c, int64_t delta) {
   c.w.Integer(result);
 }
 
-void Incr(Ctx& c) { IncrCommon(c, 1); }
-void Decr(Ctx& c) { IncrCommon(c, -1); }
+void Incr(Ctx& c) {
+  IncrCommon(c, 1);
+}
+void Decr(Ctx& c) {
+  IncrCommon(c, -1);
+}
 void IncrBy(Ctx& c) {
   int64_t d = 0;
   if (ParseInt(c, c.args[2], &d)) IncrCommon(c, d);
@@ -515,8 +526,12 @@ void ExpireCommon(Ctx& c, int64_t unit_ms, std::string_view name) {
   c.w.Integer(changed ? 1 : 0);
 }
 
-void Expire(Ctx& c) { ExpireCommon(c, 1000, "expire"); }
-void PExpire(Ctx& c) { ExpireCommon(c, 1, "pexpire"); }
+void Expire(Ctx& c) {
+  ExpireCommon(c, 1000, "expire");
+}
+void PExpire(Ctx& c) {
+  ExpireCommon(c, 1, "pexpire");
+}
 
 void TtlCommon(Ctx& c, bool ms) {
   uint64_t at = 0;
@@ -529,8 +544,12 @@ void TtlCommon(Ctx& c, bool ms) {
   c.w.Integer(ms ? left : (left + 500) / 1000);
 }
 
-void Ttl(Ctx& c) { TtlCommon(c, false); }
-void PTtl(Ctx& c) { TtlCommon(c, true); }
+void Ttl(Ctx& c) {
+  TtlCommon(c, false);
+}
+void PTtl(Ctx& c) {
+  TtlCommon(c, true);
+}
 
 void Persist(Ctx& c) {
   bool changed = false;
@@ -609,8 +628,8 @@ void Type(Ctx& c) {
 }
 
 void FlushDb(Ctx& c) {
-  if (c.args.size() > 2 ||
-      (c.args.size() == 2 && !EqualsNoCase(c.args[1], "ASYNC") && !EqualsNoCase(c.args[1], "SYNC"))) {
+  if (c.args.size() > 2 || (c.args.size() == 2 && !EqualsNoCase(c.args[1], "ASYNC") &&
+                            !EqualsNoCase(c.args[1], "SYNC"))) {
     return c.w.Error(kSyntaxError);
   }
   if (!c.config->enable_flushdb) {
@@ -630,11 +649,12 @@ void Info(Ctx& c) {
   const int64_t now = NowUnixMs();
   std::string out;
   if (want("server")) {
-    out += "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nos:Linux\r\n"
-           "arch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:" +
-           std::to_string(getpid()) + "\r\ntcp_port:" + std::to_string(c.config->port) +
-           "\r\nuptime_in_seconds:" + std::to_string((now - c.stats->started_ms) / 1000) +
-           "\r\npdkvs_gateway:1\r\n\r\n";
+    out +=
+        "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nos:Linux\r\n"
+        "arch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:" +
+        std::to_string(getpid()) + "\r\ntcp_port:" + std::to_string(c.config->port) +
+        "\r\nuptime_in_seconds:" + std::to_string((now - c.stats->started_ms) / 1000) +
+        "\r\npdkvs_gateway:1\r\n\r\n";
   }
   if (want("clients")) {
     out += "# Clients\r\nconnected_clients:" + std::to_string(c.clients->size()) +
@@ -658,8 +678,8 @@ void Info(Ctx& c) {
     out += "# Keyspace\r\n";
     if (n > 0) out += "db0:keys=" + std::to_string(n) + ",expires=0,avg_ttl=0\r\n";
   }
-  while (out.size() >= 2 && out.compare(out.size() - 2, 2, "\r\n") == 0 &&
-         out.size() >= 4 && out.compare(out.size() - 4, 4, "\r\n\r\n") == 0) {
+  while (out.size() >= 2 && out.compare(out.size() - 2, 2, "\r\n") == 0 && out.size() >= 4 &&
+         out.compare(out.size() - 4, 4, "\r\n\r\n") == 0) {
     out.resize(out.size() - 2);
   }
   c.w.Verbatim(out);
@@ -670,8 +690,7 @@ void ClientCommand(Ctx& c) {
   const size_t n = c.args.size();
   if (sub == "setname" && n == 3) {
     if (!ValidClientName(c.args[2])) {
-      return c.w.Error(
-          "ERR Client names cannot contain spaces, newlines or special characters.");
+      return c.w.Error("ERR Client names cannot contain spaces, newlines or special characters.");
     }
     c.clients->SetName(c.client, std::string(c.args[2]));
     return Ok(c);

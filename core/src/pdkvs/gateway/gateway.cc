@@ -87,7 +87,7 @@ class InputBuffer {
 struct Connection {
   ClientState state;
   InputBuffer in;
-  std::string out;      // replies; out[out_pos..] not yet sent
+  std::string out;  // replies; out[out_pos..] not yet sent
   size_t out_pos = 0;
   bool closing = false;  // close once `out` is sent
   bool want_write = false;
@@ -153,7 +153,8 @@ Status Gateway::Start(KvStore* store, const GatewayConfig& config, int threads, 
     }
     g->loops_.push_back(std::move(loop));
   }
-  for (auto& loop : g->loops_) g->threads_.emplace_back([gw = g.get(), l = loop.get()] { gw->Run(l); });
+  for (auto& loop : g->loops_)
+    g->threads_.emplace_back([gw = g.get(), l = loop.get()] { gw->Run(l); });
   *out = std::move(g);
   return Status::OK();
 }
@@ -189,8 +190,8 @@ void Gateway::Run(Loop* loop) {
   // Sends pending replies; false when the connection is gone.
   auto flush = [&](Connection* c) {
     while (c->out_pos < c->out.size()) {
-      ssize_t n = send(c->state.fd, c->out.data() + c->out_pos, c->out.size() - c->out_pos,
-                       MSG_NOSIGNAL);
+      ssize_t n =
+          send(c->state.fd, c->out.data() + c->out_pos, c->out.size() - c->out_pos, MSG_NOSIGNAL);
       if (n > 0) {
         c->out_pos += static_cast<size_t>(n);
         continue;
@@ -223,13 +224,13 @@ void Gateway::Run(Loop* loop) {
       size_t consumed = 0;
       std::string error;
       std::string_view data = c->in.unparsed();
-      RespParse r = ParseRespRequest(data, config_.limits, &consumed, &c->args, &c->scratch, &error);
+      RespParse r =
+          ParseRespRequest(data, config_.limits, &consumed, &c->args, &c->scratch, &error);
       if (r == RespParse::kIncomplete) break;
       if (r == RespParse::kError) {
         RespWriter(&c->out, c->state.protocol).Error("ERR " + error);
         c->closing = true;
-        log_.Info("protocol error, closing client",
-                  {{"client", c->state.addr}, {"error", error}});
+        log_.Info("protocol error, closing client", {{"client", c->state.addr}, {"error", error}});
         break;
       }
       if (!c->args.empty() && !executor_.Execute(&c->state, c->args, &c->out)) {

@@ -21,8 +21,8 @@ class Gateway {
  public:
   // Listens on config.bind:config.port (0: any free port; see port()) and
   // serves `store` with `threads` event loops until destroyed.
-  static Status Start(KvStore* store, const GatewayConfig& config, int threads,
-                      const Logger& log, std::unique_ptr<Gateway>* out);
+  static Status Start(KvStore* store, const GatewayConfig& config, int threads, const Logger& log,
+                      std::unique_ptr<Gateway>* out);
   ~Gateway();
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;

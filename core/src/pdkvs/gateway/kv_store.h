@@ -104,8 +104,7 @@ class KvStore {
   virtual Status Append(std::string_view key, std::string_view suffix, uint64_t* length) = 0;
   // Bytes [start, end] of the value with negative indexes counted from its
   // end, clamped as Redis GETRANGE does; "" when absent or empty range.
-  virtual Status GetRange(std::string_view key, int64_t start, int64_t end,
-                          std::string* value) = 0;
+  virtual Status GetRange(std::string_view key, int64_t start, int64_t end, std::string* value) = 0;
   // Overwrites the value from `offset`, zero-padding a shorter (or absent)
   // value; *length is the new length. An empty `data` changes nothing.
   virtual Status SetRange(std::string_view key, uint64_t offset, std::string_view data,

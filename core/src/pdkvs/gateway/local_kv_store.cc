@@ -119,20 +119,21 @@ Status LocalKvStore::Set(std::string_view key, std::string_view value, const Set
     result->applied = s.ok();
     return s;
   }
-  return index->Update(key, [&](const std::string_view* old, const ItemMeta& old_meta,
-                                Mutation* m) {
-    if (old != nullptr) result->old_value.emplace(*old);
-    if ((options.condition == SetOptions::Condition::kIfAbsent && old != nullptr) ||
-        (options.condition == SetOptions::Condition::kIfPresent && old == nullptr)) {
-      return Status::OK();
-    }
-    m->kind = Mutation::kPut;
-    m->value.assign(value);
-    if (options.expiry == SetOptions::Expiry::kKeep) m->meta.expire_at_ms = old_meta.expire_at_ms;
-    if (options.expiry == SetOptions::Expiry::kSet) m->meta.expire_at_ms = options.expire_at_ms;
-    result->applied = true;
-    return Status::OK();
-  });
+  return index->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        if (old != nullptr) result->old_value.emplace(*old);
+        if ((options.condition == SetOptions::Condition::kIfAbsent && old != nullptr) ||
+            (options.condition == SetOptions::Condition::kIfPresent && old == nullptr)) {
+          return Status::OK();
+        }
+        m->kind = Mutation::kPut;
+        m->value.assign(value);
+        if (options.expiry == SetOptions::Expiry::kKeep)
+          m->meta.expire_at_ms = old_meta.expire_at_ms;
+        if (options.expiry == SetOptions::Expiry::kSet) m->meta.expire_at_ms = options.expire_at_ms;
+        result->applied = true;
+        return Status::OK();
+      });
 }
 
 Status LocalKvStore::GetDelete(std::string_view key, std::string* value) {
@@ -157,37 +158,37 @@ Status LocalKvStore::Exists(std::string_view key, bool* exists) {
 
 Status LocalKvStore::IncrBy(std::string_view key, int64_t delta, int64_t* result) {
   std::shared_lock lock(multi_mu_);
-  return VnodeOf(key)->Update(key, [&](const std::string_view* old, const ItemMeta& old_meta,
-                                       Mutation* m) {
-    int64_t v = 0;
-    if (old != nullptr && !ParseDecimalInt64(*old, &v)) {
-      return Status::InvalidArgument("value is not an integer or out of range");
-    }
-    if ((delta > 0 && v > INT64_MAX - delta) || (delta < 0 && v < INT64_MIN - delta)) {
-      return Status::OutOfRange("increment or decrement would overflow");
-    }
-    *result = v + delta;
-    m->kind = Mutation::kPut;
-    m->value = std::to_string(*result);
-    m->meta = old_meta;
-    return Status::OK();
-  });
+  return VnodeOf(key)->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        int64_t v = 0;
+        if (old != nullptr && !ParseDecimalInt64(*old, &v)) {
+          return Status::InvalidArgument("value is not an integer or out of range");
+        }
+        if ((delta > 0 && v > INT64_MAX - delta) || (delta < 0 && v < INT64_MIN - delta)) {
+          return Status::OutOfRange("increment or decrement would overflow");
+        }
+        *result = v + delta;
+        m->kind = Mutation::kPut;
+        m->value = std::to_string(*result);
+        m->meta = old_meta;
+        return Status::OK();
+      });
 }
 
 Status LocalKvStore::Append(std::string_view key, std::string_view suffix, uint64_t* length) {
   std::shared_lock lock(multi_mu_);
-  return VnodeOf(key)->Update(key, [&](const std::string_view* old, const ItemMeta& old_meta,
-                                       Mutation* m) {
-    const uint64_t old_len = old == nullptr ? 0 : old->size();
-    PDPM_RETURN_IF_ERROR(CheckItemSize(key, old_len + suffix.size()));
-    m->kind = Mutation::kPut;
-    m->value.reserve(old_len + suffix.size());
-    if (old != nullptr) m->value.assign(*old);
-    m->value.append(suffix);
-    m->meta = old_meta;
-    *length = m->value.size();
-    return Status::OK();
-  });
+  return VnodeOf(key)->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        const uint64_t old_len = old == nullptr ? 0 : old->size();
+        PDPM_RETURN_IF_ERROR(CheckItemSize(key, old_len + suffix.size()));
+        m->kind = Mutation::kPut;
+        m->value.reserve(old_len + suffix.size());
+        if (old != nullptr) m->value.assign(*old);
+        m->value.append(suffix);
+        m->meta = old_meta;
+        *length = m->value.size();
+        return Status::OK();
+      });
 }
 
 Status LocalKvStore::GetRange(std::string_view key, int64_t start, int64_t end,
@@ -215,21 +216,21 @@ Status LocalKvStore::SetRange(std::string_view key, uint64_t offset, std::string
     return Status::OutOfRange("string exceeds maximum allowed size");
   }
   std::shared_lock lock(multi_mu_);
-  return VnodeOf(key)->Update(key, [&](const std::string_view* old, const ItemMeta& old_meta,
-                                       Mutation* m) {
-    const uint64_t old_len = old == nullptr ? 0 : old->size();
-    if (data.empty()) {
-      *length = old_len;
-      return Status::OK();
-    }
-    m->kind = Mutation::kPut;
-    if (old != nullptr) m->value.assign(*old);
-    if (m->value.size() < offset + data.size()) m->value.resize(offset + data.size(), '\0');
-    m->value.replace(offset, data.size(), data);
-    m->meta = old_meta;
-    *length = m->value.size();
-    return Status::OK();
-  });
+  return VnodeOf(key)->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        const uint64_t old_len = old == nullptr ? 0 : old->size();
+        if (data.empty()) {
+          *length = old_len;
+          return Status::OK();
+        }
+        m->kind = Mutation::kPut;
+        if (old != nullptr) m->value.assign(*old);
+        if (m->value.size() < offset + data.size()) m->value.resize(offset + data.size(), '\0');
+        m->value.replace(offset, data.size(), data);
+        m->meta = old_meta;
+        *length = m->value.size();
+        return Status::OK();
+      });
 }
 
 Status LocalKvStore::MultiGet(const std::vector<std::string_view>& keys,
@@ -315,20 +316,21 @@ Status LocalKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool
   *changed = false;
   const uint64_t now = NowMs();
   std::shared_lock lock(multi_mu_);
-  return VnodeOf(key)->Update(key, [&](const std::string_view* old, const ItemMeta& old_meta,
-                                       Mutation* m) {
-    if (old == nullptr || (expire_at_ms == 0 && old_meta.expire_at_ms == 0)) return Status::OK();
-    *changed = true;
-    if (expire_at_ms != 0 && expire_at_ms <= now) {
-      m->kind = Mutation::kDelete;
-      return Status::OK();
-    }
-    m->kind = Mutation::kPut;
-    m->value.assign(*old);
-    m->meta = old_meta;
-    m->meta.expire_at_ms = expire_at_ms;
-    return Status::OK();
-  });
+  return VnodeOf(key)->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        if (old == nullptr || (expire_at_ms == 0 && old_meta.expire_at_ms == 0))
+          return Status::OK();
+        *changed = true;
+        if (expire_at_ms != 0 && expire_at_ms <= now) {
+          m->kind = Mutation::kDelete;
+          return Status::OK();
+        }
+        m->kind = Mutation::kPut;
+        m->value.assign(*old);
+        m->meta = old_meta;
+        m->meta.expire_at_ms = expire_at_ms;
+        return Status::OK();
+      });
 }
 
 Status LocalKvStore::Count(uint64_t* count) {

@@ -26,15 +26,16 @@ int HexValue(char c) {
   return -1;
 }
 
-bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f'; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f';
+}
 
 // Splits an inline line into arguments the way redis-cli and Redis do:
 // whitespace separates, "..." takes \n \r \t \b \a \\ \" \xHH escapes,
 // '...' takes \'. A closing quote must be followed by space or the end.
 // Arguments are appended to *scratch (reserved by the caller, so views
 // stay valid) and viewed by *args.
-bool SplitInline(std::string_view line, std::vector<std::string_view>* args,
-                 std::string* scratch) {
+bool SplitInline(std::string_view line, std::vector<std::string_view>* args, std::string* scratch) {
   size_t i = 0;
   const size_t n = line.size();
   for (;;) {
@@ -179,14 +180,8 @@ RespParse ParseRespRequest(std::string_view data, const RespLimits& limits, size
     pos = eol + 2;
     if (data.size() - pos < static_cast<uint64_t>(len) + 2) return RespParse::kIncomplete;
     args->emplace_back(data.data() + pos, static_cast<size_t>(len));
-    pos += static_cast<size_t>(len);
-    if (data[pos] != '\r' || data[pos + 1] != '\n') {
-      // Redis does not look at these two bytes either; be strict instead.
-      *error = "Protocol error: bulk string not followed by CRLF";
-      args->clear();
-      return RespParse::kError;
-    }
-    pos += 2;
+    // The two bytes after the data are skipped unread, as Redis does.
+    pos += static_cast<size_t>(len) + 2;
   }
   *consumed = pos;
   return RespParse::kRequest;
@@ -232,11 +227,17 @@ void RespWriter::Bulk(std::string_view s) {
   out_->append("\r\n");
 }
 
-void RespWriter::Null() { out_->append(protocol_ >= 3 ? "_\r\n" : "$-1\r\n"); }
+void RespWriter::Null() {
+  out_->append(protocol_ >= 3 ? "_\r\n" : "$-1\r\n");
+}
 
-void RespWriter::NullArray() { out_->append(protocol_ >= 3 ? "_\r\n" : "*-1\r\n"); }
+void RespWriter::NullArray() {
+  out_->append(protocol_ >= 3 ? "_\r\n" : "*-1\r\n");
+}
 
-void RespWriter::Array(size_t n) { Header('*', n); }
+void RespWriter::Array(size_t n) {
+  Header('*', n);
+}
 
 void RespWriter::Map(size_t n) {
   if (protocol_ >= 3) {
@@ -246,7 +247,9 @@ void RespWriter::Map(size_t n) {
   }
 }
 
-void RespWriter::Set(size_t n) { Header(protocol_ >= 3 ? '~' : '*', n); }
+void RespWriter::Set(size_t n) {
+  Header(protocol_ >= 3 ? '~' : '*', n);
+}
 
 void RespWriter::Verbatim(std::string_view s) {
   if (protocol_ < 3) return Bulk(s);

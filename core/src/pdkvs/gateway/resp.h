@@ -49,11 +49,11 @@ class RespWriter {
   void Error(std::string_view message);
   void Integer(int64_t v);
   void Bulk(std::string_view s);
-  void Null();          // $-1 (RESP2) or _ (RESP3)
-  void NullArray();     // *-1 (RESP2) or _ (RESP3)
+  void Null();       // $-1 (RESP2) or _ (RESP3)
+  void NullArray();  // *-1 (RESP2) or _ (RESP3)
   void Array(size_t n);
-  void Map(size_t n);   // RESP3 %n; RESP2 an array of 2n
-  void Set(size_t n);   // RESP3 ~n; RESP2 an array
+  void Map(size_t n);                 // RESP3 %n; RESP2 an array of 2n
+  void Set(size_t n);                 // RESP3 ~n; RESP2 an array
   void Verbatim(std::string_view s);  // RESP3 =txt:...; RESP2 a bulk string
 
  private:

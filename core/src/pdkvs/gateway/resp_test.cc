@@ -24,7 +24,7 @@ Parsed Parse(std::string_view data, RespLimits limits = {}) {
 TEST(RespParser, Multibulk) {
   Parsed p = Parse("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nPING\r\n");
   ASSERT_EQ(p.result, RespParse::kRequest);
-  EXPECT_EQ(p.consumed, 22u);
+  EXPECT_EQ(p.consumed, 20u);
   EXPECT_EQ(p.args, (std::vector<std::string>{"GET", "k"}));
 }
 
@@ -62,7 +62,10 @@ TEST(RespParser, ProtocolErrors) {
   EXPECT_EQ(Parse("*3\r\n", small).result, RespParse::kError);
   small.max_inline = 8;
   EXPECT_EQ(Parse("PING PING PING", small).error, "Protocol error: too big inline request");
-  EXPECT_EQ(Parse("*1\r\n$1\r\nabc\r\n").result, RespParse::kError);
+  // As Redis: the two bytes after a bulk string are skipped unread.
+  Parsed p = Parse("*1\r\n$1\r\nabc\r\n");
+  EXPECT_EQ(p.args, std::vector<std::string>{"a"});
+  EXPECT_EQ(p.consumed, 11u);
 }
 
 TEST(RespParser, Inline) {
@@ -71,7 +74,7 @@ TEST(RespParser, Inline) {
   EXPECT_EQ(p.args, (std::vector<std::string>{"SET", "k", "a bA\n", "it's"}));
   EXPECT_EQ(Parse("PING\n").args, (std::vector<std::string>{"PING"}));
   EXPECT_TRUE(Parse("   \r\n").args.empty());
-  EXPECT_EQ(Parse("GET \"k").error, "Protocol error: unbalanced quotes in request");
+  EXPECT_EQ(Parse("GET \"k\n").error, "Protocol error: unbalanced quotes in request");
   EXPECT_EQ(Parse("GET \"k\"x\n").result, RespParse::kError);
   EXPECT_EQ(Parse("GET k").result, RespParse::kIncomplete);
 }
