@@ -30,7 +30,7 @@ for p in 16 1; do
     for d in 64 1024; do
       g=$(rps "$gport" "$p" "$t" "$d")
       r=$(rps "$rport" "$p" "$t" "$d")
-      ratio=$(awk -v a="$g" -v b="$r" 'BEGIN {printf "%.3f", b > 0 ? a / b : 0}')
+      ratio=$(awk -v a="$g" -v b="$r" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')
       echo "kv $t -P $p value ${d} B: gateway $g req/s, redis $r req/s, ratio $ratio"
       # The named figures are the 64 B ones; 1 KiB ones carry a suffix.
       name="kv.resp.$t.p$p"
