@@ -117,8 +117,10 @@ TEST_F(LocalKvStoreTest, ExpiryFollowsTheClock) {
 TEST_F(LocalKvStoreTest, MultiPutScanFlushAndReopen) {
   bool applied = false;
   std::vector<std::string> keys;
+  keys.reserve(3000);
   for (int i = 0; i < 3000; ++i) keys.push_back("key:" + std::to_string(i));
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  pairs.reserve(keys.size());
   for (const auto& k : keys) pairs.emplace_back(k, k);
   ASSERT_TRUE(store_->MultiPut(pairs, false, &applied).ok());
   EXPECT_TRUE(applied);

@@ -29,7 +29,8 @@ TEST(RespParser, Multibulk) {
 }
 
 TEST(RespParser, BinarySafeAndEmpty) {
-  std::string req("*2\r\n$3\r\na\0b\r\n$0\r\n\r\n", 21);
+  static constexpr char kReq[] = "*2\r\n$3\r\na\0b\r\n$0\r\n\r\n";
+  std::string req(kReq, sizeof(kReq) - 1);
   Parsed p = Parse(req);
   ASSERT_EQ(p.result, RespParse::kRequest);
   EXPECT_EQ(p.args[0], std::string("a\0b", 3));
