@@ -683,6 +683,12 @@ Status CcehIndex::Apply(std::string_view key, bool may_insert, const Decide& dec
     switch (change.kind) {
       case Mutation::kKeep: return Status::OK();
       case Mutation::kDelete: return found != nullptr ? RemoveSlot(found) : Status::OK();
+      case Mutation::kSetExpiry:
+        if (found == nullptr) return Status::NotFound("no such key to set the expiry of");
+        // Outside the checksum: one persisted store, old or new after a crash.
+        alloc_->StoreAndPersist(&alloc_->At<ItemHeader>(found->item)->expire_at_ms,
+                                change.meta.expire_at_ms);
+        return Status::OK();
       case Mutation::kPut: break;
     }
     if (found == nullptr && free_slot == nullptr) {

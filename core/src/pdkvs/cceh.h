@@ -63,10 +63,15 @@ struct PutOptions {
 
 // What an Update callback decides for the key.
 struct Mutation {
-  enum Kind { kKeep, kPut, kDelete };
+  enum Kind {
+    kKeep,
+    kPut,  // a new item of value and meta
+    kDelete,
+    kSetExpiry,  // meta.expire_at_ms into the present item, in place (no copy)
+  };
   Kind kind = kKeep;
   std::string value;  // kPut
-  ItemMeta meta;      // kPut
+  ItemMeta meta;      // kPut; kSetExpiry: the expiry time only
 };
 
 // Called with the key's current value and meta (nullptr / {} when absent or

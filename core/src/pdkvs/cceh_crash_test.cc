@@ -317,13 +317,14 @@ class CcehCrashTest : public ::testing::TestWithParam<uint64_t> {
 };
 
 TEST_P(CcehCrashTest, EveryAcknowledgedOperationSurvivesAKill) {
-  // Every 40th byte (so every word position of a line recurs) of the
-  // operations that split or double; every 8th operation's start else.
+  // Every 56th byte (7 words: every cache line is hit and every word position
+  // of a line recurs) of the operations that split or double; every 8th
+  // operation's start else.
   std::vector<uint64_t> points;
   for (size_t i = 0; i < op_bytes_.size(); ++i) {
     const OpBytes& ob = op_bytes_[i];
     if (ob.split || ob.doubled) {
-      for (uint64_t at = ob.from + 8; at <= ob.to; at += 40) points.push_back(at);
+      for (uint64_t at = ob.from + 8; at <= ob.to; at += 56) points.push_back(at);
     } else if (i % 8 == 0) {
       points.push_back(ob.from + 8);
     }

@@ -232,6 +232,24 @@ TEST_F(CcehTest, Ttl) {
   EXPECT_EQ(index_->Delete("t").code(), StatusCode::kNotFound);
   ASSERT_TRUE(index_->Put("t", "v", o).ok());
   EXPECT_EQ(ScanAll(10), std::set<std::string>{"forever"});
+  ExpectClean();
+  // A TTL change in place: the item (and its checksum) stays.
+  auto set_expiry = [](uint64_t at) {
+    return [at](const std::string_view*, const ItemMeta&, Mutation* m) {
+      m->kind = Mutation::kSetExpiry;
+      m->meta.expire_at_ms = at;
+      return Status::OK();
+    };
+  };
+  ASSERT_TRUE(index_->Update("forever", set_expiry(5000)).ok());
+  ASSERT_TRUE(index_->Get("forever", &v, &meta).ok());
+  EXPECT_EQ(meta.expire_at_ms, 5000u);
+  ASSERT_TRUE(index_->Update("forever", set_expiry(0)).ok());  // persist
+  ASSERT_TRUE(index_->Get("forever", &v, &meta).ok());
+  EXPECT_EQ(meta.expire_at_ms, 0u);
+  EXPECT_EQ(index_->Update("absent", set_expiry(5000)).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(index_->Update("forever", set_expiry(10)).ok());  // in the past
+  EXPECT_EQ(Get("forever"), "<not_found>");
   ASSERT_TRUE(index_->Put("t", "fresh", WithMode(PutMode::kIfAbsent)).ok());
   EXPECT_EQ(Get("t"), "fresh");
   ExpectClean();
@@ -250,6 +268,7 @@ TEST_F(CcehTest, UpdateBuildsIncrementAndAppend) {
   auto append = [](const std::string_view* old, const ItemMeta& meta, Mutation* m) {
     m->kind = Mutation::kPut;
     m->value = (old == nullptr ? "" : std::string(*old)) + "ab";
+    m->meta = meta;  // an append keeps the TTL
     return Status::OK();
   };
   ASSERT_TRUE(index_->Update("s", append).ok());
@@ -400,6 +419,66 @@ TEST_F(CcehTest, CheckFindsDamage) {
   EXPECT_NE(r.ToString().find("not an allocated index block"), std::string::npos) << r.ToString();
 }
 
+// A directory entry moved to another segment: the checker names it, Open
+// refuses the index.
+TEST_F(CcehTest, DamagedDirectoryIsCorruption) {
+  Make(2, 1);
+  for (int i = 0; i < 60; ++i) ASSERT_TRUE(index_->Put("k" + std::to_string(i), "v").ok());
+  ASSERT_GT(index_->Stats().global_depth, 2u);
+  CcehCheckReport r = CcehIndex::Check(alloc_.get(), header_);
+  ASSERT_TRUE(r.clean()) << r.ToString();
+  const uint64_t dir = *reinterpret_cast<uint64_t*>(region_->base() + header_ + 24);
+  auto* entries = reinterpret_cast<uint64_t*>(region_->base() + dir + 64);
+  const uint32_t depth = *reinterpret_cast<uint32_t*>(region_->base() + dir + 8);
+  const uint64_t last = (uint64_t{1} << depth) - 1;
+  const uint64_t saved = entries[0];
+  entries[0] = entries[last];
+  r = CcehIndex::Check(alloc_.get(), header_);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.ToString().find("directory entry 0"), std::string::npos) << r.ToString();
+  index_.reset();
+  std::unique_ptr<CcehIndex> reopened;
+  EXPECT_EQ(CcehIndex::Open(alloc_.get(), header_, Options(), &reopened).code(),
+            StatusCode::kCorruption);
+  entries[0] = saved;
+  ASSERT_TRUE(CcehIndex::Open(alloc_.get(), header_, Options(), &index_).ok());
+  EXPECT_EQ(Get("k7"), "v");
+}
+
+// Several indexes (vnodes) share a region: the reclaim keeps what any of
+// them reaches.
+TEST_F(CcehTest, ReclaimWithSeveralIndexes) {
+  uint64_t second_header;
+  std::unique_ptr<CcehIndex> second;
+  CcehOptions o = Options();
+  o.buckets_per_segment = 2;
+  o.probe_buckets = 1;
+  ASSERT_TRUE(CcehIndex::Create(alloc_.get(), o, &second_header, &second).ok());
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(index_->Put("a" + std::to_string(i), "first").ok());
+    ASSERT_TRUE(second->Put("b" + std::to_string(i), "second").ok());
+  }
+  uint64_t leak;
+  ASSERT_TRUE(WriteItem(alloc_.get(), "lost", "v", {}, HashKey("lost"), &leak).ok());
+  second.reset();
+  Reopen();
+  ASSERT_TRUE(CcehIndex::Open(alloc_.get(), second_header, Options(), &second).ok());
+  uint64_t reclaimed = 0;
+  CcehIndex* all[] = {index_.get(), second.get()};
+  ASSERT_TRUE(CcehIndex::ReclaimUnreachable(alloc_.get(), all, &reclaimed).ok());
+  EXPECT_EQ(reclaimed, 1u);
+  std::string v;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(Get("a" + std::to_string(i)), "first");
+    ASSERT_TRUE(second->Get("b" + std::to_string(i), &v).ok());
+    ASSERT_EQ(v, "second");
+  }
+  CcehCheckReport a = CcehIndex::Check(alloc_.get(), header_);
+  CcehCheckReport b = CcehIndex::Check(alloc_.get(), second_header);
+  ASSERT_TRUE(a.clean() && b.clean());
+  EXPECT_EQ(alloc_->Stats().blocks_allocated, a.reachable.size() + b.reachable.size());
+}
+
 // Many threads on one index: own keys each, and one shared counter updated
 // by all; small segments so that splits and doublings race with everything.
 TEST_F(CcehTest, ConcurrentThreads) {
@@ -412,6 +491,7 @@ TEST_F(CcehTest, ConcurrentThreads) {
     return Status::OK();
   };
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937_64 rng(t);

@@ -1,5 +1,6 @@
 #include "pdkvs/item.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "common/crc32c.h"
@@ -18,7 +19,11 @@ uint64_t Mix(uint64_t x) {
 
 uint32_t ItemCrc(const ItemHeader* h) {
   const char* p = reinterpret_cast<const char*>(h);
-  return Crc32c(p + 8, sizeof(ItemHeader) - 8 + h->key_len + h->value_len);
+  constexpr size_t kExpiry = offsetof(ItemHeader, expire_at_ms);
+  constexpr size_t kAfterExpiry = kExpiry + sizeof(uint64_t);
+  uint32_t crc = Crc32c(p + 8, kExpiry - 8);
+  return Crc32cExtend(crc, p + kAfterExpiry,
+                      sizeof(ItemHeader) - kAfterExpiry + h->key_len + h->value_len);
 }
 
 }  // namespace

@@ -1,14 +1,17 @@
 // Key-value items of a pDKVS vnode: one PAllocator block (owner kKvStore)
-// per item, written and persisted whole before any index slot points to it,
-// and never changed afterwards (an update writes a new item). Format
+// per item, written and persisted whole before any index slot points to it;
+// an update writes a new item, only the expiry time changes in place. Format
 // version 1, all integers little-endian:
 //
 //   +0   magic u32 "KVIT"
-//   +4   crc32c u32 of bytes [8, 40 + key_len + value_len)
+//   +4   crc32c u32 of bytes [8, 24) and [32, 40 + key_len + value_len):
+//        everything but the magic, itself and the expiry time
 //   +8   key_len u32 (at most kMaxKeySize)
 //   +12  flags u32 (the caller's, stored and returned unchanged)
 //   +16  value_len u64 (at most kMaxValueSize)
-//   +24  expire_at_ms u64 (Unix time in ms; 0: never expires)
+//   +24  expire_at_ms u64 (Unix time in ms; 0: never expires). The one
+//        field that changes in a published item: by one atomic persisted
+//        store (a TTL change), so it is outside the checksum.
 //   +32  hash u64 (HashKey(key): lets recovery and the checker place an item
 //        without hashing it again)
 //   +40  key bytes, then value bytes

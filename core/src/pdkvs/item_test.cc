@@ -38,6 +38,13 @@ TEST(Item, WriteOpenVerify) {
   EXPECT_TRUE(view.ExpiredAt(1234));
   EXPECT_FALSE(view.ExpiredAt(1233));
   EXPECT_TRUE(view.VerifyChecksum().ok());
+  // The expiry time changes in place, outside the checksum.
+  alloc->StoreAndPersist(&alloc->At<ItemHeader>(off)->expire_at_ms, 99);
+  EXPECT_EQ(view.meta().expire_at_ms, 99u);
+  EXPECT_TRUE(view.VerifyChecksum().ok());
+  region.base()[off + 12] ^= 1;  // a bit flip in the flags
+  EXPECT_EQ(view.VerifyChecksum().code(), StatusCode::kCorruption);
+  region.base()[off + 12] ^= 1;
   region.base()[off + sizeof(ItemHeader) + 4] ^= 1;  // a bit flip in the value
   EXPECT_EQ(view.VerifyChecksum().code(), StatusCode::kCorruption);
   region.base()[off] ^= 1;  // the magic
