@@ -325,9 +325,7 @@ Status LocalKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool
           m->kind = Mutation::kDelete;
           return Status::OK();
         }
-        m->kind = Mutation::kPut;
-        m->value.assign(*old);
-        m->meta = old_meta;
+        m->kind = Mutation::kSetExpiry;
         m->meta.expire_at_ms = expire_at_ms;
         return Status::OK();
       });
