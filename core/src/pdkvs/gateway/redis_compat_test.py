@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import redis
@@ -244,6 +245,24 @@ def main():
         red2.terminate()
         red2.wait()
 
+    # Many clients at once (spread over the event loops): atomic increments.
+    def incr_many():
+        c = redis.Redis(port=gw_port, password="s3cret")
+        for _ in range(200):
+            c.incr("shared:counter")
+            c.append("shared:log", "x")
+        c.close()
+
+    workers = [threading.Thread(target=incr_many) for _ in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    c = redis.Redis(port=gw_port, password="s3cret")
+    check(c.get("shared:counter") == b"1600", "concurrent INCR lost updates")
+    check(c.strlen("shared:log") == 1600, "concurrent APPEND lost updates")
+    c.close()
+
     # kill -9 with acknowledged writes, restart: every one is there.
     c = redis.Redis(port=gw_port, password="s3cret")
     pipe = c.pipeline(transaction=False)
@@ -267,7 +286,7 @@ def main():
         print(f"FAIL: {len(failures)} mismatches")
         sys.exit(1)
     print(f"OK: {len(SCRIPT) + len(extra)} scripted commands, RESP3, raw protocol, redis-cli, "
-          "auth, kill -9 restart")
+          "auth, concurrent clients, kill -9 restart")
 
 
 if __name__ == "__main__":
