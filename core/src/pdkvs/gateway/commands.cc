@@ -56,8 +56,8 @@ std::string ClientRegistry::List(int64_t now_ms) {
            " idle=" + std::to_string((now_ms - c->last_active_ms.load()) / 1000) +
            " flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0"
            " multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=" +
-           c->last_command.load() + " user=default redir=-1 resp=" + std::to_string(c->protocol) +
-           "\n";
+           c->last_command.load() +
+           " user=default redir=-1 resp=" + std::to_string(c->protocol.load()) + "\n";
   }
   return out;
 }
@@ -224,7 +224,7 @@ bool ValidClientName(std::string_view name) {
 }
 
 void Hello(Ctx& c) {
-  int protocol = c.client->protocol;
+  int protocol = c.client->protocol.load();
   size_t i = 1;
   if (c.args.size() >= 2) {
     int64_t v = 0;
@@ -879,7 +879,7 @@ CommandExecutor::CommandExecutor(KvStore* store, const GatewayConfig* config,
 
 bool CommandExecutor::Execute(ClientState* client, std::span<const std::string_view> args,
                               std::string* out) {
-  Ctx c{store_, config_, clients_, stats_, client, args, RespWriter(out, client->protocol)};
+  Ctx c{store_, config_, clients_, stats_, client, args, RespWriter(out, client->protocol.load())};
   stats_->commands_processed.fetch_add(1, std::memory_order_relaxed);
   const Command* cmd = FindCommand(args[0]);
   if (cmd == nullptr) {

@@ -37,7 +37,7 @@ struct ClientState {
   int64_t created_ms = 0;
   std::atomic<int64_t> last_active_ms{0};
   std::atomic<const char*> last_command{"NULL"};
-  int protocol = 2;
+  std::atomic<int> protocol{2};
   bool authenticated = false;
   std::string name;  // guarded by ClientRegistry::mu
 };

@@ -228,7 +228,7 @@ void Gateway::Run(Loop* loop) {
           ParseRespRequest(data, config_.limits, &consumed, &c->args, &c->scratch, &error);
       if (r == RespParse::kIncomplete) break;
       if (r == RespParse::kError) {
-        RespWriter(&c->out, c->state.protocol).Error("ERR " + error);
+        RespWriter(&c->out, c->state.protocol.load()).Error("ERR " + error);
         c->closing = true;
         log_.Info("protocol error, closing client", {{"client", c->state.addr}, {"error", error}});
         break;
@@ -312,7 +312,14 @@ void Gateway::Run(Loop* loop) {
       c->state.last_active_ms.store(NowUnixMs(), std::memory_order_relaxed);
       process(c);
       if (!flush(c)) continue;
-      if (eof) drop(c);
+      if (eof && c->out_pos == c->out.size()) {
+        drop(c);
+      } else if (eof) {
+        // The peer stopped sending: deliver what is pending, then close.
+        c->closing = true;
+        c->reading = false;
+        update_events(c);
+      }
     }
   }
 }
