@@ -77,6 +77,9 @@ bench: bench-net
 bench-net: build
 	scripts/bench-net.sh build/release
 
+bench-kv: build
+	scripts/bench-kv.sh build/release
+
 lint: deps
 	scripts/lint.sh
 

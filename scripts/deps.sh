@@ -15,6 +15,8 @@ packages=(
   libfuse3-dev fuse3 uuid-dev
   # real parts the tests and benchmarks start
   etcd-server etcd-client redis-server redis-tools iperf3 sockperf
+  # the pDKVS gateway comparison test keeps redis-py in a venv
+  python3-venv
   # the hardware guest (e2e/hw): QEMU, its Debian root file system, plan parsing
   qemu-system-x86 debootstrap jq
 )

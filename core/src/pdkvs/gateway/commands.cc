@@ -1,0 +1,918 @@
+#include "pdkvs/gateway/commands.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <set>
+
+#include "pdkvs/item.h"
+
+namespace pdpm::pdkvs {
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// --- ClientRegistry ---
+
+uint64_t ClientRegistry::Add(ClientState* client) {
+  std::lock_guard lock(mu_);
+  client->id = next_id_++;
+  clients_[client->id] = client;
+  return client->id;
+}
+
+void ClientRegistry::Remove(ClientState* client) {
+  std::lock_guard lock(mu_);
+  clients_.erase(client->id);
+}
+
+size_t ClientRegistry::size() {
+  std::lock_guard lock(mu_);
+  return clients_.size();
+}
+
+void ClientRegistry::SetName(ClientState* client, std::string name) {
+  std::lock_guard lock(mu_);
+  client->name = std::move(name);
+}
+
+std::string ClientRegistry::GetName(ClientState* client) {
+  std::lock_guard lock(mu_);
+  return client->name;
+}
+
+std::string ClientRegistry::List(int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  std::string out;
+  for (const auto& [id, c] : clients_) {
+    out += "id=" + std::to_string(id) + " addr=" + c->addr + " laddr=" + c->laddr +
+           " fd=" + std::to_string(c->fd) + " name=" + c->name +
+           " age=" + std::to_string((now_ms - c->created_ms) / 1000) +
+           " idle=" + std::to_string((now_ms - c->last_active_ms.load()) / 1000) +
+           " flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0"
+           " multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=" +
+           c->last_command.load() +
+           " user=default redir=-1 resp=" + std::to_string(c->protocol.load()) + "\n";
+  }
+  return out;
+}
+
+// --- glob ---
+
+bool GlobMatch(std::string_view p, std::string_view s, bool nocase) {
+  auto lower = [nocase](char c) {
+    return nocase && c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+  };
+  size_t pi = 0, si = 0;
+  while (pi < p.size()) {
+    switch (p[pi]) {
+      case '*': {
+        while (pi + 1 < p.size() && p[pi + 1] == '*') ++pi;
+        if (pi + 1 == p.size()) return true;
+        for (size_t k = si; k <= s.size(); ++k) {
+          if (GlobMatch(p.substr(pi + 1), s.substr(k), nocase)) return true;
+        }
+        return false;
+      }
+      case '?':
+        if (si == s.size()) return false;
+        ++si;
+        break;
+      case '[': {
+        if (si == s.size()) return false;
+        ++pi;
+        const bool negate = pi < p.size() && p[pi] == '^';
+        if (negate) ++pi;
+        bool match = false;
+        while (pi < p.size() && p[pi] != ']') {
+          if (p[pi] == '\\' && pi + 1 < p.size()) {
+            ++pi;
+            if (lower(p[pi]) == lower(s[si])) match = true;
+          } else if (pi + 2 < p.size() && p[pi + 1] == '-') {
+            char a = lower(p[pi]), b = lower(p[pi + 2]);
+            if (a > b) std::swap(a, b);
+            const char c = lower(s[si]);
+            if (c >= a && c <= b) match = true;
+            pi += 2;
+          } else if (lower(p[pi]) == lower(s[si])) {
+            match = true;
+          }
+          ++pi;
+        }
+        if (pi == p.size()) --pi;  // unterminated: the end closes it
+        if (negate) match = !match;
+        if (!match) return false;
+        ++si;
+        break;
+      }
+      case '\\':
+        if (pi + 1 < p.size()) ++pi;
+        [[fallthrough]];
+      default:
+        if (si == s.size() || lower(p[pi]) != lower(s[si])) return false;
+        ++si;
+        break;
+    }
+    ++pi;
+  }
+  return si == s.size();
+}
+
+// --- commands ---
+
+namespace {
+
+struct Ctx {
+  KvStore* store;
+  const GatewayConfig* config;
+  ClientRegistry* clients;
+  GatewayStats* stats;
+  ClientState* client;
+  std::span<const std::string_view> args;
+  RespWriter w;
+  bool close = false;
+};
+
+constexpr char kSyntaxError[] = "ERR syntax error";
+constexpr char kNotInteger[] = "ERR value is not an integer or out of range";
+constexpr char kOverflow[] = "ERR increment or decrement would overflow";
+constexpr char kTooBig[] = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool EqualsNoCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (tolower(static_cast<unsigned char>(a[i])) != tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A store error as Redis would word its nearest equivalent.
+void ReplyStatus(Ctx& c, const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kTooLarge: return c.w.Error(kTooBig);
+    case StatusCode::kResourceExhausted:
+      return c.w.Error("OOM command not allowed: the pDKVS store is full");
+    default: return c.w.Error("ERR " + s.ToString());
+  }
+}
+
+bool ParseInt(Ctx& c, std::string_view s, int64_t* v) {
+  if (ParseDecimalInt64(s, v)) return true;
+  c.w.Error(kNotInteger);
+  return false;
+}
+
+void Ok(Ctx& c) {
+  c.w.Simple("OK");
+}
+
+void Ping(Ctx& c) {
+  if (c.args.size() > 2) return c.w.Error("ERR wrong number of arguments for 'ping' command");
+  if (c.args.size() == 2) return c.w.Bulk(c.args[1]);
+  c.w.Simple("PONG");
+}
+
+void Echo(Ctx& c) {
+  c.w.Bulk(c.args[1]);
+}
+
+void Quit(Ctx& c) {
+  Ok(c);
+  c.close = true;
+}
+
+// Checks a password (and user) against the configuration; replies on failure.
+bool CheckAuth(Ctx& c, std::string_view user, std::string_view password) {
+  if (c.config->password.empty() && user == "default") {
+    c.w.Error(
+        "ERR AUTH <password> called without any password configured for the default user. "
+        "Are you sure your configuration is correct?");
+    return false;
+  }
+  if (user != "default" || password != c.config->password) {
+    c.w.Error("WRONGPASS invalid username-password pair or user is disabled.");
+    return false;
+  }
+  c.client->authenticated = true;
+  return true;
+}
+
+void Auth(Ctx& c) {
+  if (c.args.size() > 3) return c.w.Error(kSyntaxError);
+  std::string_view user = c.args.size() == 3 ? c.args[1] : "default";
+  if (CheckAuth(c, user, c.args.back())) Ok(c);
+}
+
+bool ValidClientName(std::string_view name) {
+  for (char ch : name) {
+    if (ch < '!' || ch > '~') return false;
+  }
+  return true;
+}
+
+void Hello(Ctx& c) {
+  int protocol = c.client->protocol.load();
+  size_t i = 1;
+  if (c.args.size() >= 2) {
+    int64_t v = 0;
+    if (!ParseDecimalInt64(c.args[1], &v)) {
+      return c.w.Error("ERR Protocol version is not an integer or out of range");
+    }
+    if (v < 2 || v > 3) return c.w.Error("NOPROTO unsupported protocol version");
+    protocol = static_cast<int>(v);
+    i = 2;
+  }
+  std::string_view user, password, name;
+  bool auth = false, setname = false;
+  for (; i < c.args.size(); ++i) {
+    const size_t more = c.args.size() - i - 1;
+    if (EqualsNoCase(c.args[i], "AUTH") && more >= 2) {
+      user = c.args[i + 1];
+      password = c.args[i + 2];
+      auth = true;
+      i += 2;
+    } else if (EqualsNoCase(c.args[i], "SETNAME") && more >= 1) {
+      name = c.args[i + 1];
+      setname = true;
+      i += 1;
+    } else {
+      return c.w.Error("ERR Syntax error in HELLO option '" + std::string(c.args[i]) + "'");
+    }
+  }
+  if (auth && !CheckAuth(c, user, password)) return;
+  if (!c.client->authenticated) {
+    return c.w.Error(
+        "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
+        "HELLO AUTH <user> <pass> option can be used to authenticate the client and "
+        "select the RESP protocol version at the same time");
+  }
+  if (setname) {
+    if (!ValidClientName(name)) {
+      return c.w.Error("ERR Client names cannot contain spaces, newlines or special characters.");
+    }
+    c.clients->SetName(c.client, std::string(name));
+  }
+  c.client->protocol = protocol;
+  c.w.set_protocol(protocol);
+  c.w.Map(7);
+  c.w.Bulk("server");
+  c.w.Bulk("redis");
+  c.w.Bulk("version");
+  c.w.Bulk("7.0.15");
+  c.w.Bulk("proto");
+  c.w.Integer(protocol);
+  c.w.Bulk("id");
+  c.w.Integer(static_cast<int64_t>(c.client->id));
+  c.w.Bulk("mode");
+  c.w.Bulk("standalone");
+  c.w.Bulk("role");
+  c.w.Bulk("master");
+  c.w.Bulk("modules");
+  c.w.Array(0);
+}
+
+void Select(Ctx& c) {
+  int64_t db = 0;
+  if (!ParseInt(c, c.args[1], &db)) return;
+  if (db != 0) return c.w.Error("ERR DB index is out of range");
+  Ok(c);
+}
+
+void Get(Ctx& c) {
+  std::string value;
+  Status s = c.store->Get(c.args[1], &value);
+  if (s.code() == StatusCode::kNotFound) return c.w.Null();
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Bulk(value);
+}
+
+// Milliseconds `amount` of `unit_ms` from now, as Redis checks it: positive
+// (unless allow_past) and without overflow. Replies on failure.
+bool ExpireAt(Ctx& c, std::string_view arg, int64_t unit_ms, bool absolute, bool allow_past,
+              std::string_view command, int64_t* at_ms) {
+  int64_t v = 0;
+  if (!ParseInt(c, arg, &v)) return false;
+  const std::string invalid = "ERR invalid expire time in '" + std::string(command) + "' command";
+  if ((!allow_past && v <= 0) || v > INT64_MAX / unit_ms || v < INT64_MIN / unit_ms) {
+    c.w.Error(invalid);
+    return false;
+  }
+  int64_t ms = v * unit_ms;
+  if (!absolute) {
+    const int64_t now = NowUnixMs();
+    if (ms > INT64_MAX - now) {
+      c.w.Error(invalid);
+      return false;
+    }
+    ms += now;
+  }
+  *at_ms = ms;
+  return true;
+}
+
+void SetCommand(Ctx& c) {
+  SetOptions o;
+  bool get = false, nx = false, xx = false, ttl = false;
+  for (size_t i = 3; i < c.args.size(); ++i) {
+    std::string_view a = c.args[i];
+    const bool has_next = i + 1 < c.args.size();
+    if (EqualsNoCase(a, "NX") && !xx) {
+      nx = true;
+    } else if (EqualsNoCase(a, "XX") && !nx) {
+      xx = true;
+    } else if (EqualsNoCase(a, "GET")) {
+      get = true;
+    } else if (EqualsNoCase(a, "KEEPTTL") && !ttl) {
+      ttl = true;
+      o.expiry = SetOptions::Expiry::kKeep;
+    } else if ((EqualsNoCase(a, "EX") || EqualsNoCase(a, "PX") || EqualsNoCase(a, "EXAT") ||
+                EqualsNoCase(a, "PXAT")) &&
+               !ttl && has_next) {
+      ttl = true;
+      const bool seconds = a[0] == 'e' || a[0] == 'E';
+      const bool absolute = a.size() == 4;
+      int64_t at = 0;
+      if (!ExpireAt(c, c.args[++i], seconds ? 1000 : 1, absolute, false, "set", &at)) return;
+      o.expiry = SetOptions::Expiry::kSet;
+      o.expire_at_ms = static_cast<uint64_t>(at);
+    } else {
+      return c.w.Error(kSyntaxError);
+    }
+  }
+  if (nx) o.condition = SetOptions::Condition::kIfAbsent;
+  if (xx) o.condition = SetOptions::Condition::kIfPresent;
+  o.want_old = get;
+  SetResult r;
+  Status s = c.store->Set(c.args[1], c.args[2], o, &r);
+  if (!s.ok()) return ReplyStatus(c, s);
+  if (get) {
+    if (r.old_value) return c.w.Bulk(*r.old_value);
+    return c.w.Null();
+  }
+  if (r.applied) return Ok(c);
+  c.w.Null();
+}
+
+void SetNx(Ctx& c) {
+  SetOptions o;
+  o.condition = SetOptions::Condition::kIfAbsent;
+  SetResult r;
+  Status s = c.store->Set(c.args[1], c.args[2], o, &r);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(r.applied ? 1 : 0);
+}
+
+void GetSet(Ctx& c) {
+  SetOptions o;
+  o.want_old = true;
+  SetResult r;
+  Status s = c.store->Set(c.args[1], c.args[2], o, &r);
+  if (!s.ok()) return ReplyStatus(c, s);
+  if (r.old_value) return c.w.Bulk(*r.old_value);
+  c.w.Null();
+}
+
+void GetDel(Ctx& c) {
+  std::string value;
+  Status s = c.store->GetDelete(c.args[1], &value);
+  if (s.code() == StatusCode::kNotFound) return c.w.Null();
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Bulk(value);
+}
+
+void MGet(Ctx& c) {
+  std::vector<std::string_view> keys(c.args.begin() + 1, c.args.end());
+  std::vector<std::optional<std::string>> values;
+  Status s = c.store->MultiGet(keys, &values);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Array(values.size());
+  for (const auto& v : values) {
+    if (v) {
+      c.w.Bulk(*v);
+    } else {
+      c.w.Null();
+    }
+  }
+}
+
+void MSetCommon(Ctx& c, bool nx) {
+  if (c.args.size() % 2 == 0) {
+    return c.w.Error(std::string("ERR wrong number of arguments for '") + (nx ? "msetnx" : "mset") +
+                     "' command");
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  for (size_t i = 1; i + 1 < c.args.size(); i += 2) pairs.emplace_back(c.args[i], c.args[i + 1]);
+  bool applied = false;
+  Status s = c.store->MultiPut(pairs, nx, &applied);
+  if (!s.ok()) return ReplyStatus(c, s);
+  if (nx) return c.w.Integer(applied ? 1 : 0);
+  Ok(c);
+}
+
+void MSet(Ctx& c) {
+  MSetCommon(c, false);
+}
+void MSetNx(Ctx& c) {
+  MSetCommon(c, true);
+}
+
+void Del(Ctx& c) {
+  int64_t n = 0;
+  for (size_t i = 1; i < c.args.size(); ++i) {
+    Status s = c.store->Delete(c.args[i]);
+    if (s.ok()) {
+      ++n;
+    } else if (s.code() != StatusCode::kNotFound) {
+      return ReplyStatus(c, s);
+    }
+  }
+  c.w.Integer(n);
+}
+
+void ExistsCommand(Ctx& c) {
+  int64_t n = 0;
+  for (size_t i = 1; i < c.args.size(); ++i) {
+    bool e = false;
+    Status s = c.store->Exists(c.args[i], &e);
+    if (!s.ok()) return ReplyStatus(c, s);
+    n += e ? 1 : 0;
+  }
+  c.w.Integer(n);
+}
+
+void IncrCommon(Ctx& c, int64_t delta) {
+  int64_t result = 0;
+  Status s = c.store->IncrBy(c.args[1], delta, &result);
+  if (s.code() == StatusCode::kInvalidArgument) return c.w.Error(kNotInteger);
+  if (s.code() == StatusCode::kOutOfRange) return c.w.Error(kOverflow);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(result);
+}
+
+void Incr(Ctx& c) {
+  IncrCommon(c, 1);
+}
+void Decr(Ctx& c) {
+  IncrCommon(c, -1);
+}
+void IncrBy(Ctx& c) {
+  int64_t d = 0;
+  if (ParseInt(c, c.args[2], &d)) IncrCommon(c, d);
+}
+void DecrBy(Ctx& c) {
+  int64_t d = 0;
+  if (!ParseInt(c, c.args[2], &d)) return;
+  if (d == INT64_MIN) return c.w.Error("ERR decrement would overflow");
+  IncrCommon(c, -d);
+}
+
+void Append(Ctx& c) {
+  uint64_t len = 0;
+  Status s = c.store->Append(c.args[1], c.args[2], &len);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(static_cast<int64_t>(len));
+}
+
+void StrLen(Ctx& c) {
+  std::string value;
+  Status s = c.store->Get(c.args[1], &value);
+  if (s.code() == StatusCode::kNotFound) return c.w.Integer(0);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(static_cast<int64_t>(value.size()));
+}
+
+void GetRange(Ctx& c) {
+  int64_t start = 0, end = 0;
+  if (!ParseInt(c, c.args[2], &start) || !ParseInt(c, c.args[3], &end)) return;
+  std::string value;
+  Status s = c.store->GetRange(c.args[1], start, end, &value);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Bulk(value);
+}
+
+void SetRange(Ctx& c) {
+  int64_t offset = 0;
+  if (!ParseInt(c, c.args[2], &offset)) return;
+  if (offset < 0) return c.w.Error("ERR offset is out of range");
+  uint64_t len = 0;
+  Status s = c.store->SetRange(c.args[1], static_cast<uint64_t>(offset), c.args[3], &len);
+  if (s.code() == StatusCode::kOutOfRange) return c.w.Error(kTooBig);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(static_cast<int64_t>(len));
+}
+
+void ExpireCommon(Ctx& c, int64_t unit_ms, std::string_view name) {
+  if (c.args.size() > 3) {
+    return c.w.Error("ERR Unsupported option " + std::string(c.args[3]));
+  }
+  int64_t at = 0;
+  if (!ExpireAt(c, c.args[2], unit_ms, false, true, name, &at)) return;
+  bool changed = false;
+  Status s = c.store->SetExpiry(c.args[1], at <= 0 ? 1 : static_cast<uint64_t>(at), &changed);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(changed ? 1 : 0);
+}
+
+void Expire(Ctx& c) {
+  ExpireCommon(c, 1000, "expire");
+}
+void PExpire(Ctx& c) {
+  ExpireCommon(c, 1, "pexpire");
+}
+
+void TtlCommon(Ctx& c, bool ms) {
+  uint64_t at = 0;
+  Status s = c.store->GetExpiry(c.args[1], &at);
+  if (s.code() == StatusCode::kNotFound) return c.w.Integer(-2);
+  if (!s.ok()) return ReplyStatus(c, s);
+  if (at == 0) return c.w.Integer(-1);
+  int64_t left = static_cast<int64_t>(at) - NowUnixMs();
+  if (left < 0) left = 0;
+  c.w.Integer(ms ? left : (left + 500) / 1000);
+}
+
+void Ttl(Ctx& c) {
+  TtlCommon(c, false);
+}
+void PTtl(Ctx& c) {
+  TtlCommon(c, true);
+}
+
+void Persist(Ctx& c) {
+  bool changed = false;
+  Status s = c.store->SetExpiry(c.args[1], 0, &changed);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(changed ? 1 : 0);
+}
+
+void Scan(Ctx& c) {
+  uint64_t cursor = 0;
+  std::string_view cs = c.args[1];
+  auto [p, ec] = std::from_chars(cs.data(), cs.data() + cs.size(), cursor);
+  if (cs.empty() || ec != std::errc() || p != cs.data() + cs.size()) {
+    return c.w.Error("ERR invalid cursor");
+  }
+  std::string_view pattern;
+  bool match = false, type_other = false;
+  int64_t count = 10;
+  for (size_t i = 2; i < c.args.size(); i += 2) {
+    if (i + 1 >= c.args.size()) return c.w.Error(kSyntaxError);
+    if (EqualsNoCase(c.args[i], "MATCH")) {
+      pattern = c.args[i + 1];
+      match = !(pattern == "*");
+    } else if (EqualsNoCase(c.args[i], "COUNT")) {
+      if (!ParseInt(c, c.args[i + 1], &count)) return;
+      if (count < 1) return c.w.Error(kSyntaxError);
+    } else if (EqualsNoCase(c.args[i], "TYPE")) {
+      // Every pDKVS value is a string.
+      type_other = !EqualsNoCase(c.args[i + 1], "string");
+    } else {
+      return c.w.Error(kSyntaxError);
+    }
+  }
+  KvScanPage page;
+  Status s = c.store->Scan(cursor, static_cast<size_t>(count), &page);
+  if (!s.ok()) return ReplyStatus(c, s);
+  std::vector<std::string*> keys;
+  for (std::string& k : page.keys) {
+    if (!type_other && (!match || GlobMatch(pattern, k))) keys.push_back(&k);
+  }
+  c.w.Array(2);
+  c.w.Bulk(std::to_string(page.next_cursor));
+  c.w.Array(keys.size());
+  for (const std::string* k : keys) c.w.Bulk(*k);
+}
+
+void Keys(Ctx& c) {
+  std::vector<std::string> keys;
+  const bool all = c.args[1] == "*";
+  uint64_t cursor = 0;
+  do {
+    KvScanPage page;
+    Status s = c.store->Scan(cursor, 1024, &page);
+    if (!s.ok()) return ReplyStatus(c, s);
+    for (std::string& k : page.keys) {
+      if (all || GlobMatch(c.args[1], k)) keys.push_back(std::move(k));
+    }
+    cursor = page.next_cursor;
+  } while (cursor != 0);
+  c.w.Array(keys.size());
+  for (const std::string& k : keys) c.w.Bulk(k);
+}
+
+void DbSize(Ctx& c) {
+  uint64_t n = 0;
+  Status s = c.store->Count(&n);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(static_cast<int64_t>(n));
+}
+
+void Type(Ctx& c) {
+  bool e = false;
+  Status s = c.store->Exists(c.args[1], &e);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Simple(e ? "string" : "none");
+}
+
+void FlushDb(Ctx& c) {
+  if (c.args.size() > 2 || (c.args.size() == 2 && !EqualsNoCase(c.args[1], "ASYNC") &&
+                            !EqualsNoCase(c.args[1], "SYNC"))) {
+    return c.w.Error(kSyntaxError);
+  }
+  if (!c.config->enable_flushdb) {
+    return c.w.Error("ERR FLUSHDB is disabled on this pDKVS gateway (see --enable-flushdb)");
+  }
+  Status s = c.store->Flush();
+  if (!s.ok()) return ReplyStatus(c, s);
+  Ok(c);
+}
+
+void Info(Ctx& c) {
+  std::set<std::string> sections;
+  for (size_t i = 1; i < c.args.size(); ++i) sections.insert(Lower(c.args[i]));
+  const bool all = sections.empty() || sections.count("all") || sections.count("everything") ||
+                   sections.count("default");
+  auto want = [&](const char* name) { return all || sections.count(name) > 0; };
+  const int64_t now = NowUnixMs();
+  std::string out;
+  if (want("server")) {
+    out +=
+        "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nos:Linux\r\n"
+        "arch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:" +
+        std::to_string(getpid()) + "\r\ntcp_port:" + std::to_string(c.config->port) +
+        "\r\nuptime_in_seconds:" + std::to_string((now - c.stats->started_ms) / 1000) +
+        "\r\npdkvs_gateway:1\r\n\r\n";
+  }
+  if (want("clients")) {
+    out += "# Clients\r\nconnected_clients:" + std::to_string(c.clients->size()) +
+           "\r\nmaxclients:" + std::to_string(c.config->max_clients) + "\r\n\r\n";
+  }
+  if (want("persistence")) {
+    out += "# Persistence\r\nloading:0\r\npdkvs_durable_writes:1\r\n\r\n";
+  }
+  if (want("stats")) {
+    out += "# Stats\r\ntotal_connections_received:" +
+           std::to_string(c.stats->connections_received.load()) +
+           "\r\ntotal_commands_processed:" + std::to_string(c.stats->commands_processed.load()) +
+           "\r\nrejected_connections:" + std::to_string(c.stats->rejected_connections.load()) +
+           "\r\n\r\n";
+  }
+  if (want("replication")) out += "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n";
+  if (want("keyspace")) {
+    uint64_t n = 0;
+    Status s = c.store->Count(&n);
+    if (!s.ok()) return ReplyStatus(c, s);
+    out += "# Keyspace\r\n";
+    if (n > 0) out += "db0:keys=" + std::to_string(n) + ",expires=0,avg_ttl=0\r\n";
+  }
+  while (out.size() >= 2 && out.compare(out.size() - 2, 2, "\r\n") == 0 && out.size() >= 4 &&
+         out.compare(out.size() - 4, 4, "\r\n\r\n") == 0) {
+    out.resize(out.size() - 2);
+  }
+  c.w.Verbatim(out);
+}
+
+void ClientCommand(Ctx& c) {
+  std::string sub = Lower(c.args[1]);
+  const size_t n = c.args.size();
+  if (sub == "setname" && n == 3) {
+    if (!ValidClientName(c.args[2])) {
+      return c.w.Error("ERR Client names cannot contain spaces, newlines or special characters.");
+    }
+    c.clients->SetName(c.client, std::string(c.args[2]));
+    return Ok(c);
+  }
+  if (sub == "getname" && n == 2) {
+    std::string name = c.clients->GetName(c.client);
+    if (name.empty()) return c.w.Null();
+    return c.w.Bulk(name);
+  }
+  if (sub == "id" && n == 2) return c.w.Integer(static_cast<int64_t>(c.client->id));
+  if (sub == "list" && n == 2) return c.w.Verbatim(c.clients->List(NowUnixMs()));
+  if (sub == "setname" || sub == "getname" || sub == "id" || sub == "list") {
+    return c.w.Error("ERR wrong number of arguments for 'client|" + sub + "' command");
+  }
+  c.w.Error("ERR unknown subcommand '" + std::string(c.args[1]).substr(0, 128) +
+            "'. Try CLIENT HELP.");
+}
+
+void ConfigCommand(Ctx& c) {
+  if (!EqualsNoCase(c.args[1], "GET")) {
+    return c.w.Error("ERR unknown subcommand '" + std::string(c.args[1]).substr(0, 128) +
+                     "'. Try CONFIG HELP.");
+  }
+  if (c.args.size() < 3) return c.w.Error("ERR wrong number of arguments for 'config|get' command");
+  const std::vector<std::pair<std::string, std::string>> params = {
+      {"appendonly", "no"},
+      {"bind", c.config->bind},
+      {"databases", "1"},
+      {"maxclients", std::to_string(c.config->max_clients)},
+      {"maxmemory", "0"},
+      {"port", std::to_string(c.config->port)},
+      {"proto-max-bulk-len", std::to_string(c.config->limits.max_bulk)},
+      {"save", ""},
+      {"timeout", "0"},
+  };
+  std::vector<const std::pair<std::string, std::string>*> found;
+  for (const auto& p : params) {
+    for (size_t i = 2; i < c.args.size(); ++i) {
+      if (GlobMatch(c.args[i], p.first, true)) {
+        found.push_back(&p);
+        break;
+      }
+    }
+  }
+  c.w.Map(found.size());
+  for (const auto* p : found) {
+    c.w.Bulk(p->first);
+    c.w.Bulk(p->second);
+  }
+}
+
+}  // namespace
+
+// The command table: name (lower case), arity as Redis counts it (n: exactly
+// n arguments with the name; -n: at least n), whether it runs before AUTH,
+// key positions (first, last with -1 = the last argument, step), group.
+struct CommandExecutor::Command {
+  const char* name;
+  int arity;
+  bool no_auth;
+  int first_key, last_key, step;
+  const char* group;
+  const char* summary;
+  void (*run)(Ctx&);
+};
+
+namespace {
+
+void CommandCommand(Ctx& c);
+
+const CommandExecutor::Command kCommands[] = {
+    {"append", 3, false, 1, 1, 1, "string", "Appends a string to the value of a key.", Append},
+    {"auth", -2, true, 0, 0, 0, "connection", "Authenticates the connection.", Auth},
+    {"client", -2, false, 0, 0, 0, "connection", "Connection commands.", ClientCommand},
+    {"command", -1, false, 0, 0, 0, "server", "Details about the commands.", CommandCommand},
+    {"config", -2, false, 0, 0, 0, "server", "Configuration (read-only).", ConfigCommand},
+    {"dbsize", 1, false, 0, 0, 0, "server", "Number of keys.", DbSize},
+    {"decr", 2, false, 1, 1, 1, "string", "Decrements an integer by one.", Decr},
+    {"decrby", 3, false, 1, 1, 1, "string", "Decrements an integer.", DecrBy},
+    {"del", -2, false, 1, -1, 1, "generic", "Deletes keys.", Del},
+    {"echo", 2, false, 0, 0, 0, "connection", "Returns the message.", Echo},
+    {"exists", -2, false, 1, -1, 1, "generic", "Counts existing keys.", ExistsCommand},
+    {"expire", -3, false, 1, 1, 1, "generic", "Sets a timeout in seconds.", Expire},
+    {"flushdb", -1, false, 0, 0, 0, "server", "Removes every key.", FlushDb},
+    {"get", 2, false, 1, 1, 1, "string", "Returns the value of a key.", Get},
+    {"getdel", 2, false, 1, 1, 1, "string", "Returns and deletes a key.", GetDel},
+    {"getrange", 4, false, 1, 1, 1, "string", "Returns a substring.", GetRange},
+    {"getset", 3, false, 1, 1, 1, "string", "Sets a value, returns the old one.", GetSet},
+    {"hello", -1, true, 0, 0, 0, "connection", "Handshake.", Hello},
+    {"incr", 2, false, 1, 1, 1, "string", "Increments an integer by one.", Incr},
+    {"incrby", 3, false, 1, 1, 1, "string", "Increments an integer.", IncrBy},
+    {"info", -1, false, 0, 0, 0, "server", "Information and statistics.", Info},
+    {"keys", 2, false, 0, 0, 0, "generic", "Keys matching a pattern.", Keys},
+    {"mget", -2, false, 1, -1, 1, "string", "Values of keys.", MGet},
+    {"mset", -3, false, 1, -1, 2, "string", "Sets keys atomically.", MSet},
+    {"msetnx", -3, false, 1, -1, 2, "string", "Sets keys if none exists.", MSetNx},
+    {"persist", 2, false, 1, 1, 1, "generic", "Removes the expiry.", Persist},
+    {"pexpire", -3, false, 1, 1, 1, "generic", "Sets a timeout in ms.", PExpire},
+    {"ping", -1, false, 0, 0, 0, "connection", "Returns PONG.", Ping},
+    {"pttl", 2, false, 1, 1, 1, "generic", "Time to live in ms.", PTtl},
+    {"quit", -1, true, 0, 0, 0, "connection", "Closes the connection.", Quit},
+    {"scan", -2, false, 0, 0, 0, "generic", "Iterates the keys.", Scan},
+    {"select", 2, false, 0, 0, 0, "connection", "Selects database 0.", Select},
+    {"set", -3, false, 1, 1, 1, "string", "Sets the value of a key.", SetCommand},
+    {"setnx", 3, false, 1, 1, 1, "string", "Sets a key if absent.", SetNx},
+    {"setrange", 4, false, 1, 1, 1, "string", "Overwrites part of a value.", SetRange},
+    {"strlen", 2, false, 1, 1, 1, "string", "Length of a value.", StrLen},
+    {"ttl", 2, false, 1, 1, 1, "generic", "Time to live in seconds.", Ttl},
+    {"type", 2, false, 1, 1, 1, "generic", "Type of a key.", Type},
+    {"unlink", -2, false, 1, -1, 1, "generic", "Deletes keys.", Del},
+};
+
+const CommandExecutor::Command* FindCommand(std::string_view name) {
+  if (name.size() > 16) return nullptr;
+  char lower[17];
+  for (size_t i = 0; i < name.size(); ++i) {
+    lower[i] = static_cast<char>(tolower(static_cast<unsigned char>(name[i])));
+  }
+  std::string_view l(lower, name.size());
+  auto it = std::lower_bound(std::begin(kCommands), std::end(kCommands), l,
+                             [](const CommandExecutor::Command& c, std::string_view n) {
+                               return std::string_view(c.name) < n;
+                             });
+  if (it == std::end(kCommands) || it->name != l) return nullptr;
+  return &*it;
+}
+
+void CommandInfo(Ctx& c, const CommandExecutor::Command& cmd) {
+  c.w.Array(10);
+  c.w.Bulk(cmd.name);
+  c.w.Integer(cmd.arity);
+  c.w.Set(0);
+  c.w.Integer(cmd.first_key);
+  c.w.Integer(cmd.last_key);
+  c.w.Integer(cmd.step);
+  c.w.Set(0);
+  c.w.Set(0);
+  c.w.Array(0);
+  c.w.Array(0);
+}
+
+void CommandDocs(Ctx& c, const CommandExecutor::Command& cmd) {
+  c.w.Bulk(cmd.name);
+  c.w.Map(3);
+  c.w.Bulk("summary");
+  c.w.Bulk(cmd.summary);
+  c.w.Bulk("since");
+  c.w.Bulk("1.0.0");
+  c.w.Bulk("group");
+  c.w.Bulk(cmd.group);
+}
+
+void CommandCommand(Ctx& c) {
+  if (c.args.size() == 1) {
+    c.w.Array(std::size(kCommands));
+    for (const auto& cmd : kCommands) CommandInfo(c, cmd);
+    return;
+  }
+  std::string sub = Lower(c.args[1]);
+  if (sub == "count" && c.args.size() == 2) {
+    return c.w.Integer(static_cast<int64_t>(std::size(kCommands)));
+  }
+  if (sub == "docs") {
+    std::vector<const CommandExecutor::Command*> found;
+    if (c.args.size() == 2) {
+      for (const auto& cmd : kCommands) found.push_back(&cmd);
+    } else {
+      for (size_t i = 2; i < c.args.size(); ++i) {
+        if (const auto* cmd = FindCommand(c.args[i])) found.push_back(cmd);
+      }
+    }
+    c.w.Map(found.size());
+    for (const auto* cmd : found) CommandDocs(c, *cmd);
+    return;
+  }
+  if (sub == "count") return c.w.Error("ERR wrong number of arguments for 'command|count' command");
+  c.w.Error("ERR unknown subcommand '" + std::string(c.args[1]).substr(0, 128) +
+            "'. Try COMMAND HELP.");
+}
+
+}  // namespace
+
+CommandExecutor::CommandExecutor(KvStore* store, const GatewayConfig* config,
+                                 ClientRegistry* clients, GatewayStats* stats)
+    : store_(store), config_(config), clients_(clients), stats_(stats) {}
+
+bool CommandExecutor::Execute(ClientState* client, std::span<const std::string_view> args,
+                              std::string* out) {
+  Ctx c{store_, config_, clients_, stats_, client, args, RespWriter(out, client->protocol.load())};
+  stats_->commands_processed.fetch_add(1, std::memory_order_relaxed);
+  const Command* cmd = FindCommand(args[0]);
+  if (cmd == nullptr) {
+    std::string list;
+    for (size_t i = 1; i < args.size() && list.size() < 128; ++i) {
+      list += "'" + std::string(args[i].substr(0, 128 - list.size())) + "' ";
+    }
+    c.w.Error("ERR unknown command '" + std::string(args[0].substr(0, 128)) +
+              "', with args beginning with: " + list);
+    return true;
+  }
+  client->last_command.store(cmd->name, std::memory_order_relaxed);
+  const int n = static_cast<int>(args.size());
+  if ((cmd->arity > 0 && n != cmd->arity) || (cmd->arity < 0 && n < -cmd->arity)) {
+    c.w.Error(std::string("ERR wrong number of arguments for '") + cmd->name + "' command");
+    return true;
+  }
+  if (!client->authenticated && !cmd->no_auth) {
+    c.w.Error("NOAUTH Authentication required.");
+    return true;
+  }
+  if (cmd->first_key > 0) {
+    const int last = cmd->last_key < 0 ? n - 1 : cmd->last_key;
+    for (int i = cmd->first_key; i <= last; i += cmd->step) {
+      if (args[static_cast<size_t>(i)].size() > kMaxKeySize) {
+        c.w.Error("ERR key is longer than the pDKVS limit of " + std::to_string(kMaxKeySize) +
+                  " bytes");
+        return true;
+      }
+    }
+  }
+  cmd->run(c);
+  return !c.close;
+}
+
+}  // namespace pdpm::pdkvs

@@ -1,0 +1,47 @@
+// Gateway: the Redis-protocol front end of pDKVS. A few event-loop threads
+// share one listening socket (EPOLLEXCLUSIVE); each owns the connections it
+// accepted and runs their requests in order, pipelined requests in batches
+// (every complete request of a read runs before the replies go out in one
+// write). A protocol error replies and closes that connection only.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "pdkvs/gateway/commands.h"
+#include "pdkvs/gateway/kv_store.h"
+
+namespace pdpm::pdkvs {
+
+class Gateway {
+ public:
+  // Listens on config.bind:config.port (0: any free port; see port()) and
+  // serves `store` with `threads` event loops until destroyed.
+  static Status Start(KvStore* store, const GatewayConfig& config, int threads, const Logger& log,
+                      std::unique_ptr<Gateway>* out);
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  int port() const { return config_.port; }
+
+ private:
+  struct Loop;
+  Gateway(KvStore* store, const GatewayConfig& config, const Logger& log);
+  void Run(Loop* loop);
+
+  GatewayConfig config_;
+  Logger log_;
+  ClientRegistry clients_;
+  GatewayStats stats_;
+  CommandExecutor executor_;
+  int listen_fd_ = -1;
+  std::vector<std::unique_ptr<Loop>> loops_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace pdpm::pdkvs

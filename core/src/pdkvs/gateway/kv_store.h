@@ -1,0 +1,134 @@
+// KvStore: the operations pDKVS offers to its users (the Redis gateway, the
+// C++ client and its C ABI). LocalKvStore (local_kv_store.h) implements it
+// on the PM of one machine; the distributed client implements it on vnodes
+// served by pDSM servers.
+//
+// Contract (every implementation):
+// - An operation that returns OK is durable: no crash loses it.
+// - Keys are byte strings of 0..kMaxKeySize bytes, values of
+//   0..kMaxValueSize bytes (item.h); larger ones fail with kTooLarge, and
+//   nothing changes.
+// - Expiry times are absolute Unix times in milliseconds; 0 means none. A
+//   key whose expiry time has passed is absent for every operation.
+// - Single-key operations are atomic (linearizable). MultiPut is atomic for
+//   concurrent readers of the same store.
+// - Errors: kNotFound (absent key, where the operation needs one),
+//   kInvalidArgument (a value that is not an integer for IncrBy),
+//   kOutOfRange (IncrBy overflow, SetRange past the value limit), kTooLarge,
+//   kResourceExhausted (store full), kCorruption, kUnavailable.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace pdpm::pdkvs {
+
+struct SetOptions {
+  enum class Condition { kAlways, kIfAbsent, kIfPresent };
+  enum class Expiry { kClear, kKeep, kSet };
+  Condition condition = Condition::kAlways;
+  // kClear: the key has no expiry afterwards; kKeep: a replaced key keeps
+  // its expiry (a new key has none); kSet: expire_at_ms.
+  Expiry expiry = Expiry::kClear;
+  uint64_t expire_at_ms = 0;
+  // Fill SetResult::old_value (costs a copy of the old value).
+  bool want_old = false;
+};
+
+struct SetResult {
+  bool applied = false;                  // false: the condition did not hold
+  std::optional<std::string> old_value;  // with want_old: the value before, if any
+};
+
+// One page of a scan: keys in an order the cursor encodes; start at 0 and
+// follow next_cursor until it is 0 again. Every key present for the whole
+// scan is returned exactly once.
+struct KvScanPage {
+  std::vector<std::string> keys;
+  uint64_t next_cursor = 0;
+};
+
+// The integers IncrBy stores and reads: optional '-', then decimal digits
+// without leading zeros ("0" itself excepted, "-0" not), within int64.
+inline bool ParseDecimalInt64(std::string_view s, int64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  size_t i = 0;
+  const bool negative = s[0] == '-';
+  if (negative) i = 1;
+  if (i == s.size() || (s[i] == '0' && s.size() > i + 1) || (negative && s[i] == '0')) {
+    return false;
+  }
+  uint64_t v = 0;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    const uint64_t d = static_cast<uint64_t>(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  if (negative) {
+    if (v > uint64_t{INT64_MAX} + 1) return false;
+    *out = static_cast<int64_t>(0 - v);
+  } else {
+    if (v > uint64_t{INT64_MAX}) return false;
+    *out = static_cast<int64_t>(v);
+  }
+  return true;
+}
+
+class KvStore {
+ public:
+  virtual ~KvStore() = default;
+
+  // kNotFound when absent.
+  virtual Status Get(std::string_view key, std::string* value) = 0;
+  // Sets the value subject to `options`; *result says whether it did and
+  // (want_old) what the value was before, in the same atomic step.
+  virtual Status Set(std::string_view key, std::string_view value, const SetOptions& options,
+                     SetResult* result) = 0;
+  // Removes the key and returns its value; kNotFound when absent.
+  virtual Status GetDelete(std::string_view key, std::string* value) = 0;
+  // kNotFound when absent.
+  virtual Status Delete(std::string_view key) = 0;
+  virtual Status Exists(std::string_view key, bool* exists) = 0;
+  // Adds `delta` to the decimal 64-bit integer stored at key (0 when
+  // absent), keeping its expiry. kInvalidArgument: the value is not such an
+  // integer; kOutOfRange: the result would overflow.
+  virtual Status IncrBy(std::string_view key, int64_t delta, int64_t* result) = 0;
+  // Appends to the value (creating the key); *length is the new length.
+  virtual Status Append(std::string_view key, std::string_view suffix, uint64_t* length) = 0;
+  // Bytes [start, end] of the value with negative indexes counted from its
+  // end, clamped as Redis GETRANGE does; "" when absent or empty range.
+  virtual Status GetRange(std::string_view key, int64_t start, int64_t end, std::string* value) = 0;
+  // Overwrites the value from `offset`, zero-padding a shorter (or absent)
+  // value; *length is the new length. An empty `data` changes nothing.
+  virtual Status SetRange(std::string_view key, uint64_t offset, std::string_view data,
+                          uint64_t* length) = 0;
+  // One answer per key, nullopt for absent ones.
+  virtual Status MultiGet(const std::vector<std::string_view>& keys,
+                          std::vector<std::optional<std::string>>* values) = 0;
+  // Sets every pair atomically (expiries cleared). `if_none_exist`: sets
+  // nothing, *applied false, when any key exists. A key given twice takes
+  // its last value.
+  virtual Status MultiPut(const std::vector<std::pair<std::string_view, std::string_view>>& pairs,
+                          bool if_none_exist, bool* applied) = 0;
+  // About `count` keys of the page at `cursor`.
+  virtual Status Scan(uint64_t cursor, size_t count, KvScanPage* page) = 0;
+  // The expiry of a key (0: none); kNotFound when absent.
+  virtual Status GetExpiry(std::string_view key, uint64_t* expire_at_ms) = 0;
+  // Sets (expire_at_ms > 0) or removes (0) the expiry of a present key;
+  // *changed is false when the key is absent or (removal) had none. An
+  // expiry in the past deletes the key.
+  virtual Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) = 0;
+  // Keys present (may count expired ones not yet collected).
+  virtual Status Count(uint64_t* count) = 0;
+  // Removes every key.
+  virtual Status Flush() = 0;
+};
+
+}  // namespace pdpm::pdkvs

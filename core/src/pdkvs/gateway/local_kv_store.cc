@@ -1,0 +1,356 @@
+#include "pdkvs/gateway/local_kv_store.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <mutex>
+
+namespace pdpm::pdkvs {
+namespace {
+
+constexpr uint64_t kLayoutMagic = 0x4c4b5631;  // "LKV1"
+constexpr int kLayoutRoot = 0;
+constexpr uint32_t kMaxVnodes = dsm::kNumRoots - 1;
+
+uint64_t SystemNowMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Creates the vnodes of a store whose layout word is not written yet, then
+// writes it: the commit of the store's creation.
+Status CreateLayout(dsm::PAllocator* alloc, uint32_t vnodes, const CcehOptions& options) {
+  for (uint32_t i = 0; i < vnodes; ++i) {
+    uint64_t header = 0;
+    std::unique_ptr<CcehIndex> index;
+    PDPM_RETURN_IF_ERROR(CcehIndex::Create(alloc, options, &header, &index));
+    PDPM_RETURN_IF_ERROR(alloc->SetRoot(1 + static_cast<int>(i), header));
+  }
+  return alloc->SetRoot(kLayoutRoot, (kLayoutMagic << 32) | vnodes);
+}
+
+}  // namespace
+
+LocalKvStore::~LocalKvStore() = default;
+
+Status LocalKvStore::Open(const std::string& path, const LocalKvStoreOptions& options,
+                          std::unique_ptr<LocalKvStore>* out) {
+  if (options.vnodes == 0 || options.vnodes > kMaxVnodes) {
+    return Status::InvalidArgument("vnodes must be 1.." + std::to_string(kMaxVnodes));
+  }
+  struct stat st;
+  const bool fresh = stat(path.c_str(), &st) != 0 || (S_ISREG(st.st_mode) && st.st_size == 0);
+  std::unique_ptr<LocalKvStore> store(new LocalKvStore());
+  store->options_ = options;
+  pm::PmOptions pm_options;
+  pm_options.create_size = options.create_size;
+  PDPM_RETURN_IF_ERROR(pm::PmDevice::Open(path, pm_options, &store->device_));
+  const pm::PmDevice& dev = *store->device_;
+  dsm::PmRange range{dev.base(), dev.capacity(), dev.persist_fn()};
+  if (fresh) PDPM_RETURN_IF_ERROR(dsm::PAllocator::Format(range));
+  dsm::PAllocatorOptions alloc_options;
+  alloc_options.num_cores = options.cores;
+  Status s = dsm::PAllocator::Open(range, alloc_options, &store->alloc_);
+  if (!s.ok()) return s.WithContext("open pDKVS store " + path);
+  dsm::PAllocator* alloc = store->alloc_.get();
+
+  CcehOptions cceh;
+  cceh.clock_ms = [store = store.get()] { return store->NowMs(); };
+  uint64_t layout = alloc->GetRoot(kLayoutRoot);
+  if (layout == 0) {
+    // A new store, or one whose creation a crash interrupted (its blocks
+    // are leaks the reclaim below frees).
+    PDPM_RETURN_IF_ERROR(CreateLayout(alloc, options.vnodes, cceh));
+    layout = alloc->GetRoot(kLayoutRoot);
+  }
+  const uint64_t vnodes = layout & 0xffffffffu;
+  if ((layout >> 32) != kLayoutMagic || vnodes == 0 || vnodes > kMaxVnodes) {
+    return Status::Corruption("pDKVS store " + path + ": bad layout word in root slot 0");
+  }
+  for (uint64_t i = 0; i < vnodes; ++i) {
+    std::unique_ptr<CcehIndex> index;
+    s = CcehIndex::Open(alloc, alloc->GetRoot(1 + static_cast<int>(i)), cceh, &index);
+    if (!s.ok()) return s.WithContext("pDKVS store " + path + " vnode " + std::to_string(i));
+    store->indexes_.push_back(std::move(index));
+  }
+  std::vector<CcehIndex*> all;
+  for (auto& index : store->indexes_) all.push_back(index.get());
+  uint64_t reclaimed = 0;
+  PDPM_RETURN_IF_ERROR(CcehIndex::ReclaimUnreachable(alloc, all, &reclaimed));
+  *out = std::move(store);
+  return Status::OK();
+}
+
+uint64_t LocalKvStore::NowMs() const {
+  return options_.clock_ms ? options_.clock_ms() : SystemNowMs();
+}
+
+CcehIndex* LocalKvStore::VnodeOf(std::string_view key) const {
+  return indexes_[HashKey(key) % indexes_.size()].get();
+}
+
+Status LocalKvStore::Get(std::string_view key, std::string* value) {
+  std::shared_lock lock(multi_mu_);
+  return VnodeOf(key)->Get(key, value);
+}
+
+Status LocalKvStore::Set(std::string_view key, std::string_view value, const SetOptions& options,
+                         SetResult* result) {
+  PDPM_RETURN_IF_ERROR(CheckItemSize(key, value.size()));
+  std::shared_lock lock(multi_mu_);
+  result->applied = false;
+  result->old_value.reset();
+  CcehIndex* index = VnodeOf(key);
+  if (!options.want_old) {
+    PutOptions put;
+    switch (options.condition) {
+      case SetOptions::Condition::kAlways: put.mode = PutMode::kAlways; break;
+      case SetOptions::Condition::kIfAbsent: put.mode = PutMode::kIfAbsent; break;
+      case SetOptions::Condition::kIfPresent: put.mode = PutMode::kIfPresent; break;
+    }
+    put.keep_ttl = options.expiry == SetOptions::Expiry::kKeep;
+    if (options.expiry == SetOptions::Expiry::kSet) put.meta.expire_at_ms = options.expire_at_ms;
+    Status s = index->Put(key, value, put);
+    if ((s.code() == StatusCode::kAlreadyExists && put.mode == PutMode::kIfAbsent) ||
+        (s.code() == StatusCode::kNotFound && put.mode == PutMode::kIfPresent)) {
+      return Status::OK();
+    }
+    result->applied = s.ok();
+    return s;
+  }
+  return index->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        if (old != nullptr) result->old_value.emplace(*old);
+        if ((options.condition == SetOptions::Condition::kIfAbsent && old != nullptr) ||
+            (options.condition == SetOptions::Condition::kIfPresent && old == nullptr)) {
+          return Status::OK();
+        }
+        m->kind = Mutation::kPut;
+        m->value.assign(value);
+        if (options.expiry == SetOptions::Expiry::kKeep)
+          m->meta.expire_at_ms = old_meta.expire_at_ms;
+        if (options.expiry == SetOptions::Expiry::kSet) m->meta.expire_at_ms = options.expire_at_ms;
+        result->applied = true;
+        return Status::OK();
+      });
+}
+
+Status LocalKvStore::GetDelete(std::string_view key, std::string* value) {
+  std::shared_lock lock(multi_mu_);
+  return VnodeOf(key)->Update(key, [&](const std::string_view* old, const ItemMeta&, Mutation* m) {
+    if (old == nullptr) return Status::NotFound("no such key");
+    value->assign(*old);
+    m->kind = Mutation::kDelete;
+    return Status::OK();
+  });
+}
+
+Status LocalKvStore::Delete(std::string_view key) {
+  std::shared_lock lock(multi_mu_);
+  return VnodeOf(key)->Delete(key);
+}
+
+Status LocalKvStore::Exists(std::string_view key, bool* exists) {
+  std::shared_lock lock(multi_mu_);
+  return VnodeOf(key)->Exists(key, exists);
+}
+
+Status LocalKvStore::IncrBy(std::string_view key, int64_t delta, int64_t* result) {
+  std::shared_lock lock(multi_mu_);
+  return VnodeOf(key)->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        int64_t v = 0;
+        if (old != nullptr && !ParseDecimalInt64(*old, &v)) {
+          return Status::InvalidArgument("value is not an integer or out of range");
+        }
+        if ((delta > 0 && v > INT64_MAX - delta) || (delta < 0 && v < INT64_MIN - delta)) {
+          return Status::OutOfRange("increment or decrement would overflow");
+        }
+        *result = v + delta;
+        m->kind = Mutation::kPut;
+        m->value = std::to_string(*result);
+        m->meta = old_meta;
+        return Status::OK();
+      });
+}
+
+Status LocalKvStore::Append(std::string_view key, std::string_view suffix, uint64_t* length) {
+  std::shared_lock lock(multi_mu_);
+  return VnodeOf(key)->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        const uint64_t old_len = old == nullptr ? 0 : old->size();
+        PDPM_RETURN_IF_ERROR(CheckItemSize(key, old_len + suffix.size()));
+        m->kind = Mutation::kPut;
+        m->value.reserve(old_len + suffix.size());
+        if (old != nullptr) m->value.assign(*old);
+        m->value.append(suffix);
+        m->meta = old_meta;
+        *length = m->value.size();
+        return Status::OK();
+      });
+}
+
+Status LocalKvStore::GetRange(std::string_view key, int64_t start, int64_t end,
+                              std::string* value) {
+  value->clear();
+  std::string whole;
+  Status s = Get(key, &whole);
+  if (s.code() == StatusCode::kNotFound) return Status::OK();
+  PDPM_RETURN_IF_ERROR(s);
+  const int64_t len = static_cast<int64_t>(whole.size());
+  if (start < 0 && end < 0 && start > end) return Status::OK();
+  if (start < 0) start = len + start;
+  if (end < 0) end = len + end;
+  if (start < 0) start = 0;
+  if (end < 0) end = 0;
+  if (end >= len) end = len - 1;
+  if (start > end || len == 0) return Status::OK();
+  value->assign(whole, static_cast<size_t>(start), static_cast<size_t>(end - start + 1));
+  return Status::OK();
+}
+
+Status LocalKvStore::SetRange(std::string_view key, uint64_t offset, std::string_view data,
+                              uint64_t* length) {
+  if (offset > kMaxValueSize || data.size() > kMaxValueSize - offset) {
+    return Status::OutOfRange("string exceeds maximum allowed size");
+  }
+  std::shared_lock lock(multi_mu_);
+  return VnodeOf(key)->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        const uint64_t old_len = old == nullptr ? 0 : old->size();
+        if (data.empty()) {
+          *length = old_len;
+          return Status::OK();
+        }
+        m->kind = Mutation::kPut;
+        if (old != nullptr) m->value.assign(*old);
+        if (m->value.size() < offset + data.size()) m->value.resize(offset + data.size(), '\0');
+        m->value.replace(offset, data.size(), data);
+        m->meta = old_meta;
+        *length = m->value.size();
+        return Status::OK();
+      });
+}
+
+Status LocalKvStore::MultiGet(const std::vector<std::string_view>& keys,
+                              std::vector<std::optional<std::string>>* values) {
+  std::shared_lock lock(multi_mu_);
+  values->clear();
+  values->reserve(keys.size());
+  for (std::string_view key : keys) {
+    std::string v;
+    Status s = VnodeOf(key)->Get(key, &v);
+    if (s.code() == StatusCode::kNotFound) {
+      values->emplace_back();
+      continue;
+    }
+    PDPM_RETURN_IF_ERROR(s);
+    values->emplace_back(std::move(v));
+  }
+  return Status::OK();
+}
+
+Status LocalKvStore::MultiPut(
+    const std::vector<std::pair<std::string_view, std::string_view>>& pairs, bool if_none_exist,
+    bool* applied) {
+  *applied = false;
+  for (const auto& [key, value] : pairs) PDPM_RETURN_IF_ERROR(CheckItemSize(key, value.size()));
+  std::unique_lock lock(multi_mu_);
+  if (if_none_exist) {
+    for (const auto& pair : pairs) {
+      bool exists = false;
+      PDPM_RETURN_IF_ERROR(VnodeOf(pair.first)->Exists(pair.first, &exists));
+      if (exists) return Status::OK();
+    }
+  }
+  for (const auto& [key, value] : pairs) PDPM_RETURN_IF_ERROR(VnodeOf(key)->Put(key, value));
+  *applied = true;
+  return Status::OK();
+}
+
+// The cursor is a hash position: vnode i holds the keys whose hash is i mod
+// N, so a position rounded up to the next value that is i mod N is the same
+// position inside vnode i, and its remainder names the vnode. Vnode 0 starts
+// at 0 (the first cursor), vnode i at i.
+Status LocalKvStore::Scan(uint64_t cursor, size_t count, KvScanPage* page) {
+  page->keys.clear();
+  page->next_cursor = 0;
+  const uint64_t n = indexes_.size();
+  uint64_t vnode = cursor % n;
+  uint64_t pos = cursor;
+  std::shared_lock lock(multi_mu_);
+  while (vnode < n) {
+    ScanPage part;
+    PDPM_RETURN_IF_ERROR(indexes_[vnode]->Scan(pos, count, &part));
+    for (std::string& k : part.keys) page->keys.push_back(std::move(k));
+    if (!part.done) {
+      // Round up to the next position that is `vnode` mod n.
+      uint64_t next = part.next_cursor - part.next_cursor % n + vnode;
+      if (next < part.next_cursor) next += n;
+      if (next >= part.next_cursor) {  // no wrap-around past UINT64_MAX
+        page->next_cursor = next;
+        return Status::OK();
+      }
+    }
+    ++vnode;
+    pos = vnode;
+    if (vnode < n && page->keys.size() >= count) {
+      page->next_cursor = vnode;
+      return Status::OK();
+    }
+  }
+  return Status::OK();
+}
+
+Status LocalKvStore::GetExpiry(std::string_view key, uint64_t* expire_at_ms) {
+  std::string value;
+  ItemMeta meta;
+  std::shared_lock lock(multi_mu_);
+  PDPM_RETURN_IF_ERROR(VnodeOf(key)->Get(key, &value, &meta));
+  *expire_at_ms = meta.expire_at_ms;
+  return Status::OK();
+}
+
+Status LocalKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) {
+  *changed = false;
+  const uint64_t now = NowMs();
+  std::shared_lock lock(multi_mu_);
+  return VnodeOf(key)->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        if (old == nullptr || (expire_at_ms == 0 && old_meta.expire_at_ms == 0))
+          return Status::OK();
+        *changed = true;
+        if (expire_at_ms != 0 && expire_at_ms <= now) {
+          m->kind = Mutation::kDelete;
+          return Status::OK();
+        }
+        m->kind = Mutation::kSetExpiry;
+        m->meta.expire_at_ms = expire_at_ms;
+        return Status::OK();
+      });
+}
+
+Status LocalKvStore::Count(uint64_t* count) {
+  *count = 0;
+  for (auto& index : indexes_) *count += index->Count();
+  return Status::OK();
+}
+
+Status LocalKvStore::Flush() {
+  std::unique_lock lock(multi_mu_);
+  for (auto& index : indexes_) {
+    ScanPage page;
+    do {
+      // Deleting restarts every page at 0: what was returned is gone.
+      PDPM_RETURN_IF_ERROR(index->Scan(0, 1024, &page));
+      for (const std::string& key : page.keys) {
+        Status s = index->Delete(key);
+        if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+      }
+    } while (!page.keys.empty());
+  }
+  return Status::OK();
+}
+
+}  // namespace pdpm::pdkvs

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# make bench-kv: redis-benchmark (50 clients, 16 B keys, 64 B and 1 KiB
+# values, -P 1 and -P 16, SET and GET) against the pDKVS gateway (local
+# store on a PM file in memory) and against redis-server 7 without
+# persistence, in the same run. Prints BENCH lines (ref redis).
+# usage: scripts/bench-kv.sh BUILD_DIR [REQUESTS]
+set -euo pipefail
+build=$1
+requests=${2:-200000}
+gateway=$build/src/pdkvs/gateway/pdkvs-gateway
+dir=$(mktemp -d "${PDPM_BENCH_PM_DIR:-/dev/shm}/pdkvs-bench.XXXXXX")
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" >/dev/null &
+rpid=$!
+coproc GW { exec "$gateway" --listen 127.0.0.1:0 --pm "$dir/kv.pm" --pm-size 4GiB 2>"$dir/gw.log"; }
+gpid=$GW_PID
+trap 'kill $rpid $gpid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
+read -r line <&"${GW[0]}"
+gport=${line#port=}
+for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+# Requests per second of one redis-benchmark run.
+rps() {  # port pipeline test value_size
+  redis-benchmark -p "$1" -c 50 -n "$requests" -P "$2" -t "$3" -d "$4" -r 100000 -q 2>/dev/null |
+    tr '\r' '\n' | awk '/requests per second/ {v=$2} END {print v+0}'
+}
+for p in 16 1; do
+  for t in set get; do
+    for d in 64 1024; do
+      g=$(rps "$gport" "$p" "$t" "$d")
+      r=$(rps "$rport" "$p" "$t" "$d")
+      ratio=$(awk -v a="$g" -v b="$r" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')
+      echo "kv $t -P $p value ${d} B: gateway $g req/s, redis $r req/s, ratio $ratio"
+      # The named figures are the 64 B ones; 1 KiB ones carry a suffix.
+      name="kv.resp.$t.p$p"
+      [[ $d == 1024 ]] && name="$name.1k"
+      echo "BENCH name=$name value=$g unit=req/s ref=redis:$r ratio=$ratio"
+    done
+  done
+done
