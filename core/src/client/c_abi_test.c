@@ -1,0 +1,52 @@
+/* The C ABI (pdpm.h) used from C: a round trip through every call and the
+ * error codes of bad inputs. Returns 0 or the failing line number, with a
+ * message in err. */
+#include <stdio.h>
+#include <string.h>
+
+#include "client/pdpm.h"
+
+#define CHECK(cond)                                                              \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      snprintf(err, errlen, "%s:%d: %s (last error: %s)", __FILE__, __LINE__,  \
+               #cond, c ? pdpm_last_error(c) : "");                              \
+      if (c) pdpm_close(c);                                                      \
+      return __LINE__;                                                           \
+    }                                                                            \
+  } while (0)
+
+int pdpm_c_abi_test(const char* monitor, const char* secret, char* err, size_t errlen) {
+  pdpm_client* c = NULL;
+  CHECK(pdpm_open(monitor, "not the secret", "tcp", &c) == PDPM_PERMISSION_DENIED);
+  CHECK(c == NULL);
+  CHECK(pdpm_open(monitor, secret, NULL, &c) == PDPM_OK);
+
+  pdpm_addr a;
+  char in[1000], out[1000];
+  for (int i = 0; i < 1000; i++) in[i] = (char)(i * 7);
+  CHECK(pdpm_pallocate(c, sizeof(in), 0, &a) == PDPM_OK);
+  CHECK(pdpm_write(c, a, in, sizeof(in)) == PDPM_OK);
+  CHECK(pdpm_read(c, a, out, sizeof(out)) == PDPM_OK);
+  CHECK(memcmp(in, out, sizeof(in)) == 0);
+  CHECK(pdpm_pfree(c, a) == PDPM_OK);
+  CHECK(pdpm_pfree(c, a) == PDPM_FAILED_PRECONDITION);
+  CHECK(strlen(pdpm_last_error(c)) > 0);
+  CHECK(pdpm_pallocate(c, 0, 0, &a) == PDPM_INVALID_ARGUMENT);
+
+  pdpm_oid id = {42, 43};
+  uint64_t size = 0;
+  CHECK(pdpm_put_obj(c, id, "hello, world", 12) == PDPM_OK);
+  CHECK(pdpm_get_obj(c, id, out, sizeof(out), &size) == PDPM_OK);
+  CHECK(size == 12 && memcmp(out, "hello, world", 12) == 0);
+  CHECK(pdpm_get_obj(c, id, out, 4, &size) == PDPM_OUT_OF_RANGE);
+  CHECK(pdpm_write_obj(c, id, 7, "there", 5) == PDPM_OK);
+  CHECK(pdpm_read_obj(c, id, 7, out, 5) == PDPM_OK);
+  CHECK(memcmp(out, "there", 5) == 0);
+  CHECK(pdpm_del_obj(c, id) == PDPM_OK);
+  CHECK(pdpm_get_obj(c, id, out, sizeof(out), &size) == PDPM_NOT_FOUND);
+  CHECK(strcmp(pdpm_strerror(PDPM_NOT_FOUND), "not_found") == 0);
+  CHECK(strcmp(pdpm_strerror(PDPM_STALE_EPOCH), "stale_epoch") == 0);
+  pdpm_close(c);
+  return 0;
+}

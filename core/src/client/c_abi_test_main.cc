@@ -1,0 +1,25 @@
+// Runs the C ABI test (c_abi_test.c) against a real local cluster.
+#include <gtest/gtest.h>
+
+#include "client/cluster_harness.h"
+
+extern "C" int pdpm_c_abi_test(const char* monitor, const char* secret, char* err, size_t errlen);
+
+namespace pdpm::client {
+namespace {
+
+TEST(CAbiTest, RoundTripAndErrorCodes) {
+  LocalClusterOptions o;
+  o.servers = 1;
+  LocalCluster cluster(o);
+  Status s = cluster.Start();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  char err[512] = {};
+  EXPECT_EQ(pdpm_c_abi_test(cluster.monitor_address().c_str(), cluster.secret().c_str(), err,
+                            sizeof(err)),
+            0)
+      << err;
+}
+
+}  // namespace
+}  // namespace pdpm::client

@@ -1,0 +1,427 @@
+#include "client/client.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "monitor/monitor_client.h"
+#include "monitor/placement.h"
+#include "net/buffer_pool.h"
+#include "net/rpc.h"
+#include "server/protocol.h"
+
+namespace pdpm::client {
+namespace {
+
+using server::Decoder;
+using server::Encoder;
+
+// One-sided transfers move at most this much per op (the staging buffer).
+constexpr uint32_t kStagingSize = 1u << 20;
+
+// An immutable snapshot of the cluster mapping; replaced whole on refresh.
+struct Mapping {
+  struct Server {
+    std::string address;
+    uint32_t cores = 1;
+    bool up = false;
+  };
+  struct Seg {
+    uint32_t server = 0;
+    uint32_t key = 0;
+  };
+  uint64_t epoch = 0;
+  uint64_t segment_size = 0;
+  uint32_t table_count = 0;
+  std::map<uint32_t, Server> servers;
+  std::unordered_map<uint32_t, Seg> segments;
+  std::map<uint32_t, uint32_t> table_owner;
+};
+
+bool IsConnectionFailure(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout;
+}
+
+class ClientImpl final : public Client {
+ public:
+  explicit ClientImpl(const ClientOptions& o)
+      : options_(o), credential_(server::ClusterCredential(o.cluster_secret)) {}
+
+  Status Init() {
+    if (options_.cluster_secret.empty()) {
+      return Status::PermissionDenied("no cluster secret given");
+    }
+    monitor::MonitorClientOptions mo;
+    mo.cluster_secret = options_.cluster_secret;
+    mo.call_timeout = std::chrono::milliseconds(options_.monitor_timeout_ms);
+    monitor_ = std::make_unique<monitor::MonitorClient>(options_.monitor, mo);
+    net::TransportOptions to;
+    to.backend = options_.transport;
+    to.op_timeout_ms = options_.op_timeout_ms;
+    to.connect_timeout_ms = options_.connect_timeout_ms;
+    to.max_transfer = server::kMaxRpcPayload;
+    PDPM_RETURN_IF_ERROR(net::Transport::Create(to, &transport_));
+    return RefreshMapping();
+  }
+
+  Status RefreshMapping() override {
+    std::lock_guard<std::mutex> refresh(refresh_mu_);
+    auto m = std::make_shared<Mapping>();
+    for (int attempt = 0;; attempt++) {
+      v1::GetMappingResponse resp;
+      PDPM_RETURN_IF_ERROR(monitor_->GetMapping(0, &resp).WithContext("monitor"));
+      v1::GetSegmentKeysResponse keys;
+      PDPM_RETURN_IF_ERROR(monitor_->GetSegmentKeys({}, &keys).WithContext("monitor"));
+      if (keys.epoch() != resp.epoch() && attempt < 5) continue;  // changed between the calls
+      m->epoch = resp.epoch();
+      m->segment_size = resp.segment_size();
+      m->table_count = resp.table_count();
+      for (const auto& s : resp.servers()) {
+        m->servers[s.id()] = {s.address(), std::max(1u, s.cores()),
+                              s.state() == v1::SERVER_STATE_UP};
+      }
+      for (const auto& t : resp.tables()) m->table_owner[t.table()] = t.server_id();
+      for (const auto& s : keys.segments()) {
+        m->segments[static_cast<uint32_t>(s.segment())] = {s.primary().server_id(),
+                                                           s.access_key()};
+      }
+      break;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    mapping_ = std::move(m);
+    return Status::OK();
+  }
+
+  uint64_t epoch() const override { return Snapshot()->epoch; }
+
+  Status Read(const GlobalAddress& addr, void* buf, uint64_t len) override {
+    return OneSided(addr, static_cast<char*>(buf), len, false);
+  }
+
+  Status Write(const GlobalAddress& addr, const void* buf, uint64_t len) override {
+    return OneSided(addr, static_cast<char*>(const_cast<void*>(buf)), len, true);
+  }
+
+  Status PAllocate(uint64_t size, GlobalAddress* out) override {
+    if (size == 0) return Status::InvalidArgument("pallocate of 0 bytes");
+    // Round-robin over live servers; a dead or full one passes the turn on.
+    auto m = Snapshot();
+    std::vector<uint32_t> ids;
+    for (const auto& [id, s] : m->servers) {
+      if (s.up) ids.push_back(id);
+    }
+    if (ids.empty()) return Status::Unavailable("no live server");
+    uint64_t start = next_server_.fetch_add(1);
+    Status s;
+    for (size_t i = 0; i < ids.size(); i++) {
+      s = PAllocate(size, ids[(start + i) % ids.size()], out);
+      if (s.code() != StatusCode::kUnavailable && s.code() != StatusCode::kResourceExhausted) {
+        return s;
+      }
+    }
+    return s;
+  }
+
+  Status PAllocate(uint64_t size, uint32_t server_id, GlobalAddress* out) override {
+    if (size == 0) return Status::InvalidArgument("pallocate of 0 bytes");
+    std::string reply;
+    PDPM_RETURN_IF_ERROR(Call(
+        [&](const Mapping&, uint32_t* server) {
+          *server = server_id;
+          return Status::OK();
+        },
+        server::kPAllocate, [&](Encoder& e) { e.U64(size); }, &reply));
+    Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
+    PDPM_RETURN_IF_ERROR(d.Address(out));
+    return d.Done();
+  }
+
+  Status PFree(const GlobalAddress& addr) override {
+    if (addr.is_null()) return Status::InvalidArgument("pfree of the null address");
+    if (addr.kind() != dsm::SpaceKind::kHeap) {
+      return Status::InvalidArgument("pfree of " + addr.ToString() + ": not a heap address");
+    }
+    std::string reply;
+    return Call(
+        [&](const Mapping& m, uint32_t* server) { return SegmentServer(m, addr, server); },
+        server::kPFree, [&](Encoder& e) { e.Address(addr); }, &reply);
+  }
+
+  Status PutObj(const ObjectId& id, std::string_view data) override {
+    if (data.size() > kMaxObjectSize) {
+      return Status::TooLarge("object of " + std::to_string(data.size()) +
+                              " bytes: the limit is 64 MiB");
+    }
+    std::string reply;
+    return ObjectCall(id, server::kPutObj, [&](Encoder& e) { e.Bytes(data); }, &reply);
+  }
+
+  Status GetObj(const ObjectId& id, std::string* data) override {
+    return ReadObj(id, 0, server::kWholeObject, data);
+  }
+
+  Status ReadObj(const ObjectId& id, uint64_t offset, uint64_t length,
+                 std::string* data) override {
+    if (length != server::kWholeObject &&
+        (offset > kMaxObjectSize || length > kMaxObjectSize - offset)) {
+      return Status::OutOfRange("read beyond 64 MiB");
+    }
+    data->clear();
+    return ObjectCall(
+        id, server::kReadObj,
+        [&](Encoder& e) {
+          e.U64(offset);
+          e.U64(length);
+        },
+        data);
+  }
+
+  Status WriteObj(const ObjectId& id, uint64_t offset, std::string_view data) override {
+    if (offset > kMaxObjectSize || data.size() > kMaxObjectSize - offset) {
+      return Status::TooLarge("a write ending past 64 MiB");
+    }
+    std::string reply;
+    return ObjectCall(
+        id, server::kWriteObj,
+        [&](Encoder& e) {
+          e.U64(offset);
+          e.Bytes(data);
+        },
+        &reply);
+  }
+
+  Status ObjSize(const ObjectId& id, uint64_t* size) override {
+    std::string reply;
+    PDPM_RETURN_IF_ERROR(ObjectCall(id, server::kObjSize, [](Encoder&) {}, &reply));
+    Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
+    PDPM_RETURN_IF_ERROR(d.U64(size));
+    return d.Done();
+  }
+
+  Status DelObj(const ObjectId& id) override {
+    std::string reply;
+    return ObjectCall(id, server::kDelObj, [](Encoder&) {}, &reply);
+  }
+
+ private:
+  // One connection to one core of a server, used by one thread at a time.
+  struct Conn {
+    std::mutex mu;
+    std::unique_ptr<net::RpcClient> rpc;       // guarded by mu
+    std::unique_ptr<net::BufferPool> staging;  // one buffer for one-sided ops
+  };
+  struct ServerConns {
+    std::string address;
+    std::vector<std::unique_ptr<Conn>> conns;
+  };
+  using Route = std::function<Status(const Mapping&, uint32_t* server)>;
+  using Body = std::function<void(Encoder&)>;
+
+  std::shared_ptr<const Mapping> Snapshot() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return mapping_;
+  }
+
+  static Status SegmentServer(const Mapping& m, const GlobalAddress& addr, uint32_t* server) {
+    auto it = m.segments.find(addr.segment);
+    if (it == m.segments.end()) {
+      return Status::NotFound("address " + addr.ToString() + ": segment not mapped");
+    }
+    *server = it->second.server;
+    return Status::OK();
+  }
+
+  // A connection for this thread to one server, locked; keeps its
+  // ServerConns alive even if a refresh replaces it meanwhile.
+  struct ConnRef {
+    std::shared_ptr<ServerConns> owner;
+    Conn* conn = nullptr;
+    std::unique_lock<std::mutex> lock;  // destroyed before owner
+  };
+
+  // Connects on first use, or again after the connection broke.
+  Status GetConn(const Mapping& m, uint32_t server, ConnRef* ref) {
+    auto it = m.servers.find(server);
+    if (it == m.servers.end()) return Status::NotFound("no server " + std::to_string(server));
+    {
+      std::lock_guard<std::mutex> l(conns_mu_);
+      auto& slot = conns_[server];
+      if (slot == nullptr || slot->address != it->second.address) {
+        slot = std::make_shared<ServerConns>();
+        slot->address = it->second.address;
+        for (uint32_t i = 0; i < it->second.cores; i++) {
+          slot->conns.push_back(std::make_unique<Conn>());
+        }
+      }
+      ref->owner = slot;
+    }
+    size_t core =
+        std::hash<std::thread::id>{}(std::this_thread::get_id()) % ref->owner->conns.size();
+    Conn* c = ref->owner->conns[core].get();
+    ref->lock = std::unique_lock<std::mutex>(c->mu);
+    if (c->staging == nullptr) {
+      PDPM_RETURN_IF_ERROR(net::BufferPool::Create(transport_.get(), kStagingSize, 1,
+                                                   net::kRemoteRead | net::kRemoteWrite,
+                                                   &c->staging));
+    }
+    if (c->rpc == nullptr || !c->rpc->connection().healthy()) {
+      c->rpc.reset();
+      net::RpcOptions ro = server::DataPlaneRpcOptions(1, options_.op_timeout_ms);
+      Status s = net::RpcClient::Connect(transport_.get(), ref->owner->address,
+                                         static_cast<uint32_t>(core), ro, &c->rpc);
+      if (!s.ok()) {
+        c->rpc.reset();
+        return Status::Unavailable("server " + std::to_string(server) + " at " +
+                                   ref->owner->address + ": " + std::string(s.message()));
+      }
+    }
+    ref->conn = c;
+    return Status::OK();
+  }
+
+  // An RPC routed by `route`, refreshed and retried once when the server
+  // refuses the epoch or the route (kStaleEpoch) or cannot be reached
+  // (the server may have restarted elsewhere).
+  Status Call(const Route& route, uint16_t method, const Body& body, std::string* reply) {
+    Status s;
+    for (int attempt = 0; attempt < 2; attempt++) {
+      auto m = Snapshot();
+      uint32_t server = 0;
+      s = route(*m, &server);
+      if (s.code() == StatusCode::kNotFound && attempt == 0) {
+        PDPM_RETURN_IF_ERROR(RefreshMapping());
+        continue;
+      }
+      PDPM_RETURN_IF_ERROR(s);
+      std::string req;
+      Encoder e(&req);
+      e.Header({m->epoch, credential_});
+      body(e);
+      ConnRef ref;
+      s = GetConn(*m, server, &ref);
+      if (s.ok()) {
+        reply->clear();
+        s = ref.conn->rpc->Call(method, {reinterpret_cast<const uint8_t*>(req.data()), req.size()},
+                                reply);
+        if (IsConnectionFailure(s)) ref.conn->rpc.reset();
+      }
+      if (s.code() == StatusCode::kTimeout) {
+        s = Status::Unavailable("server " + std::to_string(server) + ": " +
+                                std::string(s.message()));
+      }
+      bool retry = s.code() == StatusCode::kStaleEpoch || s.code() == StatusCode::kUnavailable;
+      if (!retry || attempt == 1) break;
+      ref.lock.unlock();
+      Status r = RefreshMapping();
+      if (!r.ok()) break;
+    }
+    return s;
+  }
+
+  Status ObjectCall(const ObjectId& id, uint16_t method, const Body& body, std::string* reply) {
+    return Call(
+        [&](const Mapping& m, uint32_t* server) {
+          if (m.table_count == 0) return Status::Unavailable("the cluster has no table map");
+          uint32_t table = monitor::TableForObject(id.hi, id.lo, m.table_count);
+          auto it = m.table_owner.find(table);
+          if (it == m.table_owner.end() || it->second == 0) {
+            return Status::Unavailable("table " + std::to_string(table) + " has no server");
+          }
+          *server = it->second;
+          return Status::OK();
+        },
+        method, body, reply);
+  }
+
+  Status OneSided(const GlobalAddress& addr, char* buf, uint64_t len, bool write) {
+    if (addr.is_null()) return Status::InvalidArgument("the null address");
+    PDPM_RETURN_IF_ERROR(addr.descriptor.Validate());
+    if (addr.kind() != dsm::SpaceKind::kHeap) {
+      return Status::InvalidArgument(addr.ToString() +
+                                     " is in the object space: use the object operations");
+    }
+    if (write ? !addr.descriptor.can_write() : !addr.descriptor.can_read()) {
+      return Status::PermissionDenied(addr.ToString() + " is not " +
+                                      (write ? "writable" : "readable"));
+    }
+    Status s;
+    for (int attempt = 0; attempt < 2; attempt++) {
+      auto m = Snapshot();
+      PDPM_RETURN_IF_ERROR(addr.CheckRange(len, m->segment_size));
+      if (len == 0) return Status::OK();
+      auto it = m->segments.find(addr.segment);
+      if (it == m->segments.end()) {
+        if (attempt == 1) {
+          return Status::NotFound("address " + addr.ToString() + ": segment not mapped");
+        }
+        PDPM_RETURN_IF_ERROR(RefreshMapping());
+        continue;
+      }
+      ConnRef ref;
+      s = GetConn(*m, it->second.server, &ref);
+      if (s.ok()) s = Transfer(ref.conn, it->second.key, addr.offset, buf, len, write);
+      bool retry = s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kUnavailable;
+      if (!retry || attempt == 1) break;
+      // A refused key or a lost server: the server may have restarted with
+      // new keys. Reload them and try once more.
+      ref.lock.unlock();
+      Status r = RefreshMapping();
+      if (!r.ok()) break;
+    }
+    return s;
+  }
+
+  Status Transfer(Conn* c, uint32_t key, uint64_t offset, char* buf, uint64_t len, bool write) {
+    net::BufferPool::Buffer staging;
+    PDPM_RETURN_IF_ERROR(c->staging->Acquire(&staging));
+    for (uint64_t done = 0; done < len;) {
+      uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kStagingSize, len - done));
+      if (write) std::memcpy(staging.data(), buf + done, n);
+      net::Op op;
+      op.opcode = write ? net::Opcode::kWrite : net::Opcode::kRead;
+      op.id = ++op_id_;
+      op.local = staging.local(n);
+      op.remote_key = key;
+      op.remote_offset = offset + done;
+      op.persist = write;
+      Status s = net::ExecuteSync(c->rpc->connection(), op);
+      if (IsConnectionFailure(s)) {
+        c->rpc.reset();
+        return Status::Unavailable(std::string(s.message()));
+      }
+      PDPM_RETURN_IF_ERROR(s);
+      if (!write) std::memcpy(buf + done, staging.data(), n);
+      done += n;
+    }
+    return Status::OK();
+  }
+
+  const ClientOptions options_;
+  const uint64_t credential_;
+  std::unique_ptr<monitor::MonitorClient> monitor_;
+  std::unique_ptr<net::Transport> transport_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const Mapping> mapping_;  // guarded by mu_
+  std::mutex refresh_mu_;
+  std::mutex conns_mu_;
+  std::map<uint32_t, std::shared_ptr<ServerConns>> conns_;  // guarded by conns_mu_
+  std::atomic<uint64_t> next_server_{0};
+  std::atomic<uint64_t> op_id_{0};
+};
+
+}  // namespace
+
+Status Client::Open(const ClientOptions& options, std::unique_ptr<Client>* out) {
+  auto c = std::make_unique<ClientImpl>(options);
+  PDPM_RETURN_IF_ERROR(c->Init());
+  *out = std::move(c);
+  return Status::OK();
+}
+
+}  // namespace pdpm::client

@@ -1,0 +1,110 @@
+// libpdpm: the pDSM client API (seeds/000 Table 4). Guarantees, the
+// data-plane messages and failure handling: docs/client.md.
+//
+//   std::unique_ptr<pdpm::client::Client> c;
+//   Status s = Client::Open({.monitor = "127.0.0.1:7400", .cluster_secret = secret}, &c);
+//   GlobalAddress a;  s = c->PAllocate(4096, &a);  s = c->Write(a, buf, 4096);
+//   s = c->PutObj(ObjectId{1, 2}, data);  s = c->GetObj(ObjectId{1, 2}, &data);
+//
+// Contract:
+//   * Read/Write are one-sided transfers to the segment's primary; Write
+//     returns only when the bytes are durable on the server's PM (the
+//     transport's remote persistence). Object operations are RPCs to the
+//     server owning the object's table (consistent hashing of the 128-bit
+//     ID, monitor::TableForObject); object data travels by one-sided
+//     transfers through pre-registered transfer buffers.
+//   * The client caches the cluster mapping tagged with its epoch. A request
+//     refused with kStaleEpoch, or a one-sided op refused for its key, makes
+//     it refresh the mapping and keys from the monitor and retry once.
+//   * Errors (distinct StatusCode per cause):
+//       kNotFound           unknown address (segment not mapped), unknown object
+//       kInvalidArgument    null address, size 0, an address that is not the
+//                           start of an allocated block (PFree)
+//       kFailedPrecondition double free
+//       kOutOfRange         a range crossing its segment's end; a read past an
+//                           object's end
+//       kTooLarge           an object over 64 MiB
+//       kPermissionDenied   missing or wrong cluster secret or segment key; a
+//                           write through a read-only address
+//       kStaleEpoch         the server still refuses the epoch after a refresh
+//       kUnavailable        the server is dead or unreachable (within the
+//                           transport timeout); the monitor is unreachable
+//       kResourceExhausted  no PM left
+//   * Thread-safe: one Client may be shared by many threads; calls to one
+//     server are spread over its per-core connections.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "dsm/address.h"
+#include "dsm/hash_index.h"
+#include "net/transport.h"
+
+namespace pdpm::client {
+
+using dsm::GlobalAddress;
+using dsm::ObjectId;
+
+// Largest object (seeds/000 §4.1.5).
+inline constexpr uint64_t kMaxObjectSize = 64ull << 20;
+
+struct ClientOptions {
+  std::string monitor;         // the monitor's gRPC address, host:port
+  std::string cluster_secret;  // needed for segment keys and every request
+  net::BackendKind transport = net::BackendKind::kTcp;
+  // A one-sided op or RPC to a dead or hung server fails within this.
+  uint32_t op_timeout_ms = 2000;
+  uint32_t connect_timeout_ms = 2000;
+  uint32_t monitor_timeout_ms = 5000;
+};
+
+class Client {
+ public:
+  // Connects to the monitor and loads the mapping and segment keys.
+  // kPermissionDenied for a missing or wrong secret, kUnavailable when the
+  // monitor cannot be reached.
+  static Status Open(const ClientOptions& options, std::unique_ptr<Client>* out);
+  virtual ~Client() = default;
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // One-sided read of [addr, addr+len) into buf.
+  virtual Status Read(const GlobalAddress& addr, void* buf, uint64_t len) = 0;
+  // One-sided write of buf to [addr, addr+len), durable when it returns.
+  virtual Status Write(const GlobalAddress& addr, const void* buf, uint64_t len) = 0;
+
+  // Allocates `size` bytes of persistent heap on a server of the client's
+  // choice (round-robin over live servers).
+  virtual Status PAllocate(uint64_t size, GlobalAddress* out) = 0;
+  // The same on server `server_id` (affinity). kNotFound for an unknown
+  // server.
+  virtual Status PAllocate(uint64_t size, uint32_t server_id, GlobalAddress* out) = 0;
+  virtual Status PFree(const GlobalAddress& addr) = 0;
+
+  // Creates or replaces an object (atomic: readers and crashes see the old
+  // or the new content).
+  virtual Status PutObj(const ObjectId& id, std::string_view data) = 0;
+  virtual Status GetObj(const ObjectId& id, std::string* data) = 0;
+  // Reads [offset, offset+length) of an object.
+  virtual Status ReadObj(const ObjectId& id, uint64_t offset, uint64_t length,
+                         std::string* data) = 0;
+  // Writes at `offset` of an existing object (growing it; a gap reads as
+  // zeros); atomic like PutObj.
+  virtual Status WriteObj(const ObjectId& id, uint64_t offset, std::string_view data) = 0;
+  virtual Status ObjSize(const ObjectId& id, uint64_t* size) = 0;
+  virtual Status DelObj(const ObjectId& id) = 0;
+
+  // The epoch of the cached mapping.
+  virtual uint64_t epoch() const = 0;
+  // Reloads mapping and keys from the monitor.
+  virtual Status RefreshMapping() = 0;
+
+ protected:
+  Client() = default;
+};
+
+}  // namespace pdpm::client

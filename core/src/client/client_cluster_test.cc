@@ -1,0 +1,364 @@
+// libpdpm against a real cluster: a pdpm-monitor and three pdpm-server
+// processes on file-backed PM in a temporary directory, tcp on loopback.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "client/client.h"
+#include "client/cluster_harness.h"
+#include "client/cluster_journal.h"
+#include "common/crc32c.h"
+#include "monitor/monitor_client.h"
+#include "net/buffer_pool.h"
+#include "net/rpc.h"
+#include "server/fsck.h"
+#include "server/protocol.h"
+
+namespace pdpm::client {
+namespace {
+
+std::string Pattern(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; i++) s[i] = static_cast<char>((i * 131 + seed * 7) >> 3);
+  return s;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Status s = cluster_.Start();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_TRUE(OpenClient(&client_).ok());
+  }
+
+  Status OpenClient(std::unique_ptr<Client>* out, std::string secret = "") {
+    ClientOptions o;
+    o.monitor = cluster_.monitor_address();
+    o.cluster_secret = secret.empty() ? cluster_.secret() : secret;
+    return Client::Open(o, out);
+  }
+
+  // Stops every server cleanly and runs the offline checker on its PM;
+  // `clean` also refuses repairable findings.
+  void StopAndCheckAll(bool clean) {
+    for (int i = 0; i < 3; i++) {
+      if (cluster_.server(i).running()) {
+        Status s = cluster_.StopServer(i);
+        EXPECT_TRUE(s.ok()) << s.ToString();
+      }
+      CheckPm(i, clean);
+    }
+  }
+
+  void CheckPm(int i, bool clean) {
+    server::PmCheckReport report;
+    Status s = server::CheckServerPm(cluster_.pm_path(i), &report);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(report.ok()) << report.ToString();
+    if (clean) EXPECT_TRUE(report.clean()) << report.ToString();
+    EXPECT_FALSE(report.segments.empty()) << "server " << i << " uses no segment";
+  }
+
+  // Starts `n` load processes, each `ops` operations.
+  void StartLoad(int n, uint32_t ops, std::vector<ChildProcess>* procs) {
+    *procs = std::vector<ChildProcess>(static_cast<size_t>(n));
+    for (int w = 0; w < n; w++) {
+      Status s = (*procs)[w].Start(
+          {PDPM_LOAD_BINARY, "--monitor", cluster_.monitor_address(), "--secret-file",
+           cluster_.secret_file(), "--worker", std::to_string(w), "--ops", std::to_string(ops),
+           "--out", LoadOut(w)},
+          {}, LoadLog(w));
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+  }
+
+  void FinishLoad(std::vector<ChildProcess>* procs) {
+    for (size_t w = 0; w < procs->size(); w++) {
+      int ws = (*procs)[w].Wait();
+      EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
+          << "load " << w << " status " << ws << ":\n"
+          << FileTail(LoadLog(static_cast<int>(w)));
+    }
+  }
+
+  // Every load's expectations hold, read through a fresh client.
+  void VerifyLoad(int n) {
+    std::unique_ptr<Client> c;
+    Status s = OpenClient(&c);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (int w = 0; w < n; w++) {
+      Expectations e;
+      s = e.Load(LoadOut(w));
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      std::string problems;
+      size_t checked = e.Verify(c.get(), &problems);
+      EXPECT_TRUE(problems.empty()) << "load " << w << ":\n" << problems;
+      EXPECT_GT(checked, 0u);
+    }
+  }
+
+  // Waits until load 0 has reported `ops` operations.
+  void WaitForProgress(uint32_t ops) {
+    for (int i = 0; i < 3000; i++) {
+      std::ifstream in(LoadLog(0));
+      std::string line;
+      uint32_t done = 0;
+      while (std::getline(in, line)) {
+        if (line.rfind("progress ", 0) == 0) done = static_cast<uint32_t>(std::stoul(line.substr(9)));
+        if (line.rfind("done ", 0) == 0) return;
+      }
+      if (done >= ops) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  std::string LoadOut(int w) const { return cluster_.dir() + "/load" + std::to_string(w) + ".exp"; }
+  std::string LoadLog(int w) const { return cluster_.dir() + "/load" + std::to_string(w) + ".log"; }
+
+  LocalCluster cluster_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ClusterTest, HeapRoundTripAndAffinity) {
+  for (uint32_t server = 1; server <= 3; server++) {
+    GlobalAddress a;
+    Status s = client_->PAllocate(5000, server, &a);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(a.descriptor.can_write());
+    std::string in = Pattern(5000, server), out(5000, '\0');
+    ASSERT_TRUE(client_->Write(a, in.data(), in.size()).ok());
+    ASSERT_TRUE(client_->Read(a, out.data(), out.size()).ok());
+    EXPECT_EQ(in, out);
+    ASSERT_TRUE(client_->PFree(a).ok());
+  }
+  GlobalAddress a;
+  EXPECT_EQ(client_->PAllocate(64, 99, &a).code(), StatusCode::kNotFound);
+}
+
+TEST_F(ClusterTest, ObjectsWholeAndPartial) {
+  ObjectId id{7, 7};
+  std::string big = Pattern(3 << 20, 1);  // over an RPC slot: moves by one-sided transfer
+  ASSERT_TRUE(client_->PutObj(id, big).ok());
+  std::string got;
+  ASSERT_TRUE(client_->GetObj(id, &got).ok());
+  EXPECT_EQ(got, big);
+  ASSERT_TRUE(client_->WriteObj(id, 12345, "hello").ok());
+  big.replace(12345, 5, "hello");
+  ASSERT_TRUE(client_->ReadObj(id, 12340, 20, &got).ok());
+  EXPECT_EQ(got, big.substr(12340, 20));
+  uint64_t size = 0;
+  ASSERT_TRUE(client_->ObjSize(id, &size).ok());
+  EXPECT_EQ(size, big.size());
+  EXPECT_EQ(client_->ReadObj(id, big.size() - 2, 10, &got).code(), StatusCode::kOutOfRange);
+  ASSERT_TRUE(client_->DelObj(id).ok());
+  EXPECT_EQ(client_->GetObj(id, &got).code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->DelObj(id).code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->WriteObj(id, 0, "x").code(), StatusCode::kNotFound);
+  // Objects spread over the tables of every server.
+  for (uint64_t i = 0; i < 40; i++) {
+    ASSERT_TRUE(client_->PutObj({1, i}, Pattern(100 + i, i)).ok());
+  }
+  for (uint64_t i = 0; i < 40; i++) {
+    ASSERT_TRUE(client_->GetObj({1, i}, &got).ok());
+    EXPECT_EQ(got, Pattern(100 + i, i));
+  }
+}
+
+TEST_F(ClusterTest, BadInputsGetTheirErrorAndHarmNothing) {
+  // Data that must survive every bad request below.
+  GlobalAddress keep;
+  ASSERT_TRUE(client_->PAllocate(4096, &keep).ok());
+  std::string keep_data = Pattern(4096, 9);
+  ASSERT_TRUE(client_->Write(keep, keep_data.data(), keep_data.size()).ok());
+  ASSERT_TRUE(client_->PutObj({5, 5}, "kept object").ok());
+
+  char buf[64] = {};
+  // Unknown address: a segment nobody mapped.
+  GlobalAddress unknown = keep;
+  unknown.segment = 4242;
+  EXPECT_EQ(client_->Read(unknown, buf, 8).code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->Write(unknown, buf, 8).code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->PFree(unknown).code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->Read(GlobalAddress{}, buf, 8).code(), StatusCode::kInvalidArgument);
+  // A range crossing the segment's end.
+  GlobalAddress end = keep;
+  end.offset = (64ull << 20) - 8;
+  EXPECT_EQ(client_->Read(end, buf, 16).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(client_->Write(end, buf, 16).code(), StatusCode::kOutOfRange);
+  // A read-only address cannot write.
+  GlobalAddress ro = keep;
+  ro.descriptor = dsm::Descriptor::Make(dsm::kPermRead, ro.descriptor.replicas());
+  EXPECT_EQ(client_->Write(ro, buf, 8).code(), StatusCode::kPermissionDenied);
+  // Not a block start; then freed, and freed again.
+  GlobalAddress inside = keep;
+  inside.offset += 8;
+  EXPECT_EQ(client_->PFree(inside).code(), StatusCode::kInvalidArgument);
+  GlobalAddress victim;
+  ASSERT_TRUE(client_->PAllocate(100, &victim).ok());
+  ASSERT_TRUE(client_->PFree(victim).ok());
+  EXPECT_EQ(client_->PFree(victim).code(), StatusCode::kFailedPrecondition);
+  // Objects over 64 MiB, and zero-size allocations.
+  std::string huge((64 << 20) + 1, 'x');
+  EXPECT_EQ(client_->PutObj({5, 6}, huge).code(), StatusCode::kTooLarge);
+  EXPECT_EQ(client_->WriteObj({5, 5}, 64 << 20, "x").code(), StatusCode::kTooLarge);
+  GlobalAddress a;
+  EXPECT_EQ(client_->PAllocate(0, &a).code(), StatusCode::kInvalidArgument);
+  std::string got;
+  EXPECT_EQ(client_->GetObj({5, 6}, &got).code(), StatusCode::kNotFound);
+  // Missing or wrong secret.
+  std::unique_ptr<Client> other;
+  EXPECT_EQ(OpenClient(&other, "wrong-secret").code(), StatusCode::kPermissionDenied);
+  ClientOptions none;
+  none.monitor = cluster_.monitor_address();
+  EXPECT_EQ(Client::Open(none, &other).code(), StatusCode::kPermissionDenied);
+
+  // Raw data-plane requests: wrong epoch, wrong credential, wrong key.
+  monitor::MonitorClient mon(cluster_.monitor_address(), {cluster_.secret()});
+  v1::GetMappingResponse m;
+  ASSERT_TRUE(mon.GetMapping(0, &m).ok());
+  ASSERT_GT(m.servers_size(), 0);
+  net::TransportOptions to;
+  std::unique_ptr<net::Transport> t;
+  ASSERT_TRUE(net::Transport::Create(to, &t).ok());
+  std::unique_ptr<net::RpcClient> rpc;
+  ASSERT_TRUE(net::RpcClient::Connect(t.get(), m.servers(0).address(), 0,
+                                      server::DataPlaneRpcOptions(1, 2000), &rpc)
+                  .ok());
+  auto call = [&](uint64_t epoch, uint64_t credential) {
+    std::string req, reply;
+    server::Encoder e(&req);
+    e.Header({epoch, credential});
+    e.U64(64);
+    return rpc->Call(server::kPAllocate, {reinterpret_cast<const uint8_t*>(req.data()), req.size()},
+                     &reply);
+  };
+  uint64_t cred = server::ClusterCredential(cluster_.secret());
+  EXPECT_EQ(call(0, cred).code(), StatusCode::kStaleEpoch);
+  EXPECT_EQ(call(m.epoch() + 1000, cred).code(), StatusCode::kStaleEpoch);
+  EXPECT_EQ(call(m.epoch(), cred ^ 1).code(), StatusCode::kPermissionDenied);
+  {
+    std::string req, reply;
+    server::Encoder e(&req);
+    e.Header({m.epoch(), cred});  // no body
+    EXPECT_EQ(rpc->Call(server::kPAllocate,
+                        {reinterpret_cast<const uint8_t*>(req.data()), req.size()}, &reply)
+                  .code(),
+              StatusCode::kInvalidArgument);
+  }
+  // A one-sided write with a key no segment has.
+  std::unique_ptr<net::BufferPool> pool;
+  ASSERT_TRUE(net::BufferPool::Create(t.get(), 4096, 1, 0, &pool).ok());
+  net::BufferPool::Buffer b;
+  ASSERT_TRUE(pool->Acquire(&b).ok());
+  net::Op op;
+  op.opcode = net::Opcode::kWrite;
+  op.local = b.local(64);
+  op.remote_key = 0x5eed1234;
+  op.persist = true;
+  EXPECT_EQ(net::ExecuteSync(rpc->connection(), op).code(), StatusCode::kPermissionDenied);
+  // An object request routed to a server not owning its table: stale route.
+  for (uint64_t i = 0;; i++) {
+    uint32_t table = monitor::TableForObject(9, i, m.table_count());
+    uint32_t owner = 0;
+    for (const auto& ta : m.tables()) {
+      if (ta.table() == table) owner = ta.server_id();
+    }
+    if (owner == m.servers(0).id()) continue;
+    std::string req, reply;
+    server::Encoder e(&req);
+    e.Header({m.epoch(), cred});
+    e.Id({9, i});
+    EXPECT_EQ(rpc->Call(server::kObjSize,
+                        {reinterpret_cast<const uint8_t*>(req.data()), req.size()}, &reply)
+                  .code(),
+              StatusCode::kStaleEpoch);
+    break;
+  }
+
+  // Nothing else was harmed.
+  std::string back(4096, '\0');
+  ASSERT_TRUE(client_->Read(keep, back.data(), back.size()).ok());
+  EXPECT_EQ(back, keep_data);
+  ASSERT_TRUE(client_->GetObj({5, 5}, &got).ok());
+  EXPECT_EQ(got, "kept object");
+  StopAndCheckAll(/*clean=*/true);
+}
+
+TEST_F(ClusterTest, RestartedServerKeepsDataAndClientsRefresh) {
+  GlobalAddress a;
+  ASSERT_TRUE(client_->PAllocate(8192, 2, &a).ok());
+  std::string d = Pattern(8192, 3);
+  ASSERT_TRUE(client_->Write(a, d.data(), d.size()).ok());
+  std::vector<std::string> objs;
+  for (uint64_t i = 0; i < 30; i++) ASSERT_TRUE(client_->PutObj({2, i}, Pattern(i * 1000, i)).ok());
+  uint64_t before = client_->epoch();
+  Status s = cluster_.StopServer(1);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::string out(8192, '\0');
+  EXPECT_EQ(client_->Read(a, out.data(), out.size()).code(), StatusCode::kUnavailable);
+  s = cluster_.StartServer(1);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // New keys and a new address: the cached mapping is refreshed on refusal.
+  s = client_->Read(a, out.data(), out.size());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(out, d);
+  EXPECT_GT(client_->epoch(), before);
+  std::string got;
+  for (uint64_t i = 0; i < 30; i++) {
+    s = client_->GetObj({2, i}, &got);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(got, Pattern(i * 1000, i));
+  }
+  StopAndCheckAll(/*clean=*/true);
+}
+
+TEST_F(ClusterTest, ConcurrentClientsReadBackTheirLastWrites) {
+  std::vector<ChildProcess> load;
+  StartLoad(4, 250, &load);
+  FinishLoad(&load);
+  VerifyLoad(4);
+  StopAndCheckAll(/*clean=*/true);
+  // And everything again after a restart from PM alone.
+  for (int i = 0; i < 3; i++) ASSERT_TRUE(cluster_.StartServer(i).ok());
+  VerifyLoad(4);
+}
+
+TEST_F(ClusterTest, KillServerDuringWritesLosesNothingAcknowledged) {
+  std::vector<ChildProcess> load;
+  StartLoad(2, 1200, &load);
+  WaitForProgress(150);
+  cluster_.KillServer(1);
+  CheckPm(1, /*clean=*/false);  // the image kill -9 left: no violation
+  Status s = cluster_.StartServer(1);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  FinishLoad(&load);
+  VerifyLoad(2);
+  StopAndCheckAll(/*clean=*/true);
+}
+
+TEST_F(ClusterTest, PowerLossDuringWritesLosesNothingAcknowledged) {
+  // Server 1 runs on simulated PM that keeps only what was persisted, and
+  // kills itself once 3 MB more have been persisted.
+  ASSERT_TRUE(cluster_.StopServer(1).ok());
+  Status s = cluster_.StartServer(
+      1, {"PDPM_PM_SIMULATE_POWER_LOSS=1", "PDPM_PM_CRASH_AFTER_PERSISTED_BYTES=3000000"});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<ChildProcess> load;
+  StartLoad(2, 600, &load);
+  FinishLoad(&load);
+  // Crashed by the injection, or cut now: either way a power loss.
+  cluster_.KillServer(1);
+  CheckPm(1, /*clean=*/false);
+  s = cluster_.StartServer(1);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  VerifyLoad(2);
+  StopAndCheckAll(/*clean=*/true);
+}
+
+}  // namespace
+}  // namespace pdpm::client

@@ -1,0 +1,181 @@
+#include "client/cluster_harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace pdpm::client {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string FileTail(const std::string& path, size_t bytes) {
+  std::string s = ReadAll(path);
+  return s.size() > bytes ? s.substr(s.size() - bytes) : s;
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    Wait();
+  }
+}
+
+Status ChildProcess::Start(const std::vector<std::string>& argv,
+                           const std::vector<std::string>& env, const std::string& log) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; e++) env_strings.emplace_back(*e);
+  for (const auto& e : env) env_strings.push_back(e);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    pid_ = -1;
+    return Status::FromErrno("spawn " + argv[0], rc);
+  }
+  return Status::OK();
+}
+
+void ChildProcess::Signal(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+int ChildProcess::Wait() {
+  int status = 0;
+  if (pid_ > 0) {
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+  }
+  return status;
+}
+
+bool ChildProcess::Exited(int* wait_status) {
+  if (pid_ <= 0) return true;
+  if (::waitpid(pid_, wait_status, WNOHANG) == pid_) {
+    pid_ = -1;
+    return true;
+  }
+  return false;
+}
+
+LocalCluster::LocalCluster(LocalClusterOptions options)
+    : options_(options), servers_(static_cast<size_t>(options.servers)) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp != nullptr ? tmp : "/tmp") + "/pdpm-cluster-XXXXXX";
+  char* d = ::mkdtemp(templ.data());
+  dir_ = d != nullptr ? d : "";
+  secret_ = "test-secret-" + std::to_string(::getpid());
+  secret_file_ = dir_ + "/cluster.secret";
+  std::ofstream(secret_file_) << secret_ << "\n";
+}
+
+LocalCluster::~LocalCluster() {
+  for (auto& s : servers_) {
+    s.Signal(SIGKILL);
+    s.Wait();
+  }
+  monitor_.Signal(SIGKILL);
+  monitor_.Wait();
+  if (!dir_.empty() && std::getenv("PDPM_KEEP_TEST_DIR") == nullptr) {
+    std::string cmd = "rm -rf '" + dir_ + "'";
+    if (std::system(cmd.c_str()) != 0) {
+      // Leaves the directory behind; nothing else to do in a destructor.
+    }
+  }
+}
+
+Status LocalCluster::WaitForFile(const std::string& path, ChildProcess* proc,
+                                 const std::string& log, std::string* content) {
+  // Generous: a deadline only against a hang, never a timing assertion.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::string s = ReadAll(path);
+    if (!s.empty() && s.back() == '\n') {
+      s.pop_back();
+      *content = s;
+      return Status::OK();
+    }
+    int ws = 0;
+    if (proc->Exited(&ws)) {
+      return Status::Unavailable("process exited (status " + std::to_string(ws) +
+                                 ") before serving:\n" + FileTail(log));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Status::Timeout("no " + path + " after 60 s:\n" + FileTail(log));
+}
+
+Status LocalCluster::Start() {
+  if (dir_.empty()) return Status::IOError("mkdtemp failed");
+  std::string port_file = dir_ + "/monitor.port";
+  std::string log = dir_ + "/monitor.log";
+  ::mkdir((dir_ + "/monitor").c_str(), 0755);
+  PDPM_RETURN_IF_ERROR(monitor_.Start(
+      {PDPM_MONITOR_BINARY, "--embedded", "--dir", dir_ + "/monitor", "--listen", "127.0.0.1:0",
+       "--port-file", port_file, "--secret-file", secret_file_, "--tables",
+       std::to_string(options_.tables), "--segment-size", std::to_string(options_.segment_size),
+       "--heartbeat-interval", "200ms"},
+      {}, log));
+  PDPM_RETURN_IF_ERROR(WaitForFile(port_file, &monitor_, log, &monitor_address_));
+  for (int i = 0; i < options_.servers; i++) PDPM_RETURN_IF_ERROR(StartServer(i));
+  return Status::OK();
+}
+
+Status LocalCluster::StartServer(int i, const std::vector<std::string>& env) {
+  std::string port_file = dir_ + "/server" + std::to_string(i) + ".port";
+  ::unlink(port_file.c_str());
+  ChildProcess& p = servers_[i];
+  PDPM_RETURN_IF_ERROR(p.Start(
+      {PDPM_SERVER_BINARY, "--pm", pm_path(i), "--pm-size", std::to_string(options_.pm_size),
+       "--format", "--monitor", monitor_address_, "--secret-file", secret_file_, "--listen",
+       "127.0.0.1:0", "--port-file", port_file, "--cores", std::to_string(options_.cores)},
+      env, server_log(i)));
+  std::string address;
+  return WaitForFile(port_file, &p, server_log(i), &address);
+}
+
+void LocalCluster::KillServer(int i) {
+  servers_[i].Signal(SIGKILL);
+  servers_[i].Wait();
+}
+
+Status LocalCluster::StopServer(int i) {
+  servers_[i].Signal(SIGTERM);
+  int ws = servers_[i].Wait();
+  if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+    return Status::Internal("server " + std::to_string(i) + " did not exit cleanly (status " +
+                            std::to_string(ws) + "):\n" + FileTail(server_log(i)));
+  }
+  return Status::OK();
+}
+
+}  // namespace pdpm::client

@@ -1,0 +1,87 @@
+// LocalCluster (tests): a real pdpm-monitor and real pdpm-server processes
+// on file-backed PM in a fresh temporary directory, on loopback, tcp.
+// Processes are started with posix_spawn (the test process may run gRPC
+// threads) and stopped when the cluster is destroyed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace pdpm::client {
+
+// A child process; killed (SIGKILL) and reaped on destruction if running.
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // Starts argv[0] with `argv`, extra environment `env` ("K=V") on top of
+  // this process's, stdout and stderr appended to `log`.
+  Status Start(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+               const std::string& log);
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  void Signal(int sig);
+  // Waits for exit; returns the wait status.
+  int Wait();
+  // Whether it has exited (reaps it then).
+  bool Exited(int* wait_status);
+
+ private:
+  pid_t pid_ = -1;
+};
+
+struct LocalClusterOptions {
+  int servers = 3;
+  uint64_t segment_size = 64ull << 20;
+  uint64_t pm_size = 320ull << 20;
+  uint32_t tables = 6;
+  uint32_t cores = 2;
+};
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(LocalClusterOptions options = {});
+  ~LocalCluster();
+
+  // Starts the monitor and every server; returns once all serve.
+  Status Start();
+  // Server i (0-based): start (again) with extra environment; waits until
+  // it serves (or exits: then an error with its log's tail).
+  Status StartServer(int i, const std::vector<std::string>& env = {});
+  void KillServer(int i);      // SIGKILL, reaped
+  Status StopServer(int i);    // SIGTERM, expects a clean exit
+  ChildProcess& server(int i) { return servers_[i]; }
+
+  const std::string& dir() const { return dir_; }
+  const std::string& monitor_address() const { return monitor_address_; }
+  const std::string& secret() const { return secret_; }
+  const std::string& secret_file() const { return secret_file_; }
+  std::string pm_path(int i) const { return dir_ + "/pm" + std::to_string(i); }
+  std::string server_log(int i) const { return dir_ + "/server" + std::to_string(i) + ".log"; }
+
+ private:
+  Status WaitForFile(const std::string& path, ChildProcess* proc, const std::string& log,
+                     std::string* content);
+
+  LocalClusterOptions options_;
+  std::string dir_;
+  std::string secret_;
+  std::string secret_file_;
+  std::string monitor_address_;
+  ChildProcess monitor_;
+  std::vector<ChildProcess> servers_;
+};
+
+// The last `bytes` of a file (for failure messages).
+std::string FileTail(const std::string& path, size_t bytes = 2000);
+
+}  // namespace pdpm::client

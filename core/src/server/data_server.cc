@@ -1,0 +1,545 @@
+#include "server/data_server.h"
+
+#include <chrono>
+
+#include "dsm/address.h"
+#include "monitor/placement.h"
+
+namespace pdpm::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+dsm::ObjectStoreOptions TableOptions() {
+  dsm::ObjectStoreOptions o;
+  o.root_slot = kObjectRootSlot;
+  return o;
+}
+
+}  // namespace
+
+DataServer::DataServer(const ServerOptions& options, const Logger& log)
+    : options_(options), log_(log), credential_(ClusterCredential(options.cluster_secret)) {}
+
+DataServer::~DataServer() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  rpc_.reset();
+}
+
+Status DataServer::Start(const ServerOptions& options, const Logger& log,
+                         const std::atomic<bool>* stop, std::unique_ptr<DataServer>* out) {
+  if (options.cores == 0 || options.cores > 256) {
+    return Status::InvalidArgument("--cores must be 1..256");
+  }
+  std::unique_ptr<DataServer> s(new DataServer(options, log));
+  monitor::MonitorClientOptions mo;
+  mo.cluster_secret = options.cluster_secret;
+  s->monitor_ = std::make_unique<monitor::MonitorClient>(options.monitor, mo);
+  PDPM_RETURN_IF_ERROR(s->OpenPm(stop));
+
+  net::TransportOptions to;
+  to.backend = options.transport;
+  to.cores = options.cores;
+  to.op_timeout_ms = options.op_timeout_ms;
+  to.max_transfer = kMaxRpcPayload;
+  PDPM_RETURN_IF_ERROR(net::Transport::Create(to, &s->transport_));
+  PDPM_RETURN_IF_ERROR(s->RecoverSegments());
+
+  net::RpcOptions ro = DataPlaneRpcOptions(options.cores, options.op_timeout_ms);
+  PDPM_RETURN_IF_ERROR(net::RpcServer::Create(s->transport_.get(), ro, &s->rpc_));
+  DataServer* self = s.get();
+  s->rpc_->Register(kPAllocate, [self](std::span<const uint8_t> r, std::string* out) {
+    return self->HandlePAllocate(r, out);
+  });
+  s->rpc_->Register(kPFree, [self](std::span<const uint8_t> r, std::string* out) {
+    return self->HandlePFree(r, out);
+  });
+  for (uint16_t m : {kPutObj, kWriteObj, kReadObj, kObjSize, kDelObj}) {
+    s->rpc_->Register(m, [self, m](std::span<const uint8_t> r, std::string* out) {
+      return self->HandleObject(m, r, out);
+    });
+  }
+  PDPM_RETURN_IF_ERROR(s->rpc_->Listen(options.listen).WithContext("listen " + options.listen));
+  s->address_ = options.advertise.empty() ? s->transport_->listen_address() : options.advertise;
+  PDPM_RETURN_IF_ERROR(s->Register(stop));
+
+  // Announce every recovered segment: its key is new, and a segment whose
+  // announcement a crash interrupted gets its number now.
+  for (auto& seg : s->segments_) {
+    if (seg == nullptr) continue;
+    Status st = s->Announce(seg.get());
+    if (st.code() == StatusCode::kFailedPrecondition && seg->role.global == 0) {
+      // A table segment the monitor never confirmed, for a table that has
+      // moved meanwhile: it holds nothing acknowledged. Free it.
+      log.Warn("dropping an unconfirmed segment", {{"local", seg->local}, {"status", st}});
+      PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kRoleSlot, 0));
+      seg.reset();
+      continue;
+    }
+    PDPM_RETURN_IF_ERROR(st.WithContext("announce segment " + std::to_string(seg->local)));
+  }
+  PDPM_RETURN_IF_ERROR(s->RefreshMapping());
+  s->heartbeat_ = std::thread([self] { self->HeartbeatLoop(); });
+  log.Info("serving", {{"address", s->address_},
+                       {"server_id", s->server_id_},
+                       {"epoch", s->epoch_},
+                       {"transport", std::string(net::BackendKindName(options.transport))},
+                       {"cores", options.cores},
+                       {"segments", s->by_global_.size()},
+                       {"tables_owned", s->owned_tables_.size()}});
+  *out = std::move(s);
+  return Status::OK();
+}
+
+Status DataServer::OpenPm(const std::atomic<bool>* stop) {
+  pm::PmOptions po;
+  po.create_size = options_.pm_size;
+  std::unique_ptr<pm::PmDevice> device;
+  PDPM_RETURN_IF_ERROR(pm::PmDevice::Open(options_.pm_path, po, &device));
+  log_.Info("pm opened", {{"path", options_.pm_path},
+                          {"kind", std::string(pm::PmKindName(device->kind()))},
+                          {"capacity", device->capacity()},
+                          {"simulating_power_loss", device->simulating_power_loss()}});
+  pm::OpenOptions oo;
+  oo.segment_size = options_.segment_size;
+  // Open never formats; a blank device is formatted only when asked.
+  Status s = pm::PmSpace::Open(std::move(device), oo, &space_);
+  if (s.code() != StatusCode::kNotFound) return s;
+  if (!options_.format) {
+    return Status::FailedPrecondition("PM " + options_.pm_path +
+                                      " is not formatted; start with --format to format it");
+  }
+  pm::FormatOptions fo;
+  fo.segment_size = options_.segment_size;
+  if (fo.segment_size == 0) {
+    // The cluster's segment size.
+    v1::GetMappingResponse m;
+    while (true) {
+      s = monitor_->GetMapping(0, &m);
+      if (s.ok() || (stop != nullptr && stop->load())) break;
+      log_.Warn("waiting for the monitor", {{"monitor", options_.monitor}, {"status", s}});
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    PDPM_RETURN_IF_ERROR(s.WithContext("ask the monitor for the segment size"));
+    fo.segment_size = m.segment_size();
+  }
+  PDPM_RETURN_IF_ERROR(dsm::ValidateSegmentSize(fo.segment_size));
+  std::unique_ptr<pm::PmDevice> again;
+  PDPM_RETURN_IF_ERROR(pm::PmDevice::Open(options_.pm_path, po, &again));
+  PDPM_RETURN_IF_ERROR(pm::PmSpace::Format(std::move(again), fo, &space_));
+  log_.Info("pm formatted", {{"segment_size", fo.segment_size},
+                             {"segments", space_->segment_count()}});
+  return Status::OK();
+}
+
+Status DataServer::OpenSegment(uint32_t local, const SegmentRole& role,
+                               std::unique_ptr<Segment>* out) {
+  auto seg = std::make_unique<Segment>();
+  seg->local = local;
+  seg->role = role;
+  std::span<char> mem = space_->segment(local);
+  dsm::PmRange range{mem.data(), mem.size(), space_->device().persist_fn()};
+  dsm::PAllocatorOptions ao;
+  ao.num_cores = static_cast<int>(options_.cores);
+  PDPM_RETURN_IF_ERROR(dsm::PAllocator::Open(range, ao, &seg->alloc));
+  if (role.kind == SegmentKind::kTable) {
+    dsm::ObjectStoreRecovery rec;
+    PDPM_RETURN_IF_ERROR(dsm::ObjectStoreTable::Open(seg->alloc.get(), TableOptions(),
+                                                     &seg->table, &rec));
+    log_.Info("table recovered", {{"local", local},
+                                  {"table", role.table},
+                                  {"objects", rec.objects},
+                                  {"reclaimed_blocks", rec.reclaimed_blocks},
+                                  {"repaired_links", rec.repaired_links}});
+  }
+  uint32_t access = role.kind == SegmentKind::kHeap ? net::kRemoteAll : net::kRemoteRead;
+  PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(mem.data(), mem.size(), access,
+                                                  space_->device().persist_fn(), &seg->region));
+  *out = std::move(seg);
+  return Status::OK();
+}
+
+Status DataServer::RecoverSegments() {
+  segments_.resize(space_->segment_count());
+  for (uint32_t i = 0; i < space_->segment_count(); i++) {
+    SegmentRole role;
+    PDPM_RETURN_IF_ERROR(
+        ReadSegmentRole(space_->segment(i), &role).WithContext("segment " + std::to_string(i)));
+    if (role.kind == SegmentKind::kFree) continue;
+    PDPM_RETURN_IF_ERROR(
+        OpenSegment(i, role, &segments_[i]).WithContext("recover segment " + std::to_string(i)));
+  }
+  return Status::OK();
+}
+
+Status DataServer::Register(const std::atomic<bool>* stop) {
+  pm::Superblock sb = space_->superblock();
+  v1::RegisterServerRequest req;
+  if (!sb.cluster_uuid.is_nil()) req.set_cluster_uuid(sb.cluster_uuid.ToString());
+  req.set_server_id(sb.server_id);
+  req.set_segment_count(static_cast<uint32_t>(space_->segment_count()));
+  req.set_segment_size(space_->segment_size());
+  v1::ServerInfo* info = req.mutable_info();
+  info->set_address(address_);
+  info->set_transport(std::string(net::BackendKindName(options_.transport)));
+  info->set_cores(options_.cores);
+  info->set_capacity_bytes(space_->segment_count() * space_->segment_size());
+  info->set_segment_count(static_cast<uint32_t>(space_->segment_count()));
+  for (const auto& [k, v] : options_.labels) (*info->mutable_labels())[k] = v;
+  v1::RegisterServerResponse resp;
+  Status s;
+  while (true) {
+    s = monitor_->RegisterServer(req, &resp);
+    bool transient = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout;
+    if (!transient || (stop != nullptr && stop->load())) break;
+    log_.Warn("waiting for the monitor", {{"monitor", options_.monitor}, {"status", s}});
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  PDPM_RETURN_IF_ERROR(s.WithContext("register with the monitor " + options_.monitor));
+  Uuid cluster;
+  PDPM_RETURN_IF_ERROR(Uuid::Parse(resp.cluster_uuid(), &cluster));
+  if (sb.cluster_uuid.is_nil() || sb.server_id != resp.server_id()) {
+    // A new member: record the identity before serving, crash-atomically.
+    PDPM_RETURN_IF_ERROR(space_->AssignIdentity(cluster, resp.server_id()));
+    log_.Info("joined the cluster",
+              {{"cluster_uuid", resp.cluster_uuid()}, {"server_id", resp.server_id()}});
+  }
+  server_id_ = resp.server_id();
+  heartbeat_ms_ = resp.heartbeat_interval_ms() > 0 ? resp.heartbeat_interval_ms() : 1000;
+  std::unique_lock lock(mu_);
+  epoch_ = std::max(epoch_, resp.epoch());
+  return Status::OK();
+}
+
+Status DataServer::Announce(Segment* seg) {
+  v1::AllocateSegmentRequest req;
+  req.set_server_id(server_id_);
+  req.set_local_index(seg->local);
+  req.set_table(seg->role.kind == SegmentKind::kTable ? seg->role.table : 0);
+  req.set_access_key(seg->region->key());
+  {
+    std::shared_lock lock(mu_);
+    req.set_epoch(epoch_);
+  }
+  v1::AllocateSegmentResponse resp;
+  PDPM_RETURN_IF_ERROR(monitor_->AllocateSegment(req, &resp));
+  uint32_t global = static_cast<uint32_t>(resp.mapping().segment());
+  if (seg->role.global != 0 && seg->role.global != global) {
+    return Status::Corruption("local segment " + std::to_string(seg->local) + " holds global " +
+                              std::to_string(seg->role.global) + " but the monitor maps it as " +
+                              std::to_string(global));
+  }
+  if (seg->role.global == 0) {
+    seg->role.global = global;
+    PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kRoleSlot, seg->role.Encode()));
+  }
+  std::unique_lock lock(mu_);
+  seg->placement_epoch = resp.mapping().placement_epoch();
+  epoch_ = std::max(epoch_, resp.epoch());
+  by_global_[global] = seg;
+  if (seg->role.kind == SegmentKind::kTable) by_table_[seg->role.table] = seg;
+  return Status::OK();
+}
+
+Status DataServer::CreateSegment(SegmentRole role, Segment** out) {
+  uint32_t local = 0;
+  {
+    std::shared_lock lock(mu_);
+    while (local < segments_.size() && segments_[local] != nullptr) local++;
+  }
+  if (local == segments_.size()) {
+    return Status::ResourceExhausted("no free segment left on server " +
+                                     std::to_string(server_id_));
+  }
+  std::span<char> mem = space_->segment(local);
+  dsm::PmRange range{mem.data(), mem.size(), space_->device().persist_fn()};
+  // Order (docs/server.md): format, table, role (global 0), announce, global.
+  PDPM_RETURN_IF_ERROR(dsm::PAllocator::Format(range));
+  std::unique_ptr<dsm::PAllocator> alloc;
+  dsm::PAllocatorOptions ao;
+  ao.num_cores = static_cast<int>(options_.cores);
+  PDPM_RETURN_IF_ERROR(dsm::PAllocator::Open(range, ao, &alloc));
+  std::unique_ptr<dsm::ObjectStoreTable> table;
+  if (role.kind == SegmentKind::kTable) {
+    PDPM_RETURN_IF_ERROR(dsm::ObjectStoreTable::Create(alloc.get(), TableOptions(), &table));
+  }
+  role.global = 0;
+  PDPM_RETURN_IF_ERROR(alloc->SetRoot(kRoleSlot, role.Encode()));
+  alloc.reset();
+  table.reset();
+  std::unique_ptr<Segment> seg;
+  PDPM_RETURN_IF_ERROR(OpenSegment(local, role, &seg));
+  Status s = Announce(seg.get());
+  if (!s.ok()) {
+    // Not confirmed: give the segment back (it holds nothing).
+    Status undo = seg->alloc->SetRoot(kRoleSlot, 0);
+    if (!undo.ok()) log_.Error("cannot free an unconfirmed segment", {{"status", undo}});
+    return s.WithContext("announce a new segment");
+  }
+  log_.Info("segment created", {{"local", local},
+                                {"global", seg->role.global},
+                                {"kind", role.kind == SegmentKind::kHeap ? "heap" : "table"},
+                                {"table", role.table}});
+  std::unique_lock lock(mu_);
+  *out = seg.get();
+  segments_[local] = std::move(seg);
+  return Status::OK();
+}
+
+Status DataServer::RefreshMapping() {
+  std::lock_guard<std::mutex> refresh(refresh_mu_);
+  v1::GetMappingResponse m;
+  PDPM_RETURN_IF_ERROR(monitor_->GetMapping(0, &m));
+  std::map<uint32_t, uint64_t> owned;
+  for (const auto& t : m.tables()) {
+    if (t.server_id() == server_id_) owned[t.table()] = t.assigned_epoch();
+  }
+  std::unique_lock lock(mu_);
+  for (const auto& sm : m.segments()) {
+    auto it = by_global_.find(static_cast<uint32_t>(sm.segment()));
+    if (it != by_global_.end()) it->second->placement_epoch = sm.placement_epoch();
+  }
+  owned_tables_ = std::move(owned);
+  table_count_ = m.table_count();
+  replica_count_ = m.replica_count() == 0 ? 1 : m.replica_count();
+  epoch_ = std::max(epoch_, m.epoch());
+  return Status::OK();
+}
+
+void DataServer::HeartbeatLoop() {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(heartbeat_ms_),
+                            [&] { return stopping_; })) {
+    lock.unlock();
+    uint64_t used = 0;
+    uint64_t known;
+    {
+      std::shared_lock l(mu_);
+      for (const auto& seg : segments_) {
+        if (seg != nullptr) used += seg->alloc->Stats().bytes_allocated;
+      }
+      known = epoch_;
+    }
+    v1::HeartbeatRequest req;
+    req.set_server_id(server_id_);
+    req.set_epoch(known);
+    req.set_used_bytes(used);
+    v1::HeartbeatResponse resp;
+    Status s = monitor_->Heartbeat(req, &resp);
+    if (!s.ok()) {
+      log_.Warn("heartbeat failed", {{"status", s}});
+    } else if (resp.epoch() != known) {
+      s = RefreshMapping();
+      if (!s.ok()) log_.Warn("mapping refresh failed", {{"status", s}});
+    }
+    lock.lock();
+  }
+}
+
+Status DataServer::CheckHeader(const RequestHeader& h) {
+  if (h.credential != credential_) {
+    return Status::PermissionDenied("request without the cluster secret");
+  }
+  uint64_t known;
+  {
+    std::shared_lock lock(mu_);
+    known = epoch_;
+  }
+  if (h.epoch > known) {
+    // The client saw a newer view: catch up before judging it.
+    Status s = RefreshMapping();
+    if (!s.ok()) return s.WithContext("refresh the mapping for epoch " + std::to_string(h.epoch));
+    std::shared_lock lock(mu_);
+    known = epoch_;
+  }
+  if (h.epoch == 0 || h.epoch > known) {
+    return Status::StaleEpoch("request epoch " + std::to_string(h.epoch) +
+                              " is not a cluster epoch (current " + std::to_string(known) + ")");
+  }
+  return Status::OK();
+}
+
+Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* reply) {
+  Decoder d(req);
+  RequestHeader h;
+  uint64_t size = 0;
+  PDPM_RETURN_IF_ERROR(d.Header(&h));
+  PDPM_RETURN_IF_ERROR(d.U64(&size));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  PDPM_RETURN_IF_ERROR(CheckHeader(h));
+  if (size == 0) return Status::InvalidArgument("pallocate of 0 bytes");
+  if (size > space_->segment_size() - dsm::kChunkSize) {
+    return Status::TooLarge("pallocate of " + std::to_string(size) +
+                            " bytes: more than a segment holds");
+  }
+  auto try_all = [&](uint32_t* global, uint64_t* offset) {
+    std::shared_lock lock(mu_);
+    for (const auto& [g, seg] : by_global_) {
+      if (seg->role.kind != SegmentKind::kHeap) continue;
+      Status s = seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
+                                      offset);
+      if (s.ok()) {
+        *global = g;
+        return s;
+      }
+      if (s.code() != StatusCode::kResourceExhausted) return s;
+    }
+    return Status::ResourceExhausted("heap segments full");
+  };
+  uint32_t global = 0;
+  uint64_t offset = 0;
+  Status s = try_all(&global, &offset);
+  if (s.code() == StatusCode::kResourceExhausted) {
+    std::lock_guard<std::mutex> grow(grow_mu_);
+    s = try_all(&global, &offset);  // another thread may have grown it
+    if (s.code() == StatusCode::kResourceExhausted) {
+      Segment* seg = nullptr;
+      PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kHeap, 0, 0}, &seg));
+      s = seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
+                               &offset);
+      global = seg->role.global;
+    }
+  }
+  PDPM_RETURN_IF_ERROR(s);
+  uint32_t replicas;
+  {
+    std::shared_lock lock(mu_);
+    replicas = replica_count_;
+  }
+  dsm::GlobalAddress a{dsm::Descriptor::Make(dsm::kPermRead | dsm::kPermWrite, replicas), global,
+                       offset};
+  Encoder(reply).Address(a);
+  return Status::OK();
+}
+
+Status DataServer::HandlePFree(std::span<const uint8_t> req, std::string* /*reply*/) {
+  Decoder d(req);
+  RequestHeader h;
+  dsm::GlobalAddress a;
+  PDPM_RETURN_IF_ERROR(d.Header(&h));
+  PDPM_RETURN_IF_ERROR(d.Address(&a));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  PDPM_RETURN_IF_ERROR(CheckHeader(h));
+  if (a.kind() != dsm::SpaceKind::kHeap) {
+    return Status::InvalidArgument("pfree of " + a.ToString() + ": not a heap address");
+  }
+  dsm::PAllocator* alloc;
+  {
+    std::shared_lock lock(mu_);
+    auto it = by_global_.find(a.segment);
+    if (it == by_global_.end()) {
+      return Status::NotFound("segment " + std::to_string(a.segment) + " is not on this server");
+    }
+    if (h.epoch < it->second->placement_epoch) {
+      return Status::StaleEpoch("segment " + std::to_string(a.segment) + " placed in epoch " +
+                                std::to_string(it->second->placement_epoch) + ", request has " +
+                                std::to_string(h.epoch));
+    }
+    alloc = it->second->alloc.get();
+  }
+  return alloc->Free(a.offset, dsm::BlockOwner::kHeap)
+      .WithContext("pfree " + a.ToString());
+}
+
+Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create,
+                            dsm::ObjectStoreTable** out) {
+  uint32_t table;
+  {
+    std::shared_lock lock(mu_);
+    if (table_count_ == 0) return Status::Unavailable("no table map yet");
+    table = monitor::TableForObject(id.hi, id.lo, table_count_);
+    auto owned = owned_tables_.find(table);
+    if (owned == owned_tables_.end()) {
+      return Status::StaleEpoch("table " + std::to_string(table) +
+                                " is not served by this server in epoch " +
+                                std::to_string(epoch_));
+    }
+    if (epoch < owned->second) {
+      return Status::StaleEpoch("table " + std::to_string(table) + " moved here in epoch " +
+                                std::to_string(owned->second) + ", request has " +
+                                std::to_string(epoch));
+    }
+    auto it = by_table_.find(table);
+    if (it != by_table_.end()) {
+      *out = it->second->table.get();
+      return Status::OK();
+    }
+  }
+  if (!create) return Status::NotFound("no such object");
+  std::lock_guard<std::mutex> grow(grow_mu_);
+  {
+    std::shared_lock lock(mu_);
+    auto it = by_table_.find(table);
+    if (it != by_table_.end()) {
+      *out = it->second->table.get();
+      return Status::OK();
+    }
+  }
+  Segment* seg = nullptr;
+  PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, &seg));
+  *out = seg->table.get();
+  return Status::OK();
+}
+
+Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req,
+                                std::string* reply) {
+  Decoder d(req);
+  RequestHeader h;
+  dsm::ObjectId id;
+  PDPM_RETURN_IF_ERROR(d.Header(&h));
+  PDPM_RETURN_IF_ERROR(d.Id(&id));
+  uint64_t offset = 0, length = 0;
+  std::string_view data;
+  switch (method) {
+    case kWriteObj:
+      PDPM_RETURN_IF_ERROR(d.U64(&offset));
+      data = d.Rest();
+      break;
+    case kPutObj:
+      data = d.Rest();
+      break;
+    case kReadObj:
+      PDPM_RETURN_IF_ERROR(d.U64(&offset));
+      PDPM_RETURN_IF_ERROR(d.U64(&length));
+      break;
+    default:
+      break;
+  }
+  PDPM_RETURN_IF_ERROR(d.Done());
+  PDPM_RETURN_IF_ERROR(CheckHeader(h));
+  dsm::ObjectStoreTable* table = nullptr;
+  PDPM_RETURN_IF_ERROR(TableFor(id, h.epoch, method == kPutObj, &table));
+  switch (method) {
+    case kPutObj:
+      return table->Put(id, data);
+    case kWriteObj:
+      return table->Write(id, offset, data);
+    case kDelObj:
+      return table->Delete(id);
+    case kObjSize: {
+      uint64_t size = 0;
+      PDPM_RETURN_IF_ERROR(table->Size(id, &size));
+      Encoder(reply).U64(size);
+      return Status::OK();
+    }
+    case kReadObj: {
+      if (offset == 0 && length == kWholeObject) return table->Get(id, reply);
+      if (length > dsm::kMaxObjectSize) {
+        return Status::OutOfRange("read of " + std::to_string(length) + " bytes");
+      }
+      reply->resize(length);
+      Status s = table->Read(id, offset, length, reply->data());
+      if (!s.ok()) reply->clear();
+      return s;
+    }
+    default:
+      return Status::Internal("unknown object method");
+  }
+}
+
+}  // namespace pdpm::server

@@ -1,0 +1,130 @@
+// DataServer: the body of pdpm-server (docs/server.md). It owns the PM
+// (pm::PmSpace), cuts it into segments, runs a PAllocator per segment in
+// use and an object-store table per table segment, registers every segment
+// with the transport under its own key (remote writes with `persist` run
+// the PM layer's persist), announces segments to the monitor and serves
+// the data-plane RPCs of server/protocol.h.
+//
+// Start recovers everything from PM alone: each segment's role word says
+// what it holds; allocators and tables reopen (leaks reclaimed by the
+// object store's Open) and every segment is announced again with its new
+// key. Destruction stops serving; nothing needs flushing (every
+// acknowledged operation is already durable).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "dsm/object_store.h"
+#include "dsm/pallocator.h"
+#include "monitor/monitor_client.h"
+#include "net/rpc.h"
+#include "net/transport.h"
+#include "pm/pm_space.h"
+#include "server/protocol.h"
+#include "server/segment_role.h"
+
+namespace pdpm::server {
+
+struct ServerOptions {
+  std::string pm_path;
+  uint64_t pm_size = 0;       // create/extend a file to this size; 0: must exist
+  bool format = false;        // format a blank PM; never a formatted one
+  uint64_t segment_size = 0;  // 0: the cluster's (asked from the monitor)
+  std::string monitor;        // host:port
+  std::string cluster_secret;
+  std::string listen = "127.0.0.1:7500";
+  std::string advertise;  // address announced to the monitor; "" = bound listen address
+  net::BackendKind transport = net::BackendKind::kTcp;
+  uint32_t cores = 1;
+  uint32_t op_timeout_ms = 2000;
+  std::map<std::string, std::string> labels;  // topology and pod labels
+};
+
+class DataServer {
+ public:
+  // Opens the PM, recovers, listens, registers with the monitor and starts
+  // heartbeating. Keeps retrying an unreachable monitor until `stop` is set.
+  static Status Start(const ServerOptions& options, const Logger& log,
+                      const std::atomic<bool>* stop, std::unique_ptr<DataServer>* out);
+  ~DataServer();
+
+  std::string address() const { return address_; }
+  uint32_t server_id() const { return server_id_; }
+
+ private:
+  struct Segment {
+    uint32_t local = 0;
+    SegmentRole role;
+    uint64_t placement_epoch = 0;
+    std::unique_ptr<dsm::PAllocator> alloc;
+    std::unique_ptr<dsm::ObjectStoreTable> table;  // kTable only
+    std::unique_ptr<net::MemoryRegion> region;
+  };
+
+  DataServer(const ServerOptions& options, const Logger& log);
+  Status OpenPm(const std::atomic<bool>* stop);
+  Status RecoverSegments();
+  Status OpenSegment(uint32_t local, const SegmentRole& role, std::unique_ptr<Segment>* out);
+  Status Register(const std::atomic<bool>* stop);
+  // Tells the monitor about `seg` (new or with a new key) and records the
+  // global number it got.
+  Status Announce(Segment* seg);
+  // Formats a free local segment for `role` and announces it. Requires
+  // grow_mu_.
+  Status CreateSegment(SegmentRole role, Segment** out);
+  Status RefreshMapping();
+  void HeartbeatLoop();
+
+  // The request handlers; `req` is the whole message.
+  Status CheckHeader(const RequestHeader& h);
+  Status HandlePAllocate(std::span<const uint8_t> req, std::string* reply);
+  Status HandlePFree(std::span<const uint8_t> req, std::string* reply);
+  Status HandleObject(uint16_t method, std::span<const uint8_t> req, std::string* reply);
+  // The table segment of `id`'s table after the ownership and epoch checks;
+  // creates it when `create` (else kNotFound when there is none).
+  Status TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create,
+                  dsm::ObjectStoreTable** out);
+
+  const ServerOptions options_;
+  const Logger log_;
+  const uint64_t credential_;
+  std::unique_ptr<pm::PmSpace> space_;
+  std::unique_ptr<net::Transport> transport_;
+  std::unique_ptr<monitor::MonitorClient> monitor_;
+  std::string address_;
+  uint32_t server_id_ = 0;
+  uint64_t heartbeat_ms_ = 1000;
+
+  // Serialises segment creation (one format + announce at a time).
+  std::mutex grow_mu_;
+  // Guards the maps below and epoch_; segments themselves are thread-safe.
+  mutable std::shared_mutex mu_;
+  std::vector<std::unique_ptr<Segment>> segments_;  // by local index; null = free
+  std::map<uint32_t, Segment*> by_global_;
+  std::map<uint32_t, Segment*> by_table_;
+  std::map<uint32_t, uint64_t> owned_tables_;  // table -> assigned_epoch
+  uint32_t table_count_ = 0;
+  uint32_t replica_count_ = 1;
+  uint64_t epoch_ = 0;
+  std::mutex refresh_mu_;  // one mapping refresh at a time
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread heartbeat_;
+  // Last: destroyed first, so no handler runs once members go away.
+  std::unique_ptr<net::RpcServer> rpc_;
+};
+
+}  // namespace pdpm::server

@@ -1,0 +1,266 @@
+// pdpm-server: one PM node of a PDPM cluster (docs/server.md).
+//
+//   pdpm-server --pm PATH [--pm-size SIZE] [--format] [--segment-size SIZE]
+//               --monitor HOST:PORT --secret-file F [--listen HOST:PORT]
+//               [--transport tcp|verbs] [--cores N] [--label k=v,...]
+//   pdpm-server --config=/etc/pdpm/pdpm.conf        (Kubernetes)
+//   pdpm-server --wipe-pm=DEVICE                    (zero a device, exit)
+//
+// Exits 2 on bad flags, 1 with one error line when it cannot start; SIGINT
+// and SIGTERM stop it cleanly.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "common/flags.h"
+#include "common/log.h"
+#include "pm/pm_device.h"
+#include "server/data_server.h"
+
+namespace pdpm::server {
+namespace {
+
+struct Flags {
+  std::string config;
+  std::string pm;
+  uint64_t pm_size = 0;
+  bool format = false;
+  uint64_t segment_size = 0;
+  std::string monitor;
+  std::string secret_file;
+  std::string listen = "127.0.0.1:7500";
+  std::string advertise;
+  std::string transport = "tcp";
+  uint32_t cores = 1;
+  std::string labels;
+  std::string port_file;
+  std::string wipe_pm;
+  std::string log_level = "info";
+};
+
+std::string Trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t b = 0;
+  while (b < s.size() && std::isspace(static_cast<unsigned char>(s[b]))) b++;
+  return s.substr(b);
+}
+
+Status ReadFile(const std::string& path, std::string* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open " + path, errno);
+  out->clear();
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out->append(buf, static_cast<size_t>(n));
+  int err = errno;
+  ::close(fd);
+  if (n < 0) return Status::FromErrno("read " + path, err);
+  return Status::OK();
+}
+
+// The operator's cluster configuration: "key = value" lines, '#' comments.
+// Flags given on the command line win over it.
+Status ApplyConfig(const FlagParser& parser, Flags* f) {
+  std::string text;
+  PDPM_RETURN_IF_ERROR(ReadFile(f->config, &text));
+  std::map<std::string, std::string> kv;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    line = Trim(line);
+    if (line.empty() || line[0] == '#') continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) {
+      return Status::InvalidArgument(f->config + ": not a key = value line: " + line);
+    }
+    kv[Trim(line.substr(0, eq))] = Trim(line.substr(eq + 1));
+  }
+  if (kv.count("config_version") && kv["config_version"] != "1") {
+    return Status::NotSupported(f->config + ": config_version " + kv["config_version"]);
+  }
+  auto take = [&](const char* key, const char* flag, std::string* out) {
+    if (kv.count(key) && !parser.IsSet(flag)) *out = kv[key];
+  };
+  take("pm_path", "pm", &f->pm);
+  take("transport", "transport", &f->transport);
+  take("cluster_key_file", "secret-file", &f->secret_file);
+  if (kv.count("monitor_endpoints") && !parser.IsSet("monitor")) {
+    // The first monitor; part 2 follows the leader among all of them.
+    std::string eps = kv["monitor_endpoints"];
+    f->monitor = eps.substr(0, eps.find(','));
+  }
+  if (kv.count("pm_size") && !parser.IsSet("pm-size")) {
+    PDPM_RETURN_IF_ERROR(ParseSize(kv["pm_size"], &f->pm_size).WithContext("pm_size"));
+  }
+  if (kv.count("segment_size") && !parser.IsSet("segment-size")) {
+    PDPM_RETURN_IF_ERROR(
+        ParseSize(kv["segment_size"], &f->segment_size).WithContext("segment_size"));
+  }
+  if (kv.count("server_port") && !parser.IsSet("listen")) {
+    f->listen = "0.0.0.0:" + kv["server_port"];
+    const char* ip = std::getenv("POD_IP");
+    if (ip != nullptr && *ip != '\0' && !parser.IsSet("advertise")) {
+      f->advertise = std::string(ip) + ":" + kv["server_port"];
+    }
+  }
+  // The operator gives each server PM of its own: a blank one is formatted.
+  if (!parser.IsSet("format")) f->format = true;
+  return Status::OK();
+}
+
+Status ParseLabels(const std::string& text, std::map<std::string, std::string>* out) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? text.size() : comma + 1;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Status::InvalidArgument("--label " + item + ": want key=value");
+    }
+    (*out)[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return Status::OK();
+}
+
+// Zeroes a whole PM device (what the operator runs before giving a
+// device-DAX device back), persisting as it goes.
+Status WipePm(const std::string& path, const Logger& log) {
+  std::unique_ptr<pm::PmDevice> device;
+  PDPM_RETURN_IF_ERROR(pm::PmDevice::Open(path, pm::PmOptions{}, &device));
+  constexpr uint64_t kStep = 64ull << 20;
+  for (uint64_t off = 0; off < device->capacity(); off += kStep) {
+    uint64_t n = std::min(kStep, device->capacity() - off);
+    std::memset(device->base() + off, 0, n);
+    device->Persist(device->base() + off, n);
+  }
+  log.Info("pm wiped", {{"path", path}, {"bytes", device->capacity()}});
+  return Status::OK();
+}
+
+int Fail(const Logger& log, std::string_view what, const Status& s) {
+  log.Error(what, {{"status", s}});
+  return 1;
+}
+
+int Run(int argc, char** argv) {
+  Flags f;
+  FlagParser parser("pdpm-server");
+  parser.AddString("config", &f.config, "cluster configuration file (key = value lines)");
+  parser.AddString("pm", &f.pm, "PM device or file (required)");
+  parser.AddSize("pm-size", &f.pm_size, "create or extend a PM file to this size, e.g. 1GiB");
+  parser.AddBool("format", &f.format, "format the PM if it is blank (never a formatted one)");
+  parser.AddSize("segment-size", &f.segment_size,
+                 "segment size when formatting (default: the cluster's)");
+  parser.AddString("monitor", &f.monitor, "monitor address host:port (required)");
+  parser.AddString("secret-file", &f.secret_file, "file holding the cluster secret (required)");
+  parser.AddString("listen", &f.listen, "data-plane address host:port (port 0: any free port)");
+  parser.AddString("advertise", &f.advertise,
+                   "address announced to clients (default: the bound listen address)");
+  parser.AddString("transport", &f.transport, "tcp or verbs");
+  parser.AddUint32("cores", &f.cores, "serving threads and per-core connections");
+  parser.AddString("label", &f.labels, "topology labels key=value,... (zone, rack, host)");
+  parser.AddString("port-file", &f.port_file, "write the data address here once serving");
+  parser.AddString("wipe-pm", &f.wipe_pm, "zero this PM device and exit");
+  parser.AddString("log-level", &f.log_level, "debug, info, warn or error");
+
+  Logger boot("server");
+  Status s = parser.Parse(argc, argv);
+  if (!s.ok()) {
+    boot.Error("bad command line", {{"status", s}});
+    std::fputs(parser.Usage().c_str(), stderr);
+    return 2;
+  }
+  LogLevel level;
+  s = ParseLogLevel(f.log_level, &level);
+  if (!s.ok()) return Fail(boot, "bad command line", s);
+  Logger log("server", 2, level);
+  if (!f.wipe_pm.empty()) {
+    s = WipePm(f.wipe_pm, log);
+    return s.ok() ? 0 : Fail(log, "cannot wipe the PM", s);
+  }
+  if (!f.config.empty()) {
+    s = ApplyConfig(parser, &f);
+    if (!s.ok()) return Fail(log, "bad configuration", s);
+  }
+  ServerOptions o;
+  o.pm_path = f.pm;
+  o.pm_size = f.pm_size;
+  o.format = f.format;
+  o.segment_size = f.segment_size;
+  o.monitor = f.monitor;
+  o.listen = f.listen;
+  o.advertise = f.advertise;
+  o.cores = f.cores;
+  s = net::ParseBackendKind(f.transport, &o.transport);
+  if (s.ok()) s = ParseLabels(f.labels, &o.labels);
+  if (s.ok() && (o.pm_path.empty() || o.monitor.empty() || f.secret_file.empty())) {
+    s = Status::InvalidArgument("--pm, --monitor and --secret-file are required");
+  }
+  if (!s.ok()) return Fail(log, "bad command line", s);
+  // The operator matches monitor state to pods by these.
+  if (const char* pod = std::getenv("POD_NAME"); pod != nullptr && *pod != '\0') {
+    o.labels.emplace("pod", pod);
+  }
+  if (const char* node = std::getenv("NODE_NAME"); node != nullptr && *node != '\0') {
+    o.labels.emplace("host", node);
+  }
+  s = ReadFile(f.secret_file, &o.cluster_secret);
+  o.cluster_secret = Trim(o.cluster_secret);
+  if (s.ok() && o.cluster_secret.empty()) s = Status::InvalidArgument("the secret file is empty");
+  if (!s.ok()) return Fail(log, "cannot read the cluster secret", s);
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // A signal during start (e.g. while waiting for the monitor) ends it.
+  std::atomic<bool> stop{false};
+  int sig = 0;
+  std::thread waiter([&] {
+    sigwait(&stop_signals, &sig);
+    stop = true;
+  });
+
+  std::unique_ptr<DataServer> server;
+  s = DataServer::Start(o, log, &stop, &server);
+  if (!s.ok()) {
+    if (!stop) {
+      ::kill(::getpid(), SIGTERM);  // release the waiter
+    }
+    waiter.join();
+    return Fail(log, "cannot start", s);
+  }
+  if (!f.port_file.empty()) {
+    std::string tmp = f.port_file + ".tmp";
+    std::string line = server->address() + "\n";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool ok = fd >= 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    if (fd >= 0) ::close(fd);
+    if (!ok || ::rename(tmp.c_str(), f.port_file.c_str()) != 0) {
+      log.Error("cannot write the port file", {{"file", f.port_file}});
+    }
+  }
+  waiter.join();
+  log.Info("stopping", {{"signal", sig}});
+  server.reset();
+  log.Info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace pdpm::server
+
+int main(int argc, char** argv) { return pdpm::server::Run(argc, argv); }

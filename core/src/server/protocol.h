@@ -1,0 +1,103 @@
+// The data-plane RPC messages between libpdpm and pdpm-server (format
+// version 1, docs/server.md). They ride on net/rpc.h: a method number and
+// one request payload, one reply payload or a Status. Integers are
+// little-endian.
+//
+// Every request starts with a 32-byte header:
+//   u16 version (1) | u16 reserved (0) | u32 reserved (0)
+//   u64 epoch        the mapping epoch the client routed the request with
+//   u64 credential   ClusterCredential(secret): requests without the
+//                    cluster's are refused with kPermissionDenied
+//   u64 reserved (0) (part 2: transaction id)
+// followed by the method's body:
+//   kPAllocate  u64 size                       -> 16-byte global address
+//   kPFree      16-byte global address         -> empty
+//   kPutObj     16-byte id | data              -> empty
+//   kWriteObj   16-byte id | u64 offset | data -> empty
+//   kReadObj    16-byte id | u64 offset | u64 length (kWholeObject: all)
+//                                               -> data
+//   kObjSize    16-byte id                     -> u64 size
+//   kDelObj     16-byte id                     -> empty
+// A decoder refuses a short, long or unknown-version message with
+// kInvalidArgument.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "dsm/address.h"
+#include "dsm/hash_index.h"
+#include "net/rpc.h"
+
+namespace pdpm::server {
+
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kRequestHeaderSize = 32;
+inline constexpr uint64_t kWholeObject = ~0ull;
+
+// Most bytes one RPC carries: a whole 64 MiB object plus its header. Large
+// payloads travel by one-sided transfer through the RPC layer's
+// pre-registered buffers (net/rpc.h), not through the message slots.
+inline constexpr uint32_t kMaxRpcPayload = (64u << 20) + 4096;
+
+// The RPC options client and server must agree on; `threads` serving
+// threads (server side).
+net::RpcOptions DataPlaneRpcOptions(uint32_t threads, uint32_t timeout_ms);
+
+enum Method : uint16_t {
+  kPAllocate = 0x101,
+  kPFree = 0x102,
+  kPutObj = 0x111,
+  kWriteObj = 0x112,
+  kReadObj = 0x113,
+  kObjSize = 0x114,
+  kDelObj = 0x115,
+};
+
+// A 64-bit identifier of the cluster secret carried by every request. It
+// names the secret without revealing it; it is not a MAC (the data plane,
+// like the control plane, assumes a trusted network).
+uint64_t ClusterCredential(std::string_view secret);
+
+struct RequestHeader {
+  uint64_t epoch = 0;
+  uint64_t credential = 0;
+};
+
+// Appends fields to a message.
+class Encoder {
+ public:
+  explicit Encoder(std::string* out) : out_(out) {}
+  void Header(const RequestHeader& h);
+  void U64(uint64_t v);
+  void Id(const dsm::ObjectId& id);
+  void Address(const dsm::GlobalAddress& a);
+  void Bytes(std::string_view data) { out_->append(data); }
+
+ private:
+  std::string* out_;
+};
+
+// Reads fields from a message; every getter fails with kInvalidArgument
+// once the message is too short.
+class Decoder {
+ public:
+  explicit Decoder(std::span<const uint8_t> in) : in_(in) {}
+  Status Header(RequestHeader* h);
+  Status U64(uint64_t* v);
+  Status Id(dsm::ObjectId* id);
+  Status Address(dsm::GlobalAddress* a);
+  // The rest of the message.
+  std::string_view Rest();
+  // kInvalidArgument unless the whole message was consumed.
+  Status Done() const;
+
+ private:
+  std::span<const uint8_t> in_;
+  size_t pos_ = 0;
+};
+
+}  // namespace pdpm::server
