@@ -5,16 +5,23 @@
 // Every failure is one line "pdpm: <what>" on stderr (a failing daemon's
 // log tail follows it, indented) and a non-zero exit: 1 for errors, 2 for
 // a bad command line.
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "client/client.h"
 #include "common/flags.h"
 #include "monitor/monitor_client.h"
+#include "server/fsck.h"
+#include "tools/file_util.h"
 #include "tools/local_cluster.h"
+#include "tools/object_id.h"
 
 namespace pdpm::tools {
 namespace {
@@ -28,9 +35,14 @@ constexpr const char* kUsage =
     "  up                    start a local cluster (monitor + servers on file-backed PM)\n"
     "  status                servers, epoch, capacity, use and health; exit 1 unless healthy\n"
     "  down                  stop the local cluster (its data stays in DIR)\n"
+    "  obj put <id> [file]   store an object from the file (stdin when none)\n"
+    "  obj get <id> [file]   write an object to the file (stdout when none)\n"
+    "  obj del <id>          delete an object\n"
+    "  fsck                  check the PM of the stopped servers offline\n"
     "  help [command]        this text, or the flags of one command\n"
     "\n"
-    "DIR defaults to $XDG_DATA_HOME/pdpm (~/.local/share/pdpm).\n";
+    "DIR defaults to $XDG_DATA_HOME/pdpm (~/.local/share/pdpm). Object ids are\n"
+    "32 hex digits or a decimal number.\n";
 
 // A bad command line: exit 2 with the usage hint.
 struct UsageError {
@@ -240,11 +252,144 @@ int StatusCommand(CommandLine& cl) {
   return 0;
 }
 
+// Reads all of fd, failing with kTooLarge beyond `limit` bytes.
+Status ReadAll(int fd, const std::string& name, uint64_t limit, std::string* out) {
+  out->clear();
+  char buf[1 << 16];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno("read " + name, errno);
+    if (n == 0) return Status::OK();
+    out->append(buf, static_cast<size_t>(n));
+    if (out->size() > limit) {
+      return Status::TooLarge(name + " is larger than the largest object (" + HumanBytes(limit) +
+                              ")");
+    }
+  }
+}
+
+Status WriteAll(int fd, const std::string& name, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno("write " + name, errno);
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::OK();
+}
+
+Status OpenClient(const std::string& dir, std::unique_ptr<client::Client>* out) {
+  LocalCluster cluster(dir);
+  ClusterConfig config;
+  PDPM_RETURN_IF_ERROR(cluster.LoadConfig(&config));
+  client::ClientOptions options;
+  PDPM_RETURN_IF_ERROR(cluster.MonitorAddress(&options.monitor));
+  PDPM_RETURN_IF_ERROR(cluster.Secret(&options.cluster_secret));
+  PDPM_RETURN_IF_ERROR(net::ParseBackendKind(config.transport, &options.transport));
+  return client::Client::Open(options, out).WithContext("cannot connect to the cluster");
+}
+
+int Obj(CommandLine& cl) {
+  Status s = cl.Parse(2, 3, " put|get|del <id> [file] [flags]");
+  if (cl.help_shown()) return 0;
+  if (!s.ok()) return BadCommandLine(s);
+  const std::vector<std::string>& args = cl.positional();
+  const std::string& verb = args[0];
+  if (verb != "put" && verb != "get" && verb != "del") {
+    return BadCommandLine(
+        Status::InvalidArgument("unknown obj command \"" + verb + "\": want put, get or del"));
+  }
+  if (verb == "del" && args.size() == 3) {
+    return BadCommandLine(Status::InvalidArgument("usage: pdpm obj del <id> [flags]"));
+  }
+  dsm::ObjectId id;
+  s = ParseObjectId(args[1], &id);
+  if (!s.ok()) return BadCommandLine(s);
+  std::string file = args.size() == 3 ? args[2] : "";
+
+  // Read the input before connecting: a missing file is the user's first
+  // error to hear about.
+  std::string data;
+  if (verb == "put") {
+    if (file.empty()) {
+      s = ReadAll(0, "stdin", client::kMaxObjectSize, &data);
+    } else {
+      int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return Fail(Status::FromErrno("open " + file, errno));
+      s = ReadAll(fd, file, client::kMaxObjectSize, &data);
+      ::close(fd);
+    }
+    if (!s.ok()) return Fail(s);
+  }
+  std::unique_ptr<client::Client> c;
+  s = OpenClient(cl.dir(), &c);
+  if (!s.ok()) return Fail(s);
+  std::string what = "object " + FormatObjectId(id);
+  if (verb == "put") {
+    s = c->PutObj(id, data);
+    if (!s.ok()) return Fail(s.WithContext("put " + what));
+    return 0;
+  }
+  if (verb == "del") {
+    s = c->DelObj(id);
+    return s.ok() ? 0 : Fail(s.WithContext("delete " + what));
+  }
+  s = c->GetObj(id, &data);
+  if (!s.ok()) return Fail(s.WithContext("get " + what));
+  s = file.empty() ? WriteAll(1, "stdout", data) : WriteFileAtomically(file, data, 0644);
+  return s.ok() ? 0 : Fail(s);
+}
+
+int Fsck(CommandLine& cl) {
+  uint32_t only = 0;
+  cl.parser().AddUint32("server", &only, "check only this server (1..N; default all)");
+  Status s = cl.Parse(0, 0, " [flags]");
+  if (cl.help_shown()) return 0;
+  if (!s.ok()) return BadCommandLine(s);
+  LocalCluster cluster(cl.dir());
+  ClusterConfig config;
+  s = cluster.LoadConfig(&config);
+  if (!s.ok()) return Fail(s);
+  if (only > config.servers) {
+    return BadCommandLine(Status::InvalidArgument("--server " + std::to_string(only) +
+                                                  ": the cluster has servers 1.." +
+                                                  std::to_string(config.servers)));
+  }
+  std::vector<DaemonSpec> daemons = cluster.Daemons(config);
+  bool all_ok = true;
+  for (uint32_t i = 1; i <= config.servers; ++i) {
+    if (only != 0 && i != only) continue;
+    if (pid_t pid = RunningPid(daemons[i]); pid != 0) {
+      return Fail(Status::FailedPrecondition(
+          "server " + std::to_string(i) + " is running (pid " + std::to_string(pid) +
+          "); fsck checks stopped servers only: `pdpm down --dir " + cl.dir() + "` first"));
+    }
+    server::PmCheckReport report;
+    s = server::CheckServerPm(cluster.ServerPmFile(i), &report);
+    if (!s.ok()) return Fail(s.WithContext("server " + std::to_string(i)));
+    std::printf("server %u (%s): %s\n%s", i, cluster.ServerPmFile(i).c_str(),
+                report.ok() ? (report.clean() ? "clean" : "ok, repairable findings")
+                            : "VIOLATIONS",
+                report.ToString().c_str());
+    all_ok = all_ok && report.ok();
+  }
+  std::fflush(stdout);
+  if (!all_ok) {
+    std::fprintf(stderr, "pdpm: fsck found broken invariants (see above)\n");
+    return 1;
+  }
+  return 0;
+}
+
 int Dispatch(const std::string& command, CommandLine& cl) {
   if (command == "up") return Up(cl);
   if (command == "down") return Down(cl);
   if (command == "status") return StatusCommand(cl);
-  std::fprintf(stderr, "pdpm: unknown command \"%s\"\n%s", command.c_str(), kUsage);
+  if (command == "obj") return Obj(cl);
+  if (command == "fsck") return Fsck(cl);
+  std::fprintf(stderr, "pdpm: unknown command \"%s\" (`pdpm help` lists the commands)\n",
+               command.c_str());
   return 2;
 }
 
