@@ -135,6 +135,8 @@ int Up(CommandLine& cl) {
   if (cl.help_shown()) return 0;
   if (!s.ok()) return BadCommandLine(s);
 
+  s = requested.Validate();
+  if (!s.ok()) return BadCommandLine(s);
   LocalCluster cluster(cl.dir());
   ClusterConfig config = requested;
   ClusterConfig stored;
@@ -396,7 +398,7 @@ int Dispatch(const std::string& command, CommandLine& cl) {
 int Run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::fputs(kUsage, stderr);
+    std::fprintf(stderr, "pdpm: no command given\n%s", kUsage);
     return 2;
   }
   std::string command = args.front();
