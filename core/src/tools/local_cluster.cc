@@ -198,6 +198,10 @@ std::string LocalCluster::ServerPmFile(uint32_t index) const {
   return Path("server-" + std::to_string(index) + ".pm");
 }
 
+std::string LocalCluster::FormatPendingMarker(uint32_t index) const {
+  return Path("server-" + std::to_string(index) + ".format-pending");
+}
+
 std::string LocalCluster::ServerAddress(const ClusterConfig& config, uint32_t index) const {
   return config.host + ":" + std::to_string(config.server_port + index - 1);
 }
@@ -349,9 +353,16 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
 
   for (uint32_t i = 1; i <= config.servers; ++i) {
     // A new PM file is formatted explicitly, the first time only; an
-    // existing one is always recovered, never reformatted.
-    bool fresh = !FileExists(ServerPmFile(i));
-    if (fresh) daemons[i].argv.push_back("--format");
+    // existing one is always recovered, never reformatted. The marker
+    // covers a first start that failed before the server formatted its
+    // file (--format formats a blank PM only, so repeating it is safe).
+    std::string pending = FormatPendingMarker(i);
+    bool fresh = !FileExists(ServerPmFile(i)) || FileExists(pending);
+    if (fresh) {
+      PDPM_RETURN_IF_ERROR(WriteFileAtomically(pending, "", 0644));
+      daemons[i].argv.insert(daemons[i].argv.end(),
+                             {"--format", "--segment-size", std::to_string(config.segment_size)});
+    }
     PDPM_RETURN_IF_ERROR(StartDaemon(daemons[i], &pid));
     started->emplace_back(daemons[i], pid);
     progress << "server " << i << " " << ServerAddress(config, i) << "  (pid " << pid << ", "
@@ -374,6 +385,12 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
     std::this_thread::sleep_for(milliseconds(50));
   }
   if (last.ok() && status.servers_up() == config.servers && status.health() == v1::HEALTH_OK) {
+    // Every server is UP, so each has formatted its PM and joined.
+    for (uint32_t i = 1; i <= config.servers; ++i) {
+      if (::unlink(FormatPendingMarker(i).c_str()) != 0 && errno != ENOENT) {
+        return Status::FromErrno("remove " + FormatPendingMarker(i), errno);
+      }
+    }
     return Status::OK();
   }
   std::string after = "after " + std::to_string(options.timeout.count() / 1000.0).substr(0, 4) + "s";

@@ -78,6 +78,8 @@ class LocalCluster {
 
  private:
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+  // Present from a server's first start until the cluster was healthy.
+  std::string FormatPendingMarker(uint32_t index) const;
   Status EnsureSecret() const;
   Status RefuseIfRunning(const std::vector<DaemonSpec>& daemons) const;
   // Starts the daemons and waits for health; fills `started`.
