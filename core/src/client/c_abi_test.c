@@ -6,14 +6,14 @@
 
 #include "client/pdpm.h"
 
-#define CHECK(cond)                                                              \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      snprintf(err, errlen, "%s:%d: %s (last error: %s)", __FILE__, __LINE__,  \
-               #cond, c ? pdpm_last_error(c) : "");                              \
-      if (c) pdpm_close(c);                                                      \
-      return __LINE__;                                                           \
-    }                                                                            \
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      snprintf(err, errlen, "%s:%d: %s (last error: %s)", __FILE__, __LINE__, #cond, \
+               c ? pdpm_last_error(c) : "");                                         \
+      if (c) pdpm_close(c);                                                          \
+      return __LINE__;                                                               \
+    }                                                                                \
   } while (0)
 
 int pdpm_c_abi_test(const char* monitor, const char* secret, char* err, size_t errlen) {

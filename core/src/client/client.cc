@@ -88,8 +88,7 @@ class ClientImpl final : public Client {
       }
       for (const auto& t : resp.tables()) m->table_owner[t.table()] = t.server_id();
       for (const auto& s : keys.segments()) {
-        m->segments[static_cast<uint32_t>(s.segment())] = {s.primary().server_id(),
-                                                           s.access_key()};
+        m->segments[static_cast<uint32_t>(s.segment())] = {s.primary().server_id(), s.access_key()};
       }
       break;
     }
@@ -148,9 +147,8 @@ class ClientImpl final : public Client {
       return Status::InvalidArgument("pfree of " + addr.ToString() + ": not a heap address");
     }
     std::string reply;
-    return Call(
-        [&](const Mapping& m, uint32_t* server) { return SegmentServer(m, addr, server); },
-        server::kPFree, [&](Encoder& e) { e.Address(addr); }, &reply);
+    return Call([&](const Mapping& m, uint32_t* server) { return SegmentServer(m, addr, server); },
+                server::kPFree, [&](Encoder& e) { e.Address(addr); }, &reply);
   }
 
   Status PutObj(const ObjectId& id, std::string_view data) override {
@@ -159,15 +157,15 @@ class ClientImpl final : public Client {
                               " bytes: the limit is 64 MiB");
     }
     std::string reply;
-    return ObjectCall(id, server::kPutObj, [&](Encoder& e) { e.Bytes(data); }, &reply);
+    return ObjectCall(
+        id, server::kPutObj, [&](Encoder& e) { e.Bytes(data); }, &reply);
   }
 
   Status GetObj(const ObjectId& id, std::string* data) override {
     return ReadObj(id, 0, server::kWholeObject, data);
   }
 
-  Status ReadObj(const ObjectId& id, uint64_t offset, uint64_t length,
-                 std::string* data) override {
+  Status ReadObj(const ObjectId& id, uint64_t offset, uint64_t length, std::string* data) override {
     if (length != server::kWholeObject &&
         (offset > kMaxObjectSize || length > kMaxObjectSize - offset)) {
       return Status::OutOfRange("read beyond 64 MiB");
@@ -198,7 +196,8 @@ class ClientImpl final : public Client {
 
   Status ObjSize(const ObjectId& id, uint64_t* size) override {
     std::string reply;
-    PDPM_RETURN_IF_ERROR(ObjectCall(id, server::kObjSize, [](Encoder&) {}, &reply));
+    PDPM_RETURN_IF_ERROR(ObjectCall(
+        id, server::kObjSize, [](Encoder&) {}, &reply));
     Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
     PDPM_RETURN_IF_ERROR(d.U64(size));
     return d.Done();
@@ -206,7 +205,8 @@ class ClientImpl final : public Client {
 
   Status DelObj(const ObjectId& id) override {
     std::string reply;
-    return ObjectCall(id, server::kDelObj, [](Encoder&) {}, &reply);
+    return ObjectCall(
+        id, server::kDelObj, [](Encoder&) {}, &reply);
   }
 
  private:
@@ -266,9 +266,8 @@ class ClientImpl final : public Client {
     Conn* c = ref->owner->conns[core].get();
     ref->lock = std::unique_lock<std::mutex>(c->mu);
     if (c->staging == nullptr) {
-      PDPM_RETURN_IF_ERROR(net::BufferPool::Create(transport_.get(), kStagingSize, 1,
-                                                   net::kRemoteRead | net::kRemoteWrite,
-                                                   &c->staging));
+      PDPM_RETURN_IF_ERROR(net::BufferPool::Create(
+          transport_.get(), kStagingSize, 1, net::kRemoteRead | net::kRemoteWrite, &c->staging));
     }
     if (c->rpc == nullptr || !c->rpc->connection().healthy()) {
       c->rpc.reset();
@@ -317,7 +316,7 @@ class ClientImpl final : public Client {
       }
       bool retry = s.code() == StatusCode::kStaleEpoch || s.code() == StatusCode::kUnavailable;
       if (!retry || attempt == 1) break;
-      ref.lock.unlock();
+      if (ref.lock.owns_lock()) ref.lock.unlock();
       Status r = RefreshMapping();
       if (!r.ok()) break;
     }
@@ -336,7 +335,12 @@ class ClientImpl final : public Client {
           *server = it->second;
           return Status::OK();
         },
-        method, body, reply);
+        method,
+        [&](Encoder& e) {
+          e.Id(id);
+          body(e);
+        },
+        reply);
   }
 
   Status OneSided(const GlobalAddress& addr, char* buf, uint64_t len, bool write) {
@@ -366,11 +370,12 @@ class ClientImpl final : public Client {
       ConnRef ref;
       s = GetConn(*m, it->second.server, &ref);
       if (s.ok()) s = Transfer(ref.conn, it->second.key, addr.offset, buf, len, write);
-      bool retry = s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kUnavailable;
+      bool retry =
+          s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kUnavailable;
       if (!retry || attempt == 1) break;
       // A refused key or a lost server: the server may have restarted with
       // new keys. Reload them and try once more.
-      ref.lock.unlock();
+      if (ref.lock.owns_lock()) ref.lock.unlock();
       Status r = RefreshMapping();
       if (!r.ok()) break;
     }

@@ -14,6 +14,7 @@
 #include "client/cluster_journal.h"
 #include "common/crc32c.h"
 #include "monitor/monitor_client.h"
+#include "monitor/placement.h"
 #include "net/buffer_pool.h"
 #include "net/rpc.h"
 #include "server/fsck.h"
@@ -60,7 +61,9 @@ class ClusterTest : public ::testing::Test {
     Status s = server::CheckServerPm(cluster_.pm_path(i), &report);
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_TRUE(report.ok()) << report.ToString();
-    if (clean) EXPECT_TRUE(report.clean()) << report.ToString();
+    if (clean) {
+      EXPECT_TRUE(report.clean()) << report.ToString();
+    }
     EXPECT_FALSE(report.segments.empty()) << "server " << i << " uses no segment";
   }
 
@@ -68,11 +71,11 @@ class ClusterTest : public ::testing::Test {
   void StartLoad(int n, uint32_t ops, std::vector<ChildProcess>* procs) {
     *procs = std::vector<ChildProcess>(static_cast<size_t>(n));
     for (int w = 0; w < n; w++) {
-      Status s = (*procs)[w].Start(
-          {PDPM_LOAD_BINARY, "--monitor", cluster_.monitor_address(), "--secret-file",
-           cluster_.secret_file(), "--worker", std::to_string(w), "--ops", std::to_string(ops),
-           "--out", LoadOut(w)},
-          {}, LoadLog(w));
+      Status s =
+          (*procs)[w].Start({PDPM_LOAD_BINARY, "--monitor", cluster_.monitor_address(),
+                             "--secret-file", cluster_.secret_file(), "--worker", std::to_string(w),
+                             "--ops", std::to_string(ops), "--out", LoadOut(w)},
+                            {}, LoadLog(w));
       ASSERT_TRUE(s.ok()) << s.ToString();
     }
   }
@@ -109,7 +112,8 @@ class ClusterTest : public ::testing::Test {
       std::string line;
       uint32_t done = 0;
       while (std::getline(in, line)) {
-        if (line.rfind("progress ", 0) == 0) done = static_cast<uint32_t>(std::stoul(line.substr(9)));
+        if (line.rfind("progress ", 0) == 0)
+          done = static_cast<uint32_t>(std::stoul(line.substr(9)));
         if (line.rfind("done ", 0) == 0) return;
       }
       if (done >= ops) return;
@@ -187,7 +191,7 @@ TEST_F(ClusterTest, BadInputsGetTheirErrorAndHarmNothing) {
   EXPECT_EQ(client_->Read(GlobalAddress{}, buf, 8).code(), StatusCode::kInvalidArgument);
   // A range crossing the segment's end.
   GlobalAddress end = keep;
-  end.offset = (64ull << 20) - 8;
+  end.offset = (128ull << 20) - 8;
   EXPECT_EQ(client_->Read(end, buf, 16).code(), StatusCode::kOutOfRange);
   EXPECT_EQ(client_->Write(end, buf, 16).code(), StatusCode::kOutOfRange);
   // A read-only address cannot write.

@@ -139,12 +139,12 @@ Status LocalCluster::Start() {
   std::string port_file = dir_ + "/monitor.port";
   std::string log = dir_ + "/monitor.log";
   ::mkdir((dir_ + "/monitor").c_str(), 0755);
-  PDPM_RETURN_IF_ERROR(monitor_.Start(
-      {PDPM_MONITOR_BINARY, "--embedded", "--dir", dir_ + "/monitor", "--listen", "127.0.0.1:0",
-       "--port-file", port_file, "--secret-file", secret_file_, "--tables",
-       std::to_string(options_.tables), "--segment-size", std::to_string(options_.segment_size),
-       "--heartbeat-interval", "200ms"},
-      {}, log));
+  PDPM_RETURN_IF_ERROR(
+      monitor_.Start({PDPM_MONITOR_BINARY, "--embedded", "--dir", dir_ + "/monitor", "--listen",
+                      "127.0.0.1:0", "--port-file", port_file, "--secret-file", secret_file_,
+                      "--tables", std::to_string(options_.tables), "--segment-size",
+                      std::to_string(options_.segment_size), "--heartbeat-interval", "200ms"},
+                     {}, log));
   PDPM_RETURN_IF_ERROR(WaitForFile(port_file, &monitor_, log, &monitor_address_));
   for (int i = 0; i < options_.servers; i++) PDPM_RETURN_IF_ERROR(StartServer(i));
   return Status::OK();

@@ -41,8 +41,8 @@ class ChildProcess {
 
 struct LocalClusterOptions {
   int servers = 3;
-  uint64_t segment_size = 64ull << 20;
-  uint64_t pm_size = 320ull << 20;
+  uint64_t segment_size = 128ull << 20;
+  uint64_t pm_size = (4 * 128 + 2) * (1ull << 20);  // four segments
   uint32_t tables = 6;
   uint32_t cores = 2;
 };
@@ -57,8 +57,8 @@ class LocalCluster {
   // Server i (0-based): start (again) with extra environment; waits until
   // it serves (or exits: then an error with its log's tail).
   Status StartServer(int i, const std::vector<std::string>& env = {});
-  void KillServer(int i);      // SIGKILL, reaped
-  Status StopServer(int i);    // SIGTERM, expects a clean exit
+  void KillServer(int i);    // SIGKILL, reaped
+  Status StopServer(int i);  // SIGTERM, expects a clean exit
   ChildProcess& server(int i) { return servers_[i]; }
 
   const std::string& dir() const { return dir_; }

@@ -63,16 +63,16 @@ size_t Expectations::Verify(Client* client, std::string* problems) const {
     if (s.ok()) {
       got = {true, data.size(), Crc32c(data)};
     } else if (s.code() != StatusCode::kNotFound) {
-      *problems += "object " + std::to_string(id.first) + ":" + std::to_string(id.second) +
-                   ": " + s.ToString() + "\n";
+      *problems += "object " + std::to_string(id.first) + ":" + std::to_string(id.second) + ": " +
+                   s.ToString() + "\n";
       continue;
     }
     bool ok = false;
     for (const auto& want : states) ok = ok || want == got;
     if (!ok) {
       *problems += "object " + std::to_string(id.first) + ":" + std::to_string(id.second) +
-                   " reads present=" + std::to_string(got.present) + " size=" +
-                   std::to_string(got.size) + " crc=" + std::to_string(got.crc) +
+                   " reads present=" + std::to_string(got.present) +
+                   " size=" + std::to_string(got.size) + " crc=" + std::to_string(got.crc) +
                    ", not an acknowledged state\n";
     }
     checked++;

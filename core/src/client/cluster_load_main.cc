@@ -144,4 +144,6 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace pdpm::client
 
-int main(int argc, char** argv) { return pdpm::client::Run(argc, argv); }
+int main(int argc, char** argv) {
+  return pdpm::client::Run(argc, argv);
+}

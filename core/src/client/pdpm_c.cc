@@ -27,8 +27,12 @@ int Report(pdpm_client* c, const Status& s) {
   return static_cast<int>(s.code());
 }
 
-GlobalAddress ToAddress(pdpm_addr a) { return GlobalAddress::FromWords(a.hi, a.lo); }
-ObjectId ToId(pdpm_oid id) { return ObjectId{id.hi, id.lo}; }
+GlobalAddress ToAddress(pdpm_addr a) {
+  return GlobalAddress::FromWords(a.hi, a.lo);
+}
+ObjectId ToId(pdpm_oid id) {
+  return ObjectId{id.hi, id.lo};
+}
 
 }  // namespace
 
@@ -50,7 +54,9 @@ int pdpm_open(const char* monitor, const char* secret, const char* transport, pd
   return PDPM_OK;
 }
 
-void pdpm_close(pdpm_client* c) { delete c; }
+void pdpm_close(pdpm_client* c) {
+  delete c;
+}
 
 int pdpm_read(pdpm_client* c, pdpm_addr addr, void* buf, uint64_t len) {
   return Report(c, c->client->Read(ToAddress(addr), buf, len));
@@ -62,8 +68,8 @@ int pdpm_write(pdpm_client* c, pdpm_addr addr, const void* buf, uint64_t len) {
 
 int pdpm_pallocate(pdpm_client* c, uint64_t size, uint32_t server_id, pdpm_addr* out) {
   GlobalAddress a;
-  Status s = server_id == 0 ? c->client->PAllocate(size, &a)
-                            : c->client->PAllocate(size, server_id, &a);
+  Status s =
+      server_id == 0 ? c->client->PAllocate(size, &a) : c->client->PAllocate(size, server_id, &a);
   if (s.ok()) *out = pdpm_addr{a.hi(), a.lo()};
   return Report(c, s);
 }
@@ -99,11 +105,12 @@ int pdpm_read_obj(pdpm_client* c, pdpm_oid id, uint64_t offset, void* buf, uint6
 }
 
 int pdpm_write_obj(pdpm_client* c, pdpm_oid id, uint64_t offset, const void* data, uint64_t len) {
-  return Report(c,
-                c->client->WriteObj(ToId(id), offset, {static_cast<const char*>(data), len}));
+  return Report(c, c->client->WriteObj(ToId(id), offset, {static_cast<const char*>(data), len}));
 }
 
-int pdpm_del_obj(pdpm_client* c, pdpm_oid id) { return Report(c, c->client->DelObj(ToId(id))); }
+int pdpm_del_obj(pdpm_client* c, pdpm_oid id) {
+  return Report(c, c->client->DelObj(ToId(id)));
+}
 
 const char* pdpm_strerror(int code) {
   if (code < 0 || code > static_cast<int>(pdpm::StatusCode::kInternal)) return "unknown";

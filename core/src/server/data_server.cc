@@ -1,5 +1,6 @@
 #include "server/data_server.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "dsm/address.h"
@@ -132,8 +133,8 @@ Status DataServer::OpenPm(const std::atomic<bool>* stop) {
   std::unique_ptr<pm::PmDevice> again;
   PDPM_RETURN_IF_ERROR(pm::PmDevice::Open(options_.pm_path, po, &again));
   PDPM_RETURN_IF_ERROR(pm::PmSpace::Format(std::move(again), fo, &space_));
-  log_.Info("pm formatted", {{"segment_size", fo.segment_size},
-                             {"segments", space_->segment_count()}});
+  log_.Info("pm formatted",
+            {{"segment_size", fo.segment_size}, {"segments", space_->segment_count()}});
   return Status::OK();
 }
 
@@ -149,8 +150,8 @@ Status DataServer::OpenSegment(uint32_t local, const SegmentRole& role,
   PDPM_RETURN_IF_ERROR(dsm::PAllocator::Open(range, ao, &seg->alloc));
   if (role.kind == SegmentKind::kTable) {
     dsm::ObjectStoreRecovery rec;
-    PDPM_RETURN_IF_ERROR(dsm::ObjectStoreTable::Open(seg->alloc.get(), TableOptions(),
-                                                     &seg->table, &rec));
+    PDPM_RETURN_IF_ERROR(
+        dsm::ObjectStoreTable::Open(seg->alloc.get(), TableOptions(), &seg->table, &rec));
     log_.Info("table recovered", {{"local", local},
                                   {"table", role.table},
                                   {"objects", rec.objects},
@@ -381,8 +382,8 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
     std::shared_lock lock(mu_);
     for (const auto& [g, seg] : by_global_) {
       if (seg->role.kind != SegmentKind::kHeap) continue;
-      Status s = seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
-                                      offset);
+      Status s =
+          seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore, offset);
       if (s.ok()) {
         *global = g;
         return s;
@@ -442,8 +443,7 @@ Status DataServer::HandlePFree(std::span<const uint8_t> req, std::string* /*repl
     }
     alloc = it->second->alloc.get();
   }
-  return alloc->Free(a.offset, dsm::BlockOwner::kHeap)
-      .WithContext("pfree " + a.ToString());
+  return alloc->Free(a.offset, dsm::BlockOwner::kHeap).WithContext("pfree " + a.ToString());
 }
 
 Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create,
@@ -456,8 +456,7 @@ Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create
     auto owned = owned_tables_.find(table);
     if (owned == owned_tables_.end()) {
       return Status::StaleEpoch("table " + std::to_string(table) +
-                                " is not served by this server in epoch " +
-                                std::to_string(epoch_));
+                                " is not served by this server in epoch " + std::to_string(epoch_));
     }
     if (epoch < owned->second) {
       return Status::StaleEpoch("table " + std::to_string(table) + " moved here in epoch " +
@@ -486,8 +485,7 @@ Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create
   return Status::OK();
 }
 
-Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req,
-                                std::string* reply) {
+Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req, std::string* reply) {
   Decoder d(req);
   RequestHeader h;
   dsm::ObjectId id;
@@ -500,27 +498,21 @@ Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req,
       PDPM_RETURN_IF_ERROR(d.U64(&offset));
       data = d.Rest();
       break;
-    case kPutObj:
-      data = d.Rest();
-      break;
+    case kPutObj: data = d.Rest(); break;
     case kReadObj:
       PDPM_RETURN_IF_ERROR(d.U64(&offset));
       PDPM_RETURN_IF_ERROR(d.U64(&length));
       break;
-    default:
-      break;
+    default: break;
   }
   PDPM_RETURN_IF_ERROR(d.Done());
   PDPM_RETURN_IF_ERROR(CheckHeader(h));
   dsm::ObjectStoreTable* table = nullptr;
   PDPM_RETURN_IF_ERROR(TableFor(id, h.epoch, method == kPutObj, &table));
   switch (method) {
-    case kPutObj:
-      return table->Put(id, data);
-    case kWriteObj:
-      return table->Write(id, offset, data);
-    case kDelObj:
-      return table->Delete(id);
+    case kPutObj: return table->Put(id, data);
+    case kWriteObj: return table->Write(id, offset, data);
+    case kDelObj: return table->Delete(id);
     case kObjSize: {
       uint64_t size = 0;
       PDPM_RETURN_IF_ERROR(table->Size(id, &size));
@@ -537,8 +529,7 @@ Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req,
       if (!s.ok()) reply->clear();
       return s;
     }
-    default:
-      return Status::Internal("unknown object method");
+    default: return Status::Internal("unknown object method");
   }
 }
 

@@ -31,7 +31,9 @@ std::string PmCheckReport::ToString() const {
     out += "segment " + std::to_string(s.local_index) + " (" + kind;
     if (s.role.kind == SegmentKind::kTable) out += " " + std::to_string(s.role.table);
     out += ", global " + std::to_string(s.role.global) + "): " +
-           (s.report.clean() ? "clean" : s.report.ok() ? "repairable" : "VIOLATIONS") +
+           (s.report.clean() ? "clean"
+            : s.report.ok()  ? "repairable"
+                             : "VIOLATIONS") +
            ", blocks " + std::to_string(s.report.allocated_blocks) + ", objects " +
            std::to_string(s.report.objects) + "\n";
     if (!s.report.clean()) out += s.report.ToString();
@@ -54,8 +56,7 @@ Status CheckServerPm(const std::string& path, PmCheckReport* report) {
     std::span<char> seg = space->segment(i);
     SegmentFinding f;
     f.local_index = static_cast<uint32_t>(i);
-    PDPM_RETURN_IF_ERROR(
-        ReadSegmentRole(seg, &f.role).WithContext("segment " + std::to_string(i)));
+    PDPM_RETURN_IF_ERROR(ReadSegmentRole(seg, &f.role).WithContext("segment " + std::to_string(i)));
     if (f.role.kind == SegmentKind::kFree) continue;
     f.report = dsm::CheckSegment(seg.data(), seg.size(),
                                  f.role.kind == SegmentKind::kTable ? kObjectRootSlot : -1);

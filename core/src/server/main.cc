@@ -123,7 +123,8 @@ Status ParseLabels(const std::string& text, std::map<std::string, std::string>* 
   size_t pos = 0;
   while (pos < text.size()) {
     size_t comma = text.find(',', pos);
-    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     pos = comma == std::string::npos ? text.size() : comma + 1;
     size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -263,4 +264,6 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace pdpm::server
 
-int main(int argc, char** argv) { return pdpm::server::Run(argc, argv); }
+int main(int argc, char** argv) {
+  return pdpm::server::Run(argc, argv);
+}

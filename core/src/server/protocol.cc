@@ -19,9 +19,9 @@ net::RpcOptions DataPlaneRpcOptions(uint32_t threads, uint32_t timeout_ms) {
   net::RpcOptions o;
   o.slots = 8;
   o.max_payload = kMaxRpcPayload;
-  // Buffers are allocated but touched (and so backed by memory) only as
-  // large payloads use them.
-  o.pool_buffers = 2;
+  // Each serving thread (or calling thread) holds one bulk buffer at a
+  // time. Buffers are backed by memory only once large payloads use them.
+  o.pool_buffers = threads + 1;
   o.server_threads = threads;
   o.timeout_ms = timeout_ms;
   return o;
@@ -43,7 +43,9 @@ void Encoder::Header(const RequestHeader& h) {
   PutU64(out_, 0);
 }
 
-void Encoder::U64(uint64_t v) { PutU64(out_, v); }
+void Encoder::U64(uint64_t v) {
+  PutU64(out_, v);
+}
 
 void Encoder::Id(const dsm::ObjectId& id) {
   PutU64(out_, id.hi);

@@ -25,8 +25,7 @@ Status SegmentRole::Decode(uint64_t word, SegmentRole* out) {
       if (r.table == 0) return Status::Corruption("segment role: table segment without a table");
       r.kind = SegmentKind::kTable;
       break;
-    default:
-      return Status::Corruption("segment role: unknown kind " + std::to_string(kind));
+    default: return Status::Corruption("segment role: unknown kind " + std::to_string(kind));
   }
   *out = r;
   return Status::OK();
