@@ -53,7 +53,7 @@ check_all() {
 
 monitor_port=$(free_port)
 server_port=$(free_port)
-up_flags=(--dir "$dir" --pm-size 64MiB --segment-size 8MiB --monitor-port "$monitor_port"
+up_flags=(--dir "$dir" --pm-size 256MiB --segment-size 32MiB --monitor-port "$monitor_port"
           --server-port "$server_port" --timeout 20s)
 
 step "bad input before any cluster exists"
