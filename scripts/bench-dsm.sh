@@ -6,6 +6,10 @@
 # file-backed PM) and stops again. Prints every figure with its reference
 # and ratio, and one BENCH line each.
 #
+# The PM files live on tmpfs (/dev/shm when it exists, else $TMPDIR): memory
+# is what stands in for PM here; on a disk-backed file every persist is a
+# disk flush and the figures would measure the disk.
+#
 #   scripts/bench-dsm.sh <build dir> [duration per figure, e.g. 2s]
 set -euo pipefail
 build_dir=${1:?usage: bench-dsm.sh <build dir> [duration]}
@@ -17,7 +21,9 @@ for f in "$pdpm" "$bench"; do
 done
 command -v iperf3 >/dev/null || { echo "bench-dsm: iperf3 missing (make deps)" >&2; exit 1; }
 
-work=$(mktemp -d)
+shm=/dev/shm
+[[ -d $shm && -w $shm ]] || shm=${TMPDIR:-/tmp}
+work=$(mktemp -d -p "$shm")
 pids=()
 cleanup() {
   "$pdpm" down --dir "$work/cluster" >/dev/null 2>&1 || true

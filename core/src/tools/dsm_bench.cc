@@ -48,7 +48,7 @@ Status Measure(double seconds, uint64_t bytes_per_op, const std::function<Status
   return Status::OK();
 }
 
-void Report(const char* name, double mbs) { std::printf("FIGURE %s %.1f MB/s\n", name, mbs); }
+void Report(const char* name, double mbs) { std::printf("FIGURE %s %.3f MB/s\n", name, mbs); }
 
 int Run(int argc, char** argv) {
   std::string monitor;
