@@ -17,7 +17,15 @@ cleanup() {
 trap cleanup EXIT
 
 step() { echo "--- $*"; }
-die() { echo "FAIL: $*" >&2; exit 1; }
+die() {
+  echo "FAIL: $*" >&2
+  for log in "$dir"/*.log; do
+    [[ -e $log ]] || continue
+    echo "--- last lines of $log" >&2
+    tail -n 20 "$log" >&2
+  done
+  exit 1
+}
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
@@ -70,10 +78,14 @@ expect_fail 2 "--servers must be" "$pdpm" up "${up_flags[@]}" --servers 0
 "$pdpm" help up | grep -q -- "--pm-size" || die "pdpm help up does not list --pm-size"
 
 step "up fails cleanly when the monitor cannot listen"
-python3 -c 'import socket,sys,time; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen(); time.sleep(30)' \
-  "$monitor_port" &
+python3 -c 'import socket,sys,time
+s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen()
+open(sys.argv[2],"w").close(); time.sleep(60)' "$monitor_port" "$work/blocking" &
 blocker=$!
-sleep 0.3
+until [[ -e $work/blocking ]]; do
+  kill -0 "$blocker" 2>/dev/null || die "could not occupy port $monitor_port"
+  sleep 0.05
+done
 expect_fail 1 "monitor exited with status 1 while starting; last lines of .*monitor.log" \
   "$pdpm" up "${up_flags[@]}"
 grep -q "cannot" "$work/err" || die "the monitor's log tail is missing: $(cat "$work/err")"

@@ -3,10 +3,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <string.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,8 +13,6 @@
 #include <thread>
 
 #include "tools/file_util.h"
-
-extern char** environ;
 
 namespace pdpm::tools {
 namespace {
@@ -108,7 +105,7 @@ bool ChildExited(pid_t pid, std::string* how) {
   if (WIFEXITED(status)) {
     *how = "exited with status " + std::to_string(WEXITSTATUS(status));
   } else if (WIFSIGNALED(status)) {
-    *how = "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + ::strsignal(WTERMSIG(status)) + ")";
+    *how = "was killed by SIG" + std::string(::sigabbrev_np(WTERMSIG(status)));
   } else {
     *how = "stopped";
   }

@@ -48,7 +48,9 @@ Status Measure(double seconds, uint64_t bytes_per_op, const std::function<Status
   return Status::OK();
 }
 
-void Report(const char* name, double mbs) { std::printf("FIGURE %s %.3f MB/s\n", name, mbs); }
+void Report(const char* name, double mbs) {
+  std::printf("FIGURE %s %.3f MB/s\n", name, mbs);
+}
 
 int Run(int argc, char** argv) {
   std::string monitor;
@@ -95,10 +97,12 @@ int Run(int argc, char** argv) {
     return a;
   };
   double mbs = 0;
-  s = Measure(seconds, kRaw, [&](uint64_t i) { return c->Write(at(i), buf.data(), kRaw); }, &mbs);
+  s = Measure(
+      seconds, kRaw, [&](uint64_t i) { return c->Write(at(i), buf.data(), kRaw); }, &mbs);
   if (!s.ok()) return Fail("write 64 KiB", s);
   Report("write.64KiB.r1", mbs);
-  s = Measure(seconds, kRaw, [&](uint64_t i) { return c->Read(at(i), buf.data(), kRaw); }, &mbs);
+  s = Measure(
+      seconds, kRaw, [&](uint64_t i) { return c->Read(at(i), buf.data(), kRaw); }, &mbs);
   if (!s.ok()) return Fail("read 64 KiB", s);
   Report("read.64KiB", mbs);
   s = c->PFree(region);
@@ -111,7 +115,8 @@ int Run(int argc, char** argv) {
     for (char& ch : data) ch = static_cast<char>(rng());
     std::string label = size == 4096 ? "4KiB" : "1MiB";
     auto id = [&](uint64_t i) { return dsm::ObjectId{size, 1 + i % 16}; };
-    s = Measure(seconds, size, [&](uint64_t i) { return c->PutObj(id(i), data); }, &mbs);
+    s = Measure(
+        seconds, size, [&](uint64_t i) { return c->PutObj(id(i), data); }, &mbs);
     if (!s.ok()) return Fail("put " + label, s);
     Report(("obj.put." + label).c_str(), mbs);
     // The put phase may have ended before all 16 ids existed.
@@ -141,4 +146,6 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace pdpm::tools
 
-int main(int argc, char** argv) { return pdpm::tools::Run(argc, argv); }
+int main(int argc, char** argv) {
+  return pdpm::tools::Run(argc, argv);
+}

@@ -71,6 +71,8 @@ Status MakeDirs(const std::string& path, mode_t mode) {
   return Status::OK();
 }
 
-bool FileExists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+bool FileExists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
 
 }  // namespace pdpm::tools

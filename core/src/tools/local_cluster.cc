@@ -113,10 +113,9 @@ Status ClusterConfig::Validate() const {
     return Status::InvalidArgument("--monitor-port and --server-port must be ports (1..65535)");
   }
   if (monitor_port >= server_port && monitor_port < server_port + servers) {
-    return Status::InvalidArgument("--monitor-port " + std::to_string(monitor_port) +
-                                   " collides with the server ports " +
-                                   std::to_string(server_port) + ".." +
-                                   std::to_string(server_port + servers - 1));
+    return Status::InvalidArgument(
+        "--monitor-port " + std::to_string(monitor_port) + " collides with the server ports " +
+        std::to_string(server_port) + ".." + std::to_string(server_port + servers - 1));
   }
   if (transport != "tcp" && transport != "verbs") {
     return Status::InvalidArgument("--transport must be tcp or verbs");
@@ -147,8 +146,8 @@ Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
   }
   ClusterConfig c;
   uint64_t v = 0;
-  for (const char* key : {"servers", "pm-size", "segment-size", "host", "monitor-port",
-                          "server-port", "transport"}) {
+  for (const char* key :
+       {"servers", "pm-size", "segment-size", "host", "monitor-port", "server-port", "transport"}) {
     if (!kv.count(key)) return Status::Corruption(std::string("cluster.conf: no ") + key);
   }
   PDPM_RETURN_IF_ERROR(ParseUint("servers", kv["servers"], &v));
@@ -209,23 +208,24 @@ std::string LocalCluster::ServerAddress(const ClusterConfig& config, uint32_t in
 std::vector<DaemonSpec> LocalCluster::Daemons(const ClusterConfig& config) const {
   std::vector<DaemonSpec> daemons;
   std::string monitor_address = config.host + ":" + std::to_string(config.monitor_port);
-  daemons.push_back({"monitor",
-                     {monitor_binary_, "--embedded", "--dir", Path("monitor"), "--listen",
-                      monitor_address, "--port-file", Path("monitor.addr"), "--secret-file",
-                      Path("cluster.secret"), "--segment-size", std::to_string(config.segment_size)},
-                     Path("monitor"),
-                     Path("monitor.pid"),
-                     Path("monitor.log")});
+  daemons.push_back(
+      {"monitor",
+       {monitor_binary_, "--embedded", "--dir", Path("monitor"), "--listen", monitor_address,
+        "--port-file", Path("monitor.addr"), "--secret-file", Path("cluster.secret"),
+        "--segment-size", std::to_string(config.segment_size)},
+       Path("monitor"),
+       Path("monitor.pid"),
+       Path("monitor.log")});
   for (uint32_t i = 1; i <= config.servers; ++i) {
     std::string n = std::to_string(i);
-    DaemonSpec spec{"server " + n,
-                    {server_binary_, "--pm", ServerPmFile(i), "--pm-size",
-                     std::to_string(config.pm_size), "--listen", ServerAddress(config, i),
-                     "--transport", config.transport, "--monitor", monitor_address,
-                     "--secret-file", Path("cluster.secret")},
-                    ServerPmFile(i),
-                    Path("server-" + n + ".pid"),
-                    Path("server-" + n + ".log")};
+    DaemonSpec spec{
+        "server " + n,
+        {server_binary_, "--pm", ServerPmFile(i), "--pm-size", std::to_string(config.pm_size),
+         "--listen", ServerAddress(config, i), "--transport", config.transport, "--monitor",
+         monitor_address, "--secret-file", Path("cluster.secret")},
+        ServerPmFile(i),
+        Path("server-" + n + ".pid"),
+        Path("server-" + n + ".log")};
     daemons.push_back(std::move(spec));
   }
   return daemons;
@@ -377,8 +377,7 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
   while (true) {
     PDPM_RETURN_IF_ERROR(check_children());
     last = client.GetClusterStatus(&status);
-    if (last.ok() && status.servers_up() == config.servers &&
-        status.health() == v1::HEALTH_OK) {
+    if (last.ok() && status.servers_up() == config.servers && status.health() == v1::HEALTH_OK) {
       break;
     }
     if (steady_clock::now() >= deadline) break;
@@ -393,10 +392,11 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
     }
     return Status::OK();
   }
-  std::string after = "after " + std::to_string(options.timeout.count() / 1000.0).substr(0, 4) + "s";
+  std::string after =
+      "after " + std::to_string(options.timeout.count() / 1000.0).substr(0, 4) + "s";
   if (!last.ok()) {
-    return DaemonFailed(StatusCode::kTimeout, daemons[0], "does not answer " + after + ": " +
-                                                              last.ToString());
+    return DaemonFailed(StatusCode::kTimeout, daemons[0],
+                        "does not answer " + after + ": " + last.ToString());
   }
   // Name the first server the monitor does not report UP.
   for (uint32_t i = 1; i <= config.servers; ++i) {
@@ -441,12 +441,13 @@ Status LocalCluster::Down(milliseconds grace, std::ostream& progress) {
 }
 
 Status DefaultClusterDir(std::string* dir) {
-  const char* xdg = std::getenv("XDG_DATA_HOME");
+  // getenv is safe here: PDPM never modifies its environment.
+  const char* xdg = std::getenv("XDG_DATA_HOME");  // NOLINT(concurrency-mt-unsafe)
   if (xdg != nullptr && xdg[0] == '/') {
     *dir = std::string(xdg) + "/pdpm";
     return Status::OK();
   }
-  const char* home = std::getenv("HOME");
+  const char* home = std::getenv("HOME");  // NOLINT(concurrency-mt-unsafe)
   if (home == nullptr || home[0] != '/') {
     return Status::InvalidArgument("neither XDG_DATA_HOME nor HOME is set; pass --dir");
   }

@@ -26,11 +26,11 @@ namespace pdpm::tools {
 // of the keys in cluster.conf are those of the `pdpm up` flags.
 struct ClusterConfig {
   uint32_t servers = 3;
-  uint64_t pm_size = 1ULL << 30;       // per server
+  uint64_t pm_size = 1ULL << 30;  // per server
   uint64_t segment_size = 64ULL << 20;
-  std::string host = "127.0.0.1";      // every daemon listens here
+  std::string host = "127.0.0.1";  // every daemon listens here
   uint32_t monitor_port = 7400;
-  uint32_t server_port = 7401;         // server i listens on server_port + i - 1
+  uint32_t server_port = 7401;  // server i listens on server_port + i - 1
   std::string transport = "tcp";
 
   Status Validate() const;

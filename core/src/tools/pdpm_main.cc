@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -146,12 +145,11 @@ int Up(CommandLine& cl) {
     // is a mistake, not a request to reformat.
     for (const std::string& key : stored.Differences(requested)) {
       if (cl.parser().IsSet(key)) {
-        return Fail(Status::InvalidArgument("the cluster in " + cl.dir() + " was created with --" +
-                                            key + " " +
-                                            (key == "host" || key == "transport"
-                                                 ? std::string("different")
+        return Fail(Status::InvalidArgument(
+            "the cluster in " + cl.dir() + " was created with --" + key + " " +
+            (key == "host" || key == "transport" ? std::string("different")
                                                  : std::string("another value")) +
-                                            "; drop the flag or use another --dir"));
+            "; drop the flag or use another --dir"));
       }
     }
     config = stored;
@@ -235,11 +233,11 @@ int StatusCommand(CommandLine& cl) {
               HumanBytes(st.segment_size()).c_str(), st.replica_count(), st.table_count());
   std::printf("monitor  %s  cluster %s\n\n", address.c_str(),
               st.cluster_uuid().empty() ? "(no server yet)" : st.cluster_uuid().c_str());
-  std::printf("%-4s %-22s %-9s %-10s %-10s %-9s %s\n", "ID", "ADDRESS", "STATE", "CAPACITY",
-              "USED", "SEGMENTS", "TABLES");
+  std::printf("%-4s %-22s %-9s %-10s %-10s %-9s %s\n", "ID", "ADDRESS", "STATE", "CAPACITY", "USED",
+              "SEGMENTS", "TABLES");
   for (const v1::ServerInfo& sv : st.servers()) {
-    std::string segments = std::to_string(sv.segments_used()) + "/" +
-                           std::to_string(sv.segment_count());
+    std::string segments =
+        std::to_string(sv.segments_used()) + "/" + std::to_string(sv.segment_count());
     std::printf("%-4u %-22s %-9s %-10s %-10s %-9s %u\n", sv.id(), sv.address().c_str(),
                 StateName(sv.state()), HumanBytes(sv.capacity_bytes()).c_str(),
                 HumanBytes(sv.used_bytes()).c_str(), segments.c_str(), sv.tables());
@@ -371,8 +369,7 @@ int Fsck(CommandLine& cl) {
     s = server::CheckServerPm(cluster.ServerPmFile(i), &report);
     if (!s.ok()) return Fail(s.WithContext("server " + std::to_string(i)));
     std::printf("server %u (%s): %s\n%s", i, cluster.ServerPmFile(i).c_str(),
-                report.ok() ? (report.clean() ? "clean" : "ok, repairable findings")
-                            : "VIOLATIONS",
+                report.ok() ? (report.clean() ? "clean" : "ok, repairable findings") : "VIOLATIONS",
                 report.ToString().c_str());
     all_ok = all_ok && report.ok();
   }
@@ -418,4 +415,6 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace pdpm::tools
 
-int main(int argc, char** argv) { return pdpm::tools::Run(argc, argv); }
+int main(int argc, char** argv) {
+  return pdpm::tools::Run(argc, argv);
+}
