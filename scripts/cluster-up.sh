@@ -33,4 +33,4 @@ echo "\$ pdpm obj del $id"
 echo "\$ pdpm status"
 "$pdpm" status "${dir_flag[@]}"
 echo
-echo "pdpm is $pdpm; \`$pdpm help\` lists its commands, \`$pdpm down\` stops the cluster."
+echo "pdpm is $pdpm; \`$pdpm help\` lists its commands, \`$pdpm down${dir_flag[*]:+ ${dir_flag[*]}}\` stops the cluster."

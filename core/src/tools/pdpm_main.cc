@@ -227,7 +227,7 @@ int StatusCommand(CommandLine& cl) {
   std::printf("health   %s  (%u/%u servers up)\n", HealthName(st.health()), st.servers_up(),
               st.servers_total());
   std::printf("epoch    %lu\n", static_cast<unsigned long>(st.epoch()));
-  std::printf("capacity %s, used %s (%s); %u segments of %s, %u replica(s), %u tables\n",
+  std::printf("capacity %s, used %s (%s); %u segment(s) of %s, %u replica(s), %u tables\n",
               HumanBytes(st.capacity_bytes()).c_str(), HumanBytes(st.used_bytes()).c_str(),
               Percent(st.used_bytes(), st.capacity_bytes()).c_str(), st.segments(),
               HumanBytes(st.segment_size()).c_str(), st.replica_count(), st.table_count());
@@ -368,7 +368,8 @@ int Fsck(CommandLine& cl) {
     server::PmCheckReport report;
     s = server::CheckServerPm(cluster.ServerPmFile(i), &report);
     if (!s.ok()) return Fail(s.WithContext("server " + std::to_string(i)));
-    std::printf("server %u (%s): %s\n%s", i, cluster.ServerPmFile(i).c_str(),
+    // The report names the server by its cluster id, which need not be i.
+    std::printf("%s: %s\n%s", cluster.ServerPmFile(i).c_str(),
                 report.ok() ? (report.clean() ? "clean" : "ok, repairable findings") : "VIOLATIONS",
                 report.ToString().c_str());
     all_ok = all_ok && report.ok();
