@@ -26,8 +26,24 @@ die() {
   done
   exit 1
 }
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# free_ports N: the first of N consecutive ports that are free now.
+free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+n = int(sys.argv[1])
+while True:
+    first = socket.socket(); first.bind(("127.0.0.1", 0)); base = first.getsockname()[1]
+    held = [first]
+    try:
+        for p in range(base + 1, base + n):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); held.append(s)
+        print(base)
+        break
+    except OSError:
+        pass
+    finally:
+        for s in held: s.close()
+PY
 }
 
 # expect_fail <exit code> <stderr pattern> <command...>: the command fails
@@ -59,8 +75,8 @@ check_all() {
   expect_fail 1 "not_found" "$pdpm" obj get 99 --dir "$dir"
 }
 
-monitor_port=$(free_port)
-server_port=$(free_port)
+monitor_port=$(free_ports 1)
+server_port=$(free_ports 3)
 up_flags=(--dir "$dir" --pm-size 256MiB --segment-size 32MiB --monitor-port "$monitor_port"
           --server-port "$server_port" --timeout 20s)
 
@@ -121,7 +137,7 @@ head -c $((64 * 1024 * 1024 + 1)) /dev/zero >"$work/huge"
 expect_fail 1 "too_large" "$pdpm" obj put 9 "$work/huge" --dir "$dir"
 rm "$work/huge"
 expect_fail 2 "usage: pdpm obj del" "$pdpm" obj del 1 extra --dir "$dir"
-expect_fail 1 "different|another value" "$pdpm" up "${up_flags[@]}" --servers 4
+expect_fail 1 "was created with --servers 3; drop the flag" "$pdpm" up "${up_flags[@]}" --servers 4
 check_all
 
 step "down, fsck, up again: data still there"

@@ -43,11 +43,6 @@ constexpr const char* kUsage =
     "DIR defaults to $XDG_DATA_HOME/pdpm (~/.local/share/pdpm). Object ids are\n"
     "32 hex digits or a decimal number.\n";
 
-// A bad command line: exit 2 with the usage hint.
-struct UsageError {
-  std::string message;
-};
-
 int Fail(const Status& s) {
   std::fprintf(stderr, "pdpm: %s\n", s.ToString().c_str());
   return 1;
@@ -144,13 +139,14 @@ int Up(CommandLine& cl) {
     // An existing cluster keeps its parameters; a flag contradicting them
     // is a mistake, not a request to reformat.
     for (const std::string& key : stored.Differences(requested)) {
-      if (cl.parser().IsSet(key)) {
-        return Fail(Status::InvalidArgument(
-            "the cluster in " + cl.dir() + " was created with --" + key + " " +
-            (key == "host" || key == "transport" ? std::string("different")
-                                                 : std::string("another value")) +
-            "; drop the flag or use another --dir"));
-      }
+      if (!cl.parser().IsSet(key)) continue;
+      // The stored value, from its "key=value" line.
+      std::string text = "\n" + stored.Serialize();
+      size_t at = text.find("\n" + key + "=") + key.size() + 2;
+      std::string value = text.substr(at, text.find('\n', at) - at);
+      return Fail(Status::InvalidArgument("the cluster in " + cl.dir() + " was created with --" +
+                                          key + " " + value +
+                                          "; drop the flag or use another --dir"));
     }
     config = stored;
   } else if (s.code() != StatusCode::kNotFound) {
