@@ -228,6 +228,15 @@ class ClientImpl final : public Client {
     return mapping_;
   }
 
+  // Whether the current mapping has `server` at another address than `old`.
+  bool Moved(const Mapping& old, uint32_t server) const {
+    auto now = Snapshot();
+    auto a = old.servers.find(server);
+    auto b = now->servers.find(server);
+    return a == old.servers.end() || b == now->servers.end() ||
+           a->second.address != b->second.address;
+  }
+
   static Status SegmentServer(const Mapping& m, const GlobalAddress& addr, uint32_t* server) {
     auto it = m.segments.find(addr.segment);
     if (it == m.segments.end()) {
@@ -319,6 +328,8 @@ class ClientImpl final : public Client {
       if (ref.lock.owns_lock()) ref.lock.unlock();
       Status r = RefreshMapping();
       if (!r.ok()) break;
+      // An unreachable server is retried only if it moved meanwhile.
+      if (s.code() == StatusCode::kUnavailable && !Moved(*m, server)) break;
     }
     return s;
   }
@@ -378,6 +389,7 @@ class ClientImpl final : public Client {
       if (ref.lock.owns_lock()) ref.lock.unlock();
       Status r = RefreshMapping();
       if (!r.ok()) break;
+      if (s.code() == StatusCode::kUnavailable && !Moved(*m, it->second.server)) break;
     }
     return s;
   }

@@ -89,8 +89,15 @@ bool ChildProcess::Exited(int* wait_status) {
 
 LocalCluster::LocalCluster(LocalClusterOptions options)
     : options_(options), servers_(static_cast<size_t>(options.servers)) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp != nullptr ? tmp : "/tmp") + "/pdpm-cluster-XXXXXX";
+  std::string base = "/tmp";
+  if (const char* t = std::getenv("PDPM_TEST_TMPDIR"); t != nullptr) {
+    base = t;
+  } else if (::access("/dev/shm", W_OK) == 0) {
+    base = "/dev/shm";
+  } else if (const char* t = std::getenv("TMPDIR"); t != nullptr) {
+    base = t;
+  }
+  std::string templ = base + "/pdpm-cluster-XXXXXX";
   char* d = ::mkdtemp(templ.data());
   dir_ = d != nullptr ? d : "";
   secret_ = "test-secret-" + std::to_string(::getpid());

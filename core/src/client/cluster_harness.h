@@ -1,5 +1,7 @@
 // LocalCluster (tests): a real pdpm-monitor and real pdpm-server processes
-// on file-backed PM in a fresh temporary directory, on loopback, tcp.
+// on file-backed PM in a fresh temporary directory, on loopback, tcp. The
+// directory is under $PDPM_TEST_TMPDIR, else /dev/shm (memory: persisting
+// is cheap there), else $TMPDIR or /tmp.
 // Processes are started with posix_spawn (the test process may run gRPC
 // threads) and stopped when the cluster is destroyed.
 #pragma once
@@ -42,8 +44,8 @@ class ChildProcess {
 struct LocalClusterOptions {
   int servers = 3;
   uint64_t segment_size = 128ull << 20;
-  uint64_t pm_size = (4 * 128 + 2) * (1ull << 20);  // four segments
-  uint32_t tables = 6;
+  uint64_t pm_size = (2 * 128 + 2) * (1ull << 20);  // two segments: a table and the heap
+  uint32_t tables = 3;
   uint32_t cores = 2;
 };
 

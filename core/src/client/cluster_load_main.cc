@@ -79,7 +79,8 @@ int Run(int argc, char** argv) {
     int choice = static_cast<int>(rng() % 100);
     Status st;
     if (choice < 40 || (choice < 60 && !(m.known && m.present))) {
-      size_t size = rng() % 10 == 0 ? (1u << 20) + rng() % 600000 : rng() % 70000;
+      // Mostly small; now and then over an RPC slot and over 1 MiB.
+      size_t size = rng() % 40 == 0 ? (1u << 20) + rng() % 300000 : rng() % 40000;
       std::string d = bytes(size);
       st = c->PutObj(id, d);
       Model next{true, true, d};

@@ -85,6 +85,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
     PDPM_RETURN_IF_ERROR(st.WithContext("announce segment " + std::to_string(seg->local)));
   }
   PDPM_RETURN_IF_ERROR(s->RefreshMapping());
+  s->serving_ = true;
   s->heartbeat_ = std::thread([self] { self->HeartbeatLoop(); });
   log.Info("serving", {{"address", s->address_},
                        {"server_id", s->server_id_},
@@ -343,6 +344,7 @@ void DataServer::HeartbeatLoop() {
 }
 
 Status DataServer::CheckHeader(const RequestHeader& h) {
+  if (!serving_) return Status::Unavailable("server starting");
   if (h.credential != credential_) {
     return Status::PermissionDenied("request without the cluster secret");
   }

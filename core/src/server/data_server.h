@@ -118,6 +118,9 @@ class DataServer {
   uint32_t replica_count_ = 1;
   uint64_t epoch_ = 0;
   std::mutex refresh_mu_;  // one mapping refresh at a time
+  // Set once Start has registered and announced everything: requests that
+  // arrive earlier are refused (kUnavailable).
+  std::atomic<bool> serving_{false};
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -150,6 +150,20 @@ Status WipePm(const std::string& path, const Logger& log) {
   return Status::OK();
 }
 
+// Writes "address\n" to `path` atomically (a reader never sees a partial line).
+Status WritePortFile(const std::string& path, const std::string& address) {
+  std::string tmp = path + ".tmp";
+  std::string line = address + "\n";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno("create " + tmp, errno);
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  int err = errno;
+  ::close(fd);
+  if (!ok) return Status::FromErrno("write " + tmp, err);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno("rename " + tmp, errno);
+  return Status::OK();
+}
+
 int Fail(const Logger& log, std::string_view what, const Status& s) {
   log.Error(what, {{"status", s}});
   return 1;
@@ -245,13 +259,12 @@ int Run(int argc, char** argv) {
     return Fail(log, "cannot start", s);
   }
   if (!f.port_file.empty()) {
-    std::string tmp = f.port_file + ".tmp";
-    std::string line = server->address() + "\n";
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    bool ok = fd >= 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-    if (fd >= 0) ::close(fd);
-    if (!ok || ::rename(tmp.c_str(), f.port_file.c_str()) != 0) {
-      log.Error("cannot write the port file", {{"file", f.port_file}});
+    s = WritePortFile(f.port_file, server->address());
+    if (!s.ok()) {
+      server.reset();
+      ::kill(::getpid(), SIGTERM);  // release the waiter
+      waiter.join();
+      return Fail(log, "cannot write the port file", s);
     }
   }
   waiter.join();

@@ -1,0 +1,91 @@
+#include "server/protocol.h"
+
+#include <gtest/gtest.h>
+
+#include "server/segment_role.h"
+
+namespace pdpm::server {
+namespace {
+
+std::span<const uint8_t> Span(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+TEST(ProtocolTest, RoundTrip) {
+  std::string msg;
+  Encoder e(&msg);
+  e.Header({7, ClusterCredential("s")});
+  e.Id({1, 2});
+  e.U64(99);
+  dsm::GlobalAddress a{dsm::Descriptor::Make(dsm::kPermRead | dsm::kPermWrite, 1), 5, 4096};
+  e.Address(a);
+  e.Bytes("tail");
+  ASSERT_EQ(msg.size(), kRequestHeaderSize + 16 + 8 + 16 + 4);
+  Decoder d(Span(msg));
+  RequestHeader h;
+  dsm::ObjectId id;
+  uint64_t v = 0;
+  dsm::GlobalAddress got;
+  ASSERT_TRUE(d.Header(&h).ok());
+  EXPECT_EQ(h.epoch, 7u);
+  EXPECT_EQ(h.credential, ClusterCredential("s"));
+  ASSERT_TRUE(d.Id(&id).ok());
+  EXPECT_EQ(id, (dsm::ObjectId{1, 2}));
+  ASSERT_TRUE(d.U64(&v).ok());
+  EXPECT_EQ(v, 99u);
+  ASSERT_TRUE(d.Address(&got).ok());
+  EXPECT_EQ(got, a);
+  EXPECT_EQ(d.Rest(), "tail");
+  EXPECT_TRUE(d.Done().ok());
+}
+
+TEST(ProtocolTest, RefusesShortLongAndForeignMessages) {
+  std::string msg;
+  Encoder e(&msg);
+  e.Header({1, 2});
+  e.U64(3);
+  RequestHeader h;
+  uint64_t v;
+  for (size_t cut = 0; cut < msg.size(); cut++) {
+    std::string prefix = msg.substr(0, cut);
+    Decoder d(Span(prefix));
+    Status s = d.Header(&h);
+    if (s.ok()) s = d.U64(&v);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << cut;
+  }
+  std::string long_msg = msg + "x";
+  Decoder longer(Span(long_msg));
+  ASSERT_TRUE(longer.Header(&h).ok());
+  ASSERT_TRUE(longer.U64(&v).ok());
+  EXPECT_EQ(longer.Done().code(), StatusCode::kInvalidArgument);
+  std::string v2 = msg;
+  v2[0] = 2;
+  Decoder foreign(Span(v2));
+  EXPECT_EQ(foreign.Header(&h).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ClusterCredential("a"), ClusterCredential("b"));
+}
+
+TEST(SegmentRoleTest, EncodeDecode) {
+  for (SegmentRole r :
+       {SegmentRole{SegmentKind::kHeap, 0, 1}, SegmentRole{SegmentKind::kTable, 17, 0xfffffffe},
+        SegmentRole{SegmentKind::kTable, 3, 0}, SegmentRole{}}) {
+    SegmentRole back;
+    ASSERT_TRUE(SegmentRole::Decode(r.Encode(), &back).ok());
+    EXPECT_EQ(back.kind, r.kind);
+    EXPECT_EQ(back.table, r.table);
+    EXPECT_EQ(back.global, r.global);
+  }
+  SegmentRole out;
+  EXPECT_EQ(SegmentRole::Decode(uint64_t{9} << 56, &out).code(), StatusCode::kCorruption);
+  EXPECT_EQ(SegmentRole::Decode((uint64_t{1} << 56) | (uint64_t{4} << 32), &out).code(),
+            StatusCode::kCorruption);
+  EXPECT_EQ(SegmentRole::Decode(uint64_t{2} << 56, &out).code(), StatusCode::kCorruption);
+  EXPECT_EQ(SegmentRole::Decode(5, &out).code(), StatusCode::kCorruption);
+  // A segment without a region is free.
+  std::string blank(8192, '\0');
+  ASSERT_TRUE(ReadSegmentRole({blank.data(), blank.size()}, &out).ok());
+  EXPECT_EQ(out.kind, SegmentKind::kFree);
+}
+
+}  // namespace
+}  // namespace pdpm::server
