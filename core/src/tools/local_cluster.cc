@@ -197,6 +197,10 @@ std::string LocalCluster::ServerPmFile(uint32_t index) const {
   return Path("server-" + std::to_string(index) + ".pm");
 }
 
+std::string LocalCluster::ServerAddressFile(uint32_t index) const {
+  return Path("server-" + std::to_string(index) + ".addr");
+}
+
 std::string LocalCluster::FormatPendingMarker(uint32_t index) const {
   return Path("server-" + std::to_string(index) + ".format-pending");
 }
@@ -218,14 +222,14 @@ std::vector<DaemonSpec> LocalCluster::Daemons(const ClusterConfig& config) const
        Path("monitor.log")});
   for (uint32_t i = 1; i <= config.servers; ++i) {
     std::string n = std::to_string(i);
-    DaemonSpec spec{
-        "server " + n,
-        {server_binary_, "--pm", ServerPmFile(i), "--pm-size", std::to_string(config.pm_size),
-         "--listen", ServerAddress(config, i), "--transport", config.transport, "--monitor",
-         monitor_address, "--secret-file", Path("cluster.secret")},
-        ServerPmFile(i),
-        Path("server-" + n + ".pid"),
-        Path("server-" + n + ".log")};
+    DaemonSpec spec{"server " + n,
+                    {server_binary_, "--pm", ServerPmFile(i), "--pm-size",
+                     std::to_string(config.pm_size), "--listen", ServerAddress(config, i),
+                     "--transport", config.transport, "--monitor", monitor_address, "--secret-file",
+                     Path("cluster.secret"), "--port-file", ServerAddressFile(i)},
+                    ServerPmFile(i),
+                    Path("server-" + n + ".pid"),
+                    Path("server-" + n + ".log")};
     daemons.push_back(std::move(spec));
   }
   return daemons;
@@ -320,8 +324,12 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
   auto deadline = steady_clock::now() + options.timeout;
   std::vector<DaemonSpec> daemons = Daemons(config);
   // A stale address from the last run must not be taken for the new one.
-  if (::unlink(Path("monitor.addr").c_str()) != 0 && errno != ENOENT) {
-    return Status::FromErrno("remove " + Path("monitor.addr"), errno);
+  std::vector<std::string> address_files = {Path("monitor.addr")};
+  for (uint32_t i = 1; i <= config.servers; ++i) address_files.push_back(ServerAddressFile(i));
+  for (const std::string& file : address_files) {
+    if (::unlink(file.c_str()) != 0 && errno != ENOENT) {
+      return Status::FromErrno("remove " + file, errno);
+    }
   }
   auto check_children = [&]() -> Status {
     for (const auto& [spec, pid] : *started) {
@@ -374,16 +382,27 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
   monitor::MonitorClient client(monitor_address, {secret, milliseconds(2000)});
   v1::ClusterStatus status;
   Status last = Status::Unavailable("no answer yet");
+  // Healthy: every server has finished starting (it writes its address
+  // file once it serves, after recovery and re-announcing its segments) and
+  // the monitor reports all of them UP.
+  auto servers_serving = [&] {
+    for (uint32_t i = 1; i <= config.servers; ++i) {
+      if (!FileExists(ServerAddressFile(i))) return false;
+    }
+    return true;
+  };
+  auto healthy = [&] {
+    return last.ok() && status.servers_up() == config.servers && status.health() == v1::HEALTH_OK &&
+           servers_serving();
+  };
   while (true) {
     PDPM_RETURN_IF_ERROR(check_children());
     last = client.GetClusterStatus(&status);
-    if (last.ok() && status.servers_up() == config.servers && status.health() == v1::HEALTH_OK) {
-      break;
-    }
+    if (healthy()) break;
     if (steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(milliseconds(50));
   }
-  if (last.ok() && status.servers_up() == config.servers && status.health() == v1::HEALTH_OK) {
+  if (healthy()) {
     // Every server is UP, so each has formatted its PM and joined.
     for (uint32_t i = 1; i <= config.servers; ++i) {
       if (::unlink(FormatPendingMarker(i).c_str()) != 0 && errno != ENOENT) {
@@ -398,8 +417,12 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
     return DaemonFailed(StatusCode::kTimeout, daemons[0],
                         "does not answer " + after + ": " + last.ToString());
   }
-  // Name the first server the monitor does not report UP.
+  // Name the first server that is not serving or the monitor does not
+  // report UP.
   for (uint32_t i = 1; i <= config.servers; ++i) {
+    if (!FileExists(ServerAddressFile(i))) {
+      return DaemonFailed(StatusCode::kTimeout, daemons[i], "has not finished starting " + after);
+    }
     bool up = false;
     for (const v1::ServerInfo& info : status.servers()) {
       if (info.address() == ServerAddress(config, i) && info.state() == v1::SERVER_STATE_UP) {

@@ -78,6 +78,8 @@ class LocalCluster {
 
  private:
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+  // Written by server `index` once it serves (--port-file).
+  std::string ServerAddressFile(uint32_t index) const;
   // Present from a server's first start until the cluster was healthy.
   std::string FormatPendingMarker(uint32_t index) const;
   Status EnsureSecret() const;
