@@ -6,13 +6,13 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <map>
 #include <thread>
 
-#include "common/flags.h"
 #include "monitor/monitor_client.h"
 #include "tools/file_util.h"
 
