@@ -144,9 +144,9 @@ int Up(CommandLine& cl) {
       std::string text = "\n" + stored.Serialize();
       size_t at = text.find("\n" + key + "=") + key.size() + 2;
       std::string value = text.substr(at, text.find('\n', at) - at);
-      return Fail(Status::InvalidArgument("the cluster in " + cl.dir() + " was created with --" +
-                                          key + " " + value +
-                                          "; drop the flag or use another --dir"));
+      std::string msg = "the cluster in " + cl.dir() + " was created with --";
+      msg += key + " " + value + "; drop the flag or use another --dir";
+      return Fail(Status::InvalidArgument(msg));
     }
     config = stored;
   } else if (s.code() != StatusCode::kNotFound) {
