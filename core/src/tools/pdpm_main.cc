@@ -145,7 +145,7 @@ int Up(CommandLine& cl) {
       size_t at = text.find("\n" + key + "=") + key.size() + 2;
       std::string value = text.substr(at, text.find('\n', at) - at);
       std::string msg = "the cluster in " + cl.dir() + " was created with --";
-      msg += key + " " + value + "; drop the flag or use another --dir";
+      msg.append(key).append(" ").append(value).append("; drop the flag or use another --dir");
       return Fail(Status::InvalidArgument(msg));
     }
     config = stored;
