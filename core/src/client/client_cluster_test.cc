@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -25,7 +26,7 @@ namespace {
 
 std::string Pattern(size_t n, uint32_t seed) {
   std::string s(n, '\0');
-  for (size_t i = 0; i < n; i++) s[i] = static_cast<char>((i * 131 + seed * 7) >> 3);
+  for (size_t i = 0; i < n; i++) s[i] = static_cast<char>((i * 131 + size_t{seed} * 7) >> 3);
   return s;
 }
 
@@ -37,7 +38,7 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(OpenClient(&client_).ok());
   }
 
-  Status OpenClient(std::unique_ptr<Client>* out, std::string secret = "") {
+  Status OpenClient(std::unique_ptr<Client>* out, const std::string& secret = "") {
     ClientOptions o;
     o.monitor = cluster_.monitor_address();
     o.cluster_secret = secret.empty() ? cluster_.secret() : secret;
@@ -170,6 +171,29 @@ TEST_F(ClusterTest, ObjectsWholeAndPartial) {
     ASSERT_TRUE(client_->GetObj({1, i}, &got).ok());
     EXPECT_EQ(got, Pattern(100 + i, i));
   }
+}
+
+TEST_F(ClusterTest, OneClientSharedByThreads) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (uint64_t t = 0; t < 4; t++) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0; i < 25; i++) {
+        std::string d = Pattern(1000 + t * 100 + i, static_cast<uint32_t>(t * 100 + i));
+        GlobalAddress a;
+        std::string back(d.size(), '\0');
+        std::string got;
+        bool ok = client_->PAllocate(d.size(), &a).ok() &&
+                  client_->Write(a, d.data(), d.size()).ok() &&
+                  client_->Read(a, back.data(), back.size()).ok() && back == d &&
+                  client_->PFree(a).ok() && client_->PutObj({100 + t, i}, d).ok() &&
+                  client_->GetObj({100 + t, i}, &got).ok() && got == d;
+        if (!ok) failures++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 TEST_F(ClusterTest, BadInputsGetTheirErrorAndHarmNothing) {

@@ -14,8 +14,6 @@
 #include <sstream>
 #include <thread>
 
-extern char** environ;
-
 namespace pdpm::client {
 namespace {
 
@@ -24,6 +22,11 @@ std::string ReadAll(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// The tests never modify their environment, so reading it is safe.
+const char* Env(const char* name) {
+  return std::getenv(name);  // NOLINT(concurrency-mt-unsafe)
 }
 
 }  // namespace
@@ -43,12 +46,14 @@ ChildProcess::~ChildProcess() {
 Status ChildProcess::Start(const std::vector<std::string>& argv,
                            const std::vector<std::string>& env, const std::string& log) {
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; e++) env_strings.emplace_back(*e);
   for (const auto& e : env) env_strings.push_back(e);
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
   posix_spawn_file_actions_t actions;
@@ -90,11 +95,11 @@ bool ChildProcess::Exited(int* wait_status) {
 LocalCluster::LocalCluster(LocalClusterOptions options)
     : options_(options), servers_(static_cast<size_t>(options.servers)) {
   std::string base = "/tmp";
-  if (const char* t = std::getenv("PDPM_TEST_TMPDIR"); t != nullptr) {
+  if (const char* t = Env("PDPM_TEST_TMPDIR"); t != nullptr) {
     base = t;
   } else if (::access("/dev/shm", W_OK) == 0) {
     base = "/dev/shm";
-  } else if (const char* t = std::getenv("TMPDIR"); t != nullptr) {
+  } else if (const char* t = Env("TMPDIR"); t != nullptr) {
     base = t;
   }
   std::string templ = base + "/pdpm-cluster-XXXXXX";
@@ -112,9 +117,9 @@ LocalCluster::~LocalCluster() {
   }
   monitor_.Signal(SIGKILL);
   monitor_.Wait();
-  if (!dir_.empty() && std::getenv("PDPM_KEEP_TEST_DIR") == nullptr) {
+  if (!dir_.empty() && Env("PDPM_KEEP_TEST_DIR") == nullptr) {
     std::string cmd = "rm -rf '" + dir_ + "'";
-    if (std::system(cmd.c_str()) != 0) {
+    if (std::system(cmd.c_str()) != 0) {  // NOLINT(concurrency-mt-unsafe): test teardown
       // Leaves the directory behind; nothing else to do in a destructor.
     }
   }

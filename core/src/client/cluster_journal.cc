@@ -49,7 +49,11 @@ Status Expectations::Load(const std::string& path) {
       b.addr = GlobalAddress::FromWords(hi, lo);
       blocks.push_back(b);
     }
-    if (!ls) return Status::Corruption("bad line in " + path + ": " + line);
+    if (!ls) {
+      std::string msg = "bad line in " + path;
+      msg.append(": ").append(line);
+      return Status::Corruption(msg);
+    }
   }
   return Status::OK();
 }
