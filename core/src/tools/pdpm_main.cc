@@ -163,10 +163,12 @@ int Up(CommandLine& cl) {
             << " of PM each, monitor at " << address << "\n"
             << "\n"
             << "  pdpm status" << dir_flag << "\n"
+            << "  pdpm obj put 1 FILE" << dir_flag << "     # store FILE as object 1\n"
+            << "  pdpm obj get 1 COPY" << dir_flag << "     # read it back\n"
             << "  pdpm down" << dir_flag << "\n"
             << "\n"
-            << "Clients need the monitor address and the cluster secret in " << cl.dir()
-            << "/cluster.secret.\n";
+            << "Programs using libpdpm connect to the monitor at " << address
+            << " with the secret in " << cl.dir() << "/cluster.secret.\n";
   return 0;
 }
 
