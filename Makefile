@@ -6,6 +6,9 @@ SHELL := /bin/bash
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pdpm
 export CCACHE_DIR ?= $(CACHE_DIR)/ccache
 export CCACHE_BASEDIR := $(CURDIR)
+# Debug info then names paths relative to the build; without this every
+# clone in a new directory would miss the cache.
+export CCACHE_NOHASHDIR := 1
 export CCACHE_MAXSIZE ?= 5G
 JOBS ?= $(shell nproc)
 CTEST := ctest --output-on-failure --timeout 300 -j $(JOBS)
@@ -46,10 +49,10 @@ test-core: build
 	cd build/release && $(CTEST)
 
 test-asan: build-asan
-	cd build/asan && $(CTEST) -L '^(common|pm|net)$$'
+	cd build/asan && $(CTEST) -L '^(common|pm|net|pdkvs)$$'
 
 test-tsan: build-tsan
-	cd build/tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L '^(common|pm|net)$$'
+	cd build/tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L '^(common|pm|net|pdkvs)$$'
 
 test-fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_SECONDS)

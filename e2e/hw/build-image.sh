@@ -28,6 +28,8 @@ if [[ -f $out/ready ]]; then
 fi
 
 log() { echo "hw-image: $*" >&2; }
+# Only the final path goes to stdout; the tools' chatter goes to stderr.
+exec 3>&1 1>&2
 
 # The Debian mirror the host's apt uses (override: PDPM_HW_MIRROR).
 mirror=${PDPM_HW_MIRROR:-}
@@ -73,4 +75,4 @@ ls -1t "$cache_root"/*/ready 2>/dev/null | tail -n +4 | while read -r old; do
   rm -rf "$(dirname "$old")"
 done
 log "ready: $out"
-echo "$out"
+echo "$out" >&3

@@ -68,7 +68,7 @@ qemu-system-x86_64 \
   -object memory-backend-file,id=mem1,share=on,mem-path="$run/pmem.img",size=1G \
   -device nvdimm,id=nvdimm1,memdev=mem1,label-size=128K \
   -kernel "$image/vmlinuz" -initrd "$image/initrd.img" \
-  -append "console=ttyS0 root=/dev/vda rw init=/sbin/pdpm-init pdpm_share=$repo quiet loglevel=3 panic=-1 tsc=reliable" \
+  -append "console=ttyS0 root=/dev/vda rw init=/sbin/pdpm-init pdpm_share=$repo quiet loglevel=3 panic=-1" \
   -drive file="$image/rootfs.ext4",format=raw,if=virtio,snapshot=on \
   -virtfs local,path="$repo",mount_tag=pdpm,security_model=none,readonly=on \
   -virtfs local,path="$run",mount_tag=pdpmrun,security_model=none,readonly=on \

@@ -68,9 +68,10 @@ inline uint64_t LargeRunChunks(uint64_t size) {
 }
 
 // Who a block belongs to. Recovery reclaims unreachable blocks of the object
-// store (it can trace them); heap blocks are the application's.
-enum class BlockOwner : uint8_t { kHeap = 0, kObjectStore = 1 };
-inline constexpr int kNumOwners = 2;
+// store and of the pDKVS indexes (each can trace its own); heap blocks are
+// the application's.
+enum class BlockOwner : uint8_t { kHeap = 0, kObjectStore = 1, kKvStore = 2 };
+inline constexpr int kNumOwners = 3;
 
 enum class ChunkKind : uint8_t { kFree = 0, kSmall = 1, kLarge = 2 };
 

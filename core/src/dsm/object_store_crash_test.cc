@@ -165,17 +165,7 @@ class CrashTest : public ::testing::TestWithParam<uint64_t> {
   // Forks a child running `body(ack_fd)`; returns its acknowledgements and
   // whether it died of SIGKILL.
   std::vector<uint32_t> RunChild(const std::function<void(int)>& body, bool* killed) {
-    pm::Child child = pm::ForkChild(body);
-    std::vector<uint32_t> acks;
-    uint32_t v;
-    while (pm::ReadReport(child.read_fd, &v)) acks.push_back(v);
-    close(child.read_fd);
-    int status = 0;
-    EXPECT_EQ(waitpid(child.pid, &status, 0), child.pid);
-    *killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-    EXPECT_TRUE(*killed || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
-        << "child failed with status " << status;
-    return acks;
+    return pm::CollectReports(pm::ForkChild(body), killed);
   }
 
   SegmentCheckReport CheckImage() {

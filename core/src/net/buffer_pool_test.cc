@@ -31,7 +31,7 @@ TEST(BufferPoolTest, LendsEveryBufferOnceAndTakesThemBack) {
   EXPECT_EQ(pool->available(), 1u);
   ASSERT_TRUE(pool->Acquire(&extra).ok());
   BufferPool::Buffer moved = std::move(extra);
-  EXPECT_FALSE(extra.valid());
+  EXPECT_FALSE(extra.valid());  // NOLINT(bugprone-use-after-move): the moved-from state
   EXPECT_TRUE(moved.valid());
   held.clear();
   moved.Release();

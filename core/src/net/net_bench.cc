@@ -36,13 +36,15 @@ constexpr uint16_t kEchoMethod = 1;
 void Check(const Status& s, const char* what) {
   if (!s.ok()) {
     std::fprintf(stderr, "net_bench: %s: %s\n", what, s.ToString().c_str());
-    std::exit(2);
+    std::fflush(stderr);
+    std::_Exit(2);
   }
 }
 
 TransportOptions Options(uint32_t cores) {
   TransportOptions o;
-  if (const char* env = std::getenv("PDPM_BENCH_TRANSPORT")) {
+  // Read before any thread exists.
+  if (const char* env = std::getenv("PDPM_BENCH_TRANSPORT")) {  // NOLINT(concurrency-mt-unsafe)
     Check(ParseBackendKind(env, &o.backend), "PDPM_BENCH_TRANSPORT");
   }
   o.cores = cores;
@@ -92,6 +94,7 @@ double OneSided(Transport* t, const std::string& address, Opcode opcode, uint32_
   std::atomic<uint64_t> bytes{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
+  threads.reserve(conns);
   for (int i = 0; i < conns; i++) {
     threads.emplace_back([&, i] {
       std::unique_ptr<Connection> conn;
@@ -113,7 +116,7 @@ double OneSided(Transport* t, const std::string& address, Opcode opcode, uint32_
           op.id = posted;
           op.local = {region.get(), (posted % depth) * size, size};
           op.remote_key = key;
-          op.remote_offset = uint64_t{(posted + i * 7) % span} * size;
+          op.remote_offset = uint64_t{(posted + uint64_t(i) * 7) % span} * size;
           op.signaled = posted % 8 == 7;
           posted++;
         }
@@ -201,6 +204,7 @@ int Client(const std::string& raw_address, const std::string& rpc_address, doubl
   std::atomic<uint64_t> calls{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int i = 0; i < 4; i++) {
     threads.emplace_back([&, i] {
       std::unique_ptr<RpcClient> c;
@@ -229,8 +233,7 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "server" && argc == 4) return Server(argv[2], argv[3]);
   if (mode == "client" && argc >= 4 && argc <= 6) {
-    return Client(argv[2], argv[3], argc >= 5 ? std::atof(argv[4]) : 0.5,
-                  argc == 6 ? argv[5] : "");
+    return Client(argv[2], argv[3], argc >= 5 ? std::atof(argv[4]) : 0.5, argc == 6 ? argv[5] : "");
   }
   std::fprintf(stderr, "usage: net_bench server <addr> <addr> | client <addr> <addr> [s]\n");
   return 2;

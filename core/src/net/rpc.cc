@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -21,6 +22,9 @@ constexpr uint32_t kMessageMagic = 0x31435052;     // "RPC1"
 constexpr uint32_t kClientBlobMagic = 0x43435052;  // "RPCC"
 constexpr uint32_t kServerBlobMagic = 0x53435052;  // "RPCS"
 constexpr uint16_t kFlagBulk = 1;
+// A server drops the slots it made for a connection whose handshake did
+// not complete within this time.
+constexpr auto kUnclaimedLifetime = std::chrono::seconds(60);
 
 // Layout (little-endian): 0 magic u32 | 4 method (request) or status
 // (reply) u16 | 6 flags u16 | 8 length u32 | 12 bulk_capacity u32 |
@@ -373,6 +377,7 @@ class RpcServer::Impl {
   struct ServerConn {
     SlotArea requests, sends;
     uint32_t reply_key = 0;
+    Clock::time_point accepted;        // when the connect request arrived
     std::unique_ptr<Connection> conn;  // closed before its slots go
   };
   struct Worker {
@@ -397,7 +402,12 @@ class RpcServer::Impl {
     PDPM_RETURN_IF_ERROR(sc->sends.Init(transport_, options_, 0));
     uint32_t key = sc->requests.region->key();
     PutU32s(reply, {kServerBlobMagic, key, options_.slots, options_.slot_size});
+    sc->accepted = Clock::now();
     std::lock_guard lock(mu_);
+    // Slots of handshakes that never completed are dropped after a while.
+    std::erase_if(unclaimed_, [&](const auto& kv) {
+      return sc->accepted - kv.second->accepted > kUnclaimedLifetime;
+    });
     unclaimed_[key] = std::move(sc);
     return Status::OK();
   }
@@ -528,11 +538,11 @@ class RpcServer::Impl {
       rep.flags = 0;
       rep.method_or_status = static_cast<uint16_t>(status.code());
       std::string_view m = status.message().substr(0, inline_max);
-      if (!m.empty()) std::memcpy(out + kRpcHeaderSize, m.data(), m.size());
+      std::copy(m.begin(), m.end(), out + kRpcHeaderSize);
       rep.length = inline_bytes = m.size();
       count = 0;
     } else if (!(rep.flags & kFlagBulk)) {
-      std::memcpy(out + kRpcHeaderSize, reply.data(), reply.size());
+      std::copy(reply.begin(), reply.end(), out + kRpcHeaderSize);
       rep.length = inline_bytes = reply.size();
     }
     EncodeMessage(rep, out);

@@ -62,14 +62,15 @@ void RegisterTestMethods(RpcServer* server) {
 
 BackendKind TestBackend() {
   BackendKind kind = BackendKind::kTcp;
-  if (const char* env = std::getenv("PDPM_TEST_TRANSPORT")) {
+  // Tests read the environment before they start threads.
+  if (const char* env = std::getenv("PDPM_TEST_TRANSPORT")) {  // NOLINT(concurrency-mt-unsafe)
     if (!ParseBackendKind(env, &kind).ok()) std::abort();
   }
   return kind;
 }
 
 std::string TestHost() {
-  const char* env = std::getenv("PDPM_TEST_HOST");
+  const char* env = std::getenv("PDPM_TEST_HOST");  // NOLINT(concurrency-mt-unsafe)
   return env != nullptr && *env != '\0' ? env : "127.0.0.1";
 }
 

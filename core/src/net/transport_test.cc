@@ -240,7 +240,7 @@ TEST_F(TransportTest, ManyOutstandingWithSelectiveSignaling) {
   ASSERT_TRUE(conn);
   std::vector<Op> ops;
   for (int i = 0; i < 200; i++) {
-    ops.push_back(Rw(Opcode::kWrite, i * 4096, 4096, i * 4096));
+    ops.push_back(Rw(Opcode::kWrite, i * 4096ull, 4096, i * 4096ull));
     ops.back().signaled = i == 199;
   }
   for (int i = 0; i < 200 * 4096; i++) local_[i] = static_cast<char>(i / 4096);
@@ -252,7 +252,7 @@ TEST_F(TransportTest, ManyOutstandingWithSelectiveSignaling) {
   EXPECT_TRUE(done[0].status.ok());
   EXPECT_EQ(conn->outstanding(), 0u);
   ASSERT_TRUE(ExecuteSync(*conn, Rw(Opcode::kRead, 2 << 20, 200 * 4096, 0)).ok());
-  EXPECT_EQ(0, std::memcmp(local_.data(), local_.data() + (2 << 20), 200 * 4096));
+  EXPECT_EQ(0, std::memcmp(local_.data(), local_.data() + (2 << 20), size_t{200} * 4096));
   // A full send queue is refused as a whole.
   std::vector<Op> too_many(TestOptions().max_outstanding + 1, Rw(Opcode::kRead, 0, 8, 0));
   EXPECT_EQ(conn->Post(too_many).code(), StatusCode::kResourceExhausted);
@@ -268,8 +268,8 @@ TEST_F(TransportTest, ManyConnectionsAcrossCores) {
   }
   for (uint32_t round = 0; round < 3; round++) {
     for (uint32_t i = 0; i < conns.size(); i++) {
-      std::memset(local_.data() + i * 512, static_cast<int>(i + round), 512);
-      Op w = Rw(Opcode::kWrite, i * 512, 512, i * 512);
+      std::memset(local_.data() + size_t{i} * 512, static_cast<int>(i + round), 512);
+      Op w = Rw(Opcode::kWrite, uint64_t{i} * 512, 512, uint64_t{i} * 512);
       w.id = i;
       ASSERT_TRUE(conns[i]->Post({&w, 1}).ok());
     }
@@ -302,6 +302,12 @@ class ServingTest : public TransportTest {
     };
     ASSERT_TRUE(transport_->Listen(ListenSpec(), h).ok());
   }
+  // Accepted connections were handed over on the transport's thread, under
+  // mu_: release them under it too.
+  void TearDown() override {
+    std::lock_guard lock(mu_);
+    accepted_.clear();
+  }
   uint64_t Word(size_t i) { return std::atomic_ref<uint64_t>(words_[i]).load(); }
   void RunClients(const std::vector<std::vector<std::string>>& argvs) {
     std::vector<std::unique_ptr<PeerProcess>> clients;
@@ -331,18 +337,20 @@ TEST_F(ServingTest, ConcurrentFetchAddFromProcessesTotalsExactly) {
     }
   });
   std::vector<std::vector<std::string>> argvs;
+  argvs.reserve(4);
   for (int i = 0; i < 4; i++) {
     argvs.push_back({"fetch-add", transport_->listen_address(), "500"});
   }
   RunClients(argvs);
   stop.store(true);
   local.join();
-  EXPECT_EQ(Word(0), 4 * 500 + local_adds);
+  EXPECT_EQ(Word(0), uint64_t{4} * 500 + local_adds);
 }
 
 TEST_F(ServingTest, CasLockFromProcessesSerializesIncrements) {
   Listen();
   std::vector<std::vector<std::string>> argvs;
+  argvs.reserve(3);
   for (int i = 0; i < 3; i++) {
     argvs.push_back({"cas-lock", transport_->listen_address(), "150", std::to_string(i + 1)});
   }
@@ -356,6 +364,7 @@ TEST_F(TransportTest, PeerKilledMidTransferFailsEveryOpInTime) {
   auto conn = ConnectToPeer();
   ASSERT_TRUE(conn);
   std::vector<Op> ops;
+  ops.reserve(64);
   for (int i = 0; i < 64; i++) {
     ops.push_back(i % 2 ? Rw(Opcode::kWrite, 0, 1 << 20, 0)
                         : Rw(Opcode::kRead, 1 << 20, 1 << 20, 0));

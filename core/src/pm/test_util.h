@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pdpm::pm {
 
@@ -116,6 +117,22 @@ inline bool ReadReport(int fd, uint32_t* value) {
 
 inline void WriteReport(int fd, uint32_t value) {
   if (write(fd, &value, sizeof(value)) != sizeof(value)) _exit(3);
+}
+
+// Reads the child's reports until it ends, then reaps it: *killed tells
+// whether it died of SIGKILL; any other end than that or exit status 0 is a
+// test failure.
+inline std::vector<uint32_t> CollectReports(const Child& child, bool* killed) {
+  std::vector<uint32_t> reports;
+  uint32_t v;
+  while (ReadReport(child.read_fd, &v)) reports.push_back(v);
+  close(child.read_fd);
+  int status = 0;
+  EXPECT_EQ(waitpid(child.pid, &status, 0), child.pid);
+  *killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  EXPECT_TRUE(*killed || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
+      << "child failed with status " << status;
+  return reports;
 }
 
 // Reaps the child; expects it died of SIGKILL.

@@ -25,7 +25,7 @@ class Sink final : public FrameSink {
  public:
   void Respond(const FrameHeader& h, std::span<const uint8_t> payload,
                std::shared_ptr<RegionEntry> range) override {
-    std::shared_lock lock;
+    std::shared_lock<std::shared_mutex> lock;
     if (range) {
       lock = std::shared_lock(range->mu);  // as the transport sends it
       if (range->dead) return;
@@ -41,7 +41,7 @@ class Sink final : public FrameSink {
     *dest = {local_, n};
     return Status::OK();
   }
-  void EndResponse(const FrameHeader& h, std::string_view error) override {
+  void EndResponse(const FrameHeader&, std::string_view error) override {
     next_seq_++;
     checksum_ += error.size();
   }

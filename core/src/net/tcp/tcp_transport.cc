@@ -33,8 +33,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Responses with at most this much payload are copied and sent at the end
-// of a receive burst, coalescing many acks into one send.
+// Answers with at most this much payload are copied; larger ones (READ
+// answers) are sent from the range. Either way they go out at the end of a
+// receive burst, many in one send.
 constexpr size_t kDeferredResponseMax = 4096;
 // Bytes read per receive call into the staging buffer.
 constexpr size_t kStagingSize = 256 << 10;
@@ -46,6 +47,8 @@ constexpr int kReadsPerBurst = 64;
 // Progress threads look for timed-out ops (and answers a poller held
 // back) at least this often.
 constexpr int kTickMs = 10;
+// A poller holds back at most this many bytes of answers.
+constexpr size_t kMaxDeferredBytes = 64 << 10;
 // A poller that polls again sends answers it held back this long.
 constexpr auto kMaxAckDeferral = std::chrono::microseconds(50);
 // A connection is attended while its application thread polled it this
@@ -100,6 +103,12 @@ Status ResolveAddress(const std::string& address, sockaddr_in* out) {
   return Status::OK();
 }
 
+// strerror, thread-safe.
+std::string ErrnoText(int err) {
+  char buf[128];
+  return strerror_r(err, buf, sizeof(buf));  // the GNU variant returns the text
+}
+
 int RemainingMs(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   return static_cast<int>(std::max<int64_t>(0, left.count()));
@@ -128,7 +137,7 @@ Status SendAll(int fd, const void* data, size_t n, Clock::time_point deadline) {
     } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
       PDPM_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, "handshake send"));
     } else {
-      return Status::Unavailable(std::string("handshake send: ") + std::strerror(errno));
+      return Status::Unavailable(std::string("handshake send: ") + ErrnoText(errno));
     }
   }
   return Status::OK();
@@ -146,7 +155,7 @@ Status RecvAll(int fd, void* data, size_t n, Clock::time_point deadline) {
     } else if (errno == EAGAIN || errno == EINTR) {
       PDPM_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline, "handshake receive"));
     } else {
-      return Status::Unavailable(std::string("handshake receive: ") + std::strerror(errno));
+      return Status::Unavailable(std::string("handshake receive: ") + ErrnoText(errno));
     }
   }
   return Status::OK();
@@ -333,7 +342,6 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
 
   std::mutex tx_mu_;
   std::deque<TxEntry> txq_;    // guarded by tx_mu_
-  bool tx_blocked_ = false;    // the socket said EAGAIN; guarded by tx_mu_
   size_t tx_owned_bytes_ = 0;  // guarded by tx_mu_
   Status tx_error_;            // guarded by tx_mu_
   std::atomic<size_t> tx_backlog_{0};
@@ -345,6 +353,8 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   std::atomic<bool> waiting_{false};
   // When a drain last found the socket empty (steady clock ticks).
   std::atomic<int64_t> emptied_at_{0};
+  // The poller woke (AckNotify) and has not drained the socket empty since.
+  std::atomic<bool> maybe_unread_{true};
 
   mutable std::mutex state_mu_;
   std::deque<PendingOp> pending_;             // guarded by state_mu_
@@ -556,9 +566,10 @@ bool ConnCore::DrainLocked(Drainer drainer) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
         emptied_at_.store(Clock::now().time_since_epoch().count());
+        if (from_poller) maybe_unread_.store(false);
         break;
       }
-      FailLocked(Status::Unavailable("connection to " + address_ + ": " + std::strerror(errno)));
+      FailLocked(Status::Unavailable("connection to " + address_ + ": " + ErrnoText(errno)));
       return false;
     }
     Status s = machine_.Consume(staging_.data(), staged);
@@ -570,13 +581,14 @@ bool ConnCore::DrainLocked(Drainer drainer) {
       // A short read took all the socket had; data arriving later raises a
       // new edge for the progress thread and wakes sleeping pollers.
       emptied_at_.store(Clock::now().time_since_epoch().count());
+      if (from_poller) maybe_unread_.store(false);
       break;
     }
   }
   Status flushed;
   {
     std::lock_guard lock(tx_mu_);
-    if (from_poller && !txq_.empty() && tx_error_.ok()) {
+    if (from_poller && !txq_.empty() && tx_error_.ok() && tx_backlog_.load() <= kMaxDeferredBytes) {
       // Hold the answers back briefly: an RPC server's reply, or the
       // poller's next post, takes them along in one send.
       if (deferred_since_.load() == 0) {
@@ -620,7 +632,6 @@ void ConnCore::OnWritable() {
   Status s;
   {
     std::lock_guard lock(tx_mu_);
-    tx_blocked_ = false;
     s = FlushLocked();
   }
   if (!s.ok()) {
@@ -675,11 +686,8 @@ Status ConnCore::FlushLocked() {
     for (int i = 0; i < locked; i++) locks[i].unlock();
     if (w < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        tx_blocked_ = true;  // until EPOLLOUT (OnWritable)
-        return Status::OK();
-      }
-      tx_error_ = Status::Unavailable("send to " + address_ + ": " + std::strerror(errno));
+      if (errno == EAGAIN) return Status::OK();  // EPOLLOUT brings us back
+      tx_error_ = Status::Unavailable("send to " + address_ + ": " + ErrnoText(errno));
       return tx_error_;
     }
     size_t left = w;
@@ -713,10 +721,10 @@ void ConnCore::Respond(const FrameHeader& h, std::span<const uint8_t> payload,
     tx_owned_bytes_ += e.owned.size();
     return;
   }
-  // A large READ answer goes out from the range itself, without a copy.
+  // A large READ answer goes out from the range itself, without a copy,
+  // with the other answers of this receive burst in one send.
   e.payload = payload.data();
   e.range = std::move(range);
-  if (!tx_blocked_) tx_error_ = FlushLocked();
 }
 
 void ConnCore::DeliverIncoming(uint32_t imm, uint32_t length) {
@@ -931,7 +939,13 @@ size_t ConnCore::PollIncoming(std::span<Incoming> out) {
 
 Status ConnCore::ArmNotify() {
   FlushDeferred(Clock::duration::zero());  // nobody else would send them now
-  last_touch_.store(Clock::now().time_since_epoch().count());
+  int64_t now = Clock::now().time_since_epoch().count();
+  last_touch_.store(now);
+  // The socket is in the wait set: if the poller found it empty since it
+  // last woke, the "poll once more" after arming need not read it (data
+  // arriving wakes the waiter at once); it only looks at what progress
+  // threads queued.
+  if (!maybe_unread_.load()) emptied_at_.store(now);
   waiting_.store(true);
   armed_.store(true);
   if (broken_.load()) Notify();
@@ -940,6 +954,7 @@ Status ConnCore::ArmNotify() {
 
 void ConnCore::AckNotify() {
   waiting_.store(false);
+  maybe_unread_.store(true);
   if (!notified_.exchange(false)) return;
   uint64_t v;
   [[maybe_unused]] ssize_t n = ::read(event_fd_.get(), &v, sizeof(v));
@@ -1186,13 +1201,13 @@ Status TcpTransport::Dial(const std::string& address, uint32_t core, std::string
   if (fd.get() < 0) return Status::FromErrno("connect: socket", errno);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     if (errno != EINPROGRESS) {
-      return Status::Unavailable("connect to " + address + ": " + std::strerror(errno));
+      return Status::Unavailable("connect to " + address + ": " + ErrnoText(errno));
     }
     PDPM_RETURN_IF_ERROR(WaitFd(fd.get(), POLLOUT, deadline, "connect").WithContext(address));
     int err = 0;
     socklen_t len = sizeof(err);
     ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) return Status::Unavailable("connect to " + address + ": " + std::strerror(err));
+    if (err != 0) return Status::Unavailable("connect to " + address + ": " + ErrnoText(err));
   }
   SetNoDelay(fd.get());
   uint8_t hello_bytes[kHelloSize];
@@ -1295,7 +1310,6 @@ Status ConnCore::Reconnect() {
     peer_max_transfer_ = max_transfer;
     machine_.Reset();
     tx_error_ = Status::OK();
-    tx_blocked_ = false;
     rx_paused_.store(false);
     broken_.store(false);
   }

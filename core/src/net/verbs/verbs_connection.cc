@@ -9,12 +9,22 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 namespace pdpm::net::verbs {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Time for the op timeout, read on the datapath: the coarse monotonic clock
+// costs a memory read everywhere (no clock-source access, which emulated
+// machines serialize), and millisecond resolution suits a timeout.
+std::chrono::nanoseconds CoarseNow() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
 
 // Receive work requests carry this bit in wr_id; send ones their sequence.
 constexpr uint64_t kRecvTag = 1ull << 63;
@@ -331,6 +341,60 @@ Status VerbsConnection::ForRequest(std::shared_ptr<Device> device, rdma_cm_id* i
   return Status::OK();
 }
 
+Status VerbsConnection::DescribeRemote(uint32_t key, Device::RangeInfo* info, bool* found) {
+  auto cached = remote_ranges_.find(key);
+  if (cached != remote_ranges_.end()) {
+    *info = cached->second;
+    *found = true;
+    return Status::OK();
+  }
+  ControlMessage request{};
+  request.version = kWireVersion;
+  request.type = static_cast<uint8_t>(ControlType::kDescribeRequest);
+  request.key = key;
+  request.seq = describe_seq_ = ++describes_;
+  describe_answered_ = false;
+  deferred_.push_back(request);
+  FlushDeferredLocked();
+  auto start = CoarseNow();
+  auto timeout = std::chrono::milliseconds(device_->options().op_timeout_ms);
+  for (uint32_t spins = 1; !describe_answered_; spins++) {
+    if (broken_ || peer_gone_) {
+      describe_seq_ = 0;
+      return broken_status_.ok() ? Status::Unavailable("peer " + peer_address_ + " disconnected")
+                                 : broken_status_;
+    }
+    DrainLocked();
+    if (spins % kPollsPerClockRead == 0 && CoarseNow() - start > timeout) {
+      Break(Status::Timeout("peer " + peer_address_ + " did not answer within " +
+                            std::to_string(device_->options().op_timeout_ms) + " ms"));
+      describe_seq_ = 0;
+      return broken_status_;
+    }
+  }
+  describe_seq_ = 0;
+  peer_max_transfer_ = describe_reply_.max_transfer;
+  // An unknown key is not cached: it may be registered later.
+  *found = describe_reply_.status == 0;
+  if (*found) {
+    *info = Device::RangeInfo{describe_reply_.offset, describe_reply_.size, describe_reply_.access};
+    remote_ranges_[key] = *info;
+  }
+  return Status::OK();
+}
+
+void VerbsConnection::AcceptFailed(const Op& op, const Status& status) {
+  Pending p{};
+  p.first_seq = p.last_seq = posted_;
+  p.id = op.id;
+  p.opcode = op.opcode;
+  p.signaled = op.signaled;
+  p.retired = p.replied = true;
+  p.status = status;
+  pending_.push_back(std::move(p));
+  if (op.signaled) signaled_outstanding_++;
+}
+
 bool VerbsConnection::TakeSignal(bool wanted) {
   uint32_t interval = std::max<uint32_t>(link_->sq_depth / 4, 1);
   if (wanted || unsignaled_run_ + 1 >= interval) {
@@ -390,6 +454,45 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
     requests += persist ? 2 : 1;
     signaled += op.signaled ? 1 : 0;
   }
+  // Every op's target range, learned before anything is queued. Wrong
+  // keys, bounds and rights fail the op here, as the peer's device would,
+  // but without breaking the queue pair (the device still checks).
+  targets_.resize(ops.size());
+  for (size_t i = 0; i < ops.size(); i++) {
+    const Op& op = ops[i];
+    OpTarget& target = targets_[i];
+    bool found = false;
+    Status described = DescribeRemote(op.remote_key, &target.range, &found);
+    if (!described.ok()) {
+      // The connection broke or timed out while asking: the ops fail with
+      // that, in order, like ops that were in flight.
+      for (const Op& failed : ops) AcceptFailed(failed, described);
+      FinishReady();
+      return Status::OK();
+    }
+    uint32_t needed = op.opcode == Opcode::kRead ? kRemoteRead
+                      : op.opcode == Opcode::kWrite || op.opcode == Opcode::kWriteWithImm
+                          ? kRemoteWrite
+                          : kRemoteAtomic;
+    if (peer_max_transfer_ != 0 && op.local.length > peer_max_transfer_) {
+      return Status::TooLarge(std::string(OpcodeName(op.opcode)) + " of " +
+                              std::to_string(op.local.length) + " bytes exceeds the peer's " +
+                              std::to_string(peer_max_transfer_));
+    }
+    if (!found) {
+      target.refused = Status::PermissionDenied("no range with key " +
+                                                std::to_string(op.remote_key) + " at the peer");
+    } else if (op.remote_offset > target.range.size ||
+               op.local.length > target.range.size - op.remote_offset) {
+      target.refused =
+          Status::OutOfRange(std::string(OpcodeName(op.opcode)) + " outside the remote range");
+    } else if ((target.range.access & needed) == 0) {
+      target.refused = Status::PermissionDenied(std::string(OpcodeName(op.opcode)) +
+                                                ": no such access right to the remote range");
+    } else {
+      target.refused = Status::OK();
+    }
+  }
   if (signaled_outstanding_ + signaled > options.max_outstanding) {
     return Status::ResourceExhausted("more than max_outstanding signaled ops in flight");
   }
@@ -405,7 +508,13 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
   sges_.assign(requests, ibv_sge{});
   bool had_expected = !pending_.empty() && last_signaled_ >= pending_.front().first_seq;
   size_t w = 0;
-  for (const Op& op : ops) {
+  for (size_t op_index = 0; op_index < ops.size(); op_index++) {
+    const Op& op = ops[op_index];
+    if (!targets_[op_index].refused.ok()) {
+      AcceptFailed(op, targets_[op_index].refused);
+      continue;
+    }
+    const uint64_t remote_address = targets_[op_index].range.io_base + op.remote_offset;
     auto* region = static_cast<VerbsRegion*>(op.local.region);
     bool persist =
         op.persist && (op.opcode == Opcode::kWrite || op.opcode == Opcode::kWriteWithImm);
@@ -418,10 +527,9 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
 
     ibv_send_wr& wr = wrs_[w];
     ibv_sge& sge = sges_[w];
-    // Registered ranges start at I/O address 0, local ones too: the device
-    // addresses the buffer by its offset. Inline data is copied by the CPU
-    // from the real address instead.
-    sge.addr = op.local.offset;
+    // The device addresses registered memory by I/O address (io_base +
+    // offset); inline data is copied by the CPU from the real address.
+    sge.addr = region->io_base() + op.local.offset;
     sge.length = op.local.length;
     sge.lkey = region->lkey();
     wr.wr_id = ++posted_;
@@ -430,7 +538,7 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
     switch (op.opcode) {
       case Opcode::kRead:
         wr.opcode = IBV_WR_RDMA_READ;
-        wr.wr.rdma.remote_addr = op.remote_offset;
+        wr.wr.rdma.remote_addr = remote_address;
         wr.wr.rdma.rkey = op.remote_key;
         last_read_ = posted_;
         break;
@@ -441,7 +549,7 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
         wr.opcode = op.opcode == Opcode::kWriteWithImm && !persist ? IBV_WR_RDMA_WRITE_WITH_IMM
                                                                    : IBV_WR_RDMA_WRITE;
         wr.imm_data = htonl(op.imm);
-        wr.wr.rdma.remote_addr = op.remote_offset;
+        wr.wr.rdma.remote_addr = remote_address;
         wr.wr.rdma.rkey = op.remote_key;
         if (op.local.length <= link_->max_inline) {
           wr.send_flags |= IBV_SEND_INLINE;
@@ -455,7 +563,7 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
       case Opcode::kFetchAdd:
         wr.opcode = op.opcode == Opcode::kCompareSwap ? IBV_WR_ATOMIC_CMP_AND_SWP
                                                       : IBV_WR_ATOMIC_FETCH_AND_ADD;
-        wr.wr.atomic.remote_addr = op.remote_offset;
+        wr.wr.atomic.remote_addr = remote_address;
         wr.wr.atomic.rkey = op.remote_key;
         wr.wr.atomic.compare_add = op.compare_or_add;
         wr.wr.atomic.swap = op.swap;
@@ -504,13 +612,16 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
   for (size_t i = 0; i + 1 < w; i++) wrs_[i].next = &wrs_[i + 1];
   if (!had_expected) progress_++;  // the stall clock starts now
 
-  ibv_send_wr* bad = nullptr;
-  int err = ibv_post_send(link_->id->qp, wrs_.data(), &bad);
-  if (err != 0) {
-    // Accounting said it fits, so the queue pair itself is in trouble;
-    // some requests may be in flight: the connection cannot be trusted.
-    Break(Status::FromErrno("ibv_post_send", err));
+  if (w > 0) {
+    ibv_send_wr* bad = nullptr;
+    int err = ibv_post_send(link_->id->qp, wrs_.data(), &bad);
+    if (err != 0) {
+      // Accounting said it fits, so the queue pair itself is in trouble;
+      // some requests may be in flight: the connection cannot be trusted.
+      Break(Status::FromErrno("ibv_post_send", err));
+    }
   }
+  FinishReady();  // ops refused above may be next in line
   return Status::OK();
 }
 
@@ -617,7 +728,33 @@ void VerbsConnection::HandleControl(const uint8_t* data, uint32_t length) {
     FlushDeferredLocked();
     return;
   }
-  // A reply: find the op whose persist request carried this sequence.
+  if (message.type == static_cast<uint8_t>(ControlType::kDescribeRequest)) {
+    Device::RangeInfo range{};
+    Status described = device_->Describe(message.key, &range);
+    ControlMessage reply{};
+    reply.version = kWireVersion;
+    reply.type = static_cast<uint8_t>(ControlType::kDescribeReply);
+    reply.status = static_cast<uint16_t>(described.code());
+    reply.key = message.key;
+    reply.seq = message.seq;
+    reply.offset = range.io_base;
+    reply.size = range.size;
+    reply.access = static_cast<uint8_t>(range.access);
+    reply.max_transfer = device_->options().max_transfer;
+    deferred_.push_back(reply);
+    FlushDeferredLocked();
+    return;
+  }
+  if (message.type == static_cast<uint8_t>(ControlType::kDescribeReply)) {
+    if (describe_seq_ == 0 || message.seq != describe_seq_) {
+      Break(Status::Corruption("describe reply for no request, from peer " + peer_address_));
+      return;
+    }
+    describe_reply_ = message;
+    describe_answered_ = true;
+    return;
+  }
+  // A persist reply: find the op whose persist request carried this sequence.
   auto it = std::find_if(pending_.begin(), pending_.end(),
                          [&](const Pending& p) { return p.last_seq == message.seq; });
   if (it == pending_.end() || !it->needs_reply || it->replied) {
@@ -688,8 +825,9 @@ void VerbsConnection::FailFrom(uint64_t failed_seq, const Status& status) {
   if (broken_) return;  // flushed requests after the first failure
   // RC completes in order: everything before the failed request succeeded.
   for (Pending& p : pending_) {
-    if (p.last_seq < failed_seq) {
-      p.retired = true;
+    if (!p.status.ok()) {
+      // refused before it was sent: keeps its own status
+    } else if (p.last_seq < failed_seq) {
       if (p.needs_reply && !p.replied) {
         p.status = Status::Unavailable("connection broke before the persist reply");
       }
@@ -735,7 +873,7 @@ void VerbsConnection::CheckTimeoutLocked() {
   const Pending& front = pending_.front();
   bool expected = last_signaled_ >= front.first_seq || front.needs_reply;
   if (!expected) return;
-  auto now = Clock::now();
+  auto now = CoarseNow();
   if (progress_ != progress_seen_) {
     progress_seen_ = progress_;
     stalled_since_ = now;

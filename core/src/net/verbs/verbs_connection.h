@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "net/transport.h"
@@ -32,18 +33,24 @@ namespace pdpm::net::verbs {
 
 class VerbsRegion final : public MemoryRegion {
  public:
-  VerbsRegion(std::shared_ptr<Device> device, ibv_mr* mr, char* data, size_t size)
-      : MemoryRegion(data, size), device_(std::move(device)), mr_(mr) {}
+  VerbsRegion(std::shared_ptr<Device> device, ibv_mr* mr, uint64_t io_base, char* data, size_t size)
+      : MemoryRegion(data, size), device_(std::move(device)), mr_(mr), io_base_(io_base) {}
   ~VerbsRegion() override;
 
   uint32_t key() const override { return mr_->rkey; }
   uint32_t lkey() const { return mr_->lkey; }
+  // The I/O address of offset 0 (what the device addresses it by).
+  uint64_t io_base() const { return io_base_; }
   const Device* device() const { return device_.get(); }
 
  private:
   std::shared_ptr<Device> device_;
   ibv_mr* const mr_;
+  const uint64_t io_base_;
 };
+
+// Registered ranges' I/O addresses keep the page offset of their address.
+inline constexpr uint64_t kIoPageSize = 4096;
 
 // The per-connection verbs resources; RAII over cm id, queue pair, CQ and
 // the control buffers.
@@ -131,7 +138,12 @@ class VerbsConnection final : public Connection {
   void Break(const Status& status);
   void FinishReady();
   void CheckTimeoutLocked();
-  Status SendControl(const ControlMessage& message);
+  // The peer's range `key`: cached, or asked for with one round trip (the
+  // first use of a key on a connection). *found is false for a key the
+  // peer does not have. Fails only if the connection breaks meanwhile.
+  Status DescribeRemote(uint32_t key, Device::RangeInfo* info, bool* found);
+  // Queues `op` as already failed (its completion keeps posting order).
+  void AcceptFailed(const Op& op, const Status& status);
   void FlushDeferredLocked();
   size_t FreeSendSlots() const { return link_->sq_depth - (posted_ - retired_); }
   bool TakeSignal(bool wanted);
@@ -162,11 +174,22 @@ class VerbsConnection final : public Connection {
   uint64_t progress_ = 0;
   uint64_t progress_seen_ = ~0ull;
   uint32_t idle_polls_ = 0;
-  std::chrono::steady_clock::time_point stalled_since_;
+  std::chrono::nanoseconds stalled_since_{0};  // CLOCK_MONOTONIC_COARSE
   std::deque<Pending> pending_;
   std::deque<Ready> ready_;
   std::deque<Incoming> incoming_;
   std::deque<ControlMessage> deferred_;  // replies waiting for send queue room
+  std::unordered_map<uint32_t, Device::RangeInfo> remote_ranges_;  // by peer key
+  uint32_t peer_max_transfer_ = 0;  // from the first describe reply; 0 unknown
+  struct OpTarget {
+    Device::RangeInfo range;
+    Status refused;  // the op fails without being sent (key, bounds, rights)
+  };
+  std::vector<OpTarget> targets_;  // Post's scratch
+  uint64_t describes_ = 0;         // describe requests sent
+  uint64_t describe_seq_ = 0;      // the describe request in flight (0: none)
+  bool describe_answered_ = false;
+  ControlMessage describe_reply_{};
   size_t signaled_outstanding_ = 0;
   std::vector<ibv_send_wr> wrs_;
   std::vector<ibv_sge> sges_;

@@ -102,9 +102,20 @@ std::string Device::name() const {
   return ibv_get_device_name(context_->device);
 }
 
-void Device::AddRegion(uint32_t key, char* data, size_t size, PersistFn persist) {
+void Device::AddRegion(uint32_t key, uint64_t io_base, uint32_t access, char* data, size_t size,
+                       PersistFn persist) {
   std::lock_guard lock(regions_mu_);
-  regions_[key] = Region{data, size, std::move(persist)};
+  regions_[key] = Region{io_base, access, data, size, std::move(persist)};
+}
+
+Status Device::Describe(uint32_t key, RangeInfo* info) {
+  std::lock_guard lock(regions_mu_);
+  auto it = regions_.find(key);
+  if (it == regions_.end()) {
+    return Status::NotFound("no registered range with key " + std::to_string(key));
+  }
+  *info = RangeInfo{it->second.io_base, it->second.size, it->second.access};
+  return Status::OK();
 }
 
 void Device::RemoveRegion(uint32_t key) {

@@ -47,10 +47,19 @@ class Device : public std::enable_shared_from_this<Device> {
   rdma_event_channel* cm_channel() const { return cm_channel_; }
 
   // Region registry: the PersistFn behind a key.
-  void AddRegion(uint32_t key, char* data, size_t size, PersistFn persist);
+  void AddRegion(uint32_t key, uint64_t io_base, uint32_t access, char* data, size_t size,
+                 PersistFn persist);
   void RemoveRegion(uint32_t key);
   // Runs the PersistFn of the region `key` names over [offset, offset+length).
   Status Persist(uint32_t key, uint64_t offset, uint32_t length);
+  // What a peer needs to address the region `key` and check its ops
+  // against it (kNotFound if there is none).
+  struct RangeInfo {
+    uint64_t io_base;  // I/O address of offset 0
+    uint64_t size;
+    uint32_t access;  // Access bits
+  };
+  Status Describe(uint32_t key, RangeInfo* info);
 
   // Established connections whose cm events and progress the service thread
   // handles. Remove before the connection's cm id is destroyed.
@@ -65,6 +74,8 @@ class Device : public std::enable_shared_from_this<Device> {
 
  private:
   struct Region {
+    uint64_t io_base;
+    uint32_t access;
     char* data;
     size_t size;
     PersistFn persist;

@@ -128,9 +128,11 @@ constexpr uint32_t kUnpolledCore = 1;
 
 struct Blob {
   uint32_t key;
-  uint32_t read_only_key;
+  uint32_t read_only_key;  // the second mapping, remote read only
   uint32_t core;
+  uint32_t unaligned_key;  // the second mapping from byte kUnalignedStart on
 };
+constexpr uint64_t kUnalignedStart = 5;
 
 char* MapRegion() {
   void* p = mmap(nullptr, kRegionSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -173,6 +175,10 @@ void Check(const Status& s, const char* what) {
         "register");
   Check(transport->RegisterMemory(read_only, kRegionSize, kRemoteRead, nullptr, &read_only_region),
         "register read-only");
+  std::unique_ptr<MemoryRegion> unaligned_region;
+  Check(transport->RegisterMemory(read_only + kUnalignedStart, 4096, kRemoteAll, nullptr,
+                                  &unaligned_region),
+        "register unaligned");
   std::mutex mu;
   std::vector<std::unique_ptr<Connection>> connections;
   AcceptHandler handler;
@@ -181,7 +187,7 @@ void Check(const Status& s, const char* what) {
     if (std::string_view(reinterpret_cast<const char*>(peer.data()), peer.size()) == "refuse") {
       return Status::PermissionDenied("refused on request");
     }
-    Blob blob{region->key(), read_only_region->key(), core};
+    Blob blob{region->key(), read_only_region->key(), core, unaligned_region->key()};
     reply->assign(reinterpret_cast<const char*>(&blob), sizeof(blob));
     return Status::OK();
   };
@@ -293,7 +299,7 @@ class VerbsPair : public ::testing::Test {
   }
 
   void Connect(uint32_t core) {
-    Blob mine{region_->key(), 0, core};
+    Blob mine{region_->key(), 0, core, 0};
     Status s = transport_->Connect(
         address_, core, std::string_view(reinterpret_cast<char*>(&mine), sizeof(mine)), &conn_);
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -375,6 +381,21 @@ TEST_F(VerbsPair, WriteThenReadBackLargeAndInline) {
   EXPECT_EQ(std::memcmp(local_ + 100, local_ + 300000, 16), 0);
   EXPECT_EQ(conn_->outstanding(), 0u);
   EXPECT_TRUE(conn_->healthy());
+}
+
+TEST_F(VerbsPair, RangesThatDoNotStartAPageAreAddressedFromTheirStart) {
+  std::memcpy(local_ + 3, "unaligned range!", 16);  // unaligned local side too
+  Op write = Write(3, 0, 16);
+  write.remote_key = peer_.unaligned_key;
+  ASSERT_OK(Execute(write));
+  Op read = Read(1000, kUnalignedStart, 16);
+  read.remote_key = peer_.read_only_key;
+  ASSERT_OK(Execute(read));
+  EXPECT_EQ(std::memcmp(local_ + 1000, "unaligned range!", 16), 0);
+  // The range ends where it was registered.
+  Op beyond = Write(3, 4096 - 8, 16);
+  beyond.remote_key = peer_.unaligned_key;
+  EXPECT_EQ(Execute(beyond).code(), StatusCode::kOutOfRange);
 }
 
 TEST_F(VerbsPair, AtomicsReturnTheOldValue) {
@@ -512,25 +533,37 @@ TEST_F(VerbsPair, MalformedOpsFailLocally) {
             StatusCode::kInvalidArgument);
 }
 
-TEST_F(VerbsPair, RemoteAccessErrorsBreakTheConnectionAndReconnectHeals) {
+TEST_F(VerbsPair, WrongKeyBoundsAndRightsFailOnlyThatOp) {
   Op wrong_key = Read(0, 0, 64);
   wrong_key.remote_key = peer_.key ^ 0x5a5a00;
   EXPECT_EQ(Execute(wrong_key).code(), StatusCode::kPermissionDenied);
-  EXPECT_FALSE(conn_->healthy());
-  EXPECT_EQ(conn_->Post({&wrong_key, 1}).code(), StatusCode::kUnavailable);
-  ASSERT_OK(conn_->Reconnect());
-  EXPECT_TRUE(conn_->healthy());
-  EXPECT_OK(Execute(Read(0, 0, 64)));
-
-  EXPECT_EQ(Execute(Read(0, kRegionSize - 8, 64)).code(), StatusCode::kPermissionDenied);
-  ASSERT_OK(conn_->Reconnect());
+  EXPECT_EQ(Execute(Read(0, kRegionSize - 8, 64)).code(), StatusCode::kOutOfRange);
+  Op wrapping = Read(0, ~uint64_t{0} - 3, 8);
+  EXPECT_EQ(Execute(wrapping).code(), StatusCode::kOutOfRange);
   Op no_right = Write(0, 0, 64);
   no_right.remote_key = peer_.read_only_key;
   EXPECT_EQ(Execute(no_right).code(), StatusCode::kPermissionDenied);
-  ASSERT_OK(conn_->Reconnect());
   Op allowed = Read(0, 0, 64);
   allowed.remote_key = peer_.read_only_key;
   EXPECT_OK(Execute(allowed));
+  // A refused op in a batch completes in its place.
+  Op batch[3] = {Read(0, 0, 8), wrong_key, Read(8, 8, 8)};
+  for (Op& op : batch) op.signaled = true;
+  batch[1].id = 999;
+  ASSERT_OK(conn_->Post(batch));
+  Completion c[3];
+  size_t got = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (got < 3 && Clock::now() < deadline) got += conn_->PollCompletions({c + got, 3 - got});
+  ASSERT_EQ(got, 3u);
+  EXPECT_EQ(c[0].id, batch[0].id);
+  EXPECT_EQ(c[1].id, 999u);
+  EXPECT_EQ(c[1].status.code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(c[2].id, batch[2].id);
+  EXPECT_TRUE(conn_->healthy());
+  // Reconnect replaces the queue pair; keys stay valid.
+  ASSERT_OK(conn_->Reconnect());
+  EXPECT_OK(Execute(Read(0, 0, 64)));
 }
 
 TEST_F(VerbsPair, CoreIsTakenModuloAndRefusalsCarryTheirStatus) {

@@ -38,16 +38,21 @@ class VerbsTransport final : public Transport {
     if (access & kRemoteRead) flags |= IBV_ACCESS_REMOTE_READ;
     if (access & kRemoteWrite) flags |= IBV_ACCESS_REMOTE_WRITE;
     if (access & kRemoteAtomic) flags |= IBV_ACCESS_REMOTE_ATOMIC;
-    // I/O virtual address 0: peers address the range by offset.
-    ibv_mr* mr = ibv_reg_mr_iova2(device_->pd(), data, size, 0, flags);
+    // The I/O address of offset 0 is the range's offset in its page (the
+    // kernel wants address and I/O address congruent modulo the page
+    // size): page-aligned ranges start at 0, others at their page offset,
+    // which peers learn once per key (docs/net-verbs.md).
+    uint64_t io_base = reinterpret_cast<uintptr_t>(data) % kIoPageSize;
+    ibv_mr* mr = ibv_reg_mr_iova2(device_->pd(), data, size, io_base, flags);
     if (mr == nullptr) {
       int err = errno;
       std::string hint =
           err == EOPNOTSUPP ? " (file-system DAX memory cannot be pinned; register devdax)" : "";
       return Status::FromErrno("ibv_reg_mr of " + std::to_string(size) + " bytes" + hint, err);
     }
-    device_->AddRegion(mr->rkey, static_cast<char*>(data), size, std::move(persist));
-    *out = std::make_unique<VerbsRegion>(device_, mr, static_cast<char*>(data), size);
+    device_->AddRegion(mr->rkey, io_base, access, static_cast<char*>(data), size,
+                       std::move(persist));
+    *out = std::make_unique<VerbsRegion>(device_, mr, io_base, static_cast<char*>(data), size);
     return Status::OK();
   }
 

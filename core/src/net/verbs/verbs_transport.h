@@ -3,17 +3,17 @@
 // private data).
 //
 // What it adds to the contract of net/transport.h:
-//   * Registered ranges are addressed from offset 0 (the MR's I/O virtual
-//     address is 0), so Op::remote_offset is the remote address the NIC
-//     checks against the key's bounds.
-//   * A remote access failure (wrong key, out of bounds, missing right)
-//     fails its op with kPermissionDenied and, as on any RC queue pair,
-//     breaks the connection: every later op fails until Reconnect().
+//   * A range registers at any address; its I/O address keeps the page
+//     offset. The first use of a key on a connection asks the peer for the
+//     range's I/O base, size and rights (one round trip inside Post);
+//     wrong keys, bounds and rights then fail only their op, before it is
+//     sent, while the peer's device still enforces them.
 //   * `persist` is one round trip on the same queue pair: a transport
 //     control message follows the WRITE and the peer answers once its
-//     PersistFn ran (docs/net-verbs.md has the format).
+//     PersistFn ran (docs/net-verbs.md has the formats).
 //   * The device is chosen by name or as the first with an active port;
 //     rdma_cm picks the GID that carries the IP address of the connection.
+//   * Only the connecting side can Reconnect (kFailedPrecondition else).
 #pragma once
 
 #include <memory>

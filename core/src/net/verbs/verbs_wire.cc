@@ -62,13 +62,12 @@ Status DecodeControl(std::span<const uint8_t> data, ControlMessage* out) {
   if (out->version != kWireVersion) {
     return Status::Corruption("control message of unknown version");
   }
-  if (out->type != static_cast<uint8_t>(ControlType::kPersistRequest) &&
-      out->type != static_cast<uint8_t>(ControlType::kPersistReply)) {
+  if (out->type < static_cast<uint8_t>(ControlType::kPersistRequest) ||
+      out->type > static_cast<uint8_t>(ControlType::kDescribeReply)) {
     return Status::Corruption("control message of unknown type");
   }
-  if (out->type == static_cast<uint8_t>(ControlType::kPersistReply) &&
-      out->status > static_cast<uint16_t>(StatusCode::kInternal)) {
-    return Status::Corruption("persist reply with unknown status");
+  if (out->status > static_cast<uint16_t>(StatusCode::kInternal)) {
+    return Status::Corruption("control message with unknown status");
   }
   return Status::OK();
 }

@@ -39,11 +39,17 @@ size_t EncodeRejectData(const Status& why, uint8_t* out);
 // the kernel rejected because nobody listens).
 Status DecodeRejectData(std::span<const uint8_t> data);
 
-enum class ControlType : uint8_t { kPersistRequest = 1, kPersistReply = 2 };
+enum class ControlType : uint8_t {
+  kPersistRequest = 1,
+  kPersistReply = 2,
+  kDescribeRequest = 3,  // what is the I/O address of offset 0 of `key`?
+  kDescribeReply = 4,    // status, key, offset = that address, size, access, max_transfer
+};
 
-// A control message. Requests name a registered range by key and offset
-// (`seq` is the requester's tag, echoed in the reply); a request with
+// A control message. Persist requests name a registered range by key and
+// offset (`seq` is the requester's tag, echoed in the reply); one with
 // has_imm also raises an Incoming event once the range is persisted.
+// Describe requests ask for the I/O address a key's range starts at.
 struct ControlMessage {
   uint8_t version;
   uint8_t type;     // ControlType
@@ -54,9 +60,12 @@ struct ControlMessage {
   uint32_t length;  // request: bytes written
   uint32_t imm;     // request: immediate to deliver when has_imm
   uint8_t has_imm;
-  uint8_t padding[7];
+  uint8_t access;  // describe reply: the range's Access bits
+  uint8_t padding[2];
+  uint32_t max_transfer;  // describe reply: the peer's largest transfer
+  uint64_t size;          // describe reply: the range's length
 };
-static_assert(sizeof(ControlMessage) == 40);
+static_assert(sizeof(ControlMessage) == 48);
 
 // kCorruption when `data` is not a well-formed control message.
 Status DecodeControl(std::span<const uint8_t> data, ControlMessage* out);
