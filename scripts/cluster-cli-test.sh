@@ -165,6 +165,23 @@ done
 check_all
 "$pdpm" status --dir "$dir" >/dev/null
 
+step "one server killed: status says so, up refuses a partly running cluster"
+kill -9 "$(cat "$dir/server-2.pid")"
+# The monitor notices after its suspect timeout (3 s).
+for _ in $(seq 200); do
+  rc=0
+  "$pdpm" status --dir "$dir" >"$work/status" 2>"$work/err" || rc=$?
+  [[ $rc == 0 ]] || break
+  sleep 0.1
+done
+[[ $rc == 1 ]] || die "status still healthy 20 s after a server was killed"
+grep -Eq "^pdpm: cluster is (DEGRADED|DOWN)" "$work/err" || die "status stderr: $(cat "$work/err")"
+grep -Eq " (SUSPECT|DOWN) " "$work/status" || die "status shows no lost server: $(cat "$work/status")"
+expect_fail 1 "part of the cluster in .* is running" "$pdpm" up "${up_flags[@]}"
+"$pdpm" down --dir "$dir" >/dev/null
+"$pdpm" up "${up_flags[@]}" >/dev/null
+check_all
+
 step "down"
 "$pdpm" down --dir "$dir" >/dev/null
 "$pdpm" fsck --dir "$dir" >"$work/fsck.out" || die "fsck after kill -9: $(cat "$work/fsck.out")"
