@@ -18,7 +18,7 @@ FUZZ_LONG_SECONDS ?= 600
 
 .PHONY: deps build build-asan build-tsan build-fuzz test test-core test-asan test-tsan \
         test-fuzz test-operator test-hw fuzz bench bench-net bench-hw bench-dsm bench-kv \
-        bench-fs lint format clean
+        lint format clean up
 
 deps:
 	@scripts/deps.sh
@@ -72,13 +72,21 @@ bench-hw: build
 fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_LONG_SECONDS)
 
-bench: bench-net
+bench: bench-net bench-dsm bench-kv
 
 bench-net: build
 	scripts/bench-net.sh build/release
 
 bench-kv: build
 	scripts/bench-kv.sh build/release
+
+bench-dsm: build
+	scripts/bench-dsm.sh build/release
+
+# A local cluster (monitor + three servers on file-backed PM, docs/cli.md)
+# in ${XDG_DATA_HOME:-~/.local/share}/pdpm, and a round trip through it.
+up: build
+	scripts/cluster-up.sh build/release
 
 lint: deps
 	scripts/lint.sh

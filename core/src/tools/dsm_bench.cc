@@ -1,0 +1,151 @@
+// dsm_bench: pDSM throughput through libpdpm against a running cluster
+// (scripts/bench-dsm.sh starts one with `pdpm up` and adds the iperf3
+// reference measured in the same run).
+//
+//   dsm_bench --monitor HOST:PORT --secret-file FILE [--duration 2s]
+//
+// One client thread, one operation in flight. Prints one line per figure,
+// "FIGURE <name> <value> <unit>", bandwidth in MB/s (10^6 bytes/s):
+//   write.64KiB.r1   Write of 64 KiB, durable on the server's PM on return
+//   read.64KiB       Read of 64 KiB
+//   obj.put.4KiB / obj.get.4KiB / obj.put.1MiB / obj.get.1MiB
+// Exits 1 with one error line when any operation fails.
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+
+#include "client/client.h"
+#include "common/flags.h"
+#include "tools/file_util.h"
+
+namespace pdpm::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int Fail(const std::string& what, const Status& s) {
+  std::fprintf(stderr, "dsm_bench: %s: %s\n", what.c_str(), s.ToString().c_str());
+  return 1;
+}
+
+// Runs `op(i)` for i = 0, 1, ... until `seconds` passed; MB/s of
+// `bytes_per_op`. The first error stops the run.
+Status Measure(double seconds, uint64_t bytes_per_op, const std::function<Status(uint64_t)>& op,
+               double* mbs) {
+  auto start = Clock::now();
+  auto end = start + std::chrono::duration<double>(seconds);
+  uint64_t ops = 0;
+  Clock::time_point now;
+  do {
+    PDPM_RETURN_IF_ERROR(op(ops));
+    ++ops;
+    now = Clock::now();
+  } while (now < end);
+  double elapsed = std::chrono::duration<double>(now - start).count();
+  *mbs = static_cast<double>(ops * bytes_per_op) / elapsed / 1e6;
+  return Status::OK();
+}
+
+void Report(const char* name, double mbs) {
+  std::printf("FIGURE %s %.3f MB/s\n", name, mbs);
+}
+
+int Run(int argc, char** argv) {
+  std::string monitor;
+  std::string secret_file;
+  std::chrono::milliseconds duration{2000};
+  FlagParser parser("dsm_bench");
+  parser.AddString("monitor", &monitor, "monitor address host:port (required)");
+  parser.AddString("secret-file", &secret_file, "file holding the cluster secret (required)");
+  parser.AddDuration("duration", &duration, "time per figure (default 2s)");
+  Status s = parser.Parse(argc, argv);
+  if (s.ok() && (monitor.empty() || secret_file.empty() || duration.count() <= 0)) {
+    s = Status::InvalidArgument("--monitor, --secret-file and a positive --duration are required");
+  }
+  double seconds = static_cast<double>(duration.count()) / 1000;
+  if (!s.ok()) {
+    std::fprintf(stderr, "dsm_bench: %s\n%s", s.ToString().c_str(), parser.Usage().c_str());
+    return 2;
+  }
+  client::ClientOptions options;
+  options.monitor = monitor;
+  s = ReadWholeFile(secret_file, &options.cluster_secret);
+  if (!s.ok()) return Fail("cluster secret", s);
+  while (!options.cluster_secret.empty() && options.cluster_secret.back() == '\n') {
+    options.cluster_secret.pop_back();
+  }
+  std::unique_ptr<client::Client> c;
+  s = client::Client::Open(options, &c);
+  if (!s.ok()) return Fail("connect", s);
+
+  // Raw 64 KiB transfers over a 4 MiB allocation, so consecutive operations
+  // touch different lines of PM.
+  constexpr uint64_t kRaw = 64 << 10;
+  constexpr uint64_t kRegion = 4 << 20;
+  client::GlobalAddress region;
+  s = c->PAllocate(kRegion, &region);
+  if (!s.ok()) return Fail("pallocate 4 MiB", s);
+  std::string buf(kRaw, '\0');
+  std::mt19937_64 rng(42);
+  for (char& ch : buf) ch = static_cast<char>(rng());
+  // Offsets within one allocation stay inside its segment.
+  auto at = [&](uint64_t i) {
+    client::GlobalAddress a = region;
+    a.offset += (i % (kRegion / kRaw)) * kRaw;
+    return a;
+  };
+  double mbs = 0;
+  s = Measure(
+      seconds, kRaw, [&](uint64_t i) { return c->Write(at(i), buf.data(), kRaw); }, &mbs);
+  if (!s.ok()) return Fail("write 64 KiB", s);
+  Report("write.64KiB.r1", mbs);
+  s = Measure(
+      seconds, kRaw, [&](uint64_t i) { return c->Read(at(i), buf.data(), kRaw); }, &mbs);
+  if (!s.ok()) return Fail("read 64 KiB", s);
+  Report("read.64KiB", mbs);
+  s = c->PFree(region);
+  if (!s.ok()) return Fail("pfree", s);
+
+  // Objects: put cycles over 16 ids (so it overwrites, copy-on-write), get
+  // reads them back.
+  for (uint64_t size : {uint64_t{4} << 10, uint64_t{1} << 20}) {
+    std::string data(size, '\0');
+    for (char& ch : data) ch = static_cast<char>(rng());
+    std::string label = size == 4096 ? "4KiB" : "1MiB";
+    auto id = [&](uint64_t i) { return dsm::ObjectId{size, 1 + i % 16}; };
+    s = Measure(
+        seconds, size, [&](uint64_t i) { return c->PutObj(id(i), data); }, &mbs);
+    if (!s.ok()) return Fail("put " + label, s);
+    Report(("obj.put." + label).c_str(), mbs);
+    // The put phase may have ended before all 16 ids existed.
+    std::string out;
+    for (uint64_t i = 0; i < 16; ++i) {
+      s = c->PutObj(id(i), data);
+      if (!s.ok()) return Fail("put " + label, s);
+    }
+    s = Measure(
+        seconds, size,
+        [&](uint64_t i) -> Status {
+          PDPM_RETURN_IF_ERROR(c->GetObj(id(i), &out));
+          if (out.size() != size) return Status::Corruption("object read back with another size");
+          return Status::OK();
+        },
+        &mbs);
+    if (!s.ok()) return Fail("get " + label, s);
+    Report(("obj.get." + label).c_str(), mbs);
+    for (uint64_t i = 0; i < 16; ++i) {
+      s = c->DelObj(id(i));
+      if (!s.ok()) return Fail("del " + label, s);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pdpm::tools
+
+int main(int argc, char** argv) {
+  return pdpm::tools::Run(argc, argv);
+}

@@ -1,0 +1,498 @@
+#include "tools/local_cluster.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <map>
+#include <thread>
+
+#include "monitor/monitor_client.h"
+#include "tools/file_util.h"
+
+namespace pdpm::tools {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr int kLogTailLines = 15;
+
+// An exclusive flock on DIR/.lock for the duration of an up or down, so two
+// invocations never start or stop the same daemons at once.
+class DirLock {
+ public:
+  ~DirLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Acquire(const std::string& dir) {
+    std::string path = dir + "/.lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd_ < 0) return Status::FromErrno("open " + path, errno);
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK) {
+        return Status::FailedPrecondition("another pdpm up or down is working on " + dir);
+      }
+      return Status::FromErrno("lock " + path, errno);
+    }
+    return Status::OK();
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+std::string Dirname(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// `name` beside the running executable (an installed or copied tree), else
+// the path the build gave it.
+std::string FindBinary(const std::string& name, const std::string& build_path) {
+  char self[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string candidate = Dirname(std::string(self, static_cast<size_t>(n))) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return build_path;
+}
+
+Status ParseUint(std::string_view key, std::string_view text, uint64_t* out) {
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return Status::Corruption("cluster.conf: " + std::string(key) + "=" + std::string(text) +
+                              " is not a number");
+  }
+  return Status::OK();
+}
+
+std::string Indent(const std::string& text) {
+  std::string out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    out += "\n    " + text.substr(start, end - start);
+    start = end + 1;
+  }
+  return out;
+}
+
+// The failure `what` of daemon `spec`, with the tail of its log.
+Status DaemonFailed(StatusCode code, const DaemonSpec& spec, const std::string& what) {
+  std::string tail = LogTail(spec.log_file, kLogTailLines);
+  std::string msg = spec.name + " " + what;
+  if (tail.empty()) {
+    msg += " (its log " + spec.log_file + " is empty)";
+  } else {
+    msg += "; last lines of " + spec.log_file + ":" + Indent(tail);
+  }
+  return Status(code, msg);
+}
+
+}  // namespace
+
+Status ClusterConfig::Validate() const {
+  if (servers < 1 || servers > 64) return Status::InvalidArgument("--servers must be 1..64");
+  if (segment_size < (1ULL << 20)) {
+    return Status::InvalidArgument("--segment-size must be at least 1MiB");
+  }
+  if (pm_size < 2 * segment_size) {
+    return Status::InvalidArgument("--pm-size must hold at least two segments of --segment-size (" +
+                                   HumanBytes(segment_size) + ")");
+  }
+  if (monitor_port > 65535 || server_port == 0 || server_port + servers - 1 > 65535) {
+    return Status::InvalidArgument("--monitor-port and --server-port must be ports (1..65535)");
+  }
+  if (monitor_port >= server_port && monitor_port < server_port + servers) {
+    return Status::InvalidArgument(
+        "--monitor-port " + std::to_string(monitor_port) + " collides with the server ports " +
+        std::to_string(server_port) + ".." + std::to_string(server_port + servers - 1));
+  }
+  if (transport != "tcp" && transport != "verbs") {
+    return Status::InvalidArgument("--transport must be tcp or verbs");
+  }
+  if (host.empty()) return Status::InvalidArgument("--host must not be empty");
+  return Status::OK();
+}
+
+std::string ClusterConfig::Serialize() const {
+  return "servers=" + std::to_string(servers) + "\npm-size=" + std::to_string(pm_size) +
+         "\nsegment-size=" + std::to_string(segment_size) + "\nhost=" + host +
+         "\nmonitor-port=" + std::to_string(monitor_port) +
+         "\nserver-port=" + std::to_string(server_port) + "\ntransport=" + transport + "\n";
+}
+
+Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
+  std::map<std::string, std::string> kv;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) return Status::Corruption("cluster.conf: bad line: " + line);
+    kv[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  ClusterConfig c;
+  uint64_t v = 0;
+  for (const char* key :
+       {"servers", "pm-size", "segment-size", "host", "monitor-port", "server-port", "transport"}) {
+    if (!kv.count(key)) return Status::Corruption(std::string("cluster.conf: no ") + key);
+  }
+  PDPM_RETURN_IF_ERROR(ParseUint("servers", kv["servers"], &v));
+  c.servers = static_cast<uint32_t>(v);
+  PDPM_RETURN_IF_ERROR(ParseUint("pm-size", kv["pm-size"], &c.pm_size));
+  PDPM_RETURN_IF_ERROR(ParseUint("segment-size", kv["segment-size"], &c.segment_size));
+  PDPM_RETURN_IF_ERROR(ParseUint("monitor-port", kv["monitor-port"], &v));
+  c.monitor_port = static_cast<uint32_t>(v);
+  PDPM_RETURN_IF_ERROR(ParseUint("server-port", kv["server-port"], &v));
+  c.server_port = static_cast<uint32_t>(v);
+  c.host = kv["host"];
+  c.transport = kv["transport"];
+  PDPM_RETURN_IF_ERROR(c.Validate().WithContext("cluster.conf"));
+  *out = c;
+  return Status::OK();
+}
+
+std::vector<std::string> ClusterConfig::Differences(const ClusterConfig& o) const {
+  std::vector<std::string> keys;
+  if (servers != o.servers) keys.push_back("servers");
+  if (pm_size != o.pm_size) keys.push_back("pm-size");
+  if (segment_size != o.segment_size) keys.push_back("segment-size");
+  if (host != o.host) keys.push_back("host");
+  if (monitor_port != o.monitor_port) keys.push_back("monitor-port");
+  if (server_port != o.server_port) keys.push_back("server-port");
+  if (transport != o.transport) keys.push_back("transport");
+  return keys;
+}
+
+LocalCluster::LocalCluster(std::string dir)
+    : dir_(std::move(dir)),
+      monitor_binary_(FindBinary("pdpm-monitor", PDPM_MONITOR_BINARY)),
+      server_binary_(FindBinary("pdpm-server", PDPM_SERVER_BINARY)) {}
+
+Status LocalCluster::LoadConfig(ClusterConfig* config) const {
+  std::string text;
+  Status s = ReadWholeFile(Path("cluster.conf"), &text);
+  if (s.code() == StatusCode::kNotFound) {
+    return Status::NotFound("no PDPM cluster in " + dir_ + " (create one with `pdpm up --dir " +
+                            dir_ + "`)");
+  }
+  PDPM_RETURN_IF_ERROR(s);
+  return ClusterConfig::Parse(text, config);
+}
+
+std::string LocalCluster::ServerPmFile(uint32_t index) const {
+  return Path("server-" + std::to_string(index) + ".pm");
+}
+
+std::string LocalCluster::ServerAddressFile(uint32_t index) const {
+  return Path("server-" + std::to_string(index) + ".addr");
+}
+
+std::string LocalCluster::FormatPendingMarker(uint32_t index) const {
+  return Path("server-" + std::to_string(index) + ".format-pending");
+}
+
+std::string LocalCluster::ServerAddress(const ClusterConfig& config, uint32_t index) const {
+  return config.host + ":" + std::to_string(config.server_port + index - 1);
+}
+
+std::vector<DaemonSpec> LocalCluster::Daemons(const ClusterConfig& config) const {
+  std::vector<DaemonSpec> daemons;
+  std::string monitor_address = config.host + ":" + std::to_string(config.monitor_port);
+  daemons.push_back(
+      {"monitor",
+       {monitor_binary_, "--embedded", "--dir", Path("monitor"), "--listen", monitor_address,
+        "--port-file", Path("monitor.addr"), "--secret-file", Path("cluster.secret"),
+        "--segment-size", std::to_string(config.segment_size)},
+       Path("monitor"),
+       Path("monitor.pid"),
+       Path("monitor.log")});
+  for (uint32_t i = 1; i <= config.servers; ++i) {
+    std::string n = std::to_string(i);
+    DaemonSpec spec{"server " + n,
+                    {server_binary_, "--pm", ServerPmFile(i), "--pm-size",
+                     std::to_string(config.pm_size), "--listen", ServerAddress(config, i),
+                     "--transport", config.transport, "--monitor", monitor_address, "--secret-file",
+                     Path("cluster.secret"), "--port-file", ServerAddressFile(i)},
+                    ServerPmFile(i),
+                    Path("server-" + n + ".pid"),
+                    Path("server-" + n + ".log")};
+    daemons.push_back(std::move(spec));
+  }
+  return daemons;
+}
+
+Status LocalCluster::EnsureSecret() const {
+  std::string path = Path("cluster.secret");
+  if (FileExists(path)) return Status::OK();
+  unsigned char raw[32];
+  if (::getrandom(raw, sizeof(raw), 0) != static_cast<ssize_t>(sizeof(raw))) {
+    return Status::FromErrno("getrandom", errno);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : raw) {
+    hex.push_back(kHex[c >> 4]);
+    hex.push_back(kHex[c & 0xf]);
+  }
+  return WriteFileAtomically(path, hex + "\n", 0600);
+}
+
+Status LocalCluster::Secret(std::string* secret) const {
+  PDPM_RETURN_IF_ERROR(ReadWholeFile(Path("cluster.secret"), secret).WithContext("cluster secret"));
+  while (!secret->empty() && (secret->back() == '\n' || secret->back() == ' ')) secret->pop_back();
+  if (secret->empty()) return Status::Corruption(Path("cluster.secret") + " is empty");
+  return Status::OK();
+}
+
+Status LocalCluster::MonitorAddress(std::string* address) const {
+  ClusterConfig config;
+  PDPM_RETURN_IF_ERROR(LoadConfig(&config));
+  if (RunningPid(Daemons(config).front()) == 0) {
+    return Status::FailedPrecondition("no PDPM cluster is running in " + dir_ +
+                                      " (start it with `pdpm up --dir " + dir_ + "`)");
+  }
+  PDPM_RETURN_IF_ERROR(ReadWholeFile(Path("monitor.addr"), address));
+  while (!address->empty() && address->back() == '\n') address->pop_back();
+  if (address->empty()) return Status::Unavailable("the monitor has not started serving yet");
+  return Status::OK();
+}
+
+Status LocalCluster::RefuseIfRunning(const std::vector<DaemonSpec>& daemons) const {
+  std::string running;
+  size_t count = 0;
+  for (const DaemonSpec& d : daemons) {
+    pid_t pid = RunningPid(d);
+    if (pid == 0) continue;
+    ++count;
+    running += (running.empty() ? "" : ", ") + d.name + " pid " + std::to_string(pid);
+  }
+  if (count == 0) return Status::OK();
+  std::string what = count == daemons.size() ? "PDPM is already running in " + dir_
+                                             : "part of the cluster in " + dir_ + " is running";
+  return Status::AlreadyExists(what + " (" + running + "); stop it with `pdpm down --dir " + dir_ +
+                               "`");
+}
+
+Status LocalCluster::Up(const ClusterConfig& config, const UpOptions& options,
+                        std::ostream& progress) {
+  PDPM_RETURN_IF_ERROR(config.Validate());
+  PDPM_RETURN_IF_ERROR(MakeDirs(dir_, 0700));
+  DirLock lock;
+  PDPM_RETURN_IF_ERROR(lock.Acquire(dir_));
+  if (!FileExists(Path("cluster.conf"))) {
+    PDPM_RETURN_IF_ERROR(WriteFileAtomically(Path("cluster.conf"), config.Serialize(), 0644));
+  }
+  PDPM_RETURN_IF_ERROR(EnsureSecret());
+  PDPM_RETURN_IF_ERROR(MakeDirs(Path("monitor"), 0700));
+  for (const char* binary : {monitor_binary_.c_str(), server_binary_.c_str()}) {
+    if (::access(binary, X_OK) != 0) {
+      return Status::NotFound(std::string(binary) + " is not there or not executable (build it)");
+    }
+  }
+  std::vector<DaemonSpec> daemons = Daemons(config);
+  PDPM_RETURN_IF_ERROR(RefuseIfRunning(daemons));
+
+  std::vector<std::pair<DaemonSpec, pid_t>> started;
+  Status s = StartAll(config, options, progress, &started);
+  if (!s.ok()) {
+    // Best effort: the start failure is what the caller must see.
+    bool killed = false;
+    for (auto it = started.rbegin(); it != started.rend(); ++it) {
+      (void)StopDaemon(it->first, milliseconds(5000), &killed);
+    }
+  }
+  return s;
+}
+
+Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& options,
+                              std::ostream& progress,
+                              std::vector<std::pair<DaemonSpec, pid_t>>* started) {
+  auto deadline = steady_clock::now() + options.timeout;
+  std::vector<DaemonSpec> daemons = Daemons(config);
+  // A stale address from the last run must not be taken for the new one.
+  std::vector<std::string> address_files = {Path("monitor.addr")};
+  for (uint32_t i = 1; i <= config.servers; ++i) address_files.push_back(ServerAddressFile(i));
+  for (const std::string& file : address_files) {
+    if (::unlink(file.c_str()) != 0 && errno != ENOENT) {
+      return Status::FromErrno("remove " + file, errno);
+    }
+  }
+  auto check_children = [&]() -> Status {
+    for (const auto& [spec, pid] : *started) {
+      std::string how;
+      if (ChildExited(pid, &how)) {
+        return DaemonFailed(StatusCode::kUnavailable, spec, how + " while starting");
+      }
+    }
+    return Status::OK();
+  };
+
+  pid_t pid = 0;
+  PDPM_RETURN_IF_ERROR(StartDaemon(daemons[0], &pid));
+  started->emplace_back(daemons[0], pid);
+  std::string monitor_address;
+  while (monitor_address.empty()) {
+    PDPM_RETURN_IF_ERROR(check_children());
+    std::string text;
+    if (ReadWholeFile(Path("monitor.addr"), &text).ok() && !text.empty() && text.back() == '\n') {
+      monitor_address = text.substr(0, text.size() - 1);
+      break;
+    }
+    if (steady_clock::now() >= deadline) {
+      return DaemonFailed(StatusCode::kTimeout, daemons[0], "did not start serving in time");
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  progress << "monitor  " << monitor_address << "  (pid " << pid << ")\n";
+
+  for (uint32_t i = 1; i <= config.servers; ++i) {
+    // A new PM file is formatted explicitly, the first time only; an
+    // existing one is always recovered, never reformatted. The marker
+    // covers a first start that failed before the server formatted its
+    // file (--format formats a blank PM only, so repeating it is safe).
+    std::string pending = FormatPendingMarker(i);
+    bool fresh = !FileExists(ServerPmFile(i)) || FileExists(pending);
+    if (fresh) {
+      PDPM_RETURN_IF_ERROR(WriteFileAtomically(pending, "", 0644));
+      daemons[i].argv.insert(daemons[i].argv.end(),
+                             {"--format", "--segment-size", std::to_string(config.segment_size)});
+    }
+    PDPM_RETURN_IF_ERROR(StartDaemon(daemons[i], &pid));
+    started->emplace_back(daemons[i], pid);
+    progress << "server " << i << " " << ServerAddress(config, i) << "  (pid " << pid << ", "
+             << (fresh ? "new PM file" : "recovering its PM") << ")\n";
+  }
+
+  std::string secret;
+  PDPM_RETURN_IF_ERROR(Secret(&secret));
+  monitor::MonitorClient client(monitor_address, {secret, milliseconds(2000)});
+  v1::ClusterStatus status;
+  Status last = Status::Unavailable("no answer yet");
+  // Healthy: every server has finished starting (it writes its address
+  // file once it serves, after recovery and re-announcing its segments) and
+  // the monitor reports all of them UP.
+  auto servers_serving = [&] {
+    for (uint32_t i = 1; i <= config.servers; ++i) {
+      if (!FileExists(ServerAddressFile(i))) return false;
+    }
+    return true;
+  };
+  auto healthy = [&] {
+    return last.ok() && status.servers_up() == config.servers && status.health() == v1::HEALTH_OK &&
+           servers_serving();
+  };
+  while (true) {
+    PDPM_RETURN_IF_ERROR(check_children());
+    last = client.GetClusterStatus(&status);
+    if (healthy()) break;
+    if (steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  if (healthy()) {
+    // Every server is UP, so each has formatted its PM and joined.
+    for (uint32_t i = 1; i <= config.servers; ++i) {
+      if (::unlink(FormatPendingMarker(i).c_str()) != 0 && errno != ENOENT) {
+        return Status::FromErrno("remove " + FormatPendingMarker(i), errno);
+      }
+    }
+    return Status::OK();
+  }
+  std::string after =
+      "after " + std::to_string(options.timeout.count() / 1000.0).substr(0, 4) + "s";
+  if (!last.ok()) {
+    return DaemonFailed(StatusCode::kTimeout, daemons[0],
+                        "does not answer " + after + ": " + last.ToString());
+  }
+  // Name the first server that is not serving or the monitor does not
+  // report UP.
+  for (uint32_t i = 1; i <= config.servers; ++i) {
+    if (!FileExists(ServerAddressFile(i))) {
+      return DaemonFailed(StatusCode::kTimeout, daemons[i], "has not finished starting " + after);
+    }
+    bool up = false;
+    for (const v1::ServerInfo& info : status.servers()) {
+      if (info.address() == ServerAddress(config, i) && info.state() == v1::SERVER_STATE_UP) {
+        up = true;
+      }
+    }
+    if (!up) {
+      return DaemonFailed(StatusCode::kTimeout, daemons[i],
+                          "is not UP at the monitor " + after + " (" +
+                              std::to_string(status.servers_up()) + "/" +
+                              std::to_string(config.servers) + " servers up)");
+    }
+  }
+  return Status(StatusCode::kTimeout, "cluster not healthy " + after + ": " +
+                                          v1::Health_Name(status.health()) + " " +
+                                          status.message());
+}
+
+Status LocalCluster::Down(milliseconds grace, std::ostream& progress) {
+  if (!FileExists(dir_)) return Status::NotFound(dir_ + " does not exist");
+  DirLock lock;
+  PDPM_RETURN_IF_ERROR(lock.Acquire(dir_));
+  ClusterConfig config;
+  PDPM_RETURN_IF_ERROR(LoadConfig(&config));
+  std::vector<DaemonSpec> daemons = Daemons(config);
+  // Servers first, so none of them sees its monitor go away.
+  std::rotate(daemons.begin(), daemons.begin() + 1, daemons.end());
+  size_t stopped = 0;
+  for (const DaemonSpec& d : daemons) {
+    pid_t pid = RunningPid(d);
+    bool killed = false;
+    PDPM_RETURN_IF_ERROR(StopDaemon(d, grace, &killed));
+    if (pid == 0) continue;
+    ++stopped;
+    progress << "stopped " << d.name << " (pid " << pid << (killed ? ", SIGKILL" : "") << ")\n";
+  }
+  if (stopped == 0) progress << "nothing was running in " << dir_ << "\n";
+  return Status::OK();
+}
+
+Status DefaultClusterDir(std::string* dir) {
+  // getenv is safe here: PDPM never modifies its environment.
+  const char* xdg = std::getenv("XDG_DATA_HOME");  // NOLINT(concurrency-mt-unsafe)
+  if (xdg != nullptr && xdg[0] == '/') {
+    *dir = std::string(xdg) + "/pdpm";
+    return Status::OK();
+  }
+  const char* home = std::getenv("HOME");  // NOLINT(concurrency-mt-unsafe)
+  if (home == nullptr || home[0] != '/') {
+    return Status::InvalidArgument("neither XDG_DATA_HOME nor HOME is set; pass --dir");
+  }
+  *dir = std::string(home) + "/.local/share/pdpm";
+  return Status::OK();
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (v >= 1024 && unit < 4) {
+    v /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  if (unit == 0 || v >= 100 || v == static_cast<uint64_t>(v)) {
+    std::snprintf(buf, sizeof(buf), "%.0f %s", v, kUnits[unit]);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
+  }
+  return buf;
+}
+
+}  // namespace pdpm::tools

@@ -1,0 +1,103 @@
+// LocalCluster: a PDPM cluster of one monitor and N servers on file-backed
+// PM, all on this machine, kept in one directory — what `pdpm up`, `pdpm
+// down` and the client subcommands of the CLI work on (docs/cli.md).
+//
+// The directory holds everything: cluster.conf (the parameters chosen when
+// the cluster was created), cluster.secret (generated once, mode 0600),
+// monitor/ (the view), monitor.addr, server-<i>.pm (PM files), and a .pid
+// and .log per daemon. Up() on a directory whose daemons were stopped or
+// killed brings the same cluster back with its data: PM files are
+// formatted only when they do not exist yet.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "pdpm/v1/monitor.pb.h"
+#include "tools/daemon.h"
+
+namespace pdpm::tools {
+
+// The parameters of a local cluster, fixed when it is created. The names
+// of the keys in cluster.conf are those of the `pdpm up` flags.
+struct ClusterConfig {
+  uint32_t servers = 3;
+  uint64_t pm_size = 1ULL << 30;  // per server
+  uint64_t segment_size = 64ULL << 20;
+  std::string host = "127.0.0.1";  // every daemon listens here
+  uint32_t monitor_port = 7400;
+  uint32_t server_port = 7401;  // server i listens on server_port + i - 1
+  std::string transport = "tcp";
+
+  Status Validate() const;
+  std::string Serialize() const;  // key=value lines
+  static Status Parse(const std::string& text, ClusterConfig* out);
+  // Names of the keys whose values differ.
+  std::vector<std::string> Differences(const ClusterConfig& other) const;
+};
+
+struct UpOptions {
+  std::chrono::milliseconds timeout{30000};  // until healthy
+};
+
+class LocalCluster {
+ public:
+  // `dir` is the cluster directory; the daemons' binaries are looked up
+  // beside the running executable first, then at their build-tree paths.
+  explicit LocalCluster(std::string dir);
+
+  const std::string& dir() const { return dir_; }
+
+  // The stored configuration; kNotFound when no cluster was created here.
+  Status LoadConfig(ClusterConfig* config) const;
+
+  // Creates (first time, with `config`) or restarts the cluster and waits
+  // until the monitor reports every server UP and health OK. Refuses with
+  // kAlreadyExists while any of its daemons runs. On failure it stops
+  // what it started and the message names the daemon that failed, followed
+  // by the tail of its log.
+  Status Up(const ClusterConfig& config, const UpOptions& options, std::ostream& progress);
+
+  // Stops servers then the monitor: SIGTERM, then SIGKILL after `grace`.
+  // OK when nothing was running.
+  Status Down(std::chrono::milliseconds grace, std::ostream& progress);
+
+  // For clients: the monitor's address (kFailedPrecondition when the
+  // monitor of this directory is not running) and the cluster secret.
+  Status MonitorAddress(std::string* address) const;
+  Status Secret(std::string* secret) const;
+
+  // The monitor followed by the servers of `config`.
+  std::vector<DaemonSpec> Daemons(const ClusterConfig& config) const;
+  std::string ServerPmFile(uint32_t index) const;  // index from 1
+  std::string ServerAddress(const ClusterConfig& config, uint32_t index) const;
+
+ private:
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+  // Written by server `index` once it serves (--port-file).
+  std::string ServerAddressFile(uint32_t index) const;
+  // Present from a server's first start until the cluster was healthy.
+  std::string FormatPendingMarker(uint32_t index) const;
+  Status EnsureSecret() const;
+  Status RefuseIfRunning(const std::vector<DaemonSpec>& daemons) const;
+  // Starts the daemons and waits for health; fills `started`.
+  Status StartAll(const ClusterConfig& config, const UpOptions& options, std::ostream& progress,
+                  std::vector<std::pair<DaemonSpec, pid_t>>* started);
+
+  std::string dir_;
+  std::string monitor_binary_;
+  std::string server_binary_;
+};
+
+// The default cluster directory: $XDG_DATA_HOME/pdpm, else
+// $HOME/.local/share/pdpm.
+Status DefaultClusterDir(std::string* dir);
+
+// "512 MiB" style.
+std::string HumanBytes(uint64_t bytes);
+
+}  // namespace pdpm::tools

@@ -1,0 +1,419 @@
+// pdpm: the command-line tool of PDPM (docs/cli.md).
+//
+//   pdpm up | down | status | obj put|get|del | fsck   [--dir DIR] [flags]
+//
+// Every failure is one line "pdpm: <what>" on stderr (a failing daemon's
+// log tail follows it, indented) and a non-zero exit: 1 for errors, 2 for
+// a bad command line.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "common/flags.h"
+#include "monitor/monitor_client.h"
+#include "server/fsck.h"
+#include "tools/file_util.h"
+#include "tools/local_cluster.h"
+#include "tools/object_id.h"
+
+namespace pdpm::tools {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr const char* kUsage =
+    "usage: pdpm <command> [arguments] [--dir DIR] [flags]\n"
+    "\n"
+    "commands:\n"
+    "  up                    start a local cluster (monitor + servers on file-backed PM)\n"
+    "  status                servers, epoch, capacity, use and health; exit 1 unless healthy\n"
+    "  down                  stop the local cluster (its data stays in DIR)\n"
+    "  obj put <id> [file]   store an object from the file (stdin when none)\n"
+    "  obj get <id> [file]   write an object to the file (stdout when none)\n"
+    "  obj del <id>          delete an object\n"
+    "  fsck                  check the PM of the stopped servers offline\n"
+    "  help [command]        this text, or the flags of one command\n"
+    "\n"
+    "DIR defaults to $XDG_DATA_HOME/pdpm (~/.local/share/pdpm). Object ids are\n"
+    "32 hex digits or a decimal number.\n";
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "pdpm: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+// The command line of one subcommand: positional arguments and flags may
+// be mixed; every flag takes a value (`--name value` or `--name=value`).
+class CommandLine {
+ public:
+  CommandLine(std::string command, std::vector<std::string> args)
+      : parser_("pdpm " + command), command_(std::move(command)) {
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--help" || args[i] == "-h") {
+        help_ = true;
+      } else if (args[i].rfind("--", 0) == 0) {
+        flags_.push_back(args[i]);
+        if (args[i].find('=') == std::string::npos && i + 1 < args.size()) {
+          flags_.push_back(args[++i]);
+        }
+      } else {
+        positional_.push_back(args[i]);
+      }
+    }
+    parser_.AddString("dir", &dir_, "cluster directory (default $XDG_DATA_HOME/pdpm)");
+  }
+
+  FlagParser& parser() { return parser_; }
+  const std::vector<std::string>& positional() const { return positional_; }
+
+  // Parses the flags and resolves the directory. With --help it prints the
+  // command's usage instead and help_shown() is true.
+  Status Parse(size_t min_positional, size_t max_positional, const std::string& positional_usage) {
+    if (help_) {
+      // The parser's own first line lacks the positional arguments.
+      std::string flags = parser_.Usage();
+      flags.erase(0, flags.find('\n') + 1);
+      std::printf("usage: pdpm %s%s\n%s", command_.c_str(), positional_usage.c_str(),
+                  flags.c_str());
+      return Status::OK();
+    }
+    std::vector<const char*> argv = {command_.c_str()};
+    for (const std::string& f : flags_) argv.push_back(f.c_str());
+    PDPM_RETURN_IF_ERROR(parser_.Parse(static_cast<int>(argv.size()), argv.data()));
+    if (positional_.size() < min_positional || positional_.size() > max_positional) {
+      return Status::InvalidArgument("usage: pdpm " + command_ + positional_usage);
+    }
+    if (dir_.empty()) PDPM_RETURN_IF_ERROR(DefaultClusterDir(&dir_));
+    while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+    return Status::OK();
+  }
+
+  const std::string& dir() const { return dir_; }
+  bool help_shown() const { return help_; }
+
+ private:
+  FlagParser parser_;
+  std::string command_;
+  std::vector<std::string> flags_;
+  std::vector<std::string> positional_;
+  std::string dir_;
+  bool help_ = false;
+};
+
+int BadCommandLine(const Status& s) {
+  std::fprintf(stderr, "pdpm: %s\n", s.ToString().c_str());
+  std::fprintf(stderr, "(`pdpm help` lists the commands; `pdpm help <command>` its flags)\n");
+  return 2;
+}
+
+int Up(CommandLine& cl) {
+  ClusterConfig requested;
+  milliseconds timeout{30000};
+  FlagParser& p = cl.parser();
+  p.AddUint32("servers", &requested.servers, "number of servers (new cluster; default 3)");
+  p.AddSize("pm-size", &requested.pm_size, "PM file size per server (new cluster; default 1GiB)");
+  p.AddSize("segment-size", &requested.segment_size, "segment size (new cluster; default 64MiB)");
+  p.AddString("host", &requested.host, "address every daemon listens on (default 127.0.0.1)");
+  p.AddUint32("monitor-port", &requested.monitor_port, "monitor port (default 7400)");
+  p.AddUint32("server-port", &requested.server_port,
+              "port of server 1; server i uses this + i - 1 (default 7401)");
+  p.AddString("transport", &requested.transport, "data transport: tcp or verbs (default tcp)");
+  p.AddDuration("timeout", &timeout, "how long to wait for a healthy cluster (default 30s)");
+  Status s = cl.Parse(0, 0, " [flags]");
+  if (cl.help_shown()) return 0;
+  if (!s.ok()) return BadCommandLine(s);
+
+  s = requested.Validate();
+  if (!s.ok()) return BadCommandLine(s);
+  LocalCluster cluster(cl.dir());
+  ClusterConfig config = requested;
+  ClusterConfig stored;
+  s = cluster.LoadConfig(&stored);
+  if (s.ok()) {
+    // An existing cluster keeps its parameters; a flag contradicting them
+    // is a mistake, not a request to reformat.
+    for (const std::string& key : stored.Differences(requested)) {
+      if (!cl.parser().IsSet(key)) continue;
+      // The stored value, from its "key=value" line.
+      std::string text = "\n" + stored.Serialize();
+      size_t at = text.find("\n" + key + "=") + key.size() + 2;
+      std::string value = text.substr(at, text.find('\n', at) - at);
+      std::string msg = "the cluster in " + cl.dir() + " was created with --";
+      msg.append(key).append(" ").append(value).append("; drop the flag or use another --dir");
+      return Fail(Status::InvalidArgument(msg));
+    }
+    config = stored;
+  } else if (s.code() != StatusCode::kNotFound) {
+    return Fail(s);
+  }
+  std::cout << "starting PDPM in " << cl.dir() << "\n" << std::flush;
+  s = cluster.Up(config, {timeout}, std::cout);
+  if (!s.ok()) return Fail(s);
+  std::string address;
+  s = cluster.MonitorAddress(&address);
+  if (!s.ok()) return Fail(s);
+  std::string dir_flag = " --dir " + cl.dir();
+  std::cout << "PDPM is up: " << config.servers << " servers, " << HumanBytes(config.pm_size)
+            << " of PM each, monitor at " << address << "\n"
+            << "\n"
+            << "  pdpm status" << dir_flag << "\n"
+            << "  pdpm obj put 1 FILE" << dir_flag << "     # store FILE as object 1\n"
+            << "  pdpm obj get 1 COPY" << dir_flag << "     # read it back\n"
+            << "  pdpm down" << dir_flag << "\n"
+            << "\n"
+            << "Programs using libpdpm connect to the monitor at " << address
+            << " with the secret in " << cl.dir() << "/cluster.secret.\n";
+  return 0;
+}
+
+int Down(CommandLine& cl) {
+  milliseconds grace{10000};
+  cl.parser().AddDuration("timeout", &grace,
+                          "how long each daemon gets after SIGTERM before SIGKILL (default 10s)");
+  Status s = cl.Parse(0, 0, " [flags]");
+  if (cl.help_shown()) return 0;
+  if (!s.ok()) return BadCommandLine(s);
+  s = LocalCluster(cl.dir()).Down(grace, std::cout);
+  return s.ok() ? 0 : Fail(s);
+}
+
+const char* StateName(v1::ServerState state) {
+  switch (state) {
+    case v1::SERVER_STATE_UP: return "UP";
+    case v1::SERVER_STATE_SUSPECT: return "SUSPECT";
+    case v1::SERVER_STATE_DOWN: return "DOWN";
+    case v1::SERVER_STATE_DRAINING: return "DRAINING";
+    case v1::SERVER_STATE_DRAINED: return "DRAINED";
+    default: return "?";
+  }
+}
+
+const char* HealthName(v1::Health health) {
+  switch (health) {
+    case v1::HEALTH_OK: return "OK";
+    case v1::HEALTH_DEGRADED: return "DEGRADED";
+    case v1::HEALTH_DOWN: return "DOWN";
+    default: return "UNKNOWN";
+  }
+}
+
+std::string Percent(uint64_t part, uint64_t whole) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", whole == 0 ? 0.0 : 100.0 * part / whole);
+  return buf;
+}
+
+int StatusCommand(CommandLine& cl) {
+  Status s = cl.Parse(0, 0, " [flags]");
+  if (cl.help_shown()) return 0;
+  if (!s.ok()) return BadCommandLine(s);
+  LocalCluster cluster(cl.dir());
+  std::string address;
+  s = cluster.MonitorAddress(&address);
+  if (!s.ok()) return Fail(s);
+  monitor::MonitorClient client(address, {"", milliseconds(5000)});
+  v1::ClusterStatus st;
+  s = client.GetClusterStatus(&st);
+  if (!s.ok()) return Fail(s.WithContext("monitor at " + address));
+
+  std::printf("health   %s  (%u/%u servers up)\n", HealthName(st.health()), st.servers_up(),
+              st.servers_total());
+  std::printf("epoch    %lu\n", static_cast<unsigned long>(st.epoch()));
+  std::printf("capacity %s, used %s (%s); %u segment(s) of %s, %u replica(s), %u tables\n",
+              HumanBytes(st.capacity_bytes()).c_str(), HumanBytes(st.used_bytes()).c_str(),
+              Percent(st.used_bytes(), st.capacity_bytes()).c_str(), st.segments(),
+              HumanBytes(st.segment_size()).c_str(), st.replica_count(), st.table_count());
+  std::printf("monitor  %s  cluster %s\n\n", address.c_str(),
+              st.cluster_uuid().empty() ? "(no server yet)" : st.cluster_uuid().c_str());
+  std::printf("%-4s %-22s %-9s %-10s %-10s %-9s %s\n", "ID", "ADDRESS", "STATE", "CAPACITY", "USED",
+              "SEGMENTS", "TABLES");
+  for (const v1::ServerInfo& sv : st.servers()) {
+    std::string segments =
+        std::to_string(sv.segments_used()) + "/" + std::to_string(sv.segment_count());
+    std::printf("%-4u %-22s %-9s %-10s %-10s %-9s %u\n", sv.id(), sv.address().c_str(),
+                StateName(sv.state()), HumanBytes(sv.capacity_bytes()).c_str(),
+                HumanBytes(sv.used_bytes()).c_str(), segments.c_str(), sv.tables());
+  }
+  std::fflush(stdout);
+  if (st.health() != v1::HEALTH_OK) {
+    std::string msg = std::string("cluster is ") + HealthName(st.health());
+    if (!st.message().empty()) msg += ": " + st.message();
+    std::fprintf(stderr, "pdpm: %s\n", msg.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// Reads all of fd, failing with kTooLarge beyond `limit` bytes.
+Status ReadAll(int fd, const std::string& name, uint64_t limit, std::string* out) {
+  out->clear();
+  char buf[1 << 16];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno("read " + name, errno);
+    if (n == 0) return Status::OK();
+    out->append(buf, static_cast<size_t>(n));
+    if (out->size() > limit) {
+      return Status::TooLarge(name + " is larger than the largest object (" + HumanBytes(limit) +
+                              ")");
+    }
+  }
+}
+
+Status WriteAll(int fd, const std::string& name, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno("write " + name, errno);
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::OK();
+}
+
+Status OpenClient(const std::string& dir, std::unique_ptr<client::Client>* out) {
+  LocalCluster cluster(dir);
+  ClusterConfig config;
+  PDPM_RETURN_IF_ERROR(cluster.LoadConfig(&config));
+  client::ClientOptions options;
+  PDPM_RETURN_IF_ERROR(cluster.MonitorAddress(&options.monitor));
+  PDPM_RETURN_IF_ERROR(cluster.Secret(&options.cluster_secret));
+  PDPM_RETURN_IF_ERROR(net::ParseBackendKind(config.transport, &options.transport));
+  return client::Client::Open(options, out).WithContext("cannot connect to the cluster");
+}
+
+int Obj(CommandLine& cl) {
+  Status s = cl.Parse(2, 3, " put|get|del <id> [file] [flags]");
+  if (cl.help_shown()) return 0;
+  if (!s.ok()) return BadCommandLine(s);
+  const std::vector<std::string>& args = cl.positional();
+  const std::string& verb = args[0];
+  if (verb != "put" && verb != "get" && verb != "del") {
+    return BadCommandLine(
+        Status::InvalidArgument("unknown obj command \"" + verb + "\": want put, get or del"));
+  }
+  if (verb == "del" && args.size() == 3) {
+    return BadCommandLine(Status::InvalidArgument("usage: pdpm obj del <id> [flags]"));
+  }
+  dsm::ObjectId id;
+  s = ParseObjectId(args[1], &id);
+  if (!s.ok()) return BadCommandLine(s);
+  std::string file = args.size() == 3 ? args[2] : "";
+
+  // Read the input before connecting: a missing file is the user's first
+  // error to hear about.
+  std::string data;
+  if (verb == "put") {
+    if (file.empty()) {
+      s = ReadAll(0, "stdin", client::kMaxObjectSize, &data);
+    } else {
+      int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return Fail(Status::FromErrno("open " + file, errno));
+      s = ReadAll(fd, file, client::kMaxObjectSize, &data);
+      ::close(fd);
+    }
+    if (!s.ok()) return Fail(s);
+  }
+  std::unique_ptr<client::Client> c;
+  s = OpenClient(cl.dir(), &c);
+  if (!s.ok()) return Fail(s);
+  std::string what = "object " + FormatObjectId(id);
+  if (verb == "put") {
+    s = c->PutObj(id, data);
+    if (!s.ok()) return Fail(s.WithContext("put " + what));
+    return 0;
+  }
+  if (verb == "del") {
+    s = c->DelObj(id);
+    return s.ok() ? 0 : Fail(s.WithContext("delete " + what));
+  }
+  s = c->GetObj(id, &data);
+  if (!s.ok()) return Fail(s.WithContext("get " + what));
+  s = file.empty() ? WriteAll(1, "stdout", data) : WriteFileAtomically(file, data, 0644);
+  return s.ok() ? 0 : Fail(s);
+}
+
+int Fsck(CommandLine& cl) {
+  uint32_t only = 0;
+  cl.parser().AddUint32("server", &only, "check only this server (1..N; default all)");
+  Status s = cl.Parse(0, 0, " [flags]");
+  if (cl.help_shown()) return 0;
+  if (!s.ok()) return BadCommandLine(s);
+  LocalCluster cluster(cl.dir());
+  ClusterConfig config;
+  s = cluster.LoadConfig(&config);
+  if (!s.ok()) return Fail(s);
+  if (only > config.servers) {
+    return BadCommandLine(Status::InvalidArgument("--server " + std::to_string(only) +
+                                                  ": the cluster has servers 1.." +
+                                                  std::to_string(config.servers)));
+  }
+  std::vector<DaemonSpec> daemons = cluster.Daemons(config);
+  bool all_ok = true;
+  for (uint32_t i = 1; i <= config.servers; ++i) {
+    if (only != 0 && i != only) continue;
+    if (pid_t pid = RunningPid(daemons[i]); pid != 0) {
+      return Fail(Status::FailedPrecondition(
+          "server " + std::to_string(i) + " is running (pid " + std::to_string(pid) +
+          "); fsck checks stopped servers only: `pdpm down --dir " + cl.dir() + "` first"));
+    }
+    server::PmCheckReport report;
+    s = server::CheckServerPm(cluster.ServerPmFile(i), &report);
+    if (!s.ok()) return Fail(s.WithContext("server " + std::to_string(i)));
+    // The report names the server by its cluster id, which need not be i.
+    std::printf("%s: %s\n%s", cluster.ServerPmFile(i).c_str(),
+                report.ok() ? (report.clean() ? "clean" : "ok, repairable findings") : "VIOLATIONS",
+                report.ToString().c_str());
+    all_ok = all_ok && report.ok();
+  }
+  std::fflush(stdout);
+  if (!all_ok) {
+    std::fprintf(stderr, "pdpm: fsck found broken invariants (see above)\n");
+    return 1;
+  }
+  return 0;
+}
+
+int Dispatch(const std::string& command, CommandLine& cl) {
+  if (command == "up") return Up(cl);
+  if (command == "down") return Down(cl);
+  if (command == "status") return StatusCommand(cl);
+  if (command == "obj") return Obj(cl);
+  if (command == "fsck") return Fsck(cl);
+  std::fprintf(stderr, "pdpm: unknown command \"%s\" (`pdpm help` lists the commands)\n",
+               command.c_str());
+  return 2;
+}
+
+int Run(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fprintf(stderr, "pdpm: no command given\n%s", kUsage);
+    return 2;
+  }
+  std::string command = args.front();
+  args.erase(args.begin());
+  if (command == "help" || command == "--help" || command == "-h") {
+    if (args.empty()) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    command = args.front();
+    args = {"--help"};
+  }
+  CommandLine cl(command, args);
+  return Dispatch(command, cl);
+}
+
+}  // namespace
+}  // namespace pdpm::tools
+
+int main(int argc, char** argv) {
+  return pdpm::tools::Run(argc, argv);
+}

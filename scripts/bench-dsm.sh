@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# pDSM benchmark with its reference measured in the same run: iperf3 (one
+# TCP stream over loopback) against raw 64 KiB reads and persisted writes
+# and object put/get at 4 KiB and 1 MiB through libpdpm, on a three-server
+# local cluster that this script starts with `pdpm up` (TCP transport,
+# file-backed PM) and stops again. Prints every figure with its reference
+# and ratio, and one BENCH line each.
+#
+# The PM files live on tmpfs (/dev/shm when it exists, else $TMPDIR): memory
+# is what stands in for PM here; on a disk-backed file every persist is a
+# disk flush and the figures would measure the disk.
+#
+#   scripts/bench-dsm.sh <build dir> [duration per figure, e.g. 2s]
+set -euo pipefail
+build_dir=${1:?usage: bench-dsm.sh <build dir> [duration]}
+duration=${2:-2s}
+pdpm="$build_dir/src/tools/pdpm"
+bench="$build_dir/src/tools/dsm_bench"
+for f in "$pdpm" "$bench"; do
+  [[ -x $f ]] || { echo "bench-dsm: $f not built" >&2; exit 1; }
+done
+command -v iperf3 >/dev/null || { echo "bench-dsm: iperf3 missing (make deps)" >&2; exit 1; }
+
+shm=/dev/shm
+[[ -d $shm && -w $shm ]] || shm=${TMPDIR:-/tmp}
+work=$(mktemp -d -p "$shm")
+pids=()
+cleanup() {
+  "$pdpm" down --dir "$work/cluster" >/dev/null 2>&1 || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Reference: iperf3, one stream, MB/s (10^6 bytes/s) as received.
+port=$(free_port)
+iperf3 -s -1 -B 127.0.0.1 -p "$port" >/dev/null 2>&1 &
+pids+=($!)
+sleep 0.3
+iperf3 -c 127.0.0.1 -p "$port" -t 3 -J >"$work/iperf.json"
+iperf_mbs=$(jq -r '.end.sum_received.bits_per_second / 8e6 | . * 1000 | floor / 1000' "$work/iperf.json")
+
+"$pdpm" up --dir "$work/cluster" --pm-size 1GiB --segment-size 64MiB \
+  --monitor-port "$(free_port)" --server-port "$(free_port)" >/dev/null
+# A failing bench still shows the figures measured before its error.
+rc=0
+"$bench" --monitor "$(cat "$work/cluster/monitor.addr")" \
+  --secret-file "$work/cluster/cluster.secret" --duration "$duration" >"$work/bench.out" || rc=$?
+
+printf '%-20s %9s %-5s %-9s %9s %7s\n' figure value unit reference value ratio
+while read -r _ name value unit; do
+  id=dsm.$name
+  ratio=$(python3 -c "print('%.3f' % ($value/$iperf_mbs))")
+  printf '%-20s %9s %-5s %-9s %9s %7s\n' "$id" "$value" "$unit" iperf3 "$iperf_mbs" "$ratio"
+  echo "BENCH name=$id value=$value unit=$unit ref=iperf3:$iperf_mbs ratio=$ratio"
+done <"$work/bench.out"
+exit $rc

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# End-to-end test of the `pdpm` CLI on a temporary directory: up, status,
+# object round trips (binary, empty, several MiB, stdin/stdout), down, up
+# again, kill -9 of every daemon then up, fsck, and the errors of bad
+# input. Every step checks exit codes and data byte for byte.
+#
+#   scripts/cluster-cli-test.sh <pdpm binary>
+set -euo pipefail
+pdpm=${1:?usage: cluster-cli-test.sh <pdpm binary>}
+
+work=$(mktemp -d)
+dir=$work/cluster
+cleanup() {
+  "$pdpm" down --dir "$dir" --timeout 5s >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+step() { echo "--- $*"; }
+die() {
+  echo "FAIL: $*" >&2
+  for log in "$dir"/*.log; do
+    [[ -e $log ]] || continue
+    echo "--- last lines of $log" >&2
+    tail -n 20 "$log" >&2
+  done
+  exit 1
+}
+# free_ports N: the first of N consecutive ports that are free now.
+free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+n = int(sys.argv[1])
+while True:
+    first = socket.socket(); first.bind(("127.0.0.1", 0)); base = first.getsockname()[1]
+    held = [first]
+    try:
+        for p in range(base + 1, base + n):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); held.append(s)
+        print(base)
+        break
+    except OSError:
+        pass
+    finally:
+        for s in held: s.close()
+PY
+}
+
+# expect_fail <exit code> <stderr pattern> <command...>: the command fails
+# with that code and its stderr's first line is one "pdpm: ..." line
+# matching the pattern.
+expect_fail() {
+  local want=$1 pattern=$2 rc=0
+  shift 2
+  "$@" >"$work/out" 2>"$work/err" || rc=$?
+  [[ $rc == "$want" ]] || die "$* exited $rc, want $want (stderr: $(cat "$work/err"))"
+  head -n1 "$work/err" | grep -Eq "^pdpm: .*$pattern" ||
+    die "$*: first stderr line does not match '$pattern': $(cat "$work/err")"
+}
+
+# put_get <id> <file>: stores the file (from the file), reads it back to a
+# file and to stdout, compares both.
+put_get() {
+  "$pdpm" obj put "$1" "$2" --dir "$dir"
+  "$pdpm" obj get "$1" "$work/back" --dir "$dir"
+  cmp "$2" "$work/back" || die "object $1 read back differs from $2"
+  "$pdpm" obj get "$1" --dir "$dir" | cmp - "$2" || die "object $1 on stdout differs from $2"
+}
+
+check_all() {
+  for f in small empty big; do
+    "$pdpm" obj get "${ids[$f]}" --dir "$dir" | cmp - "$work/$f" ||
+      die "object ${ids[$f]} ($f) lost or changed"
+  done
+  expect_fail 1 "not_found" "$pdpm" obj get 99 --dir "$dir"
+}
+
+monitor_port=$(free_ports 1)
+server_port=$(free_ports 3)
+up_flags=(--dir "$dir" --pm-size 256MiB --segment-size 32MiB --monitor-port "$monitor_port"
+          --server-port "$server_port" --timeout 20s)
+
+step "bad input before any cluster exists"
+expect_fail 2 "unknown command \"frob\"" "$pdpm" frob
+expect_fail 2 "no command given" "$pdpm"
+expect_fail 1 "no PDPM cluster in" "$pdpm" status --dir "$dir"
+expect_fail 1 "no PDPM cluster in" "$pdpm" obj get 1 --dir "$dir"
+expect_fail 2 "bad object id \"xyz\"" "$pdpm" obj put xyz --dir "$dir"
+expect_fail 2 "bad object id" "$pdpm" obj get 0123456789abcdef0123456789abcdeg --dir "$dir"
+expect_fail 2 "unknown obj command \"copy\"" "$pdpm" obj copy 1 --dir "$dir"
+expect_fail 2 "unknown flag|--frob" "$pdpm" up --frob 1 --dir "$dir"
+expect_fail 2 "--servers must be" "$pdpm" up "${up_flags[@]}" --servers 0
+"$pdpm" help >/dev/null
+"$pdpm" help up | grep -q -- "--pm-size" || die "pdpm help up does not list --pm-size"
+
+step "up fails cleanly when the monitor cannot listen"
+python3 -c 'import socket,sys,time
+s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen()
+open(sys.argv[2],"w").close(); time.sleep(60)' "$monitor_port" "$work/blocking" &
+blocker=$!
+until [[ -e $work/blocking ]]; do
+  kill -0 "$blocker" 2>/dev/null || die "could not occupy port $monitor_port"
+  sleep 0.05
+done
+expect_fail 1 "monitor exited with status 1 while starting; last lines of .*monitor.log" \
+  "$pdpm" up "${up_flags[@]}"
+grep -q "cannot" "$work/err" || die "the monitor's log tail is missing: $(cat "$work/err")"
+kill "$blocker"
+wait "$blocker" 2>/dev/null || true
+[[ -z $(ls "$dir"/*.pid 2>/dev/null) ]] || die "a failed up left pid files: $(ls "$dir")"
+
+step "up, refuse a second up, status"
+"$pdpm" up "${up_flags[@]}" >"$work/up.out"
+grep -q "PDPM is up: 3 servers" "$work/up.out" || die "up did not say it is up: $(cat "$work/up.out")"
+[[ $(stat -c %a "$dir/cluster.secret") == 600 ]] || die "cluster.secret is not mode 0600"
+secret=$(cat "$dir/cluster.secret")
+expect_fail 1 "already running in" "$pdpm" up "${up_flags[@]}"
+"$pdpm" status --dir "$dir" >"$work/status"
+grep -q "^health   OK  (3/3 servers up)" "$work/status" || die "status: $(cat "$work/status")"
+[[ $(grep -c " UP " "$work/status") == 3 ]] || die "status lists not 3 UP servers"
+
+step "object round trips"
+head -c 100000 /dev/urandom >"$work/small"
+: >"$work/empty"
+head -c $((5 * 1024 * 1024 + 17)) /dev/urandom >"$work/big"
+declare -A ids=([small]=7 [empty]=18446744073709551615 [big]=00000000000000010000000000000002)
+for f in small empty big; do put_get "${ids[$f]}" "$work/$f"; done
+# stdin, and overwrite of an existing object
+"$pdpm" obj put 8 --dir "$dir" <"$work/big"
+"$pdpm" obj put 8 --dir "$dir" <"$work/small"
+"$pdpm" obj get 8 --dir "$dir" | cmp - "$work/small" || die "overwrite through stdin"
+"$pdpm" obj del 8 --dir "$dir"
+expect_fail 1 "not_found" "$pdpm" obj get 8 --dir "$dir"
+expect_fail 1 "not_found" "$pdpm" obj del 8 --dir "$dir"
+expect_fail 1 "open .*/missing" "$pdpm" obj put 9 "$work/missing" --dir "$dir"
+head -c $((64 * 1024 * 1024 + 1)) /dev/zero >"$work/huge"
+expect_fail 1 "too_large" "$pdpm" obj put 9 "$work/huge" --dir "$dir"
+rm "$work/huge"
+expect_fail 2 "usage: pdpm obj del" "$pdpm" obj del 1 extra --dir "$dir"
+expect_fail 1 "was created with --servers 3; drop the flag" "$pdpm" up "${up_flags[@]}" --servers 4
+check_all
+
+step "down, fsck, up again: data still there"
+"$pdpm" down --dir "$dir" >"$work/down.out"
+[[ $(grep -c "^stopped" "$work/down.out") == 4 ]] || die "down: $(cat "$work/down.out")"
+[[ -z $(ls "$dir"/*.pid 2>/dev/null) ]] || die "down left pid files"
+expect_fail 1 "not running|no PDPM cluster is running" "$pdpm" status --dir "$dir"
+expect_fail 1 "no PDPM cluster is running" "$pdpm" obj get 7 --dir "$dir"
+"$pdpm" down --dir "$dir" | grep -q "nothing was running" || die "second down"
+"$pdpm" fsck --dir "$dir" >"$work/fsck.out" || die "fsck after down: $(cat "$work/fsck.out")"
+"$pdpm" up "${up_flags[@]}" >"$work/up.out"
+grep -q "recovering its PM" "$work/up.out" || die "up after down reformatted? $(cat "$work/up.out")"
+[[ $(cat "$dir/cluster.secret") == "$secret" ]] || die "the secret changed"
+check_all
+expect_fail 1 "server 1 is running" "$pdpm" fsck --dir "$dir"
+
+step "kill -9 of every daemon, then up: data still there"
+for f in "$dir"/*.pid; do kill -9 "$(cat "$f")"; done
+for f in "$dir"/*.pid; do
+  while kill -0 "$(cat "$f")" 2>/dev/null && ! grep -q '^[^ ]* ([^)]*) Z' "/proc/$(cat "$f")/stat"; do
+    sleep 0.05
+  done
+done
+"$pdpm" up "${up_flags[@]}" >"$work/up.out"
+check_all
+"$pdpm" status --dir "$dir" >/dev/null
+
+step "one server killed: status says so, up refuses a partly running cluster"
+kill -9 "$(cat "$dir/server-2.pid")"
+# The monitor notices after its suspect timeout (3 s).
+for _ in $(seq 200); do
+  rc=0
+  "$pdpm" status --dir "$dir" >"$work/status" 2>"$work/err" || rc=$?
+  [[ $rc == 0 ]] || break
+  sleep 0.1
+done
+[[ $rc == 1 ]] || die "status still healthy 20 s after a server was killed"
+grep -Eq "^pdpm: cluster is (DEGRADED|DOWN)" "$work/err" || die "status stderr: $(cat "$work/err")"
+grep -Eq " (SUSPECT|DOWN) " "$work/status" || die "status shows no lost server: $(cat "$work/status")"
+expect_fail 1 "part of the cluster in .* is running" "$pdpm" up "${up_flags[@]}"
+"$pdpm" down --dir "$dir" >/dev/null
+"$pdpm" up "${up_flags[@]}" >/dev/null
+check_all
+
+step "down"
+"$pdpm" down --dir "$dir" >/dev/null
+"$pdpm" fsck --dir "$dir" >"$work/fsck.out" || die "fsck after kill -9: $(cat "$work/fsck.out")"
+echo "PASS"
