@@ -148,6 +148,9 @@ type ServerInfo struct {
 	State               ServerState            `protobuf:"varint,7,opt,name=state,proto3,enum=pdpm.v1.ServerState" json:"state,omitempty"`
 	Labels              map[string]string      `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // topology: zone, rack, host
 	LastHeartbeatUnixMs uint64                 `protobuf:"varint,9,opt,name=last_heartbeat_unix_ms,json=lastHeartbeatUnixMs,proto3" json:"last_heartbeat_unix_ms,omitempty"`
+	SegmentCount        uint32                 `protobuf:"varint,10,opt,name=segment_count,json=segmentCount,proto3" json:"segment_count,omitempty"` // segments cut from its PM
+	SegmentsUsed        uint32                 `protobuf:"varint,11,opt,name=segments_used,json=segmentsUsed,proto3" json:"segments_used,omitempty"` // local segments holding a primary or backup
+	Tables              uint32                 `protobuf:"varint,12,opt,name=tables,proto3" json:"tables,omitempty"`                                 // object-store tables it owns
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -245,6 +248,27 @@ func (x *ServerInfo) GetLastHeartbeatUnixMs() uint64 {
 	return 0
 }
 
+func (x *ServerInfo) GetSegmentCount() uint32 {
+	if x != nil {
+		return x.SegmentCount
+	}
+	return 0
+}
+
+func (x *ServerInfo) GetSegmentsUsed() uint32 {
+	if x != nil {
+		return x.SegmentsUsed
+	}
+	return 0
+}
+
+func (x *ServerInfo) GetTables() uint32 {
+	if x != nil {
+		return x.Tables
+	}
+	return 0
+}
+
 type RegisterServerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
@@ -330,12 +354,13 @@ func (x *RegisterServerRequest) GetSegmentSize() uint64 {
 }
 
 type RegisterServerResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterUuid   string                 `protobuf:"bytes,1,opt,name=cluster_uuid,json=clusterUuid,proto3" json:"cluster_uuid,omitempty"`
-	ServerId      uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	ClusterUuid         string                 `protobuf:"bytes,1,opt,name=cluster_uuid,json=clusterUuid,proto3" json:"cluster_uuid,omitempty"`
+	ServerId            uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Epoch               uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	HeartbeatIntervalMs uint64                 `protobuf:"varint,4,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"` // how often the monitor expects a heartbeat
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *RegisterServerResponse) Reset() {
@@ -389,11 +414,19 @@ func (x *RegisterServerResponse) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *RegisterServerResponse) GetHeartbeatIntervalMs() uint64 {
+	if x != nil {
+		return x.HeartbeatIntervalMs
+	}
+	return 0
+}
+
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ServerId      uint32                 `protobuf:"varint,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
 	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	UsedBytes     uint64                 `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	ClusterSecret string                 `protobuf:"bytes,4,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -447,6 +480,13 @@ func (x *HeartbeatRequest) GetUsedBytes() uint64 {
 		return x.UsedBytes
 	}
 	return 0
+}
+
+func (x *HeartbeatRequest) GetClusterSecret() string {
+	if x != nil {
+		return x.ClusterSecret
+	}
+	return ""
 }
 
 type HeartbeatResponse struct {
@@ -546,15 +586,20 @@ func (x *SegmentReplica) GetLocalIndex() uint32 {
 }
 
 type SegmentMapping struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Segment       uint64                 `protobuf:"varint,1,opt,name=segment,proto3" json:"segment,omitempty"`       // global segment number
-	Descriptor_   uint32                 `protobuf:"varint,2,opt,name=descriptor,proto3" json:"descriptor,omitempty"` // permission bits and replica count
-	Primary       *SegmentReplica        `protobuf:"bytes,3,opt,name=primary,proto3" json:"primary,omitempty"`
-	Backups       []*SegmentReplica      `protobuf:"bytes,4,rep,name=backups,proto3" json:"backups,omitempty"`
-	Table         uint32                 `protobuf:"varint,5,opt,name=table,proto3" json:"table,omitempty"`                          // object-store table owning it; 0 for heap
-	AccessKey     uint32                 `protobuf:"varint,6,opt,name=access_key,json=accessKey,proto3" json:"access_key,omitempty"` // filled only by GetSegmentKeys
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Segment uint64                 `protobuf:"varint,1,opt,name=segment,proto3" json:"segment,omitempty"` // global segment number
+	// Permission bits and replica count (dsm/address.h). Not called
+	// "descriptor": that name clashes with protobuf's C++ reflection API.
+	SegmentDescriptor uint32            `protobuf:"varint,2,opt,name=segment_descriptor,json=segmentDescriptor,proto3" json:"segment_descriptor,omitempty"`
+	Primary           *SegmentReplica   `protobuf:"bytes,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	Backups           []*SegmentReplica `protobuf:"bytes,4,rep,name=backups,proto3" json:"backups,omitempty"`
+	Table             uint32            `protobuf:"varint,5,opt,name=table,proto3" json:"table,omitempty"`                          // object-store table owning it; 0 for heap
+	AccessKey         uint32            `protobuf:"varint,6,opt,name=access_key,json=accessKey,proto3" json:"access_key,omitempty"` // filled only by GetSegmentKeys
+	// Epoch in which this primary/backup placement took effect: a request for
+	// this segment carrying an older epoch was routed with a stale placement.
+	PlacementEpoch uint64 `protobuf:"varint,7,opt,name=placement_epoch,json=placementEpoch,proto3" json:"placement_epoch,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SegmentMapping) Reset() {
@@ -594,9 +639,9 @@ func (x *SegmentMapping) GetSegment() uint64 {
 	return 0
 }
 
-func (x *SegmentMapping) GetDescriptor_() uint32 {
+func (x *SegmentMapping) GetSegmentDescriptor() uint32 {
 	if x != nil {
-		return x.Descriptor_
+		return x.SegmentDescriptor
 	}
 	return 0
 }
@@ -629,13 +674,21 @@ func (x *SegmentMapping) GetAccessKey() uint32 {
 	return 0
 }
 
+func (x *SegmentMapping) GetPlacementEpoch() uint64 {
+	if x != nil {
+		return x.PlacementEpoch
+	}
+	return 0
+}
+
 type AllocateSegmentRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ServerId      uint32                 `protobuf:"varint,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
 	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	LocalIndex    uint32                 `protobuf:"varint,3,opt,name=local_index,json=localIndex,proto3" json:"local_index,omitempty"`
-	Table         uint32                 `protobuf:"varint,4,opt,name=table,proto3" json:"table,omitempty"`
+	Table         uint32                 `protobuf:"varint,4,opt,name=table,proto3" json:"table,omitempty"` // 0: heap segment; 1..table_count: object table
 	AccessKey     uint32                 `protobuf:"varint,5,opt,name=access_key,json=accessKey,proto3" json:"access_key,omitempty"`
+	ClusterSecret string                 `protobuf:"bytes,6,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -705,6 +758,13 @@ func (x *AllocateSegmentRequest) GetAccessKey() uint32 {
 	return 0
 }
 
+func (x *AllocateSegmentRequest) GetClusterSecret() string {
+	if x != nil {
+		return x.ClusterSecret
+	}
+	return ""
+}
+
 type AllocateSegmentResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Mapping       *SegmentMapping        `protobuf:"bytes,1,opt,name=mapping,proto3" json:"mapping,omitempty"`
@@ -762,6 +822,7 @@ type FreeSegmentRequest struct {
 	ServerId      uint32                 `protobuf:"varint,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
 	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Segment       uint64                 `protobuf:"varint,3,opt,name=segment,proto3" json:"segment,omitempty"`
+	ClusterSecret string                 `protobuf:"bytes,4,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -817,6 +878,13 @@ func (x *FreeSegmentRequest) GetSegment() uint64 {
 	return 0
 }
 
+func (x *FreeSegmentRequest) GetClusterSecret() string {
+	if x != nil {
+		return x.ClusterSecret
+	}
+	return ""
+}
+
 type FreeSegmentResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -864,7 +932,8 @@ func (x *FreeSegmentResponse) GetEpoch() uint64 {
 type TableAssignment struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Table         uint32                 `protobuf:"varint,1,opt,name=table,proto3" json:"table,omitempty"`
-	ServerId      uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	ServerId      uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`                // 0: not assigned (no server registered yet)
+	AssignedEpoch uint64                 `protobuf:"varint,3,opt,name=assigned_epoch,json=assignedEpoch,proto3" json:"assigned_epoch,omitempty"` // epoch in which this owner took the table
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -909,6 +978,13 @@ func (x *TableAssignment) GetTable() uint32 {
 func (x *TableAssignment) GetServerId() uint32 {
 	if x != nil {
 		return x.ServerId
+	}
+	return 0
+}
+
+func (x *TableAssignment) GetAssignedEpoch() uint64 {
+	if x != nil {
+		return x.AssignedEpoch
 	}
 	return 0
 }
@@ -958,12 +1034,17 @@ func (x *GetMappingRequest) GetKnownEpoch() uint64 {
 }
 
 type GetMappingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Servers       []*ServerInfo          `protobuf:"bytes,2,rep,name=servers,proto3" json:"servers,omitempty"`
-	Segments      []*SegmentMapping      `protobuf:"bytes,3,rep,name=segments,proto3" json:"segments,omitempty"`
-	Tables        []*TableAssignment     `protobuf:"bytes,4,rep,name=tables,proto3" json:"tables,omitempty"`
-	SegmentSize   uint64                 `protobuf:"varint,5,opt,name=segment_size,json=segmentSize,proto3" json:"segment_size,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Epoch       uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Servers     []*ServerInfo          `protobuf:"bytes,2,rep,name=servers,proto3" json:"servers,omitempty"`
+	Segments    []*SegmentMapping      `protobuf:"bytes,3,rep,name=segments,proto3" json:"segments,omitempty"`
+	Tables      []*TableAssignment     `protobuf:"bytes,4,rep,name=tables,proto3" json:"tables,omitempty"`
+	SegmentSize uint64                 `protobuf:"varint,5,opt,name=segment_size,json=segmentSize,proto3" json:"segment_size,omitempty"`
+	// known_epoch equals epoch: nothing changed, only `epoch` is filled.
+	Unchanged     bool   `protobuf:"varint,6,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	TableCount    uint32 `protobuf:"varint,7,opt,name=table_count,json=tableCount,proto3" json:"table_count,omitempty"`
+	ReplicaCount  uint32 `protobuf:"varint,8,opt,name=replica_count,json=replicaCount,proto3" json:"replica_count,omitempty"`
+	ClusterUuid   string `protobuf:"bytes,9,opt,name=cluster_uuid,json=clusterUuid,proto3" json:"cluster_uuid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1031,6 +1112,34 @@ func (x *GetMappingResponse) GetSegmentSize() uint64 {
 		return x.SegmentSize
 	}
 	return 0
+}
+
+func (x *GetMappingResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
+func (x *GetMappingResponse) GetTableCount() uint32 {
+	if x != nil {
+		return x.TableCount
+	}
+	return 0
+}
+
+func (x *GetMappingResponse) GetReplicaCount() uint32 {
+	if x != nil {
+		return x.ReplicaCount
+	}
+	return 0
+}
+
+func (x *GetMappingResponse) GetClusterUuid() string {
+	if x != nil {
+		return x.ClusterUuid
+	}
+	return ""
 }
 
 type GetSegmentKeysRequest struct {
@@ -1185,7 +1294,10 @@ type ClusterStatus struct {
 	UsedBytes     uint64                 `protobuf:"varint,8,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
 	Leader        string                 `protobuf:"bytes,9,opt,name=leader,proto3" json:"leader,omitempty"` // address of the monitor currently leading
 	ReplicaCount  uint32                 `protobuf:"varint,10,opt,name=replica_count,json=replicaCount,proto3" json:"replica_count,omitempty"`
-	Message       string                 `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"` // human summary of what is not healthy
+	Message       string                 `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`    // human summary of what is not healthy
+	Segments      uint32                 `protobuf:"varint,12,opt,name=segments,proto3" json:"segments,omitempty"` // mapped global segments
+	SegmentSize   uint64                 `protobuf:"varint,13,opt,name=segment_size,json=segmentSize,proto3" json:"segment_size,omitempty"`
+	TableCount    uint32                 `protobuf:"varint,14,opt,name=table_count,json=tableCount,proto3" json:"table_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1297,11 +1409,159 @@ func (x *ClusterStatus) GetMessage() string {
 	return ""
 }
 
+func (x *ClusterStatus) GetSegments() uint32 {
+	if x != nil {
+		return x.Segments
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetSegmentSize() uint64 {
+	if x != nil {
+		return x.SegmentSize
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetTableCount() uint32 {
+	if x != nil {
+		return x.TableCount
+	}
+	return 0
+}
+
+// The monitor's persistent cluster view: what a view store holds (the local
+// file of `pdpm-monitor --embedded`, later an etcd key). Never sent to
+// clients as is: it carries the segment access keys.
+type ClusterView struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	ClusterUuid       string                 `protobuf:"bytes,1,opt,name=cluster_uuid,json=clusterUuid,proto3" json:"cluster_uuid,omitempty"` // "" until the first server registers
+	Epoch             uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	SegmentSize       uint64                 `protobuf:"varint,3,opt,name=segment_size,json=segmentSize,proto3" json:"segment_size,omitempty"`
+	ReplicaCount      uint32                 `protobuf:"varint,4,opt,name=replica_count,json=replicaCount,proto3" json:"replica_count,omitempty"`
+	TableCount        uint32                 `protobuf:"varint,5,opt,name=table_count,json=tableCount,proto3" json:"table_count,omitempty"`
+	NextServerId      uint32                 `protobuf:"varint,6,opt,name=next_server_id,json=nextServerId,proto3" json:"next_server_id,omitempty"`
+	NextHeapSegment   uint64                 `protobuf:"varint,7,opt,name=next_heap_segment,json=nextHeapSegment,proto3" json:"next_heap_segment,omitempty"`       // heap segments are numbered upwards
+	NextObjectSegment uint64                 `protobuf:"varint,8,opt,name=next_object_segment,json=nextObjectSegment,proto3" json:"next_object_segment,omitempty"` // object segments downwards from the top
+	Servers           []*ServerInfo          `protobuf:"bytes,9,rep,name=servers,proto3" json:"servers,omitempty"`                                                 // members; liveness fields not stored
+	Segments          []*SegmentMapping      `protobuf:"bytes,10,rep,name=segments,proto3" json:"segments,omitempty"`                                              // with access keys
+	Tables            []*TableAssignment     `protobuf:"bytes,11,rep,name=tables,proto3" json:"tables,omitempty"`                                                  // exactly table_count entries
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ClusterView) Reset() {
+	*x = ClusterView{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterView) ProtoMessage() {}
+
+func (x *ClusterView) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterView.ProtoReflect.Descriptor instead.
+func (*ClusterView) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ClusterView) GetClusterUuid() string {
+	if x != nil {
+		return x.ClusterUuid
+	}
+	return ""
+}
+
+func (x *ClusterView) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ClusterView) GetSegmentSize() uint64 {
+	if x != nil {
+		return x.SegmentSize
+	}
+	return 0
+}
+
+func (x *ClusterView) GetReplicaCount() uint32 {
+	if x != nil {
+		return x.ReplicaCount
+	}
+	return 0
+}
+
+func (x *ClusterView) GetTableCount() uint32 {
+	if x != nil {
+		return x.TableCount
+	}
+	return 0
+}
+
+func (x *ClusterView) GetNextServerId() uint32 {
+	if x != nil {
+		return x.NextServerId
+	}
+	return 0
+}
+
+func (x *ClusterView) GetNextHeapSegment() uint64 {
+	if x != nil {
+		return x.NextHeapSegment
+	}
+	return 0
+}
+
+func (x *ClusterView) GetNextObjectSegment() uint64 {
+	if x != nil {
+		return x.NextObjectSegment
+	}
+	return 0
+}
+
+func (x *ClusterView) GetServers() []*ServerInfo {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+func (x *ClusterView) GetSegments() []*SegmentMapping {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *ClusterView) GetTables() []*TableAssignment {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
 var File_pdpm_v1_monitor_proto protoreflect.FileDescriptor
 
 const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\n" +
-	"\x15pdpm/v1/monitor.proto\x12\apdpm.v1\"\x85\x03\n" +
+	"\x15pdpm/v1/monitor.proto\x12\apdpm.v1\"\xe7\x03\n" +
 	"\n" +
 	"ServerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x18\n" +
@@ -1313,7 +1573,11 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"used_bytes\x18\x06 \x01(\x04R\tusedBytes\x12*\n" +
 	"\x05state\x18\a \x01(\x0e2\x14.pdpm.v1.ServerStateR\x05state\x127\n" +
 	"\x06labels\x18\b \x03(\v2\x1f.pdpm.v1.ServerInfo.LabelsEntryR\x06labels\x123\n" +
-	"\x16last_heartbeat_unix_ms\x18\t \x01(\x04R\x13lastHeartbeatUnixMs\x1a9\n" +
+	"\x16last_heartbeat_unix_ms\x18\t \x01(\x04R\x13lastHeartbeatUnixMs\x12#\n" +
+	"\rsegment_count\x18\n" +
+	" \x01(\rR\fsegmentCount\x12#\n" +
+	"\rsegments_used\x18\v \x01(\rR\fsegmentsUsed\x12\x16\n" +
+	"\x06tables\x18\f \x01(\rR\x06tables\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x01\n" +
@@ -1323,32 +1587,33 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\tserver_id\x18\x03 \x01(\rR\bserverId\x12'\n" +
 	"\x04info\x18\x04 \x01(\v2\x13.pdpm.v1.ServerInfoR\x04info\x12#\n" +
 	"\rsegment_count\x18\x05 \x01(\rR\fsegmentCount\x12!\n" +
-	"\fsegment_size\x18\x06 \x01(\x04R\vsegmentSize\"n\n" +
+	"\fsegment_size\x18\x06 \x01(\x04R\vsegmentSize\"\xa2\x01\n" +
 	"\x16RegisterServerResponse\x12!\n" +
 	"\fcluster_uuid\x18\x01 \x01(\tR\vclusterUuid\x12\x1b\n" +
 	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"d\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x122\n" +
+	"\x15heartbeat_interval_ms\x18\x04 \x01(\x04R\x13heartbeatIntervalMs\"\x8b\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
 	"\n" +
-	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\")\n" +
+	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\x12%\n" +
+	"\x0ecluster_secret\x18\x04 \x01(\tR\rclusterSecret\")\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"N\n" +
 	"\x0eSegmentReplica\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x1f\n" +
 	"\vlocal_index\x18\x02 \x01(\rR\n" +
-	"localIndex\"\xe5\x01\n" +
+	"localIndex\"\x9d\x02\n" +
 	"\x0eSegmentMapping\x12\x18\n" +
-	"\asegment\x18\x01 \x01(\x04R\asegment\x12\x1e\n" +
-	"\n" +
-	"descriptor\x18\x02 \x01(\rR\n" +
-	"descriptor\x121\n" +
+	"\asegment\x18\x01 \x01(\x04R\asegment\x12-\n" +
+	"\x12segment_descriptor\x18\x02 \x01(\rR\x11segmentDescriptor\x121\n" +
 	"\aprimary\x18\x03 \x01(\v2\x17.pdpm.v1.SegmentReplicaR\aprimary\x121\n" +
 	"\abackups\x18\x04 \x03(\v2\x17.pdpm.v1.SegmentReplicaR\abackups\x12\x14\n" +
 	"\x05table\x18\x05 \x01(\rR\x05table\x12\x1d\n" +
 	"\n" +
-	"access_key\x18\x06 \x01(\rR\taccessKey\"\xa1\x01\n" +
+	"access_key\x18\x06 \x01(\rR\taccessKey\x12'\n" +
+	"\x0fplacement_epoch\x18\a \x01(\x04R\x0eplacementEpoch\"\xc8\x01\n" +
 	"\x16AllocateSegmentRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1f\n" +
@@ -1356,35 +1621,43 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"localIndex\x12\x14\n" +
 	"\x05table\x18\x04 \x01(\rR\x05table\x12\x1d\n" +
 	"\n" +
-	"access_key\x18\x05 \x01(\rR\taccessKey\"b\n" +
+	"access_key\x18\x05 \x01(\rR\taccessKey\x12%\n" +
+	"\x0ecluster_secret\x18\x06 \x01(\tR\rclusterSecret\"b\n" +
 	"\x17AllocateSegmentResponse\x121\n" +
 	"\amapping\x18\x01 \x01(\v2\x17.pdpm.v1.SegmentMappingR\amapping\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"a\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x88\x01\n" +
 	"\x12FreeSegmentRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x18\n" +
-	"\asegment\x18\x03 \x01(\x04R\asegment\"+\n" +
+	"\asegment\x18\x03 \x01(\x04R\asegment\x12%\n" +
+	"\x0ecluster_secret\x18\x04 \x01(\tR\rclusterSecret\"+\n" +
 	"\x13FreeSegmentResponse\x12\x14\n" +
-	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"D\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"k\n" +
 	"\x0fTableAssignment\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\rR\x05table\x12\x1b\n" +
-	"\tserver_id\x18\x02 \x01(\rR\bserverId\"4\n" +
+	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12%\n" +
+	"\x0eassigned_epoch\x18\x03 \x01(\x04R\rassignedEpoch\"4\n" +
 	"\x11GetMappingRequest\x12\x1f\n" +
 	"\vknown_epoch\x18\x01 \x01(\x04R\n" +
-	"knownEpoch\"\xe3\x01\n" +
+	"knownEpoch\"\xea\x02\n" +
 	"\x12GetMappingResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12-\n" +
 	"\aservers\x18\x02 \x03(\v2\x13.pdpm.v1.ServerInfoR\aservers\x123\n" +
 	"\bsegments\x18\x03 \x03(\v2\x17.pdpm.v1.SegmentMappingR\bsegments\x120\n" +
 	"\x06tables\x18\x04 \x03(\v2\x18.pdpm.v1.TableAssignmentR\x06tables\x12!\n" +
-	"\fsegment_size\x18\x05 \x01(\x04R\vsegmentSize\"Z\n" +
+	"\fsegment_size\x18\x05 \x01(\x04R\vsegmentSize\x12\x1c\n" +
+	"\tunchanged\x18\x06 \x01(\bR\tunchanged\x12\x1f\n" +
+	"\vtable_count\x18\a \x01(\rR\n" +
+	"tableCount\x12#\n" +
+	"\rreplica_count\x18\b \x01(\rR\freplicaCount\x12!\n" +
+	"\fcluster_uuid\x18\t \x01(\tR\vclusterUuid\"Z\n" +
 	"\x15GetSegmentKeysRequest\x12%\n" +
 	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12\x1a\n" +
 	"\bsegments\x18\x02 \x03(\x04R\bsegments\"c\n" +
 	"\x16GetSegmentKeysResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x123\n" +
 	"\bsegments\x18\x02 \x03(\v2\x17.pdpm.v1.SegmentMappingR\bsegments\"\x19\n" +
-	"\x17GetClusterStatusRequest\"\x81\x03\n" +
+	"\x17GetClusterStatusRequest\"\xe1\x03\n" +
 	"\rClusterStatus\x12!\n" +
 	"\fcluster_uuid\x18\x01 \x01(\tR\vclusterUuid\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12'\n" +
@@ -1399,7 +1672,25 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x06leader\x18\t \x01(\tR\x06leader\x12#\n" +
 	"\rreplica_count\x18\n" +
 	" \x01(\rR\freplicaCount\x12\x18\n" +
-	"\amessage\x18\v \x01(\tR\amessage*\xa6\x01\n" +
+	"\amessage\x18\v \x01(\tR\amessage\x12\x1a\n" +
+	"\bsegments\x18\f \x01(\rR\bsegments\x12!\n" +
+	"\fsegment_size\x18\r \x01(\x04R\vsegmentSize\x12\x1f\n" +
+	"\vtable_count\x18\x0e \x01(\rR\n" +
+	"tableCount\"\xc7\x03\n" +
+	"\vClusterView\x12!\n" +
+	"\fcluster_uuid\x18\x01 \x01(\tR\vclusterUuid\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +
+	"\fsegment_size\x18\x03 \x01(\x04R\vsegmentSize\x12#\n" +
+	"\rreplica_count\x18\x04 \x01(\rR\freplicaCount\x12\x1f\n" +
+	"\vtable_count\x18\x05 \x01(\rR\n" +
+	"tableCount\x12$\n" +
+	"\x0enext_server_id\x18\x06 \x01(\rR\fnextServerId\x12*\n" +
+	"\x11next_heap_segment\x18\a \x01(\x04R\x0fnextHeapSegment\x12.\n" +
+	"\x13next_object_segment\x18\b \x01(\x04R\x11nextObjectSegment\x12-\n" +
+	"\aservers\x18\t \x03(\v2\x13.pdpm.v1.ServerInfoR\aservers\x123\n" +
+	"\bsegments\x18\n" +
+	" \x03(\v2\x17.pdpm.v1.SegmentMappingR\bsegments\x120\n" +
+	"\x06tables\x18\v \x03(\v2\x18.pdpm.v1.TableAssignmentR\x06tables*\xa6\x01\n" +
 	"\vServerState\x12\x1c\n" +
 	"\x18SERVER_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fSERVER_STATE_UP\x10\x01\x12\x18\n" +
@@ -1435,7 +1726,7 @@ func file_pdpm_v1_monitor_proto_rawDescGZIP() []byte {
 }
 
 var file_pdpm_v1_monitor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pdpm_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_pdpm_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_pdpm_v1_monitor_proto_goTypes = []any{
 	(ServerState)(0),                // 0: pdpm.v1.ServerState
 	(Health)(0),                     // 1: pdpm.v1.Health
@@ -1457,11 +1748,12 @@ var file_pdpm_v1_monitor_proto_goTypes = []any{
 	(*GetSegmentKeysResponse)(nil),  // 17: pdpm.v1.GetSegmentKeysResponse
 	(*GetClusterStatusRequest)(nil), // 18: pdpm.v1.GetClusterStatusRequest
 	(*ClusterStatus)(nil),           // 19: pdpm.v1.ClusterStatus
-	nil,                             // 20: pdpm.v1.ServerInfo.LabelsEntry
+	(*ClusterView)(nil),             // 20: pdpm.v1.ClusterView
+	nil,                             // 21: pdpm.v1.ServerInfo.LabelsEntry
 }
 var file_pdpm_v1_monitor_proto_depIdxs = []int32{
 	0,  // 0: pdpm.v1.ServerInfo.state:type_name -> pdpm.v1.ServerState
-	20, // 1: pdpm.v1.ServerInfo.labels:type_name -> pdpm.v1.ServerInfo.LabelsEntry
+	21, // 1: pdpm.v1.ServerInfo.labels:type_name -> pdpm.v1.ServerInfo.LabelsEntry
 	2,  // 2: pdpm.v1.RegisterServerRequest.info:type_name -> pdpm.v1.ServerInfo
 	7,  // 3: pdpm.v1.SegmentMapping.primary:type_name -> pdpm.v1.SegmentReplica
 	7,  // 4: pdpm.v1.SegmentMapping.backups:type_name -> pdpm.v1.SegmentReplica
@@ -1472,25 +1764,28 @@ var file_pdpm_v1_monitor_proto_depIdxs = []int32{
 	8,  // 9: pdpm.v1.GetSegmentKeysResponse.segments:type_name -> pdpm.v1.SegmentMapping
 	1,  // 10: pdpm.v1.ClusterStatus.health:type_name -> pdpm.v1.Health
 	2,  // 11: pdpm.v1.ClusterStatus.servers:type_name -> pdpm.v1.ServerInfo
-	3,  // 12: pdpm.v1.Monitor.RegisterServer:input_type -> pdpm.v1.RegisterServerRequest
-	5,  // 13: pdpm.v1.Monitor.Heartbeat:input_type -> pdpm.v1.HeartbeatRequest
-	9,  // 14: pdpm.v1.Monitor.AllocateSegment:input_type -> pdpm.v1.AllocateSegmentRequest
-	11, // 15: pdpm.v1.Monitor.FreeSegment:input_type -> pdpm.v1.FreeSegmentRequest
-	14, // 16: pdpm.v1.Monitor.GetMapping:input_type -> pdpm.v1.GetMappingRequest
-	16, // 17: pdpm.v1.Monitor.GetSegmentKeys:input_type -> pdpm.v1.GetSegmentKeysRequest
-	18, // 18: pdpm.v1.Monitor.GetClusterStatus:input_type -> pdpm.v1.GetClusterStatusRequest
-	4,  // 19: pdpm.v1.Monitor.RegisterServer:output_type -> pdpm.v1.RegisterServerResponse
-	6,  // 20: pdpm.v1.Monitor.Heartbeat:output_type -> pdpm.v1.HeartbeatResponse
-	10, // 21: pdpm.v1.Monitor.AllocateSegment:output_type -> pdpm.v1.AllocateSegmentResponse
-	12, // 22: pdpm.v1.Monitor.FreeSegment:output_type -> pdpm.v1.FreeSegmentResponse
-	15, // 23: pdpm.v1.Monitor.GetMapping:output_type -> pdpm.v1.GetMappingResponse
-	17, // 24: pdpm.v1.Monitor.GetSegmentKeys:output_type -> pdpm.v1.GetSegmentKeysResponse
-	19, // 25: pdpm.v1.Monitor.GetClusterStatus:output_type -> pdpm.v1.ClusterStatus
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	2,  // 12: pdpm.v1.ClusterView.servers:type_name -> pdpm.v1.ServerInfo
+	8,  // 13: pdpm.v1.ClusterView.segments:type_name -> pdpm.v1.SegmentMapping
+	13, // 14: pdpm.v1.ClusterView.tables:type_name -> pdpm.v1.TableAssignment
+	3,  // 15: pdpm.v1.Monitor.RegisterServer:input_type -> pdpm.v1.RegisterServerRequest
+	5,  // 16: pdpm.v1.Monitor.Heartbeat:input_type -> pdpm.v1.HeartbeatRequest
+	9,  // 17: pdpm.v1.Monitor.AllocateSegment:input_type -> pdpm.v1.AllocateSegmentRequest
+	11, // 18: pdpm.v1.Monitor.FreeSegment:input_type -> pdpm.v1.FreeSegmentRequest
+	14, // 19: pdpm.v1.Monitor.GetMapping:input_type -> pdpm.v1.GetMappingRequest
+	16, // 20: pdpm.v1.Monitor.GetSegmentKeys:input_type -> pdpm.v1.GetSegmentKeysRequest
+	18, // 21: pdpm.v1.Monitor.GetClusterStatus:input_type -> pdpm.v1.GetClusterStatusRequest
+	4,  // 22: pdpm.v1.Monitor.RegisterServer:output_type -> pdpm.v1.RegisterServerResponse
+	6,  // 23: pdpm.v1.Monitor.Heartbeat:output_type -> pdpm.v1.HeartbeatResponse
+	10, // 24: pdpm.v1.Monitor.AllocateSegment:output_type -> pdpm.v1.AllocateSegmentResponse
+	12, // 25: pdpm.v1.Monitor.FreeSegment:output_type -> pdpm.v1.FreeSegmentResponse
+	15, // 26: pdpm.v1.Monitor.GetMapping:output_type -> pdpm.v1.GetMappingResponse
+	17, // 27: pdpm.v1.Monitor.GetSegmentKeys:output_type -> pdpm.v1.GetSegmentKeysResponse
+	19, // 28: pdpm.v1.Monitor.GetClusterStatus:output_type -> pdpm.v1.ClusterStatus
+	22, // [22:29] is the sub-list for method output_type
+	15, // [15:22] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_pdpm_v1_monitor_proto_init() }
@@ -1504,7 +1799,7 @@ func file_pdpm_v1_monitor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pdpm_v1_monitor_proto_rawDesc), len(file_pdpm_v1_monitor_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
