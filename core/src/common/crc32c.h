@@ -19,6 +19,8 @@ uint32_t Crc32c(const void* data, size_t n);
 // Crc32cExtend(Crc32c(a), b) == Crc32c(a ++ b).
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
 
-inline uint32_t Crc32c(std::string_view s) { return Crc32c(s.data(), s.size()); }
+inline uint32_t Crc32c(std::string_view s) {
+  return Crc32c(s.data(), s.size());
+}
 
 }  // namespace pdpm
