@@ -28,9 +28,9 @@
 // time, to the file. A process killed at any moment therefore leaves in the
 // file what a power loss would leave on PM: everything persisted, some of
 // the 8-byte words of a persist in progress (a prefix here; real PM may
-// leave any subset, so never rely on the order), and nothing else. Flushed-but-not-drained lines are not durable. Files only (a devdax
-// mapping cannot be private); the file itself is not msync'ed, so the mode
-// models power loss for crash tests and is not durable against a real one.
+// leave any subset, so never rely on the order), and nothing else. Flushed-but-not-drained lines
+// are not durable. Files only (a devdax mapping cannot be private); the file itself is not
+// msync'ed, so the mode models power loss for crash tests and is not durable against a real one.
 //
 // Crash injection (PmOptions::crash_after_persisted_bytes, or the
 // environment variable PDPM_PM_CRASH_AFTER_PERSISTED_BYTES=N; implies
