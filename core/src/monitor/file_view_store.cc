@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/crc32c.h"
+#include "common/file_util.h"
 
 namespace pdpm::monitor {
 namespace {
@@ -38,34 +39,6 @@ Status WriteAll(int fd, const std::string& data, const std::string& path) {
     done += static_cast<size_t>(n);
   }
   return Status::OK();
-}
-
-// Reads the whole file; NotFound when it does not exist.
-Status ReadFile(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::NotFound(path + " does not exist");
-    return Status::FromErrno("open " + path, errno);
-  }
-  out->clear();
-  char buf[64 * 1024];
-  Status s;
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      s = Status::FromErrno("read " + path, errno);
-      break;
-    }
-    if (n == 0) break;
-    out->append(buf, static_cast<size_t>(n));
-    if (out->size() > kMaxPayload + FileViewStore::kHeaderSize) {
-      s = Status::Corruption(path + " is larger than any view file can be");
-      break;
-    }
-  }
-  ::close(fd);
-  return s;
 }
 
 }  // namespace
@@ -179,7 +152,7 @@ Status FileViewStore::Decode(const std::string& bytes, const std::string& what,
 
 Status FileViewStore::Load(v1::ClusterView* view, uint64_t* revision) {
   std::string bytes;
-  Status s = ReadFile(view_path_, &bytes);
+  Status s = ReadWholeFile(view_path_, &bytes);
   if (s.code() == StatusCode::kNotFound) {
     revision_ = 0;
     revision_known_ = true;

@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "common/file_util.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "pm/pm_device.h"
@@ -59,24 +60,11 @@ std::string Trim(std::string s) {
   return s.substr(b);
 }
 
-Status ReadFile(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open " + path, errno);
-  out->clear();
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out->append(buf, static_cast<size_t>(n));
-  int err = errno;
-  ::close(fd);
-  if (n < 0) return Status::FromErrno("read " + path, err);
-  return Status::OK();
-}
-
 // The operator's cluster configuration: "key = value" lines, '#' comments.
 // Flags given on the command line win over it.
 Status ApplyConfig(const FlagParser& parser, Flags* f) {
   std::string text;
-  PDPM_RETURN_IF_ERROR(ReadFile(f->config, &text));
+  PDPM_RETURN_IF_ERROR(ReadWholeFile(f->config, &text));
   std::map<std::string, std::string> kv;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -236,7 +224,7 @@ int Run(int argc, char** argv) {
   if (const char* node = Env("NODE_NAME"); node != nullptr && *node != '\0') {
     o.labels.emplace("host", node);
   }
-  s = ReadFile(f.secret_file, &o.cluster_secret);
+  s = ReadWholeFile(f.secret_file, &o.cluster_secret);
   o.cluster_secret = Trim(o.cluster_secret);
   if (s.ok() && o.cluster_secret.empty()) s = Status::InvalidArgument("the secret file is empty");
   if (!s.ok()) return Fail(log, "cannot read the cluster secret", s);

@@ -12,7 +12,7 @@
 #include <charconv>
 #include <thread>
 
-#include "tools/file_util.h"
+#include "common/file_util.h"
 
 namespace pdpm::tools {
 namespace {

@@ -17,8 +17,8 @@
 #include <string>
 
 #include "client/client.h"
+#include "common/file_util.h"
 #include "common/flags.h"
-#include "tools/file_util.h"
 
 namespace pdpm::tools {
 namespace {

@@ -13,8 +13,8 @@
 #include <map>
 #include <thread>
 
+#include "common/file_util.h"
 #include "monitor/monitor_client.h"
-#include "tools/file_util.h"
 
 namespace pdpm::tools {
 namespace {

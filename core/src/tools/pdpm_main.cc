@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "client/client.h"
+#include "common/file_util.h"
 #include "common/flags.h"
 #include "monitor/monitor_client.h"
 #include "server/fsck.h"
-#include "tools/file_util.h"
 #include "tools/local_cluster.h"
 #include "tools/object_id.h"
 

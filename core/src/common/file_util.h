@@ -1,4 +1,4 @@
-// Small whole-file helpers of the `pdpm` CLI.
+// Small whole-file helpers shared by the daemons and the `pdpm` CLI.
 #pragma once
 
 #include <sys/types.h>
@@ -7,7 +7,7 @@
 
 #include "common/status.h"
 
-namespace pdpm::tools {
+namespace pdpm {
 
 // Reads the whole file (kNotFound when it does not exist).
 Status ReadWholeFile(const std::string& path, std::string* out);
@@ -21,4 +21,4 @@ Status MakeDirs(const std::string& path, mode_t mode);
 
 bool FileExists(const std::string& path);
 
-}  // namespace pdpm::tools
+}  // namespace pdpm

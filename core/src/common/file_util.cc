@@ -1,4 +1,4 @@
-#include "tools/file_util.h"
+#include "common/file_util.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-namespace pdpm::tools {
+namespace pdpm {
 
 Status ReadWholeFile(const std::string& path, std::string* out) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -17,7 +17,13 @@ Status ReadWholeFile(const std::string& path, std::string* out) {
   out->clear();
   char buf[65536];
   ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out->append(buf, static_cast<size_t>(n));
+  while ((n = ::read(fd, buf, sizeof(buf))) != 0) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    out->append(buf, static_cast<size_t>(n));
+  }
   int err = errno;
   ::close(fd);
   if (n < 0) return Status::FromErrno("read " + path, err);
@@ -75,4 +81,4 @@ bool FileExists(const std::string& path) {
   return ::access(path.c_str(), F_OK) == 0;
 }
 
-}  // namespace pdpm::tools
+}  // namespace pdpm
