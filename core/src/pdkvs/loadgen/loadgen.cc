@@ -163,7 +163,7 @@ class Run {
  private:
   uint64_t Tick() { return clock_.fetch_add(1) + 1; }
   void Fail(Status status);
-  void WrongAnswer(std::string what);
+  void WrongAnswer(const std::string& what);
   void Issue(Connection* c, bool load, bool time_up);
   void Request(Connection* c, Pending p);
   void Complete(Connection* c, const Reply& reply, PhaseResult* result);
@@ -190,7 +190,7 @@ void Run::Fail(Status status) {
   failed_.store(true);
 }
 
-void Run::WrongAnswer(std::string what) {
+void Run::WrongAnswer(const std::string& what) {
   {
     std::lock_guard lock(mu_);
     if (errors_.size() < 20) errors_.push_back(what);
@@ -277,7 +277,7 @@ void Run::Complete(Connection* c, const Reply& reply, PhaseResult* result) {
   if (p.is_read) {
     ++result->reads;
     std::string wrong = CheckRead(p, reply);
-    if (!wrong.empty()) WrongAnswer(std::move(wrong));
+    if (!wrong.empty()) WrongAnswer(wrong);
     return;
   }
   ++result->writes;
