@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "pdkvs/loadgen/reply.h"
+#include "pdkvs/loadgen/verifier.h"
 
 namespace pdpm::pdkvs::loadgen {
 
@@ -88,60 +89,13 @@ struct Connection {
   }
 };
 
-// Per write number: its key and the ticks of its send and acknowledgement
-// (0 = not yet). Entries live in chunks allocated when a write first
-// reaches them, so memory follows the writes made, not the bound.
-class WriteLog {
- public:
-  struct Entry {
-    std::atomic<uint64_t> key{UINT64_MAX}, send{0}, ack{0};
-  };
-  explicit WriteLog(uint64_t capacity)
-      : num_chunks_(capacity / kChunk + 1), chunks_(new std::atomic<Entry*>[num_chunks_]) {
-    for (uint64_t i = 0; i < num_chunks_; ++i) chunks_[i].store(nullptr);
-  }
-  ~WriteLog() {
-    for (uint64_t i = 0; i < num_chunks_; ++i) delete[] chunks_[i].load();
-  }
-  WriteLog(const WriteLog&) = delete;
-  WriteLog& operator=(const WriteLog&) = delete;
-
-  // The entry of write w (< capacity), allocating its chunk if needed.
-  Entry& At(uint64_t w) {
-    std::atomic<Entry*>& slot = chunks_[w / kChunk];
-    Entry* chunk = slot.load();
-    if (chunk == nullptr) {
-      auto* fresh = new Entry[kChunk];
-      if (slot.compare_exchange_strong(chunk, fresh)) {
-        chunk = fresh;
-      } else {
-        delete[] fresh;  // another thread won; chunk holds its array
-      }
-    }
-    return chunk[w % kChunk];
-  }
-  // The entry of write w, or null if no write reached its chunk.
-  const Entry* Find(uint64_t w) const {
-    if (w / kChunk >= num_chunks_) return nullptr;
-    const Entry* chunk = chunks_[w / kChunk].load();
-    return chunk == nullptr ? nullptr : &chunk[w % kChunk];
-  }
-
- private:
-  static constexpr uint64_t kChunk = 1 << 16;
-  uint64_t num_chunks_;
-  std::unique_ptr<std::atomic<Entry*>[]> chunks_;
-};
-
 // What the worker threads of one run share.
 class Run {
  public:
   explicit Run(const LoadgenOptions& o)
       : opt_(o),
         chooser_(o.distribution, o.records),
-        writes_(o.records + o.ops),
-        key_floor_(new std::atomic<uint64_t>[o.records]) {
-    for (uint64_t i = 0; i < o.records; ++i) key_floor_[i].store(0, std::memory_order_relaxed);
+        verifier_(o.workload, o.records, o.records + o.ops) {
     run_budget_.store(static_cast<int64_t>(o.ops));
   }
 
@@ -161,23 +115,17 @@ class Run {
   }
 
  private:
-  uint64_t Tick() { return clock_.fetch_add(1) + 1; }
   void Fail(Status status);
   void WrongAnswer(const std::string& what);
   void Issue(Connection* c, bool load, bool time_up);
   void Request(Connection* c, Pending p);
   void Complete(Connection* c, const Reply& reply, PhaseResult* result);
-  std::string CheckRead(const Pending& p, const Reply& reply);
 
   const LoadgenOptions& opt_;
   KeyChooser chooser_;
-  std::atomic<uint64_t> clock_{0};
-  std::atomic<uint64_t> next_write_{0};
   std::atomic<uint64_t> next_record_{0};
   std::atomic<int64_t> run_budget_{0};
-  WriteLog writes_;
-  // Per key: the latest send tick of an acknowledged write.
-  std::unique_ptr<std::atomic<uint64_t>[]> key_floor_;
+  Verifier verifier_;
   std::atomic<bool> failed_{false};
   std::mutex mu_;
   Status fatal_;
@@ -209,14 +157,11 @@ void AppendBulk(std::string* out, std::string_view s) {
 void Run::Request(Connection* c, Pending p) {
   std::string key = opt_.workload.Key(p.key);
   if (p.is_read) {
-    p.floor = key_floor_[p.key].load();
+    p.floor = verifier_.ReadSent(p.key);
     c->out += "*2\r\n$3\r\nGET\r\n";
     AppendBulk(&c->out, key);
   } else {
-    p.write = next_write_.fetch_add(1);
-    WriteLog::Entry& e = writes_.At(p.write);
-    e.key.store(p.key);
-    e.send.store(Tick());
+    p.write = verifier_.WriteSent(p.key);
     c->out += "*3\r\n$3\r\nSET\r\n";
     AppendBulk(&c->out, key);
     AppendBulk(&c->out, opt_.workload.Value(p.write));
@@ -240,58 +185,20 @@ void Run::Issue(Connection* c, bool load, bool time_up) {
   }
 }
 
-std::string Run::CheckRead(const Pending& p, const Reply& reply) {
-  std::string key = opt_.workload.Key(p.key);
-  if (reply.type == ReplyType::kNull) return "GET " + key + ": absent (it was loaded)";
-  if (reply.type != ReplyType::kBulk) {
-    return "GET " + key + ": unexpected reply " + std::string(reply.text);
-  }
-  uint64_t w;
-  const WriteLog::Entry* e = nullptr;
-  if (Workload::WriteIdOf(reply.text, &w).ok() && w < next_write_.load()) e = writes_.Find(w);
-  if (e == nullptr) {
-    return "GET " + key + ": a value of " + std::to_string(reply.text.size()) +
-           " bytes that no write sent";
-  }
-  uint64_t written_key = e->key.load();
-  if (written_key != p.key) {
-    return "GET " + key + ": the value of write " + std::to_string(w) + ", which went to " +
-           (written_key == UINT64_MAX ? "no key" : opt_.workload.Key(written_key));
-  }
-  if (reply.text != opt_.workload.Value(w)) {
-    return "GET " + key + ": the value of write " + std::to_string(w) + " with wrong bytes";
-  }
-  uint64_t acked = e->ack.load();
-  if (acked != 0 && p.floor > acked) {
-    return "GET " + key + ": stale value of write " + std::to_string(w) +
-           ", overwritten by a write acknowledged before the GET was sent";
-  }
-  return {};
-}
-
 void Run::Complete(Connection* c, const Reply& reply, PhaseResult* result) {
   Pending p = c->pending.front();
   c->pending.pop_front();
   result->latency.Record(static_cast<uint64_t>(NowNs() - p.start_ns));
   ++result->ops;
+  std::string wrong;
   if (p.is_read) {
     ++result->reads;
-    std::string wrong = CheckRead(p, reply);
-    if (!wrong.empty()) WrongAnswer(wrong);
-    return;
+    wrong = verifier_.CheckRead(p.key, p.floor, reply);
+  } else {
+    ++result->writes;
+    wrong = verifier_.WriteAnswered(p.key, p.write, reply);
   }
-  ++result->writes;
-  if (reply.type != ReplyType::kSimple || reply.text != "OK") {
-    WrongAnswer("SET " + opt_.workload.Key(p.key) + ": " + std::string(reply.text));
-    return;
-  }
-  WriteLog::Entry& e = writes_.At(p.write);
-  e.ack.store(Tick());
-  uint64_t sent = e.send.load();
-  std::atomic<uint64_t>& floor = key_floor_[p.key];
-  uint64_t cur = floor.load();
-  while (cur < sent && !floor.compare_exchange_weak(cur, sent)) {
-  }
+  if (!wrong.empty()) WrongAnswer(wrong);
 }
 
 void Run::Drive(std::vector<Connection*> conns, bool load, Clock::time_point deadline,

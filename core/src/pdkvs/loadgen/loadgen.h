@@ -3,15 +3,8 @@
 // and a run phase of GETs and SETs drawn from a Workload, bounded by an
 // operation count and a time.
 //
-// Every reply is checked. A SET must answer +OK. A GET must return a value
-// the generator wrote to that key (the write number in the value names its
-// key and its bytes are regenerated and compared) and not an overwritten
-// one: if a later write W2 to the key was sent after the read value's
-// write W was acknowledged, and W2 was acknowledged before the GET was
-// sent, W was superseded and reading it is a stale read. Ticks of one
-// logical clock order these events; the check never flags a correct server
-// (every event is observed after it happened at the server, and a send is
-// stamped before it leaves).
+// Every reply is checked (verifier.h): a SET must answer +OK, a GET must
+// return the exact value of a write to that key that was not superseded.
 #pragma once
 
 #include <chrono>
