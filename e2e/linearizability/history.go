@@ -162,6 +162,7 @@ func runClient(ctx context.Context, rec *recorder, id int, addr string, protocol
 			rec.add(id, in, call, out, ret)
 		case notSent:
 			st.notSent++
+			time.Sleep(10 * time.Millisecond) // the service is down: do not spin
 		case indeterminate:
 			st.indeterminate++
 			if in.Kind != opGet { // an unknown read constrains nothing
