@@ -132,21 +132,25 @@ type clientStats struct {
 	completed, indeterminate, notSent int
 }
 
-// runClient issues random operations until stop is closed or maxOps ran,
-// recording each. After an indeterminate operation it waits (unrecorded
-// PINGs) until the service answers again, so that each outage leaves at
-// most one open operation per client.
+// runClient issues random operations until stop is closed, at most
+// maxRate a second, recording each. After an indeterminate operation it
+// waits (unrecorded PINGs) until the service answers again, so that each
+// outage leaves at most one open operation per client.
 func runClient(ctx context.Context, rec *recorder, id int, addr string, protocol int, seed int64,
-	keys []string, maxOps int, stop <-chan struct{}) (clientStats, error) {
+	keys []string, maxRate int, stop <-chan struct{}) (clientStats, error) {
 	c := newClient(addr, protocol)
 	defer c.Close()
 	rng := rand.New(rand.NewSource(seed))
 	var st clientStats
-	for seq := int64(0); seq < int64(maxOps); seq++ {
+	start := time.Now()
+	for seq := int64(0); ; seq++ {
 		select {
 		case <-stop:
 			return st, nil
 		default:
+		}
+		if due := start.Add(time.Duration(seq) * time.Second / time.Duration(maxRate)); time.Now().Before(due) {
+			time.Sleep(time.Until(due))
 		}
 		in := randomInput(rng, id, seq, keys)
 		call := rec.now()
@@ -177,5 +181,4 @@ func runClient(ctx context.Context, rec *recorder, id int, addr string, protocol
 			}
 		}
 	}
-	return st, nil
 }
