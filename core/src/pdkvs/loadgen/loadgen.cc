@@ -201,10 +201,14 @@ void Run::Complete(Connection* c, const Reply& reply, PhaseResult* result) {
   if (!wrong.empty()) WrongAnswer(wrong);
 }
 
+// A server that neither reads nor answers for this long fails the run.
+constexpr auto kStallTimeout = std::chrono::seconds(10);
+
 void Run::Drive(std::vector<Connection*> conns, bool load, Clock::time_point deadline,
                 PhaseResult* result) {
   std::vector<pollfd> fds(conns.size());
   char buf[64 << 10];
+  auto progress = Clock::now();  // the last byte sent or received
   while (!failed()) {
     bool time_up = !load && Clock::now() >= deadline;
     size_t busy = 0;
@@ -221,6 +225,11 @@ void Run::Drive(std::vector<Connection*> conns, bool load, Clock::time_point dea
     if (n < 0) {
       if (errno == EINTR) continue;
       return Fail(Status::FromErrno("poll", errno));
+    }
+    if (n > 0) {
+      progress = Clock::now();
+    } else if (Clock::now() - progress > kStallTimeout) {
+      return Fail(Status::Timeout("the server sent nothing for 10 s with requests pending"));
     }
     for (size_t i = 0; i < conns.size() && !failed(); ++i) {
       Connection* c = conns[i];

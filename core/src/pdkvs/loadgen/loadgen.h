@@ -67,7 +67,9 @@ struct LoadgenResult {
 };
 
 // Connects, loads and runs. Not OK on a connection or protocol failure, a
-// bad option, or a wrong answer (kCorruption; result->errors says which).
+// bad option, a wrong answer (kCorruption; result->errors says which), or
+// a server that makes no progress for 10 s with requests pending
+// (kTimeout).
 Status RunLoadgen(const LoadgenOptions& options, LoadgenResult* result);
 
 }  // namespace pdpm::pdkvs::loadgen

@@ -3,7 +3,8 @@
 # a real pdkvs-gateway (local store on a PM file in memory) and a real
 # redis-server 7, verifying every reply; then answers tampered with through
 # the server (a foreign value, another key's value, a flipped byte, a
-# deleted key) must make it fail, naming the key.
+# deleted key) must make it fail, naming the key, and so must a server that
+# stops answering.
 # usage: loadgen_integration_test.sh PDKVS_LOADGEN PDKVS_GATEWAY
 set -euo pipefail
 loadgen=$1
@@ -16,7 +17,7 @@ redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$
 rpid=$!
 coproc GW { exec "$gateway" --listen 127.0.0.1:0 --pm "$dir/kv.pm" --pm-size 512MiB 2>"$dir/gw.log"; }
 gpid=$GW_PID
-trap 'kill $rpid $gpid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
+trap 'kill -CONT $rpid 2>/dev/null || true; kill $rpid $gpid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
 read -r line <&"${GW[0]}"
 gport=${line#port=}
 for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
@@ -95,4 +96,15 @@ for port in "$gport" "$rport"; do
   tamper_run "$port" "$(key 9): the value of write 9 with wrong bytes" \
     copy_value "$port" "$(key 9)" "$(key 9)" flip
 done
+
+# A server that stops answering (redis-server stopped with SIGSTOP: the
+# kernel still accepts connections) fails the run after 10 s.
+kill -STOP "$rpid"
+if "$loadgen" --port "$rport" --workload etc --records 100 --connections 2 2>"$dir/err"; then
+  kill -CONT "$rpid"
+  fail "a stopped server did not fail the run"
+fi
+kill -CONT "$rpid"
+grep -q "sent nothing for 10 s" "$dir/err" || fail "stopped server: $(cat "$dir/err")"
+echo "detected: $(cat "$dir/err")"
 echo "pdkvs-loadgen integration: PASS"
