@@ -10,6 +10,12 @@ class VerifierTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(WorkloadByName("sys", &workload_).ok()); }
   static Reply Ok() { return Reply{ReplyType::kSimple, "OK"}; }
   Reply Bulk(const std::string& value) { return Reply{ReplyType::kBulk, value}; }
+  // A SET of key sent and acknowledged: its write number.
+  uint64_t Acked(uint64_t key) {
+    uint64_t w = verifier_.WriteSent(key);
+    EXPECT_EQ(verifier_.WriteAnswered(key, w, Ok()), "");
+    return w;
+  }
   // The check of a GET of key whose reply is write w's value.
   std::string ReadOf(uint64_t key, uint64_t floor, uint64_t w) {
     value_ = workload_.Value(w);
@@ -22,14 +28,12 @@ class VerifierTest : public ::testing::Test {
 };
 
 TEST_F(VerifierTest, AcknowledgedWriteIsRead) {
-  uint64_t w = verifier_.WriteSent(3);
-  EXPECT_EQ(verifier_.WriteAnswered(3, w, Ok()), "");
+  uint64_t w = Acked(3);
   EXPECT_EQ(ReadOf(3, verifier_.ReadSent(3), w), "");
 }
 
 TEST_F(VerifierTest, WriteInFlightMayOrMayNotBeSeen) {
-  uint64_t w1 = verifier_.WriteSent(3);
-  ASSERT_EQ(verifier_.WriteAnswered(3, w1, Ok()), "");
+  uint64_t w1 = Acked(3);
   uint64_t w2 = verifier_.WriteSent(3);
   uint64_t floor = verifier_.ReadSent(3);
   EXPECT_EQ(ReadOf(3, floor, w1), "");
@@ -37,16 +41,13 @@ TEST_F(VerifierTest, WriteInFlightMayOrMayNotBeSeen) {
 }
 
 TEST_F(VerifierTest, SupersededWriteIsAStaleRead) {
-  uint64_t w1 = verifier_.WriteSent(3);
-  ASSERT_EQ(verifier_.WriteAnswered(3, w1, Ok()), "");
-  uint64_t w2 = verifier_.WriteSent(3);
-  ASSERT_EQ(verifier_.WriteAnswered(3, w2, Ok()), "");
+  uint64_t w1 = Acked(3);
+  uint64_t w2 = Acked(3);
   uint64_t floor = verifier_.ReadSent(3);
   EXPECT_NE(ReadOf(3, floor, w1).find("stale value of write"), std::string::npos);
   EXPECT_EQ(ReadOf(3, floor, w2), "");
   // Other keys are not affected.
-  uint64_t w3 = verifier_.WriteSent(4);
-  ASSERT_EQ(verifier_.WriteAnswered(4, w3, Ok()), "");
+  uint64_t w3 = Acked(4);
   EXPECT_EQ(ReadOf(4, verifier_.ReadSent(4), w3), "");
 }
 
@@ -54,8 +55,7 @@ TEST_F(VerifierTest, ConcurrentWritesMayLandInEitherOrder) {
   // w2 is sent before w1 is acknowledged: the server may apply them in
   // either order, so either value may stay.
   uint64_t w1 = verifier_.WriteSent(5);
-  uint64_t w2 = verifier_.WriteSent(5);
-  ASSERT_EQ(verifier_.WriteAnswered(5, w2, Ok()), "");
+  uint64_t w2 = Acked(5);
   ASSERT_EQ(verifier_.WriteAnswered(5, w1, Ok()), "");
   uint64_t floor = verifier_.ReadSent(5);
   EXPECT_EQ(ReadOf(5, floor, w1), "");
@@ -63,8 +63,7 @@ TEST_F(VerifierTest, ConcurrentWritesMayLandInEitherOrder) {
 }
 
 TEST_F(VerifierTest, ReadSentBeforeTheOverwriteWasAcknowledged) {
-  uint64_t w1 = verifier_.WriteSent(6);
-  ASSERT_EQ(verifier_.WriteAnswered(6, w1, Ok()), "");
+  uint64_t w1 = Acked(6);
   uint64_t w2 = verifier_.WriteSent(6);
   uint64_t floor = verifier_.ReadSent(6);  // concurrent with w2
   ASSERT_EQ(verifier_.WriteAnswered(6, w2, Ok()), "");
@@ -74,10 +73,8 @@ TEST_F(VerifierTest, ReadSentBeforeTheOverwriteWasAcknowledged) {
 }
 
 TEST_F(VerifierTest, WrongAnswers) {
-  uint64_t w0 = verifier_.WriteSent(0);
-  uint64_t w1 = verifier_.WriteSent(1);
-  ASSERT_EQ(verifier_.WriteAnswered(0, w0, Ok()), "");
-  ASSERT_EQ(verifier_.WriteAnswered(1, w1, Ok()), "");
+  uint64_t w0 = Acked(0);
+  uint64_t w1 = Acked(1);
   auto expect = [](const std::string& what, const std::string& part) {
     EXPECT_NE(what.find(part), std::string::npos) << what;
   };
