@@ -1,6 +1,12 @@
 // pdpm-monitor: the cluster view daemon (see docs/monitor.md).
 //
 //   pdpm-monitor --embedded --dir DIR [--listen 127.0.0.1:7400] ...
+//   pdpm-monitor --etcd HOST:PORT,... --secret-file F [--etcd-prefix P]
+//                [--lease-ttl 3s] [--listen 127.0.0.1:7400] ...
+//
+// With --etcd, several monitors share one view in etcd: one leads, the
+// others answer UNAVAILABLE naming it and take over when its lease lapses
+// (monitor/etcd/leadership.h).
 //
 // Exits non-zero with one error line on bad flags, an unusable or corrupt
 // view directory, or a listen address it cannot bind. SIGINT/SIGTERM stop
@@ -27,6 +33,8 @@
 
 #include "common/flags.h"
 #include "common/log.h"
+#include "monitor/etcd/etcd_client.h"
+#include "monitor/etcd/leadership.h"
 #include "monitor/file_view_store.h"
 #include "monitor/monitor_service.h"
 #include "monitor/view_manager.h"
@@ -38,6 +46,8 @@ struct Flags {
   std::string listen = "127.0.0.1:7400";
   std::string dir;
   bool embedded = false;
+  std::string etcd;
+  LeadershipOptions ha;
   std::string secret_file;
   std::string port_file;
   std::string log_level = "info";
@@ -140,6 +150,11 @@ int Run(int argc, char** argv) {
   parser.AddDuration("down-timeout", &o.down_timeout, "silence before DOWN, e.g. 10s");
   parser.AddString("port-file", &flags.port_file, "write the bound host:port here once serving");
   parser.AddString("log-level", &flags.log_level, "debug, info, warn or error");
+  parser.AddString("etcd", &flags.etcd,
+                   "keep the view in etcd, members host:port,... (high availability)");
+  parser.AddString("etcd-prefix", &flags.ha.prefix, "etcd key prefix of this cluster");
+  parser.AddDuration("lease-ttl", &flags.ha.lease_ttl,
+                     "leader lease in etcd, whole seconds (failover takes about this long)");
 
   Logger boot("monitor");
   Status s = parser.Parse(argc, argv);
@@ -156,24 +171,39 @@ int Run(int argc, char** argv) {
   o.segment_size_set = parser.IsSet("segment-size");
   o.replicas_set = parser.IsSet("replicas");
   o.tables_set = parser.IsSet("tables");
-  if (!flags.embedded) {
+  if (flags.embedded == !flags.etcd.empty()) {
     return Fail(log, "bad command line",
-                Status::InvalidArgument("--embedded is required: the local-file view store is "
-                                        "the only one in this version"));
+                Status::InvalidArgument("give either --embedded --dir DIR (a local view) or "
+                                        "--etcd HOST:PORT,... (a view shared in etcd)"));
   }
-  if (flags.dir.empty()) {
+  if (flags.embedded && flags.dir.empty()) {
     return Fail(log, "bad command line", Status::InvalidArgument("--dir is required"));
+  }
+  if (!flags.embedded && (!flags.dir.empty() || flags.secret_file.empty())) {
+    return Fail(log, "bad command line",
+                Status::InvalidArgument("with --etcd, --secret-file is required and --dir is "
+                                        "not used (every monitor must share the secret)"));
   }
   s = CheckListenAddress(flags.listen);
   if (!s.ok()) return Fail(log, "bad command line", s);
 
   std::unique_ptr<FileViewStore> store;
-  s = FileViewStore::Open(flags.dir, &store);
-  if (!s.ok()) return Fail(log, "cannot use the view directory", s);
+  std::unique_ptr<EtcdClient> etcd;
+  if (flags.embedded) {
+    s = FileViewStore::Open(flags.dir, &store);
+    if (!s.ok()) return Fail(log, "cannot use the view directory", s);
+  } else {
+    s = EtcdClient::Create(flags.etcd, flags.ha.lease_ttl / 3, &etcd);
+    if (!s.ok()) return Fail(log, "bad command line", s);
+  }
   s = LoadSecret(flags, log, &o.cluster_secret);
   if (!s.ok()) return Fail(log, "cannot read the cluster secret", s);
   s = o.Validate();
   if (!s.ok()) return Fail(log, "bad command line", s);
+  flags.ha.monitor = o;
+  flags.ha.self = flags.listen;  // checked now, set to the bound address below
+  s = flags.ha.Validate();
+  if (!flags.embedded && !s.ok()) return Fail(log, "bad command line", s);
 
   // Block the stop signals before any thread starts so only sigwait sees them.
   sigset_t stop_signals;
@@ -189,11 +219,20 @@ int Run(int argc, char** argv) {
   // Without this a second process could bind the same port and steal calls.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 
+  // Embedded: one view manager for the life of the process. HA: the
+  // current term's, while this monitor leads.
   std::unique_ptr<ViewManager> views;
-  s = ViewManager::Open(store.get(), o, log, &views);
-  if (!s.ok()) return Fail(log, "cannot load the cluster view", s);
-  MonitorService service(views.get());
-  builder.RegisterService(&service);
+  std::unique_ptr<Leadership> leadership;
+  std::unique_ptr<MonitorService> service;
+  if (flags.embedded) {
+    s = ViewManager::Open(store.get(), o, log, &views);
+    if (!s.ok()) return Fail(log, "cannot load the cluster view", s);
+    service = std::make_unique<MonitorService>(views.get());
+  } else {
+    service = std::make_unique<MonitorService>(
+        [&](std::shared_ptr<ViewManager>* out) { return leadership->Current(out); });
+  }
+  builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail(
@@ -201,7 +240,13 @@ int Run(int argc, char** argv) {
         Status::Unavailable("cannot listen on " + flags.listen + " (address in use or not local)"));
   }
   std::string bound = flags.listen.substr(0, flags.listen.rfind(':')) + ":" + std::to_string(port);
-  views->SetLeaderAddress(bound);
+  if (flags.embedded) {
+    views->SetLeaderAddress(bound);
+  } else {
+    flags.ha.self = bound;
+    leadership = std::make_unique<Leadership>(etcd.get(), flags.ha, log);
+    leadership->Start();
+  }
   if (!flags.port_file.empty()) {
     s = WriteFileAtomically(flags.port_file, bound + "\n", 0644);
     if (!s.ok()) {
@@ -209,12 +254,20 @@ int Run(int argc, char** argv) {
       return Fail(log, "cannot write the port file", s);
     }
   }
-  log.Info("serving", {{"listen", bound},
-                       {"store", store->Describe()},
-                       {"epoch", views->epoch()},
-                       {"heartbeat_interval_ms", heartbeat.count()},
-                       {"suspect_timeout_ms", o.suspect_timeout.count()},
-                       {"down_timeout_ms", o.down_timeout.count()}});
+  if (flags.embedded) {
+    log.Info("serving", {{"listen", bound},
+                         {"store", store->Describe()},
+                         {"epoch", views->epoch()},
+                         {"heartbeat_interval_ms", heartbeat.count()},
+                         {"suspect_timeout_ms", o.suspect_timeout.count()},
+                         {"down_timeout_ms", o.down_timeout.count()}});
+  } else {
+    log.Info("serving; campaigning for leadership", {{"listen", bound},
+                                                     {"etcd", flags.etcd},
+                                                     {"prefix", flags.ha.prefix},
+                                                     {"lease_ttl_ms", flags.ha.lease_ttl.count()},
+                                                     {"heartbeat_interval_ms", heartbeat.count()}});
+  }
 
   std::mutex mu;
   std::condition_variable cv;
@@ -223,22 +276,33 @@ int Run(int argc, char** argv) {
     std::unique_lock<std::mutex> lock(mu);
     while (!cv.wait_for(lock, o.heartbeat_interval, [&] { return stopping; })) {
       lock.unlock();
-      views->CheckLiveness();
+      if (leadership != nullptr) {
+        leadership->CheckLiveness();
+      } else {
+        views->CheckLiveness();
+      }
       lock.lock();
     }
   });
 
   int sig = 0;
-  sigwait(&stop_signals, &sig);
-  log.Info("stopping", {{"signal", sig}});
+  Status fatal;
+  const timespec tick = {0, 200 * 1000 * 1000};
+  while (sig <= 0 && fatal.ok()) {
+    sig = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (leadership != nullptr) fatal = leadership->fatal();
+  }
+  if (fatal.ok()) log.Info("stopping", {{"signal", sig}});
   {
     std::lock_guard<std::mutex> lock(mu);
     stopping = true;
   }
   cv.notify_all();
   liveness.join();
+  if (leadership != nullptr) leadership->Stop();  // a leader resigns: fast handover
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
+  if (!fatal.ok()) return Fail(log, "cannot lead this cluster", fatal);
   log.Info("stopped");
   return 0;
 }
