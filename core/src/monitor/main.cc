@@ -22,6 +22,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <condition_variable>
@@ -36,6 +37,7 @@
 #include "monitor/etcd/etcd_client.h"
 #include "monitor/etcd/leadership.h"
 #include "monitor/file_view_store.h"
+#include "monitor/monitor_client.h"
 #include "monitor/monitor_service.h"
 #include "monitor/view_manager.h"
 
@@ -223,14 +225,22 @@ int Run(int argc, char** argv) {
   // current term's, while this monitor leads.
   std::unique_ptr<ViewManager> views;
   std::unique_ptr<Leadership> leadership;
+  std::atomic<Leadership*> electing{nullptr};
   std::unique_ptr<MonitorService> service;
   if (flags.embedded) {
     s = ViewManager::Open(store.get(), o, log, &views);
     if (!s.ok()) return Fail(log, "cannot load the cluster view", s);
     service = std::make_unique<MonitorService>(views.get());
   } else {
-    service = std::make_unique<MonitorService>(
-        [&](std::shared_ptr<ViewManager>* out) { return leadership->Current(out); });
+    // Calls may arrive as soon as the port is bound, before the election
+    // (which needs the bound address) exists.
+    service = std::make_unique<MonitorService>([&](std::shared_ptr<ViewManager>* out) {
+      Leadership* l = electing.load();
+      if (l == nullptr) {
+        return Status::Unavailable(std::string(kNotLeaderMessage) + "; no leader is elected yet");
+      }
+      return l->Current(out);
+    });
   }
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -246,6 +256,7 @@ int Run(int argc, char** argv) {
     flags.ha.self = bound;
     leadership = std::make_unique<Leadership>(etcd.get(), flags.ha, log);
     leadership->Start();
+    electing = leadership.get();
   }
   if (!flags.port_file.empty()) {
     s = WriteFileAtomically(flags.port_file, bound + "\n", 0644);

@@ -1,5 +1,10 @@
 #include "monitor/etcd/etcd_members.h"
 
+#include <memory>
+#include <thread>
+
+#include "monitor/etcd/etcd_client.h"
+
 namespace pdpm::monitor {
 namespace {
 
@@ -46,6 +51,25 @@ std::string EtcdClientEndpoints(const std::vector<EtcdMember>& members) {
     out += (out.empty() ? "" : ",") + m.host + ":" + std::to_string(m.client_port);
   }
   return out;
+}
+
+Status WaitEtcdServing(const std::string& endpoints, std::chrono::milliseconds timeout,
+                       const std::function<Status()>& check) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  Status last;
+  while (std::chrono::steady_clock::now() < deadline) {
+    // A fresh channel each time: one connected while etcd was still
+    // starting can stall for many seconds.
+    std::unique_ptr<EtcdClient> client;
+    PDPM_RETURN_IF_ERROR(EtcdClient::Create(endpoints, std::chrono::milliseconds(1000), &client));
+    etcdserverpb::KeyValue kv;
+    bool found = false;
+    last = client->Get("/pdpm/ready-probe", &kv, &found);
+    if (last.ok()) return last;
+    PDPM_RETURN_IF_ERROR(check());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return last.WithContext("etcd at " + endpoints + " is not serving");
 }
 
 }  // namespace pdpm::monitor

@@ -2,9 +2,13 @@
 // for `pdpm up --ha` and the tests, which start Debian's `etcd` binary.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "common/status.h"
 
 namespace pdpm::monitor {
 
@@ -24,5 +28,11 @@ std::vector<std::string> EtcdMemberArgs(const std::vector<EtcdMember>& members, 
 // "host:port,host:port,...": the client endpoints, as `pdpm-monitor --etcd`
 // takes them.
 std::string EtcdClientEndpoints(const std::vector<EtcdMember>& members);
+
+// Waits until the etcd cluster at `endpoints` answers a linearizable read
+// (it has a Raft leader), at most `timeout`. `check` runs between tries; an
+// error from it (a member exited) ends the wait with that error.
+Status WaitEtcdServing(const std::string& endpoints, std::chrono::milliseconds timeout,
+                       const std::function<Status()>& check);
 
 }  // namespace pdpm::monitor

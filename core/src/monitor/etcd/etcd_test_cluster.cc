@@ -7,9 +7,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <thread>
-
-#include "monitor/etcd/etcd_client.h"
 
 namespace pdpm::monitor {
 namespace {
@@ -91,17 +88,7 @@ Status EtcdTestCluster::Restart(int i) {
 
 Status EtcdTestCluster::WaitServing(const std::string& endpoints) {
   // Generous: a deadline only against a hang, never a timing assertion.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  Status last;
-  while (std::chrono::steady_clock::now() < deadline) {
-    // A fresh channel each time: one connected while etcd was still
-    // starting can stall for many seconds.
-    std::unique_ptr<EtcdClient> client;
-    PDPM_RETURN_IF_ERROR(EtcdClient::Create(endpoints, std::chrono::milliseconds(1000), &client));
-    etcdserverpb::KeyValue kv;
-    bool found = false;
-    last = client->Get("/pdpm-test/ready", &kv, &found);
-    if (last.ok()) return last;
+  return WaitEtcdServing(endpoints, std::chrono::seconds(60), [&]() -> Status {
     for (size_t i = 0; i < procs_.size(); ++i) {
       int ws = 0;
       if (procs_[i]->running() && procs_[i]->Exited(&ws)) {
@@ -109,9 +96,8 @@ Status EtcdTestCluster::WaitServing(const std::string& endpoints) {
                                    std::to_string(ws) + "):\n" + client::FileTail(log(i)));
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return last.WithContext("etcd at " + endpoints + " not serving after 60 s");
+    return Status::OK();
+  });
 }
 
 }  // namespace pdpm::monitor

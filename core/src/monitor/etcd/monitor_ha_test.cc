@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -490,6 +491,41 @@ TEST_F(MonitorHaTest, LeaderCutOffFromEtcdStopsLeadingBeforeAnotherLeads) {
     return RefusesAsStandby(monitors_[leader].address, &message) &&
            message.find(monitors_[successor].address) != std::string::npos;
   })) << message;
+}
+
+// Bad HA command lines exit 1 with one error naming the mistake.
+TEST(MonitorHaFlagsTest, BadCommandLinesAreClearErrors) {
+  EtcdTestCluster scratch;  // only for its temporary directory
+  std::string secret = scratch.dir() + "/secret";
+  std::ofstream(secret) << kSecret << "\n";
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  } cases[] = {
+      {{"--etcd", "127.0.0.1:2379"}, "--secret-file is required"},
+      {{"--etcd", "127.0.0.1:2379", "--secret-file", secret, "--dir", scratch.dir()},
+       "--dir is not used"},
+      {{"--etcd", "127.0.0.1:2379", "--embedded", "--dir", scratch.dir()}, "give either"},
+      {{"--secret-file", secret}, "give either"},
+      {{"--etcd", "127.0.0.1", "--secret-file", secret}, "want host:port"},
+      {{"--etcd", "127.0.0.1:2379", "--secret-file", secret, "--lease-ttl", "1500ms"},
+       "--lease-ttl must be a whole number of seconds"},
+      {{"--etcd", "127.0.0.1:2379", "--secret-file", secret, "--etcd-prefix", "pdpm/"},
+       "--etcd-prefix"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {PDPM_MONITOR_BINARY, "--listen", "127.0.0.1:0"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    std::string log = scratch.dir() + "/flags.log";
+    ::unlink(log.c_str());
+    ChildProcess p;
+    ASSERT_TRUE(p.Start(argv, {}, log).ok());
+    int ws = p.Wait();
+    EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 1) << c.expect << ": status " << ws;
+    std::string out = FileTail(log);
+    EXPECT_NE(out.find("level=error"), std::string::npos) << out;
+    EXPECT_NE(out.find(c.expect), std::string::npos) << c.expect << " not in: " << out;
+  }
 }
 
 }  // namespace
