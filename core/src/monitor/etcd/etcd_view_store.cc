@@ -72,15 +72,7 @@ Status EtcdViewStore::Decode(const std::string& value, const std::string& what,
                               "; this monitor reads version " + std::to_string(kFormatVersion));
   }
   std::string_view payload(value.data() + kHeaderSize, value.size() - kHeaderSize);
-  if (Crc32c(payload) != GetU32(value, 12)) {
-    return Status::Corruption(what + ": view checksum mismatch");
-  }
-  v1::ClusterView parsed;
-  if (!parsed.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    return Status::Corruption(what + ": payload is not a valid ClusterView");
-  }
-  *view = std::move(parsed);
-  return Status::OK();
+  return DecodeViewPayload(payload, GetU32(value, 12), what, view);
 }
 
 Status EtcdViewStore::Load(v1::ClusterView* view, uint64_t* revision) {
