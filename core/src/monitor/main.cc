@@ -52,6 +52,7 @@ struct Flags {
   LeadershipOptions ha;
   std::string secret_file;
   std::string port_file;
+  std::string advertise;
   std::string log_level = "info";
   MonitorOptions options;
 };
@@ -115,16 +116,16 @@ Status LoadSecret(const Flags& flags, const Logger& log, std::string* secret) {
   return Status::OK();
 }
 
-Status CheckListenAddress(const std::string& listen) {
+Status CheckAddress(const std::string& flag, const std::string& listen) {
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0) {
-    return Status::InvalidArgument("--listen " + listen + ": want host:port");
+    return Status::InvalidArgument(flag + " " + listen + ": want host:port");
   }
   std::string_view port(listen.data() + colon + 1, listen.size() - colon - 1);
   unsigned value = 0;
   auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
   if (port.empty() || ec != std::errc() || ptr != port.data() + port.size() || value > 65535) {
-    return Status::InvalidArgument("--listen " + listen + ": bad port");
+    return Status::InvalidArgument(flag + " " + listen + ": bad port");
   }
   return Status::OK();
 }
@@ -151,6 +152,9 @@ int Run(int argc, char** argv) {
   parser.AddDuration("suspect-timeout", &o.suspect_timeout, "silence before SUSPECT, e.g. 3s");
   parser.AddDuration("down-timeout", &o.down_timeout, "silence before DOWN, e.g. 10s");
   parser.AddString("port-file", &flags.port_file, "write the bound host:port here once serving");
+  parser.AddString("advertise", &flags.advertise,
+                   "with --etcd: the address other monitors name as the leader (default: the "
+                   "bound --listen address; set it when listening on 0.0.0.0)");
   parser.AddString("log-level", &flags.log_level, "debug, info, warn or error");
   parser.AddString("etcd", &flags.etcd,
                    "keep the view in etcd, members host:port,... (high availability)");
@@ -186,7 +190,8 @@ int Run(int argc, char** argv) {
                 Status::InvalidArgument("with --etcd, --secret-file is required and --dir is "
                                         "not used (every monitor must share the secret)"));
   }
-  s = CheckListenAddress(flags.listen);
+  s = CheckAddress("--listen", flags.listen);
+  if (s.ok() && !flags.advertise.empty()) s = CheckAddress("--advertise", flags.advertise);
   if (!s.ok()) return Fail(log, "bad command line", s);
 
   std::unique_ptr<FileViewStore> store;
@@ -253,7 +258,7 @@ int Run(int argc, char** argv) {
   if (flags.embedded) {
     views->SetLeaderAddress(bound);
   } else {
-    flags.ha.self = bound;
+    flags.ha.self = flags.advertise.empty() ? bound : flags.advertise;
     leadership = std::make_unique<Leadership>(etcd.get(), flags.ha, log);
     leadership->Start();
     electing = leadership.get();
@@ -298,7 +303,7 @@ int Run(int argc, char** argv) {
 
   int sig = 0;
   Status fatal;
-  const timespec tick = {0, 200 * 1000 * 1000};
+  const timespec tick = {0, 200L * 1000 * 1000};
   while (sig <= 0 && fatal.ok()) {
     sig = sigtimedwait(&stop_signals, nullptr, &tick);
     if (leadership != nullptr) fatal = leadership->fatal();

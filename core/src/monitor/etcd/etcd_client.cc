@@ -52,8 +52,9 @@ Status EtcdClient::Create(const std::string& endpoints, std::chrono::millisecond
     size_t colon = address.rfind(':');
     if (address.empty() || colon == std::string::npos || colon == 0 ||
         colon + 1 == address.size() || address.find('/') != std::string::npos) {
-      return Status::InvalidArgument("etcd endpoint \"" + address + "\" in \"" + endpoints +
-                                     "\": want host:port");
+      std::string msg = "etcd endpoint \"" + address;
+      msg.append("\" in \"").append(endpoints).append("\": want host:port");
+      return Status::InvalidArgument(msg);
     }
     auto channel = NewControlChannel(address);
     c->members_.push_back(

@@ -129,6 +129,7 @@ TEST_F(EtcdViewStoreTest, ConcurrentWritersExactlyOneWins) {
   constexpr int kWriters = 4;
   std::atomic<int> wins{0}, aborted{0};
   std::vector<std::thread> threads;
+  threads.reserve(kWriters);
   for (int i = 0; i < kWriters; ++i) {
     threads.emplace_back([&, i] {
       EtcdViewStore store(client_.get(), keys_, lease_);

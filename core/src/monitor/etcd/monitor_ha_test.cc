@@ -512,6 +512,8 @@ TEST(MonitorHaFlagsTest, BadCommandLinesAreClearErrors) {
        "--lease-ttl must be a whole number of seconds"},
       {{"--etcd", "127.0.0.1:2379", "--secret-file", secret, "--etcd-prefix", "pdpm/"},
        "--etcd-prefix"},
+      {{"--etcd", "127.0.0.1:2379", "--secret-file", secret, "--advertise", "pod-0"},
+       "--advertise pod-0: want host:port"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv = {PDPM_MONITOR_BINARY, "--listen", "127.0.0.1:0"};
