@@ -110,9 +110,10 @@ void Leadership::Campaign() {
   bool found = false;
   Status s = client_->Get(keys_.leader, &kv, &found);
   if (!s.ok()) {
-    log_.Warn("cannot read the leader key", {{"key", keys_.leader}, {"status", s}});
+    Problem("cannot read the leader key", s);
     return;
   }
+  last_problem_.clear();
   if (found) {
     std::lock_guard<std::mutex> lock(mu_);
     if (known_leader_ != kv.value()) {
@@ -128,7 +129,7 @@ void Leadership::Campaign() {
   int64_t lease = 0, granted = 0;
   s = client_->LeaseGrant(WholeSeconds(options_.lease_ttl), &lease, &granted);
   if (!s.ok()) {
-    log_.Warn("cannot obtain an etcd lease", {{"status", s}});
+    Problem("cannot obtain an etcd lease", s);
     return;
   }
   etcdserverpb::TxnRequest txn;
@@ -156,7 +157,7 @@ void Leadership::Campaign() {
     (void)client_->LeaseRevoke(lease);  // best effort: it expires anyway
     std::lock_guard<std::mutex> lock(mu_);
     if (holder != nullptr) known_leader_ = holder->value();
-    if (!s.ok()) log_.Warn("campaign failed", {{"status", s}});
+    if (!s.ok()) Problem("campaign failed", s);
     return;
   }
 
@@ -201,11 +202,12 @@ void Leadership::Renew() {
       return EndTerm("the leader key is no longer this monitor's");
     }
     if (s.ok()) {
+      last_problem_.clear();
       std::lock_guard<std::mutex> lock(mu_);
       valid_until_ = sent + seconds(ttl) - options_.lease_ttl / 3;
     }
   }
-  if (!s.ok()) log_.Warn("cannot renew the leadership", {{"status", s}});
+  if (!s.ok()) Problem("cannot renew the leadership", s);
   if (term->store->broken()) return EndTerm("a view change failed to store");
   Clock::time_point until;
   {
@@ -213,6 +215,13 @@ void Leadership::Renew() {
     until = valid_until_;
   }
   if (Clock::now() >= until) EndTerm("no keep-alive reached etcd within the lease deadline");
+}
+
+void Leadership::Problem(const std::string& what, const Status& s) {
+  std::string problem = what + ": " + s.ToString();
+  if (problem == last_problem_) return;
+  last_problem_ = problem;
+  log_.Warn(what, {{"status", s}});
 }
 
 void Leadership::EndTerm(const std::string& why) {

@@ -87,6 +87,8 @@ class Leadership {
   // One leader round: keep-alive, check the key, end the term when needed.
   void Renew();
   void EndTerm(const std::string& why);
+  // Logs a failed etcd step, once while it keeps failing the same way.
+  void Problem(const std::string& what, const Status& s);
   bool WaitFor(std::chrono::milliseconds d);  // false once stopping
 
   EtcdClient* const client_;
@@ -101,6 +103,7 @@ class Leadership {
   Clock::time_point valid_until_;  // of term_
   std::string known_leader_;       // last seen value of the leader key
   Status fatal_;
+  std::string last_problem_;  // campaign thread only
   std::thread thread_;
 };
 
