@@ -18,6 +18,7 @@
 #include <set>
 #include <thread>
 
+#include "client/client.h"
 #include "client/cluster_harness.h"
 #include "monitor/etcd/etcd_test_cluster.h"
 #include "monitor/grpc_status.h"
@@ -246,6 +247,27 @@ class MonitorHaTest : public ::testing::Test {
     return all;
   }
 
+  std::string ServerLog() const { return etcd_.dir() + "/server.log"; }
+
+  // A real server with `segments` segments, given every monitor; waits
+  // until it serves.
+  Status StartServer(ChildProcess* server, int segments, std::string* address) {
+    std::string port_file = etcd_.dir() + "/server.addr";
+    PDPM_RETURN_IF_ERROR(
+        server->Start({PDPM_SERVER_BINARY, "--pm", etcd_.dir() + "/server.pm", "--pm-size",
+                       std::to_string(segments * kSegmentSize + (2 << 20)), "--format", "--monitor",
+                       AllMonitors(), "--secret-file", secret_file_, "--listen", "127.0.0.1:0",
+                       "--port-file", port_file, "--cores", "1"},
+                      {}, ServerLog()));
+    if (!PollUntil([&] {
+          std::ifstream in(port_file);
+          return std::getline(in, *address) && in.good();
+        })) {
+      return Status::Timeout("the server is not serving");
+    }
+    return Status::OK();
+  }
+
   // A member registered through the monitor API, whose segments the load
   // allocates (its PM is never touched: only the view is exercised).
   uint32_t RegisterLoadMember(MonitorClient* client) {
@@ -306,20 +328,8 @@ TEST_F(MonitorHaTest, LeaderKilledDuringLoadStandbyTakesOverNothingLost) {
 
   // A real server, given every monitor.
   ChildProcess server;
-  std::string server_port_file = etcd_.dir() + "/server.addr";
-  std::string server_log = etcd_.dir() + "/server.log";
-  ASSERT_TRUE(server
-                  .Start({PDPM_SERVER_BINARY, "--pm", etcd_.dir() + "/server.pm", "--pm-size",
-                          std::to_string(2 * kSegmentSize + (2 << 20)), "--format", "--monitor",
-                          AllMonitors(), "--secret-file", secret_file_, "--listen", "127.0.0.1:0",
-                          "--port-file", server_port_file, "--cores", "1"},
-                         {}, server_log)
-                  .ok());
   std::string server_address;
-  ASSERT_TRUE(PollUntil([&] {
-    std::ifstream in(server_port_file);
-    return std::getline(in, server_address) && in.good();
-  })) << FileTail(server_log);
+  ASSERT_TRUE(StartServer(&server, 2, &server_address).ok()) << FileTail(ServerLog());
 
   MonitorClient client(AllMonitors(), {kSecret, milliseconds(10000)});
   uint32_t member = RegisterLoadMember(&client);
@@ -389,7 +399,7 @@ TEST_F(MonitorHaTest, LeaderKilledDuringLoadStandbyTakesOverNothingLost) {
       }
     }
     return false;
-  })) << FileTail(server_log)
+  })) << FileTail(ServerLog())
       << Logs();
 
   // The old leader comes back as a standby naming the new one.
@@ -407,7 +417,7 @@ TEST_F(MonitorHaTest, LeaderKilledDuringLoadStandbyTakesOverNothingLost) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(st.leader(), monitors_[successor].address);
   server.Signal(SIGTERM);
-  EXPECT_EQ(server.Wait(), 0) << FileTail(server_log);
+  EXPECT_EQ(server.Wait(), 0) << FileTail(ServerLog());
 }
 
 TEST_F(MonitorHaTest, EtcdMemberKilledClusterGoesOn) {
@@ -492,6 +502,51 @@ TEST_F(MonitorHaTest, LeaderCutOffFromEtcdStopsLeadingBeforeAnotherLeads) {
     return RefusesAsStandby(monitors_[leader].address, &message) &&
            message.find(monitors_[successor].address) != std::string::npos;
   })) << message;
+}
+
+TEST_F(MonitorHaTest, LibpdpmClientFollowsTheFailover) {
+  ASSERT_TRUE(StartMonitors({etcd_.endpoints(), etcd_.endpoints(), etcd_.endpoints()}).ok());
+  int leader = WaitLeader();
+  ASSERT_GE(leader, 0) << Logs();
+  ChildProcess server;
+  std::string server_address;
+  // Room for new heap segments after the failover.
+  ASSERT_TRUE(StartServer(&server, 4, &server_address).ok()) << FileTail(ServerLog());
+
+  client::ClientOptions options;
+  options.monitor = AllMonitors();
+  options.cluster_secret = kSecret;
+  options.monitor_timeout_ms = 10000;
+  std::unique_ptr<client::Client> c;
+  Status s = client::Client::Open(options, &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const std::string before(4096, 'b');
+  dsm::GlobalAddress a;
+  ASSERT_TRUE(c->PAllocate(before.size(), &a).ok());
+  ASSERT_TRUE(c->Write(a, before.data(), before.size()).ok());
+  ASSERT_TRUE(c->PutObj(dsm::ObjectId{0, 7}, before).ok());
+
+  monitors_[leader].proc.Signal(SIGKILL);
+  monitors_[leader].proc.Wait();
+  // The mapping comes from whichever monitor leads now.
+  s = c->RefreshMapping();
+  ASSERT_TRUE(s.ok()) << s.ToString() << Logs();
+  std::string back(before.size(), 0);
+  ASSERT_TRUE(c->Read(a, back.data(), back.size()).ok());
+  EXPECT_EQ(back, before);
+  // Allocations that need new segments go through the new leader.
+  const std::string after(1 << 20, 'a');
+  for (int i = 0; i < 80; ++i) {
+    dsm::GlobalAddress b;
+    s = c->PAllocate(after.size(), &b);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString() << FileTail(ServerLog());
+    ASSERT_TRUE(c->Write(b, after.data(), after.size()).ok());
+  }
+  std::string obj;
+  ASSERT_TRUE(c->GetObj(dsm::ObjectId{0, 7}, &obj).ok());
+  EXPECT_EQ(obj, before);
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(), 0) << FileTail(ServerLog());
 }
 
 // Bad HA command lines exit 1 with one error naming the mistake.
