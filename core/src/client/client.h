@@ -53,7 +53,7 @@ using dsm::ObjectId;
 inline constexpr uint64_t kMaxObjectSize = 64ull << 20;
 
 struct ClientOptions {
-  std::string monitor;         // the monitor's gRPC address, host:port
+  std::string monitor;         // host:port of the monitor, or of every HA monitor: a,b,c
   std::string cluster_secret;  // needed for segment keys and every request
   net::BackendKind transport = net::BackendKind::kTcp;
   // A one-sided op or RPC to a dead or hung server fails within this.
