@@ -65,6 +65,9 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
       return self->HandleObject(m, r, out);
     });
   }
+  s->tx_ = std::make_unique<TxParticipant>(s->MakeTxHooks(), s->transport_.get(),
+                                           log.WithComponent("tx"));
+  s->tx_->RegisterRpcs(s->rpc_.get());
   PDPM_RETURN_IF_ERROR(s->rpc_->Listen(options.listen).WithContext("listen " + options.listen));
   s->address_ = options.advertise.empty() ? s->transport_->listen_address() : options.advertise;
   PDPM_RETURN_IF_ERROR(s->Register(stop));
@@ -73,6 +76,10 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   // announcement a crash interrupted gets its number now.
   for (auto& seg : s->segments_) {
     if (seg == nullptr) continue;
+    if (seg->role.kind == SegmentKind::kTxLog) {
+      s->tx_log_ = seg.get();  // server-local: not announced
+      continue;
+    }
     Status st = s->Announce(seg.get());
     if (st.code() == StatusCode::kFailedPrecondition && seg->role.global == 0) {
       // A table segment the monitor never confirmed, for a table that has
@@ -85,6 +92,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
     PDPM_RETURN_IF_ERROR(st.WithContext("announce segment " + std::to_string(seg->local)));
   }
   PDPM_RETURN_IF_ERROR(s->RefreshMapping());
+  PDPM_RETURN_IF_ERROR(s->tx_->Recover().WithContext("recover transactions"));
   // Logged before the heartbeat thread may change what it reads.
   log.Info("serving", {{"address", s->address_},
                        {"server_id", s->server_id_},
@@ -159,6 +167,10 @@ Status DataServer::OpenSegment(uint32_t local, const SegmentRole& role,
                                   {"objects", rec.objects},
                                   {"reclaimed_blocks", rec.reclaimed_blocks},
                                   {"repaired_links", rec.repaired_links}});
+  }
+  if (role.kind == SegmentKind::kTxLog) {  // not accessed remotely
+    *out = std::move(seg);
+    return Status::OK();
   }
   uint32_t access = role.kind == SegmentKind::kHeap ? net::kRemoteAll : net::kRemoteRead;
   PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(mem.data(), mem.size(), access,
@@ -292,6 +304,100 @@ Status DataServer::CreateSegment(SegmentRole role, Segment** out) {
   *out = seg.get();
   segments_[local] = std::move(seg);
   return Status::OK();
+}
+
+Status DataServer::CreateTxLogSegment(Segment** out) {
+  uint32_t local = 0;
+  {
+    std::shared_lock lock(mu_);
+    while (local < segments_.size() && segments_[local] != nullptr) local++;
+  }
+  if (local == segments_.size()) {
+    return Status::ResourceExhausted("no free segment left for the transaction log on server " +
+                                     std::to_string(server_id_));
+  }
+  std::span<char> mem = space_->segment(local);
+  dsm::PmRange range{mem.data(), mem.size(), space_->device().persist_fn()};
+  PDPM_RETURN_IF_ERROR(dsm::PAllocator::Format(range));
+  {
+    std::unique_ptr<dsm::PAllocator> alloc;
+    PDPM_RETURN_IF_ERROR(dsm::PAllocator::Open(range, dsm::PAllocatorOptions{}, &alloc));
+    PDPM_RETURN_IF_ERROR(alloc->SetRoot(kRoleSlot, SegmentRole{SegmentKind::kTxLog}.Encode()));
+  }
+  std::unique_ptr<Segment> seg;
+  PDPM_RETURN_IF_ERROR(OpenSegment(local, SegmentRole{SegmentKind::kTxLog}, &seg));
+  log_.Info("transaction log segment created", {{"local", local}});
+  std::unique_lock lock(mu_);
+  *out = seg.get();
+  segments_[local] = std::move(seg);
+  return Status::OK();
+}
+
+TxHooks DataServer::MakeTxHooks() {
+  TxHooks h;
+  h.check = [this](const RequestHeader& header) { return CheckHeader(header); };
+  h.segment = [this](uint32_t global, TxCopy copy, uint64_t epoch, dsm::PmRange* mem,
+                     dsm::PAllocator** alloc) {
+    if (copy == TxCopy::kBackup) {
+      // Backup replicas are not kept by this version (docs/tx.md).
+      return Status::NotFound("no backup copy of segment " + std::to_string(global) + " here");
+    }
+    std::shared_lock lock(mu_);
+    auto it = by_global_.find(global);
+    if (it == by_global_.end() || it->second->role.kind != SegmentKind::kHeap) {
+      return Status::NotFound("heap segment " + std::to_string(global) +
+                              " is not on this server");
+    }
+    if (epoch != 0 && epoch < it->second->placement_epoch) {
+      return Status::StaleEpoch("segment " + std::to_string(global) + " placed in epoch " +
+                                std::to_string(it->second->placement_epoch));
+    }
+    std::span<char> m = space_->segment(it->second->local);
+    *mem = dsm::PmRange{m.data(), m.size(), space_->device().persist_fn()};
+    *alloc = it->second->alloc.get();
+    return Status::OK();
+  };
+  h.log_segment = [this](bool create, dsm::PmRange* mem, dsm::PAllocator** alloc) {
+    std::lock_guard<std::mutex> grow(grow_mu_);
+    if (tx_log_ == nullptr) {
+      if (!create) return Status::NotFound("no transaction log yet");
+      PDPM_RETURN_IF_ERROR(CreateTxLogSegment(&tx_log_));
+    }
+    std::span<char> m = space_->segment(tx_log_->local);
+    *mem = dsm::PmRange{m.data(), m.size(), space_->device().persist_fn()};
+    *alloc = tx_log_->alloc.get();
+    return Status::OK();
+  };
+  h.call_primary = [this](uint32_t segment, uint16_t method, const std::string& body,
+                          std::string* reply) {
+    v1::GetMappingResponse m;
+    PDPM_RETURN_IF_ERROR(monitor_->GetMapping(0, &m));
+    uint32_t primary = 0;
+    for (const auto& sm : m.segments()) {
+      if (sm.segment() == segment) primary = sm.primary().server_id();
+    }
+    std::string address;
+    for (const auto& sv : m.servers()) {
+      if (sv.id() == primary && sv.state() == v1::SERVER_STATE_UP) address = sv.address();
+    }
+    if (address.empty()) {
+      return Status::Unavailable("no live primary for segment " + std::to_string(segment));
+    }
+    std::string req;
+    Encoder e(&req);
+    e.Header({m.epoch(), credential_});
+    e.Bytes(body);
+    std::span<const uint8_t> bytes{reinterpret_cast<const uint8_t*>(req.data()), req.size()};
+    if (primary == server_id_) {
+      if (method != kTxResolve) return Status::Internal("local call of a transaction method");
+      return tx_->HandleResolve(bytes, reply);
+    }
+    std::unique_ptr<net::RpcClient> rpc;
+    PDPM_RETURN_IF_ERROR(net::RpcClient::Connect(
+        transport_.get(), address, 0, DataPlaneRpcOptions(1, options_.op_timeout_ms), &rpc));
+    return rpc->Call(method, bytes, reply);
+  };
+  return h;
 }
 
 Status DataServer::RefreshMapping() {

@@ -33,6 +33,7 @@
 #include "pm/pm_space.h"
 #include "server/protocol.h"
 #include "server/segment_role.h"
+#include "server/tx_participant.h"
 
 namespace pdpm::server {
 
@@ -61,6 +62,8 @@ class DataServer {
 
   std::string address() const { return address_; }
   uint32_t server_id() const { return server_id_; }
+  // Transactions' participant (for replication: PromoteSegment).
+  TxParticipant* transactions() { return tx_.get(); }
 
  private:
   struct Segment {
@@ -85,6 +88,10 @@ class DataServer {
   Status CreateSegment(SegmentRole role, Segment** out);
   Status RefreshMapping();
   void HeartbeatLoop();
+  // The participant's view of this server (tx_participant.h).
+  TxHooks MakeTxHooks();
+  // Formats a free local segment as the transaction log (never announced).
+  Status CreateTxLogSegment(Segment** out);
 
   // The request handlers; `req` is the whole message.
   Status CheckHeader(const RequestHeader& h);
@@ -126,6 +133,8 @@ class DataServer {
   std::condition_variable stop_cv_;
   bool stopping_ = false;
   std::thread heartbeat_;
+  Segment* tx_log_ = nullptr;  // guarded by grow_mu_
+  std::unique_ptr<TxParticipant> tx_;
   // Last: destroyed first, so no handler runs once members go away.
   std::unique_ptr<net::RpcServer> rpc_;
 };

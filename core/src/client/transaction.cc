@@ -1,0 +1,405 @@
+#include "client/transaction.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <set>
+
+
+namespace pdpm::client {
+namespace {
+
+using server::Decoder;
+using server::Encoder;
+
+std::span<const uint8_t> Bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+uint64_t NewCoordinatorId() {
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  return id;
+}
+
+// The granules [first, last] an entry covers.
+std::pair<uint64_t, uint64_t> Granules(uint64_t offset, uint64_t len) {
+  return {offset / dsm::kTxGranule, (offset + std::max<uint64_t>(len, 1) - 1) / dsm::kTxGranule};
+}
+
+}  // namespace
+
+// --- TxCoordinator ---
+
+TxCoordinator::TxCoordinator(TxHost* host) : host_(host), id_(NewCoordinatorId()) {
+  // Test hook: "phase:n" makes the process _exit at the n-th pass of phase.
+  if (const char* crash = std::getenv("PDPM_TX_CRASH_AT")) {
+    std::string spec(crash);
+    size_t colon = spec.find(':');
+    crash_phase_ = spec.substr(0, colon);
+    crash_countdown_ = colon == std::string::npos ? 1 : std::strtoull(spec.c_str() + colon + 1, nullptr, 10);
+  }
+}
+
+TxCoordinator::~TxCoordinator() {
+  std::map<uint32_t, std::vector<uint64_t>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending.swap(truncations_);
+  }
+  for (const auto& [server, txs] : pending) {
+    std::string body, reply;
+    Encoder e(&body);
+    e.U64(id_);
+    e.U64(txs.size());
+    for (uint64_t t : txs) e.U64(t);
+    (void)host_->CallServer(server, server::kTxTruncate, body, &reply);
+  }
+}
+
+void TxCoordinator::MaybeCrash(const char* phase) {
+  if (crash_phase_.empty() || crash_phase_ != phase) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--crash_countdown_ == 0) _exit(86);
+}
+
+Status TxCoordinator::Begin(std::unique_ptr<Transaction>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  out->reset(new Transaction(this, next_tx_++));
+  return Status::OK();
+}
+
+std::string TxCoordinator::Body(uint64_t tx) const {
+  std::string b;
+  Encoder e(&b);
+  e.U64(id_);
+  e.U64(tx);
+  return b;
+}
+
+Status TxCoordinator::Info(uint32_t server, ServerInfo* out) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = servers_.find(server);
+    if (it != servers_.end()) {
+      *out = it->second;
+      return Status::OK();
+    }
+  }
+  std::string body, reply;
+  Encoder(&body).U64(id_);
+  PDPM_RETURN_IF_ERROR(host_->CallServer(server, server::kTxHello, body, &reply));
+  Decoder d(Bytes(reply));
+  uint64_t v = 0;
+  PDPM_RETURN_IF_ERROR(d.U64(&v));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  ServerInfo info{static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32)};
+  if (info.slots == 0 || (info.slots & (info.slots - 1)) != 0) {
+    return Status::Corruption("server " + std::to_string(server) + ": bad version table size");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  servers_[server] = info;
+  *out = info;
+  return Status::OK();
+}
+
+void TxCoordinator::Forget(uint32_t server) {
+  std::lock_guard<std::mutex> lock(mu_);
+  servers_.erase(server);
+}
+
+std::vector<uint64_t> TxCoordinator::TakeTruncations(uint32_t server) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint64_t> out;
+  auto it = truncations_.find(server);
+  if (it != truncations_.end()) out.swap(it->second);
+  return out;
+}
+
+void TxCoordinator::AddTruncation(uint32_t server, uint64_t tx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  truncations_[server].push_back(tx);
+}
+
+// --- Transaction ---
+
+Transaction::~Transaction() {
+  if (!finished_) Abort();
+}
+
+Status Transaction::Fail(Status s) {
+  finished_ = true;
+  for (const auto& a : allocated_) (void)coordinator_->host_->PFree(a);
+  allocated_.clear();
+  return s;
+}
+
+void Transaction::Abort() {
+  if (finished_) return;
+  // Nothing is locked before Commit: only the allocations to undo.
+  (void)Fail(Status::OK());
+}
+
+void Transaction::AbortAt(const std::vector<uint32_t>& servers) {
+  std::string body = coordinator_->Body(id_), reply;
+  for (uint32_t s : servers) (void)coordinator_->host_->CallServer(s, server::kTxAbort, body, &reply);
+}
+
+Status Transaction::CheckAddress(const dsm::GlobalAddress& addr, uint64_t len, bool write) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  if (addr.is_null()) return Status::InvalidArgument("the null address");
+  PDPM_RETURN_IF_ERROR(addr.descriptor.Validate());
+  if (addr.kind() != dsm::SpaceKind::kHeap) {
+    return Status::InvalidArgument(addr.ToString() + " is in the object space");
+  }
+  if (write ? !addr.descriptor.can_write() : !addr.descriptor.can_read()) {
+    return Status::PermissionDenied(addr.ToString() + " is not " +
+                                    (write ? "writable" : "readable"));
+  }
+  if (len == 0) return Status::InvalidArgument("a transactional access of 0 bytes");
+  if (len > server::kMaxRpcPayload / 2) return Status::TooLarge("a transactional access over 32 MiB");
+  return addr.CheckRange(len, coordinator_->host_->segment_size());
+}
+
+Status Transaction::ReadVersions(uint32_t server, uint32_t segment, uint64_t offset, uint64_t len,
+                                 std::vector<std::pair<uint32_t, uint64_t>>* out) {
+  TxCoordinator::ServerInfo info;
+  PDPM_RETURN_IF_ERROR(coordinator_->Info(server, &info));
+  auto [first, last] = Granules(offset, len);
+  uint64_t n = last - first + 1;
+  if (n > info.slots) return Status::TooLarge("a transactional read over the version table");
+  uint32_t s0 = dsm::TxVersionSlot(segment, first, info.slots);
+  uint64_t head = std::min<uint64_t>(n, info.slots - s0);
+  std::vector<uint64_t> words(n);
+  PDPM_RETURN_IF_ERROR(
+      coordinator_->host_->ReadRegion(server, info.key, uint64_t{s0} * 8, words.data(), head * 8));
+  if (n > head) {
+    PDPM_RETURN_IF_ERROR(
+        coordinator_->host_->ReadRegion(server, info.key, 0, words.data() + head, (n - head) * 8));
+  }
+  out->clear();
+  for (uint64_t i = 0; i < n; i++) {
+    out->push_back({static_cast<uint32_t>((s0 + i) & (info.slots - 1)), words[i]});
+  }
+  return Status::OK();
+}
+
+Status Transaction::Read(const dsm::GlobalAddress& addr, void* buf, uint64_t len) {
+  PDPM_RETURN_IF_ERROR(CheckAddress(addr, len, false));
+  TxHost* host = coordinator_->host_;
+  TxHost::SegmentRoute route;
+  PDPM_RETURN_IF_ERROR(host->RouteSegment(addr.segment, &route));
+  std::vector<std::pair<uint32_t, uint64_t>> before, after;
+  Status s = ReadVersions(route.primary, addr.segment, addr.offset, len, &before);
+  if (s.ok()) s = host->ReadRegion(route.primary, route.key, addr.offset, buf, len);
+  if (s.ok()) s = ReadVersions(route.primary, addr.segment, addr.offset, len, &after);
+  if (s.code() == StatusCode::kPermissionDenied) {
+    // The server restarted: new keys, and versions from a new generation.
+    coordinator_->Forget(route.primary);
+    (void)host->RefreshMapping();
+    return Fail(Status::Aborted("server " + std::to_string(route.primary) + " restarted"));
+  }
+  if (!s.ok()) return Fail(s);
+  for (size_t i = 0; i < before.size(); i++) {
+    if ((before[i].second & dsm::kTxVersionLock) != 0 || before[i] != after[i]) {
+      return Fail(Status::Aborted("conflict: " + addr.ToString() + " is being written"));
+    }
+    auto [it, fresh] = read_set_.insert({{route.primary, before[i].first}, before[i].second});
+    if (!fresh && it->second != before[i].second) {
+      return Fail(Status::Aborted("conflict: " + addr.ToString() + " changed during the transaction"));
+    }
+  }
+  // The transaction's own writes, in order.
+  for (const auto& w : writes_) {
+    if (w.kind != dsm::TxEntryKind::kWrite || w.segment != addr.segment) continue;
+    uint64_t lo = std::max(w.offset, addr.offset);
+    uint64_t hi = std::min(w.offset + w.data.size(), addr.offset + len);
+    if (lo < hi) {
+      std::memcpy(static_cast<char*>(buf) + (lo - addr.offset), w.data.data() + (lo - w.offset),
+                  hi - lo);
+    }
+  }
+  return Status::OK();
+}
+
+Status Transaction::Write(const dsm::GlobalAddress& addr, const void* buf, uint64_t len) {
+  PDPM_RETURN_IF_ERROR(CheckAddress(addr, len, true));
+  dsm::TxEntry e;
+  e.kind = dsm::TxEntryKind::kWrite;
+  e.segment = addr.segment;
+  e.offset = addr.offset;
+  e.data.assign(static_cast<const char*>(buf), len);
+  writes_.push_back(std::move(e));
+  return Status::OK();
+}
+
+Status Transaction::PFree(const dsm::GlobalAddress& addr) {
+  PDPM_RETURN_IF_ERROR(CheckAddress(addr, 1, true));
+  dsm::TxEntry e;
+  e.kind = dsm::TxEntryKind::kFree;
+  e.segment = addr.segment;
+  e.offset = addr.offset;
+  writes_.push_back(std::move(e));
+  return Status::OK();
+}
+
+Status Transaction::PAllocate(uint64_t size, dsm::GlobalAddress* out) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  PDPM_RETURN_IF_ERROR(coordinator_->host_->PAllocate(size, out));
+  allocated_.push_back(*out);
+  return Status::OK();
+}
+
+Status Transaction::Commit() {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  TxHost* host = coordinator_->host_;
+  auto validate = [&](const std::set<Slot>& locked) {
+    for (const auto& [slot, version] : read_set_) {
+      if (locked.count(slot) != 0) continue;  // checked when locked
+      TxCoordinator::ServerInfo info;
+      PDPM_RETURN_IF_ERROR(coordinator_->Info(slot.server, &info));
+      uint64_t now = 0;
+      PDPM_RETURN_IF_ERROR(host->ReadRegion(slot.server, info.key, uint64_t{slot.slot} * 8, &now, 8));
+      if (now != version) return Status::Aborted("conflict: validation found a changed item");
+    }
+    return Status::OK();
+  };
+  if (writes_.empty()) {
+    Status s = validate({});
+    if (s.code() == StatusCode::kPermissionDenied) s = Status::Aborted("a server restarted");
+    if (!s.ok()) return Fail(s);
+    finished_ = true;
+    return Status::OK();
+  }
+  // Participants: the primary of every written segment; the decision
+  // holder is the primary of the lowest one and is locked first.
+  std::map<uint32_t, std::vector<dsm::TxEntry>> primaries, backups;
+  std::map<uint32_t, std::vector<uint32_t>> holder_backups;
+  uint32_t holder_segment = writes_.front().segment;
+  for (const auto& w : writes_) holder_segment = std::min(holder_segment, w.segment);
+  uint32_t holder = 0;
+  std::set<Slot> locked;
+  for (const auto& w : writes_) {
+    TxHost::SegmentRoute route;
+    Status s = host->RouteSegment(w.segment, &route);
+    if (!s.ok()) return Fail(s);
+    if (w.segment == holder_segment) holder = route.primary;
+    primaries[route.primary].push_back(w);
+    for (uint32_t b : route.backups) backups[b].push_back(w);
+    TxCoordinator::ServerInfo info;
+    s = coordinator_->Info(route.primary, &info);
+    if (!s.ok()) return Fail(s);
+    auto [first, last] = Granules(w.offset, w.kind == dsm::TxEntryKind::kWrite ? w.data.size() : 1);
+    for (uint64_t g = first; g <= last; g++) {
+      locked.insert({route.primary, dsm::TxVersionSlot(w.segment, g, info.slots)});
+    }
+  }
+  std::vector<uint32_t> order{holder};
+  for (const auto& [server, entries] : primaries) {
+    if (server != holder) order.push_back(server);
+  }
+  auto lock_request = [&](uint32_t server, uint64_t role, const std::vector<dsm::TxEntry>& entries,
+                          std::vector<uint64_t>* truncations) {
+    std::string body = coordinator_->Body(id_);
+    Encoder e(&body);
+    bool is_holder = role == dsm::kTxRolePrimary && server == holder;
+    e.U64(uint64_t{holder_segment} | (role << 32) | (uint64_t{is_holder} << 40));
+    std::vector<std::pair<uint32_t, uint64_t>> expect;
+    if (role == dsm::kTxRolePrimary) {
+      for (const auto& [slot, version] : read_set_) {
+        if (slot.server == server) expect.push_back({slot.slot, version});
+      }
+    }
+    e.U64(expect.size() | (uint64_t{truncations->size()} << 32));
+    for (const auto& [slot, version] : expect) {
+      e.U64(slot);
+      e.U64(version);
+    }
+    for (uint64_t t : *truncations) e.U64(t);
+    dsm::EncodeTxEntries(entries, &body);
+    std::string reply;
+    Status s = host->CallServer(server, server::kTxLock, body, &reply);
+    if (!s.ok()) {
+      for (uint64_t t : *truncations) coordinator_->AddTruncation(server, t);
+    }
+    return s;
+  };
+  // LOCK.
+  std::vector<uint32_t> attempted;
+  for (uint32_t server : order) {
+    std::vector<uint64_t> truncations = coordinator_->TakeTruncations(server);
+    attempted.push_back(server);
+    Status s = lock_request(server, dsm::kTxRolePrimary, primaries[server], &truncations);
+    if (!s.ok()) {
+      AbortAt(attempted);
+      return Fail(s);
+    }
+    if (server == holder) coordinator_->MaybeCrash("lock-holder");
+  }
+  coordinator_->MaybeCrash("lock");
+  // VALIDATE.
+  Status s = validate(locked);
+  if (!s.ok()) {
+    AbortAt(attempted);
+    if (s.code() == StatusCode::kPermissionDenied) s = Status::Aborted("a server restarted");
+    return Fail(s);
+  }
+  coordinator_->MaybeCrash("validate");
+  // COMMIT-BACKUP: the values durable on every backup before deciding.
+  for (const auto& [server, entries] : backups) {
+    std::vector<uint64_t> none;
+    attempted.push_back(server);
+    s = lock_request(server, dsm::kTxRoleBackup, entries, &none);
+    if (!s.ok()) {
+      AbortAt(attempted);
+      return Fail(s);
+    }
+  }
+  coordinator_->MaybeCrash("backup");
+  // The decision, durable at the holder (which applies its part at once).
+  std::string commit_body = coordinator_->Body(id_), reply;
+  Encoder(&commit_body).U64(1);
+  s = host->CallServer(holder, server::kTxCommit, commit_body, &reply);
+  if (s.code() == StatusCode::kAborted) {
+    AbortAt(attempted);
+    return Fail(s);
+  }
+  if (!s.ok()) {
+    // The holder may or may not have decided: the participants resolve it
+    // with the holder, all or nothing. Allocations stay (they may be used).
+    finished_ = true;
+    return Status::Unavailable("commit outcome unknown (resolved by the participants): " +
+                               std::string(s.message()));
+  }
+  coordinator_->MaybeCrash("decide");
+  // COMMIT: backups first (the holder segment's carry the decision), then
+  // the other primaries.
+  commit_body = coordinator_->Body(id_);
+  Encoder(&commit_body).U64(0);
+  std::vector<uint32_t> acked{holder};
+  auto commit_at = [&](uint32_t server) {
+    if (host->CallServer(server, server::kTxCommit, commit_body, &reply).ok()) {
+      acked.push_back(server);
+    }
+  };
+  for (const auto& [server, entries] : backups) commit_at(server);
+  for (size_t i = 1; i < order.size(); i++) {
+    commit_at(order[i]);
+    coordinator_->MaybeCrash("commit-one");
+  }
+  coordinator_->MaybeCrash("commit");
+  // Lazy truncation: sent with the next request to each participant. The
+  // holder's record answers the others until every one has applied.
+  if (acked.size() == order.size() + backups.size()) {
+    for (uint32_t server : acked) coordinator_->AddTruncation(server, id_);
+  }
+  finished_ = true;
+  allocated_.clear();
+  return Status::OK();
+}
+
+}  // namespace pdpm::client
