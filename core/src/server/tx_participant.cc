@@ -268,7 +268,7 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
     dsm::PAllocator* alloc = nullptr;
     PDPM_RETURN_IF_ERROR(hooks_.segment(e.segment, copy, h.epoch, &mem, &alloc));
     uint64_t len = e.kind == TxEntryKind::kWrite ? e.data.size() : 1;
-    if (e.offset < dsm::kChunkSize || e.offset > mem.size || len > mem.size - e.offset) {
+    if (e.offset > mem.size || len > mem.size - e.offset) {
       return Status::OutOfRange("lock: an entry outside segment " + std::to_string(e.segment));
     }
   }
