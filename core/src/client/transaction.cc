@@ -107,9 +107,9 @@ Status TxCoordinator::Info(uint32_t server, ServerInfo* out) {
   return Status::OK();
 }
 
-void TxCoordinator::Forget(uint32_t server) {
+void TxCoordinator::ForgetAll() {
   std::lock_guard<std::mutex> lock(mu_);
-  servers_.erase(server);
+  servers_.clear();
 }
 
 std::vector<uint64_t> TxCoordinator::TakeTruncations(uint32_t server) {
@@ -133,6 +133,12 @@ Transaction::~Transaction() {
 
 Status Transaction::Fail(Status s) {
   finished_ = true;
+  if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kPermissionDenied) {
+    // A server restarted (new keys, maybe a new address): the next
+    // transaction starts from a fresh mapping and fresh version-table keys.
+    coordinator_->ForgetAll();
+    (void)coordinator_->host_->RefreshMapping();
+  }
   for (const auto& a : allocated_) (void)coordinator_->host_->PFree(a);
   allocated_.clear();
   return s;
@@ -199,9 +205,8 @@ Status Transaction::Read(const dsm::GlobalAddress& addr, void* buf, uint64_t len
   if (s.ok()) s = ReadVersions(route.primary, addr.segment, addr.offset, len, &after);
   if (s.code() == StatusCode::kPermissionDenied) {
     // The server restarted: new keys, and versions from a new generation.
-    coordinator_->Forget(route.primary);
-    (void)host->RefreshMapping();
-    return Fail(Status::Aborted("server " + std::to_string(route.primary) + " restarted"));
+    (void)Fail(s);
+    return Status::Aborted("server " + std::to_string(route.primary) + " restarted");
   }
   if (!s.ok()) return Fail(s);
   for (size_t i = 0; i < before.size(); i++) {
@@ -270,7 +275,10 @@ Status Transaction::Commit() {
   };
   if (writes_.empty()) {
     Status s = validate({});
-    if (s.code() == StatusCode::kPermissionDenied) s = Status::Aborted("a server restarted");
+    if (s.code() == StatusCode::kPermissionDenied) {
+      (void)Fail(s);
+      return Status::Aborted("a server restarted");
+    }
     if (!s.ok()) return Fail(s);
     finished_ = true;
     return Status::OK();
@@ -345,7 +353,10 @@ Status Transaction::Commit() {
   Status s = validate(locked);
   if (!s.ok()) {
     AbortAt(attempted);
-    if (s.code() == StatusCode::kPermissionDenied) s = Status::Aborted("a server restarted");
+    if (s.code() == StatusCode::kPermissionDenied) {
+      (void)Fail(s);
+      return Status::Aborted("a server restarted");
+    }
     return Fail(s);
   }
   coordinator_->MaybeCrash("validate");

@@ -124,7 +124,7 @@ class TxCoordinator {
     uint32_t slots = 0;
   };
   Status Info(uint32_t server, ServerInfo* out);
-  void Forget(uint32_t server);
+  void ForgetAll();
   // The body prefix of every kTx* request.
   std::string Body(uint64_t tx) const;
   std::vector<uint64_t> TakeTruncations(uint32_t server);

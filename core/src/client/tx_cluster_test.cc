@@ -87,6 +87,28 @@ class TxClusterTest : public ::testing::Test {
     }
   }
 
+  // Whether the last `n` workers started have all logged their summary.
+  bool BankDone(int n) {
+    for (int w = 0; w < n; w++) {
+      if (FileTail(BankLog(w + 10 * (runs_ - 1))).find("done ") == std::string::npos) return false;
+    }
+    return true;
+  }
+
+  // Conflicts the last `n` workers retried.
+  uint64_t BankConflicts(int n) {
+    uint64_t total = 0;
+    for (int w = 0; w < n; w++) {
+      std::string tail = FileTail(BankLog(w + 10 * (runs_ - 1)));
+      size_t at = tail.find(" conflicts");
+      size_t comma = tail.rfind(", ", at);
+      if (at != std::string::npos && comma != std::string::npos) {
+        total += std::stoull(tail.substr(comma + 2, at - comma - 2));
+      }
+    }
+    return total;
+  }
+
   void WaitForProgress(int w, uint32_t n) {
     for (int i = 0; i < 3000; i++) {
       std::ifstream in(BankLog(w));
@@ -206,6 +228,7 @@ TEST_F(TxClusterTest, BankInvariantUnderContention) {
   std::vector<ChildProcess> bank;
   StartBank(4, 120, &bank);
   FinishBank(&bank);
+  EXPECT_GT(BankConflicts(4), 0u) << "no contention";
   ExpectInvariant();
   StopAndCheckAll();
   // And after a restart from PM alone.
@@ -228,20 +251,23 @@ TEST_F(TxClusterTest, BankInvariantWithAServerKilledAndRestarted) {
 }
 
 TEST_F(TxClusterTest, BankInvariantWithAParticipantLosingPowerMidCommit) {
-  // Server 1 keeps only what it persisted and dies once 400 kB more are
-  // persisted: somewhere inside a LOCK, COMMIT or truncation.
+  // Server 1 keeps only what it persisted and dies once 60 kB more are
+  // persisted (a third of what the load makes it persist): somewhere inside
+  // a LOCK, a COMMIT or a trim.
   ASSERT_TRUE(cluster_.StopServer(1).ok());
   Status s = cluster_.StartServer(
-      1, {"PDPM_PM_SIMULATE_POWER_LOSS=1", "PDPM_PM_CRASH_AFTER_PERSISTED_BYTES=400000"});
+      1, {"PDPM_PM_SIMULATE_POWER_LOSS=1", "PDPM_PM_CRASH_AFTER_PERSISTED_BYTES=60000"});
   ASSERT_TRUE(s.ok()) << s.ToString();
   std::vector<ChildProcess> bank;
   StartBank(3, 150, &bank);
-  for (int i = 0; i < 600 && cluster_.server(1).running(); i++) {
+  bool crashed = false;
+  for (int i = 0; i < 1200 && !crashed && !BankDone(3); i++) {
     int ws = 0;
-    if (cluster_.server(1).Exited(&ws)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    crashed = cluster_.server(1).Exited(&ws);
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
-  cluster_.KillServer(1);  // crashed by the injection, or cut now: a power loss
+  EXPECT_TRUE(crashed) << "the injected power loss did not happen during the load";
+  cluster_.KillServer(1);
   CheckPm(1, /*clean=*/false);
   s = cluster_.StartServer(1);
   ASSERT_TRUE(s.ok()) << s.ToString();
