@@ -125,6 +125,39 @@ void TxCoordinator::AddTruncation(uint32_t server, uint64_t tx) {
   truncations_[server].push_back(tx);
 }
 
+void TxCoordinator::AddUnfinished(Unfinished u) {
+  std::lock_guard<std::mutex> lock(mu_);
+  unfinished_.push_back(std::move(u));
+}
+
+void TxCoordinator::RetryUnfinished() {
+  std::vector<Unfinished> todo;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    todo.swap(unfinished_);
+  }
+  for (auto& u : todo) {
+    std::string body = Body(u.tx), reply;
+    Encoder(&body).U64(0);
+    std::vector<uint32_t> still;
+    for (uint32_t server : u.missing) {
+      Status s = host_->CallServer(server, server::kTxCommit, body, &reply);
+      // not_found: the participant resolved it meanwhile and dropped it.
+      if (s.ok() || s.code() == StatusCode::kNotFound) {
+        u.acked.push_back(server);
+      } else {
+        still.push_back(server);
+      }
+    }
+    u.missing = std::move(still);
+    if (u.missing.empty()) {
+      for (uint32_t server : u.acked) AddTruncation(server, u.tx);
+    } else {
+      AddUnfinished(std::move(u));
+    }
+  }
+}
+
 // --- Transaction ---
 
 Transaction::~Transaction() {
@@ -273,6 +306,7 @@ Status Transaction::Commit() {
     }
     return Status::OK();
   };
+  coordinator_->RetryUnfinished();
   if (writes_.empty()) {
     Status s = validate({});
     if (s.code() == StatusCode::kPermissionDenied) {
@@ -391,11 +425,12 @@ Status Transaction::Commit() {
   // the other primaries.
   commit_body = coordinator_->Body(id_);
   Encoder(&commit_body).U64(0);
-  std::vector<uint32_t> acked{holder};
+  TxCoordinator::Unfinished done;
+  done.tx = id_;
+  done.acked.push_back(holder);
   auto commit_at = [&](uint32_t server) {
-    if (host->CallServer(server, server::kTxCommit, commit_body, &reply).ok()) {
-      acked.push_back(server);
-    }
+    bool ok = host->CallServer(server, server::kTxCommit, commit_body, &reply).ok();
+    (ok ? done.acked : done.missing).push_back(server);
   };
   for (const auto& [server, entries] : backups) commit_at(server);
   for (size_t i = 1; i < order.size(); i++) {
@@ -403,10 +438,12 @@ Status Transaction::Commit() {
     coordinator_->MaybeCrash("commit-one");
   }
   coordinator_->MaybeCrash("commit");
-  // Lazy truncation: sent with the next request to each participant. The
+  // Lazy truncation: sent with the next LOCK to each participant. The
   // holder's record answers the others until every one has applied.
-  if (acked.size() == order.size() + backups.size()) {
-    for (uint32_t server : acked) coordinator_->AddTruncation(server, id_);
+  if (done.missing.empty()) {
+    for (uint32_t server : done.acked) coordinator_->AddTruncation(server, id_);
+  } else {
+    coordinator_->AddUnfinished(std::move(done));
   }
   finished_ = true;
   allocated_.clear();

@@ -129,6 +129,16 @@ class TxCoordinator {
   std::string Body(uint64_t tx) const;
   std::vector<uint64_t> TakeTruncations(uint32_t server);
   void AddTruncation(uint32_t server, uint64_t tx);
+  // A committed transaction some participants did not acknowledge: the
+  // commit is sent to them again before later commits; once all have it,
+  // every participant's record (the holder's last) may be truncated.
+  struct Unfinished {
+    uint64_t tx = 0;
+    std::vector<uint32_t> acked;    // the holder first
+    std::vector<uint32_t> missing;  // not yet acknowledged
+  };
+  void AddUnfinished(Unfinished u);
+  void RetryUnfinished();
   // Test hook (PDPM_TX_CRASH_AT=phase:n): _exit at the n-th pass of a phase.
   void MaybeCrash(const char* phase);
 
@@ -137,6 +147,7 @@ class TxCoordinator {
   std::mutex mu_;
   std::map<uint32_t, ServerInfo> servers_;
   std::map<uint32_t, std::vector<uint64_t>> truncations_;
+  std::vector<Unfinished> unfinished_;
   uint64_t next_tx_ = 1;
   std::string crash_phase_;
   uint64_t crash_countdown_ = 0;

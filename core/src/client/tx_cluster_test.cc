@@ -137,7 +137,9 @@ class TxClusterTest : public ::testing::Test {
     Status s = server::CheckServerPm(cluster_.pm_path(i), &report);
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_TRUE(report.ok()) << report.ToString();
-    if (clean) EXPECT_TRUE(report.clean()) << report.ToString();
+    if (clean) {
+      EXPECT_TRUE(report.clean()) << report.ToString();
+    }
   }
 
   // Stops every server cleanly; no violation, and no record in doubt.
