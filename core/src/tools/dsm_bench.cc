@@ -85,7 +85,8 @@ class ItemChooser {
 // Transactions of 4 item reads and `writes` (0 or 1) of them written back,
 // against the same accesses without a transaction; committed per second.
 Status MeasureTx(client::Client* c, const std::vector<client::GlobalAddress>& items,
-                 double seconds, double theta, int writes, double* tx_ops, double* raw_ops) {
+                 double seconds, double theta, int writes, double* tx_ops, double* raw_ops,
+                 uint64_t* retried) {
   ItemChooser chooser(items.size(), theta);
   std::mt19937_64 rng(7);
   char buf[dsm::kTxGranule];
@@ -122,6 +123,7 @@ Status MeasureTx(client::Client* c, const std::vector<client::GlobalAddress>& it
           if (s.ok() && writes > 0) s = tx->Write(a[0], buf, sizeof(buf));
           if (s.ok()) s = tx->Commit();
           if (s.code() != StatusCode::kAborted) return s;
+          ++*retried;
         }
       },
       tx_ops);
@@ -239,8 +241,11 @@ int Run(int argc, char** argv) {
   for (const TxFigure& f : {TxFigure{"tx.ro", 0, 0}, TxFigure{"tx.w25.uniform", 0, 1},
                             TxFigure{"tx.w25.zipf", 0.99, 1}}) {
     double tx_ops = 0, raw_ops = 0;
-    s = MeasureTx(c.get(), items, seconds, f.theta, f.writes, &tx_ops, &raw_ops);
+    uint64_t retried = 0;
+    s = MeasureTx(c.get(), items, seconds, f.theta, f.writes, &tx_ops, &raw_ops, &retried);
     if (!s.ok()) return Fail(f.name, s);
+    std::fprintf(stderr, "dsm_bench: %s: %llu transactions retried\n", f.name,
+                 static_cast<unsigned long long>(retried));
     std::printf("FIGURE %s %.1f ops/s raw-one-sided %.1f\n", f.name, tx_ops, raw_ops);
   }
   for (const auto& b : blocks) {
