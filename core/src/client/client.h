@@ -39,9 +39,9 @@
 #include <string>
 #include <string_view>
 
+#include "client/transaction.h"
 #include "common/status.h"
 #include "dsm/address.h"
-#include "client/transaction.h"
 #include "dsm/hash_index.h"
 #include "net/transport.h"
 

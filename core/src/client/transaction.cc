@@ -8,7 +8,6 @@
 #include <random>
 #include <set>
 
-
 namespace pdpm::client {
 namespace {
 
@@ -41,7 +40,8 @@ TxCoordinator::TxCoordinator(TxHost* host) : host_(host), id_(NewCoordinatorId()
     std::string spec(crash);
     size_t colon = spec.find(':');
     crash_phase_ = spec.substr(0, colon);
-    crash_countdown_ = colon == std::string::npos ? 1 : std::strtoull(spec.c_str() + colon + 1, nullptr, 10);
+    crash_countdown_ =
+        colon == std::string::npos ? 1 : std::strtoull(spec.c_str() + colon + 1, nullptr, 10);
   }
 }
 
@@ -185,7 +185,8 @@ void Transaction::Abort() {
 
 void Transaction::AbortAt(const std::vector<uint32_t>& servers) {
   std::string body = coordinator_->Body(id_), reply;
-  for (uint32_t s : servers) (void)coordinator_->host_->CallServer(s, server::kTxAbort, body, &reply);
+  for (uint32_t s : servers)
+    (void)coordinator_->host_->CallServer(s, server::kTxAbort, body, &reply);
 }
 
 Status Transaction::CheckAddress(const dsm::GlobalAddress& addr, uint64_t len, bool write) {
@@ -200,7 +201,8 @@ Status Transaction::CheckAddress(const dsm::GlobalAddress& addr, uint64_t len, b
                                     (write ? "writable" : "readable"));
   }
   if (len == 0) return Status::InvalidArgument("a transactional access of 0 bytes");
-  if (len > server::kMaxRpcPayload / 2) return Status::TooLarge("a transactional access over 32 MiB");
+  if (len > server::kMaxRpcPayload / 2)
+    return Status::TooLarge("a transactional access over 32 MiB");
   return addr.CheckRange(len, coordinator_->host_->segment_size());
 }
 
@@ -248,7 +250,8 @@ Status Transaction::Read(const dsm::GlobalAddress& addr, void* buf, uint64_t len
     }
     auto [it, fresh] = read_set_.insert({{route.primary, before[i].first}, before[i].second});
     if (!fresh && it->second != before[i].second) {
-      return Fail(Status::Aborted("conflict: " + addr.ToString() + " changed during the transaction"));
+      return Fail(
+          Status::Aborted("conflict: " + addr.ToString() + " changed during the transaction"));
     }
   }
   // The transaction's own writes, in order.
@@ -301,7 +304,8 @@ Status Transaction::Commit() {
       TxCoordinator::ServerInfo info;
       PDPM_RETURN_IF_ERROR(coordinator_->Info(slot.server, &info));
       uint64_t now = 0;
-      PDPM_RETURN_IF_ERROR(host->ReadRegion(slot.server, info.key, uint64_t{slot.slot} * 8, &now, 8));
+      PDPM_RETURN_IF_ERROR(
+          host->ReadRegion(slot.server, info.key, uint64_t{slot.slot} * 8, &now, 8));
       if (now != version) return Status::Aborted("conflict: validation found a changed item");
     }
     return Status::OK();

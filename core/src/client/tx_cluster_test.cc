@@ -279,8 +279,8 @@ TEST_F(TxClusterTest, BankInvariantWithAParticipantLosingPowerMidCommit) {
 }
 
 TEST_F(TxClusterTest, CoordinatorKilledAtEachPhase) {
-  for (const char* phase : {"lock-holder", "lock", "validate", "backup", "decide", "commit-one",
-                            "commit"}) {
+  for (const char* phase :
+       {"lock-holder", "lock", "validate", "backup", "decide", "commit-one", "commit"}) {
     SCOPED_TRACE(phase);
     std::vector<ChildProcess> bank;
     StartBank(1, 400, &bank, {std::string("PDPM_TX_CRASH_AT=") + phase + ":3"});

@@ -22,12 +22,16 @@ void Store(char* p, T v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
-uint64_t Pad(uint64_t n) { return (n + kTxRecordAlign - 1) / kTxRecordAlign * kTxRecordAlign; }
+uint64_t Pad(uint64_t n) {
+  return (n + kTxRecordAlign - 1) / kTxRecordAlign * kTxRecordAlign;
+}
 
-uint32_t HeaderCrc(const char* area) { return Crc32c(area, 24); }
+uint32_t HeaderCrc(const char* area) {
+  return Crc32c(area, 24);
+}
 
 uint32_t RecordCrc(const char* rec, uint32_t body_len) {
-  uint32_t crc = Crc32c(rec, 8);  // magic, version, kind, reserved
+  uint32_t crc = Crc32c(rec, 8);          // magic, version, kind, reserved
   crc = Crc32cExtend(crc, rec + 16, 24);  // seq .. body length
   return Crc32cExtend(crc, rec + kTxRecordHeaderSize, body_len);
 }
@@ -87,8 +91,7 @@ void ScanChain(const char* base, uint64_t size, uint64_t start_word, std::vector
 // One above every intact record anywhere in the area (for a new owner).
 uint64_t SeqAboveAll(const char* base, uint64_t size) {
   uint64_t max = 0;
-  for (uint64_t pos = kTxAreaHeaderSize; pos + kTxRecordHeaderSize <= size;
-       pos += kTxRecordAlign) {
+  for (uint64_t pos = kTxAreaHeaderSize; pos + kTxRecordHeaderSize <= size; pos += kTxRecordAlign) {
     TxRecord r;
     if (Load<uint32_t>(base + pos) == kTxRecordMagic && ReadRecord(base, size, pos, 0, &r)) {
       max = std::max(max, r.seq);
@@ -154,8 +157,7 @@ Status DecodeTxEntries(std::string_view body, bool on_pm, std::vector<TxEntry>* 
 
 void TxLogArea::PersistStart(uint64_t offset, uint64_t seq) {
   if (offset == size_) offset = kTxAreaHeaderSize;
-  Store<uint64_t>(base_ + 24,
-                  ((seq & kSeqMask) << kStartOffsetBits) | (offset / kTxRecordAlign));
+  Store<uint64_t>(base_ + 24, ((seq & kSeqMask) << kStartOffsetBits) | (offset / kTxRecordAlign));
   persist_(base_ + 24, 8);
   start_ = offset;
 }
@@ -193,7 +195,8 @@ Status TxLogArea::Open(std::vector<TxRecord>* records) {
 
 Status TxLogArea::Assign(uint64_t coordinator) {
   if (!live_.empty()) return Status::FailedPrecondition("transaction log area in use");
-  if (Load<uint64_t>(base_) == kTxAreaMagic) next_seq_ = std::max(next_seq_, SeqAboveAll(base_, size_));
+  if (Load<uint64_t>(base_) == kTxAreaMagic)
+    next_seq_ = std::max(next_seq_, SeqAboveAll(base_, size_));
   Store<uint64_t>(base_, 0);
   persist_(base_, 8);
   Store<uint32_t>(base_ + 8, kTxLogVersion);
@@ -216,8 +219,8 @@ Status TxLogArea::Assign(uint64_t coordinator) {
   return Status::OK();
 }
 
-Status TxLogArea::Append(TxRecordKind kind, uint16_t flags, uint64_t tx,
-                         uint32_t holder_segment, std::string_view body, TxRecord* out) {
+Status TxLogArea::Append(TxRecordKind kind, uint16_t flags, uint64_t tx, uint32_t holder_segment,
+                         std::string_view body, TxRecord* out) {
   uint64_t need = Pad(kTxRecordHeaderSize + body.size());
   if (need > size_ - kTxAreaHeaderSize - kTxRecordAlign) {
     return Status::TooLarge("a transaction record of " + std::to_string(need) +
@@ -298,8 +301,7 @@ void TxLogArea::Trim(const std::function<bool(uint64_t offset)>& terminal) {
   }
 }
 
-void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count,
-                      TxLogCheck* out) {
+void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count, TxLogCheck* out) {
   for (uint32_t i = 0; i < area_count; i++) {
     const char* a = base + uint64_t{i} * area_size;
     std::string where = "transaction log area " + std::to_string(i) + ": ";

@@ -44,7 +44,7 @@ namespace pdpm::dsm {
 
 inline constexpr uint32_t kTxLogVersion = 1;
 inline constexpr uint64_t kTxAreaMagic = 0x524158544d504450ull;  // "PDPMTXAR"
-inline constexpr uint32_t kTxRecordMagic = 0x52585450;         // "PTXR"
+inline constexpr uint32_t kTxRecordMagic = 0x52585450;           // "PTXR"
 inline constexpr uint64_t kTxAreaHeaderSize = 64;
 inline constexpr uint64_t kTxRecordHeaderSize = 48;
 inline constexpr uint64_t kTxRecordAlign = 64;
@@ -82,8 +82,8 @@ struct TxEntry {
   TxEntryKind kind = TxEntryKind::kWrite;
   uint32_t segment = 0;
   uint64_t offset = 0;
-  std::string data;      // kWrite
-  uint64_t length = 0;   // kFree: 0 (the block is named by its start)
+  std::string data;     // kWrite
+  uint64_t length = 0;  // kFree: 0 (the block is named by its start)
 };
 
 void EncodeTxEntries(const std::vector<TxEntry>& entries, std::string* out);

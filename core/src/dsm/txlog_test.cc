@@ -35,7 +35,9 @@ std::string Body(uint64_t tx) {
 // (applied or aborted) and trims. Three records are live at a time and the
 // ring wraps around many times.
 constexpr int kTxs = 60;
-int Steps() { return 2 * kTxs; }
+int Steps() {
+  return 2 * kTxs;
+}
 
 void RunStep(TxLogArea* area, std::map<uint64_t, TxRecord>* live, int step) {
   uint64_t tx = step / 2 + 1;
@@ -105,7 +107,8 @@ TEST(TxLogTest, RingWrapsAndReopens) {
   EXPECT_EQ(area.Append(TxRecordKind::kLock, 0, 999, 7, std::string(kAreaSize, 'x'), &r).code(),
             StatusCode::kTooLarge);
   Status s;
-  for (uint64_t tx = 1000; s.ok(); tx++) s = area.Append(TxRecordKind::kLock, 0, tx, 7, Body(tx), &r);
+  for (uint64_t tx = 1000; s.ok(); tx++)
+    s = area.Append(TxRecordKind::kLock, 0, tx, 7, Body(tx), &r);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   TxLogCheck check;
   CheckTxLogRegion(region.base(), kAreaSize, 1, &check);
@@ -153,22 +156,22 @@ TEST(TxLogCrashTest, PowerLossAtEveryPointKeepsTheAcknowledgedRecords) {
     SCOPED_TRACE("crash after " + std::to_string(kill_at) + " of " + std::to_string(total));
     std::filesystem::copy_file(pristine, image, std::filesystem::copy_options::overwrite_existing);
     bool killed = false;
-    std::vector<uint32_t> acks = pm::CollectReports(
-        pm::ForkChild([&](int ack_fd) {
-          pm::PmOptions o;
-          o.crash_after_persisted_bytes = kill_at;
-          std::unique_ptr<pm::PmDevice> d;
-          if (!pm::PmDevice::Open(image, o, &d).ok()) _exit(91);
-          TxLogArea area(d->base(), kAreaSize, 0, d->persist_fn());
-          std::vector<TxRecord> recs;
-          if (!area.Open(&recs).ok()) _exit(92);
-          std::map<uint64_t, TxRecord> live;
-          for (int step = 0; step < Steps(); step++) {
-            RunStep(&area, &live, step);
-            pm::WriteReport(ack_fd, static_cast<uint32_t>(step));
-          }
-        }),
-        &killed);
+    std::vector<uint32_t> acks =
+        pm::CollectReports(pm::ForkChild([&](int ack_fd) {
+                             pm::PmOptions o;
+                             o.crash_after_persisted_bytes = kill_at;
+                             std::unique_ptr<pm::PmDevice> d;
+                             if (!pm::PmDevice::Open(image, o, &d).ok()) _exit(91);
+                             TxLogArea area(d->base(), kAreaSize, 0, d->persist_fn());
+                             std::vector<TxRecord> recs;
+                             if (!area.Open(&recs).ok()) _exit(92);
+                             std::map<uint64_t, TxRecord> live;
+                             for (int step = 0; step < Steps(); step++) {
+                               RunStep(&area, &live, step);
+                               pm::WriteReport(ack_fd, static_cast<uint32_t>(step));
+                             }
+                           }),
+                           &killed);
     ASSERT_TRUE(killed);
     int done = static_cast<int>(acks.size());  // steps acknowledged; `done` was in flight
     // The model after the acknowledged steps.

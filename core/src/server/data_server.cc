@@ -345,8 +345,7 @@ TxHooks DataServer::MakeTxHooks() {
     std::shared_lock lock(mu_);
     auto it = by_global_.find(global);
     if (it == by_global_.end() || it->second->role.kind != SegmentKind::kHeap) {
-      return Status::NotFound("heap segment " + std::to_string(global) +
-                              " is not on this server");
+      return Status::NotFound("heap segment " + std::to_string(global) + " is not on this server");
     }
     if (epoch != 0 && epoch < it->second->placement_epoch) {
       return Status::StaleEpoch("segment " + std::to_string(global) + " placed in epoch " +

@@ -4,7 +4,6 @@
 #include <memory>
 
 #include "dsm/chunk.h"
-
 #include "pm/pm_device.h"
 #include "pm/pm_space.h"
 
@@ -36,7 +35,7 @@ std::string PmCheckReport::ToString() const {
     out += "segment " + std::to_string(s.local_index) + " (" + kind;
     if (s.role.kind == SegmentKind::kTable) out += " " + std::to_string(s.role.table);
     out += ", global " + std::to_string(s.role.global) + "): " +
-           (!s.ok()             ? "VIOLATIONS"
+           (!s.ok()            ? "VIOLATIONS"
             : s.report.clean() ? "clean"
                                : "repairable") +
            ", blocks " + std::to_string(s.report.allocated_blocks) + ", objects " +

@@ -82,8 +82,8 @@ Status TxParticipant::OpenLog(bool create) {
   Clock::time_point now = Clock::now();
   std::vector<std::vector<dsm::TxRecord>> found(count);
   for (uint32_t i = 0; i < count; i++) {
-    areas[i].log = std::make_unique<dsm::TxLogArea>(
-        mem.base + region + uint64_t{i} * area_size, area_size, i, mem.persist);
+    areas[i].log = std::make_unique<dsm::TxLogArea>(mem.base + region + uint64_t{i} * area_size,
+                                                    area_size, i, mem.persist);
     areas[i].last_active = now;
     PDPM_RETURN_IF_ERROR(areas[i].log->Open(&found[i]));
   }
@@ -145,7 +145,8 @@ Status TxParticipant::Recover() {
       return s;
     }
     uint32_t n = options_.version_slots;
-    if (n == 0 || (n & (n - 1)) != 0) return Status::InvalidArgument("version slots: a power of two");
+    if (n == 0 || (n & (n - 1)) != 0)
+      return Status::InvalidArgument("version slots: a power of two");
     versions_.reset(new std::atomic<uint64_t>[n]);
     uint64_t initial = (generation_ << kTxGenerationShift) & ~kTxVersionLock;
     for (uint32_t i = 0; i < n; i++) versions_[i].store(initial);
@@ -202,9 +203,8 @@ std::vector<uint32_t> TxParticipant::SlotsOf(const std::vector<TxEntry>& entries
   std::vector<uint32_t> slots;
   for (const auto& e : entries) {
     uint64_t first = e.offset / dsm::kTxGranule;
-    uint64_t last = e.kind == TxEntryKind::kWrite
-                        ? (e.offset + e.data.size() - 1) / dsm::kTxGranule
-                        : first;
+    uint64_t last =
+        e.kind == TxEntryKind::kWrite ? (e.offset + e.data.size() - 1) / dsm::kTxGranule : first;
     for (uint64_t g = first; g <= last && slots.size() <= options_.version_slots; g++) {
       slots.push_back(dsm::TxVersionSlot(e.segment, g, options_.version_slots));
     }
@@ -224,8 +224,7 @@ Status TxParticipant::HandleHello(std::span<const uint8_t> req, std::string* rep
   Locked lock(this);
   Area* area = nullptr;
   PDPM_RETURN_IF_ERROR(AreaFor(coordinator, &area));
-  Encoder(reply).U64(uint64_t{versions_region_->key()} |
-                     (uint64_t{options_.version_slots} << 32));
+  Encoder(reply).U64(uint64_t{versions_region_->key()} | (uint64_t{options_.version_slots} << 32));
   return Status::OK();
 }
 
@@ -240,7 +239,8 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   uint32_t holder_segment = static_cast<uint32_t>(info);
   uint64_t role = (info >> 32) & 0xff;
   bool holder = ((info >> 40) & 1) != 0;
-  uint32_t n_expect = static_cast<uint32_t>(counts), n_truncate = static_cast<uint32_t>(counts >> 32);
+  uint32_t n_expect = static_cast<uint32_t>(counts),
+           n_truncate = static_cast<uint32_t>(counts >> 32);
   if (role != kTxRolePrimary && role != kTxRoleBackup) {
     return Status::InvalidArgument("lock: unknown role");
   }
@@ -578,7 +578,8 @@ void TxParticipant::ResolverLoop() {
     std::vector<std::pair<Key, uint32_t>> ask;
     {
       Locked lock(this);
-      Clock::time_point deadline = Clock::now() - std::chrono::milliseconds(options_.lock_timeout_ms);
+      Clock::time_point deadline =
+          Clock::now() - std::chrono::milliseconds(options_.lock_timeout_ms);
       std::vector<Rec*> local;
       for (auto& [key, list] : recs_) {
         for (auto& r : list) {

@@ -67,9 +67,9 @@ struct TxHooks {
 struct TxParticipantOptions {
   uint32_t version_slots = 1u << 16;  // a power of two
   uint32_t lock_timeout_ms = 2000;    // then a locked record is resolved with its holder
-  uint32_t area_count = 64;       // of a new log
-  uint64_t area_size = 512u << 10;  // of a new log
-  uint32_t idle_area_ms = 30000;  // an idle coordinator's empty area may be reassigned
+  uint32_t area_count = 64;           // of a new log
+  uint64_t area_size = 512u << 10;    // of a new log
+  uint32_t idle_area_ms = 30000;      // an idle coordinator's empty area may be reassigned
 };
 
 using dsm::kTxGenerationShift;
@@ -129,7 +129,7 @@ class TxParticipant {
   using Key = std::pair<uint64_t, uint64_t>;  // coordinator, tx
   class Locked;
 
-  Status OpenLog(bool create);  // requires mu_
+  Status OpenLog(bool create);                       // requires mu_
   Status AreaFor(uint64_t coordinator, Area** out);  // requires mu_
   std::vector<uint32_t> SlotsOf(const std::vector<dsm::TxEntry>& entries) const;
   Status Apply(Rec* rec);  // requires mu_

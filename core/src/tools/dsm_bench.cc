@@ -84,9 +84,8 @@ class ItemChooser {
 
 // Transactions of 4 item reads and `writes` (0 or 1) of them written back,
 // against the same accesses without a transaction; committed per second.
-Status MeasureTx(client::Client* c, const std::vector<client::GlobalAddress>& items,
-                 double seconds, double theta, int writes, double* tx_ops, double* raw_ops,
-                 uint64_t* retried) {
+Status MeasureTx(client::Client* c, const std::vector<client::GlobalAddress>& items, double seconds,
+                 double theta, int writes, double* tx_ops, double* raw_ops, uint64_t* retried) {
   ItemChooser chooser(items.size(), theta);
   std::mt19937_64 rng(7);
   char buf[dsm::kTxGranule];
@@ -95,7 +94,8 @@ Status MeasureTx(client::Client* c, const std::vector<client::GlobalAddress>& it
   };
   auto per_second = [&](const std::function<Status()>& op, double* out) {
     double mbs = 0;
-    PDPM_RETURN_IF_ERROR(Measure(seconds, 1, [&](uint64_t) { return op(); }, &mbs));
+    PDPM_RETURN_IF_ERROR(Measure(
+        seconds, 1, [&](uint64_t) { return op(); }, &mbs));
     *out = mbs * 1e6;
     return Status::OK();
   };
