@@ -144,6 +144,10 @@ class ClientImpl final : public Client, public TxHost {
 
   uint64_t segment_size() const override { return Snapshot()->segment_size; }
 
+  Status RouteObject(const ObjectId& id, uint32_t* table, uint32_t* server) override {
+    return ObjectRoute(*Snapshot(), id, table, server);
+  }
+
   Status Read(const GlobalAddress& addr, void* buf, uint64_t len) override {
     return OneSided(addr, static_cast<char*>(buf), len, false);
   }
@@ -379,17 +383,23 @@ class ClientImpl final : public Client, public TxHost {
     return s;
   }
 
+  static Status ObjectRoute(const Mapping& m, const ObjectId& id, uint32_t* table,
+                            uint32_t* server) {
+    if (m.table_count == 0) return Status::Unavailable("the cluster has no table map");
+    *table = monitor::TableForObject(id.hi, id.lo, m.table_count);
+    auto it = m.table_owner.find(*table);
+    if (it == m.table_owner.end() || it->second == 0) {
+      return Status::Unavailable("table " + std::to_string(*table) + " has no server");
+    }
+    *server = it->second;
+    return Status::OK();
+  }
+
   Status ObjectCall(const ObjectId& id, uint16_t method, const Body& body, std::string* reply) {
     return Call(
         [&](const Mapping& m, uint32_t* server) {
-          if (m.table_count == 0) return Status::Unavailable("the cluster has no table map");
-          uint32_t table = monitor::TableForObject(id.hi, id.lo, m.table_count);
-          auto it = m.table_owner.find(table);
-          if (it == m.table_owner.end() || it->second == 0) {
-            return Status::Unavailable("table " + std::to_string(table) + " has no server");
-          }
-          *server = it->second;
-          return Status::OK();
+          uint32_t table = 0;
+          return ObjectRoute(m, id, &table, server);
         },
         method,
         [&](Encoder& e) {

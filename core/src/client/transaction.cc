@@ -267,6 +267,98 @@ Status Transaction::Read(const dsm::GlobalAddress& addr, void* buf, uint64_t len
   return Status::OK();
 }
 
+Status Transaction::ReadVersion(uint32_t server, uint32_t slot, uint64_t* word) {
+  TxCoordinator::ServerInfo info;
+  PDPM_RETURN_IF_ERROR(coordinator_->Info(server, &info));
+  return coordinator_->host_->ReadRegion(server, info.key, uint64_t{slot} * 8, word, 8);
+}
+
+namespace {
+
+std::string ObjectKey(const dsm::ObjectId& id) {
+  std::string key(dsm::kTxObjectIdSize, '\0');
+  std::memcpy(key.data(), &id.hi, 8);
+  std::memcpy(key.data() + 8, &id.lo, 8);
+  return key;
+}
+
+dsm::ObjectId ObjectIdOf(const dsm::TxEntry& e) {
+  dsm::ObjectId id;
+  std::memcpy(&id.hi, e.data.data(), 8);
+  std::memcpy(&id.lo, e.data.data() + 8, 8);
+  return id;
+}
+
+}  // namespace
+
+Status Transaction::GetObj(const dsm::ObjectId& id, std::string* data) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  std::string key = ObjectKey(id);
+  // The transaction's own last put or delete.
+  for (auto w = writes_.rbegin(); w != writes_.rend(); ++w) {
+    if (!dsm::IsObjectEntry(*w) || w->data.compare(0, key.size(), key) != 0) continue;
+    if (w->kind == dsm::TxEntryKind::kDeleteObject) return Status::NotFound("no such object");
+    *data = w->data.substr(dsm::kTxObjectIdSize);
+    return Status::OK();
+  }
+  TxHost* host = coordinator_->host_;
+  uint32_t table = 0, server = 0;
+  Status s = host->RouteObject(id, &table, &server);
+  TxCoordinator::ServerInfo info;
+  if (s.ok()) s = coordinator_->Info(server, &info);
+  if (!s.ok()) return Fail(s);
+  uint32_t slot = dsm::TxObjectSlot(id.hi, id.lo, info.slots);
+  uint64_t before = 0, after = 0;
+  std::string body(key);
+  Encoder e(&body);
+  e.U64(0);
+  e.U64(server::kWholeObject);
+  s = ReadVersion(server, slot, &before);
+  Status got;
+  if (s.ok()) {
+    got = host->CallServer(server, server::kReadObj, body, data);
+    if (!got.ok() && got.code() != StatusCode::kNotFound) s = got;
+  }
+  if (s.ok()) s = ReadVersion(server, slot, &after);
+  if (s.code() == StatusCode::kPermissionDenied) {
+    (void)Fail(s);
+    return Status::Aborted("server " + std::to_string(server) + " restarted");
+  }
+  if (!s.ok()) return Fail(s);
+  if ((before & dsm::kTxVersionLock) != 0 || before != after) {
+    return Fail(Status::Aborted("conflict: object being written"));
+  }
+  auto [it, fresh] = read_set_.insert({{server, slot}, before});
+  if (!fresh && it->second != before) {
+    return Fail(Status::Aborted("conflict: object changed during the transaction"));
+  }
+  if (!got.ok()) data->clear();
+  return got;
+}
+
+Status Transaction::PutObj(const dsm::ObjectId& id, std::string_view data) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  if (data.size() > kMaxTxObject) {
+    return Status::TooLarge("a transactional put of " + std::to_string(data.size()) +
+                            " bytes: the limit is 1 MiB");
+  }
+  dsm::TxEntry e;
+  e.kind = dsm::TxEntryKind::kPutObject;
+  e.data = ObjectKey(id);
+  e.data.append(data);
+  writes_.push_back(std::move(e));
+  return Status::OK();
+}
+
+Status Transaction::DelObj(const dsm::ObjectId& id) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  dsm::TxEntry e;
+  e.kind = dsm::TxEntryKind::kDeleteObject;
+  e.data = ObjectKey(id);
+  writes_.push_back(std::move(e));
+  return Status::OK();
+}
+
 Status Transaction::Write(const dsm::GlobalAddress& addr, const void* buf, uint64_t len) {
   PDPM_RETURN_IF_ERROR(CheckAddress(addr, len, true));
   dsm::TxEntry e;
@@ -301,11 +393,8 @@ Status Transaction::Commit() {
   auto validate = [&](const std::set<Slot>& locked) {
     for (const auto& [slot, version] : read_set_) {
       if (locked.count(slot) != 0) continue;  // checked when locked
-      TxCoordinator::ServerInfo info;
-      PDPM_RETURN_IF_ERROR(coordinator_->Info(slot.server, &info));
       uint64_t now = 0;
-      PDPM_RETURN_IF_ERROR(
-          host->ReadRegion(slot.server, info.key, uint64_t{slot.slot} * 8, &now, 8));
+      PDPM_RETURN_IF_ERROR(ReadVersion(slot.server, slot.slot, &now));
       if (now != version) return Status::Aborted("conflict: validation found a changed item");
     }
     return Status::OK();
@@ -321,29 +410,50 @@ Status Transaction::Commit() {
     finished_ = true;
     return Status::OK();
   }
-  // Participants: the primary of every written segment; the decision
-  // holder is the primary of the lowest one and is locked first.
+  // Participants: the primary of every written segment (the owner of
+  // every written object's table); the decision holder is the primary of
+  // the lowest written segment (else the owner of the lowest written
+  // table) and is locked first.
   std::map<uint32_t, std::vector<dsm::TxEntry>> primaries, backups;
-  std::map<uint32_t, std::vector<uint32_t>> holder_backups;
-  uint32_t holder_segment = writes_.front().segment;
-  for (const auto& w : writes_) holder_segment = std::min(holder_segment, w.segment);
+  uint64_t holder_key = ~0ull;  // is-table << 32 | segment or table: the lowest wins
   uint32_t holder = 0;
   std::set<Slot> locked;
   for (const auto& w : writes_) {
+    uint32_t server = 0;
+    uint64_t key = 0;
     TxHost::SegmentRoute route;
-    Status s = host->RouteSegment(w.segment, &route);
+    Status s;
+    if (dsm::IsObjectEntry(w)) {
+      uint32_t table = 0;
+      s = host->RouteObject(ObjectIdOf(w), &table, &server);
+      key = (1ull << 32) | table;
+    } else {
+      s = host->RouteSegment(w.segment, &route);
+      server = route.primary;
+      key = w.segment;
+    }
     if (!s.ok()) return Fail(s);
-    if (w.segment == holder_segment) holder = route.primary;
-    primaries[route.primary].push_back(w);
+    if (key < holder_key) {
+      holder_key = key;
+      holder = server;
+    }
+    primaries[server].push_back(w);
     for (uint32_t b : route.backups) backups[b].push_back(w);
     TxCoordinator::ServerInfo info;
-    s = coordinator_->Info(route.primary, &info);
+    s = coordinator_->Info(server, &info);
     if (!s.ok()) return Fail(s);
+    if (dsm::IsObjectEntry(w)) {
+      dsm::ObjectId id = ObjectIdOf(w);
+      locked.insert({server, dsm::TxObjectSlot(id.hi, id.lo, info.slots)});
+      continue;
+    }
     auto [first, last] = Granules(w.offset, w.kind == dsm::TxEntryKind::kWrite ? w.data.size() : 1);
     for (uint64_t g = first; g <= last; g++) {
-      locked.insert({route.primary, dsm::TxVersionSlot(w.segment, g, info.slots)});
+      locked.insert({server, dsm::TxVersionSlot(w.segment, g, info.slots)});
     }
   }
+  uint32_t holder_segment = static_cast<uint32_t>(holder_key);
+  uint64_t holder_is_table = holder_key >> 32;
   std::vector<uint32_t> order{holder};
   for (const auto& [server, entries] : primaries) {
     if (server != holder) order.push_back(server);
@@ -353,7 +463,8 @@ Status Transaction::Commit() {
     std::string body = coordinator_->Body(id_);
     Encoder e(&body);
     bool is_holder = role == dsm::kTxRolePrimary && server == holder;
-    e.U64(uint64_t{holder_segment} | (role << 32) | (uint64_t{is_holder} << 40));
+    e.U64(uint64_t{holder_segment} | (role << 32) | (uint64_t{is_holder} << 40) |
+          (holder_is_table << 41));
     std::vector<std::pair<uint32_t, uint64_t>> expect;
     if (role == dsm::kTxRolePrimary) {
       for (const auto& [slot, version] : read_set_) {

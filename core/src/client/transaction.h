@@ -22,7 +22,9 @@
 //     only validates.
 //   * PAllocate allocates at once (the block is durable); Abort, and a
 //     Commit that fails, free the blocks the transaction allocated.
-//   * Object operations are not transactional (docs/tx.md).
+//   * Objects: GetObj/PutObj/DelObj of whole small objects go through the
+//     same lock/validate/commit path (the object's version word lives on
+//     its table's server); the non-transactional object calls do not.
 //   * Heap writes outside transactions racing transactional access to the
 //     same bytes are undefined.
 //   * A Transaction is used by one thread; destroying it unfinished aborts it.
@@ -34,10 +36,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
 #include "dsm/address.h"
+#include "dsm/hash_index.h"
 #include "dsm/txlog.h"
 #include "server/protocol.h"
 
@@ -61,6 +65,8 @@ class TxHost {
   // An RPC to `server`: header, then `body`.
   virtual Status CallServer(uint32_t server, uint16_t method, const std::string& body,
                             std::string* reply) = 0;
+  // The table of object `id` and the server owning it.
+  virtual Status RouteObject(const dsm::ObjectId& id, uint32_t* table, uint32_t* server) = 0;
   virtual Status RefreshMapping() = 0;
   virtual uint64_t segment_size() const = 0;
   virtual Status PAllocate(uint64_t size, dsm::GlobalAddress* out) = 0;
@@ -68,6 +74,9 @@ class TxHost {
 };
 
 class TxCoordinator;
+
+// Largest object a transaction puts.
+inline constexpr uint64_t kMaxTxObject = 1ull << 20;
 
 class Transaction {
  public:
@@ -79,6 +88,13 @@ class Transaction {
   Status Write(const dsm::GlobalAddress& addr, const void* buf, uint64_t len);
   Status PAllocate(uint64_t size, dsm::GlobalAddress* out);
   Status PFree(const dsm::GlobalAddress& addr);
+  // Small objects (up to kMaxTxObject bytes, whole objects): GetObj reads
+  // through the object RPC between two one-sided reads of the object's
+  // version word (kNotFound for an absent object, which is also validated);
+  // PutObj and DelObj are buffered and applied at commit.
+  Status GetObj(const dsm::ObjectId& id, std::string* data);
+  Status PutObj(const dsm::ObjectId& id, std::string_view data);
+  Status DelObj(const dsm::ObjectId& id);
   Status Commit();
   void Abort();
   uint64_t id() const { return id_; }
@@ -96,6 +112,8 @@ class Transaction {
   Status ReadVersions(uint32_t server, uint32_t segment, uint64_t offset, uint64_t len,
                       std::vector<std::pair<uint32_t, uint64_t>>* out);
   Status CheckAddress(const dsm::GlobalAddress& addr, uint64_t len, bool write);
+  // Reads one version word, failing the transaction when it is locked.
+  Status ReadVersion(uint32_t server, uint32_t slot, uint64_t* word);
   Status Fail(Status s);  // aborts and returns s
   void AbortAt(const std::vector<uint32_t>& servers);
 

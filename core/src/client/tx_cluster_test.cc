@@ -226,6 +226,66 @@ TEST_F(TxClusterTest, ConflictAbortAndAllocation) {
   StopAndCheckAll();
 }
 
+TEST_F(TxClusterTest, ObjectsInTransactions) {
+  ObjectId a{7, 1}, b{7, 2};
+  ASSERT_TRUE(client_->PutObj(a, "one").ok());
+  std::unique_ptr<Transaction> t1, t2;
+  std::string got;
+  ASSERT_TRUE(client_->TxBegin(&t1).ok());
+  ASSERT_TRUE(t1->GetObj(a, &got).ok());
+  EXPECT_EQ(got, "one");
+  EXPECT_EQ(t1->GetObj(b, &got).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(t1->PutObj(b, "two").ok());
+  ASSERT_TRUE(t1->DelObj(a).ok());
+  EXPECT_EQ(t1->GetObj(a, &got).code(), StatusCode::kNotFound);  // its own delete
+  ASSERT_TRUE(t1->GetObj(b, &got).ok());
+  EXPECT_EQ(got, "two");
+  Status s = t1->Commit();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(client_->GetObj(a, &got).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(client_->GetObj(b, &got).ok());
+  EXPECT_EQ(got, "two");
+
+  // A conflict on an object, and one on an absent object's creation.
+  ObjectId c{7, 3};
+  ASSERT_TRUE(client_->TxBegin(&t1).ok());
+  ASSERT_TRUE(client_->TxBegin(&t2).ok());
+  ASSERT_TRUE(t1->GetObj(b, &got).ok());
+  ASSERT_TRUE(t2->GetObj(b, &got).ok());
+  EXPECT_EQ(t1->GetObj(c, &got).code(), StatusCode::kNotFound);
+  EXPECT_EQ(t2->GetObj(c, &got).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(t1->PutObj(b, "x").ok());
+  ASSERT_TRUE(t1->PutObj(c, "created").ok());
+  ASSERT_TRUE(t2->PutObj(c, "y").ok());
+  ASSERT_TRUE(t1->Commit().ok());
+  EXPECT_EQ(t2->Commit().code(), StatusCode::kAborted);
+  ASSERT_TRUE(client_->GetObj(b, &got).ok());
+  EXPECT_EQ(got, "x");
+  ASSERT_TRUE(client_->GetObj(c, &got).ok());
+  EXPECT_EQ(got, "created");
+
+  // Abort leaves nothing; heap and objects commit together.
+  ASSERT_TRUE(client_->TxBegin(&t1).ok());
+  ASSERT_TRUE(t1->PutObj(b, "z").ok());
+  t1->Abort();
+  ASSERT_TRUE(client_->GetObj(b, &got).ok());
+  EXPECT_EQ(got, "x");
+  ASSERT_TRUE(client_->TxBegin(&t1).ok());
+  int64_t v = 0;
+  ASSERT_TRUE(t1->Read(accounts_[3], &v, 8).ok());
+  v -= 10;
+  ASSERT_TRUE(t1->Write(accounts_[3], &v, 8).ok());
+  ASSERT_TRUE(t1->PutObj(b, "paid 10").ok());
+  ASSERT_TRUE(t1->Commit().ok());
+  ASSERT_TRUE(client_->GetObj(b, &got).ok());
+  EXPECT_EQ(got, "paid 10");
+  ASSERT_TRUE(client_->Read(accounts_[3], &v, 8).ok());
+  EXPECT_EQ(v, kInitialBalance - 10);
+  ASSERT_TRUE(client_->TxBegin(&t1).ok());
+  EXPECT_EQ(t1->PutObj(b, std::string(kMaxTxObject + 1, 'x')).code(), StatusCode::kTooLarge);
+  StopAndCheckAll();
+}
+
 TEST_F(TxClusterTest, BankInvariantUnderContention) {
   std::vector<ChildProcess> bank;
   StartBank(4, 120, &bank);

@@ -113,6 +113,10 @@ std::string_view TxStateName(TxState s) {
   return "unknown";
 }
 
+bool IsObjectEntry(const TxEntry& e) {
+  return e.kind == TxEntryKind::kPutObject || e.kind == TxEntryKind::kDeleteObject;
+}
+
 void EncodeTxEntries(const std::vector<TxEntry>& entries, std::string* out) {
   for (const auto& e : entries) {
     char h[24] = {};
@@ -141,15 +145,24 @@ Status DecodeTxEntries(std::string_view body, bool on_pm, std::vector<TxEntry>* 
     e.offset = Load<uint64_t>(h + 8);
     uint32_t len = Load<uint32_t>(h + 16);
     pos += 24;
-    if (e.kind == TxEntryKind::kWrite) {
-      if (len == 0 || len > body.size() - pos) return bad("bad write length");
-      e.data.assign(body.data() + pos, len);
-      pos += len;
-    } else if (e.kind == TxEntryKind::kFree) {
-      if (len != 0) return bad("a free with data");
-    } else {
-      return bad("unknown entry kind");
+    if (len > body.size() - pos) return bad("entry data past the end");
+    switch (e.kind) {
+      case TxEntryKind::kWrite:
+        if (len == 0) return bad("a write of 0 bytes");
+        break;
+      case TxEntryKind::kFree:
+        if (len != 0) return bad("a free with data");
+        break;
+      case TxEntryKind::kPutObject:
+        if (len < kTxObjectIdSize) return bad("a put without an object id");
+        break;
+      case TxEntryKind::kDeleteObject:
+        if (len != kTxObjectIdSize) return bad("a delete without an object id");
+        break;
+      default: return bad("unknown entry kind");
     }
+    e.data.assign(body.data() + pos, len);
+    pos += len;
     out->push_back(std::move(e));
   }
   return Status::OK();

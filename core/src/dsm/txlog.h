@@ -12,9 +12,10 @@
 // Assigning an area clears the magic first and stores it last, so a torn
 // assignment leaves an unassigned area; its records were all terminal.
 // Records follow from offset 64, each padded to 64 bytes:
-//   magic "PTXR" u32 | version u8 | kind u8 | flags u16 (1: at the decision holder) |
+//   magic "PTXR" u32 | version u8 | kind u8 |
+//   flags u16 (1: at the decision holder, 2: the holder is named by a table) |
 //   state u64 (changed in place by one persisted store) |
-//   seq u64 | tx u64 | holder segment u32 | body length u32 |
+//   seq u64 | tx u64 | holder segment (or table) u32 | body length u32 |
 //   crc32c u32 (of magic..body length, state excluded, then the body) |
 //   reserved u32 | body
 // A wrap record (kind kWrap, no body) sends the reader back to offset 64;
@@ -25,8 +26,10 @@
 // grow in an area: a new assignment starts above every intact record.
 //
 // Body of a LOCK or BACKUP record (and of the LOCK request): entries
-//   kind u8 (1 write, 2 free) | reserved 3 | segment u32 | offset u64 |
-//   length u32 | reserved u32 | data (length bytes, writes only)
+//   kind u8 (1 write, 2 free, 3 put object, 4 delete object) | reserved 3 |
+//   segment u32 | offset u64 | length u32 | reserved u32 | data (length bytes)
+// Writes carry the bytes; a free none; object entries have segment and
+// offset 0 and data = object id hi u64 | lo u64 | content (puts only).
 #pragma once
 
 #include <cstdint>
@@ -76,15 +79,16 @@ enum class TxState : uint64_t {
 };
 std::string_view TxStateName(TxState s);
 
-enum class TxEntryKind : uint8_t { kWrite = 1, kFree = 2 };
+enum class TxEntryKind : uint8_t { kWrite = 1, kFree = 2, kPutObject = 3, kDeleteObject = 4 };
 
 struct TxEntry {
   TxEntryKind kind = TxEntryKind::kWrite;
   uint32_t segment = 0;
   uint64_t offset = 0;
-  std::string data;     // kWrite
-  uint64_t length = 0;  // kFree: 0 (the block is named by its start)
+  std::string data;  // kWrite: the bytes; objects: id (16 bytes) then content
 };
+inline constexpr size_t kTxObjectIdSize = 16;
+bool IsObjectEntry(const TxEntry& e);
 
 void EncodeTxEntries(const std::vector<TxEntry>& entries, std::string* out);
 // kInvalidArgument (kCorruption when `on_pm`) for a malformed body.
@@ -99,6 +103,12 @@ inline uint32_t TxVersionSlot(uint32_t segment, uint64_t granule, uint32_t slots
   return static_cast<uint32_t>((base >> 32) + granule) & (slots - 1);
 }
 
+// The version slot of an object (of its table's server).
+inline uint32_t TxObjectSlot(uint64_t id_hi, uint64_t id_lo, uint32_t slots) {
+  uint64_t h = (id_hi * 0x9e3779b97f4a7c15ull) ^ (id_lo * 0xc2b2ae3d27d4eb4full);
+  return static_cast<uint32_t>(h >> 32) & (slots - 1);
+}
+
 struct TxRecord {
   uint64_t offset = 0;  // in the area
   uint64_t size = 0;    // padded
@@ -111,6 +121,8 @@ struct TxRecord {
   std::string body;
 };
 inline constexpr uint16_t kTxRecordHolder = 1;
+// The holder is named by an object-store table number, not a segment.
+inline constexpr uint16_t kTxRecordHolderIsTable = 2;
 
 // One coordinator's area. Appends and state changes are serialised by the
 // caller (TxParticipant holds one lock per area).

@@ -261,16 +261,20 @@ Status DataServer::Announce(Segment* seg) {
   return Status::OK();
 }
 
-Status DataServer::CreateSegment(SegmentRole role, Segment** out) {
-  uint32_t local = 0;
-  {
-    std::shared_lock lock(mu_);
-    while (local < segments_.size() && segments_[local] != nullptr) local++;
-  }
-  if (local == segments_.size()) {
+Status DataServer::FreeLocalSegment(uint32_t* local) {
+  std::shared_lock lock(mu_);
+  *local = 0;
+  while (*local < segments_.size() && segments_[*local] != nullptr) ++*local;
+  if (*local == segments_.size()) {
     return Status::ResourceExhausted("no free segment left on server " +
                                      std::to_string(server_id_));
   }
+  return Status::OK();
+}
+
+Status DataServer::CreateSegment(SegmentRole role, Segment** out) {
+  uint32_t local = 0;
+  PDPM_RETURN_IF_ERROR(FreeLocalSegment(&local));
   std::span<char> mem = space_->segment(local);
   dsm::PmRange range{mem.data(), mem.size(), space_->device().persist_fn()};
   // Order (docs/server.md): format, table, role (global 0), announce, global.
@@ -308,14 +312,7 @@ Status DataServer::CreateSegment(SegmentRole role, Segment** out) {
 
 Status DataServer::CreateTxLogSegment(Segment** out) {
   uint32_t local = 0;
-  {
-    std::shared_lock lock(mu_);
-    while (local < segments_.size() && segments_[local] != nullptr) local++;
-  }
-  if (local == segments_.size()) {
-    return Status::ResourceExhausted("no free segment left for the transaction log on server " +
-                                     std::to_string(server_id_));
-  }
+  PDPM_RETURN_IF_ERROR(FreeLocalSegment(&local).WithContext("transaction log"));
   std::span<char> mem = space_->segment(local);
   dsm::PmRange range{mem.data(), mem.size(), space_->device().persist_fn()};
   PDPM_RETURN_IF_ERROR(dsm::PAllocator::Format(range));
@@ -367,20 +364,35 @@ TxHooks DataServer::MakeTxHooks() {
     *alloc = tx_log_->alloc.get();
     return Status::OK();
   };
-  h.call_primary = [this](uint32_t segment, uint16_t method, const std::string& body,
+  h.object_table = [this](const dsm::ObjectId& id, uint64_t epoch, bool create,
+                          dsm::ObjectStoreTable** out) {
+    uint64_t e = epoch;
+    if (e == 0) {  // applying a logged record: whatever the current epoch
+      std::shared_lock lock(mu_);
+      e = epoch_;
+    }
+    return TableFor(id, e, create, out);
+  };
+  h.call_primary = [this](uint32_t segment, bool is_table, uint16_t method, const std::string& body,
                           std::string* reply) {
     v1::GetMappingResponse m;
     PDPM_RETURN_IF_ERROR(monitor_->GetMapping(0, &m));
     uint32_t primary = 0;
+    if (is_table) {
+      for (const auto& t : m.tables()) {
+        if (t.table() == segment) primary = t.server_id();
+      }
+    }
     for (const auto& sm : m.segments()) {
-      if (sm.segment() == segment) primary = sm.primary().server_id();
+      if (!is_table && sm.segment() == segment) primary = sm.primary().server_id();
     }
     std::string address;
     for (const auto& sv : m.servers()) {
       if (sv.id() == primary && sv.state() == v1::SERVER_STATE_UP) address = sv.address();
     }
     if (address.empty()) {
-      return Status::Unavailable("no live primary for segment " + std::to_string(segment));
+      return Status::Unavailable(std::string("no live primary for ") +
+                                 (is_table ? "table " : "segment ") + std::to_string(segment));
     }
     std::string req;
     Encoder e(&req);

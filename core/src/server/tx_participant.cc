@@ -21,6 +21,18 @@ Status Begin(Decoder* d, const TxHooks& hooks, uint64_t* coordinator, RequestHea
   return Status::OK();
 }
 
+// The holder a record names, as its segment | is-table << 32.
+uint64_t HolderOf(const dsm::TxRecord& r) {
+  return r.holder_segment | (uint64_t{(r.flags & dsm::kTxRecordHolderIsTable) != 0} << 32);
+}
+
+dsm::ObjectId ObjectIdOf(const TxEntry& e) {
+  dsm::ObjectId id;
+  std::memcpy(&id.hi, e.data.data(), 8);
+  std::memcpy(&id.lo, e.data.data() + 8, 8);
+  return id;
+}
+
 std::span<const uint8_t> Bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
@@ -202,6 +214,13 @@ Status TxParticipant::AreaFor(uint64_t coordinator, Area** out) {
 std::vector<uint32_t> TxParticipant::SlotsOf(const std::vector<TxEntry>& entries) const {
   std::vector<uint32_t> slots;
   for (const auto& e : entries) {
+    if (dsm::IsObjectEntry(e)) {
+      uint64_t hi, lo;
+      std::memcpy(&hi, e.data.data(), 8);
+      std::memcpy(&lo, e.data.data() + 8, 8);
+      slots.push_back(dsm::TxObjectSlot(hi, lo, options_.version_slots));
+      continue;
+    }
     uint64_t first = e.offset / dsm::kTxGranule;
     uint64_t last =
         e.kind == TxEntryKind::kWrite ? (e.offset + e.data.size() - 1) / dsm::kTxGranule : first;
@@ -239,6 +258,7 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   uint32_t holder_segment = static_cast<uint32_t>(info);
   uint64_t role = (info >> 32) & 0xff;
   bool holder = ((info >> 40) & 1) != 0;
+  bool holder_is_table = ((info >> 41) & 1) != 0;
   uint32_t n_expect = static_cast<uint32_t>(counts),
            n_truncate = static_cast<uint32_t>(counts >> 32);
   if (role != kTxRolePrimary && role != kTxRoleBackup) {
@@ -264,6 +284,14 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   PDPM_RETURN_IF_ERROR(hooks_.check(h));
   TxCopy copy = role == kTxRolePrimary ? TxCopy::kPrimary : TxCopy::kBackup;
   for (const auto& e : entries) {
+    if (dsm::IsObjectEntry(e)) {
+      // Object-store tables have no backups in this version.
+      if (copy != TxCopy::kPrimary) return Status::InvalidArgument("lock: an object at a backup");
+      dsm::ObjectStoreTable* table = nullptr;
+      PDPM_RETURN_IF_ERROR(
+          hooks_.object_table(ObjectIdOf(e), h.epoch, e.kind == TxEntryKind::kPutObject, &table));
+      continue;
+    }
     dsm::PmRange mem;
     dsm::PAllocator* alloc = nullptr;
     PDPM_RETURN_IF_ERROR(hooks_.segment(e.segment, copy, h.epoch, &mem, &alloc));
@@ -296,18 +324,9 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   Status s = AreaFor(coordinator, &area);
   if (s.ok()) {
     // Lazy truncation, piggybacked on this request.
-    for (uint64_t t : truncate) {
-      auto it = recs_.find({coordinator, t});
-      if (it == recs_.end()) continue;
-      std::vector<Rec*> list;
-      for (auto& r : it->second) list.push_back(r.get());
-      for (Rec* r : list) {
-        if (r->r.state == TxState::kApplied || r->r.state == TxState::kAborted) {
-          SetState(r, TxState::kTruncated);
-        }
-      }
-    }
-    uint16_t flags = holder ? dsm::kTxRecordHolder : 0;
+    Truncate(coordinator, truncate);
+    uint16_t flags =
+        (holder ? dsm::kTxRecordHolder : 0) | (holder_is_table ? dsm::kTxRecordHolderIsTable : 0);
     s = area->log->Append(role == kTxRolePrimary ? TxRecordKind::kLock : TxRecordKind::kBackup,
                           flags, tx, holder_segment, body, &rec->r);
   }
@@ -325,6 +344,18 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
 Status TxParticipant::Apply(Rec* rec) {
   TxCopy copy = rec->r.kind == TxRecordKind::kLock ? TxCopy::kPrimary : TxCopy::kBackup;
   for (const auto& e : rec->entries) {
+    if (dsm::IsObjectEntry(e)) {
+      dsm::ObjectStoreTable* table = nullptr;
+      dsm::ObjectId id = ObjectIdOf(e);
+      PDPM_RETURN_IF_ERROR(hooks_.object_table(id, 0, true, &table)
+                               .WithContext("apply transaction " + std::to_string(rec->r.tx)));
+      Status s = e.kind == TxEntryKind::kPutObject
+                     ? table->Put(id, std::string_view(e.data).substr(dsm::kTxObjectIdSize))
+                     : table->Delete(id);
+      // Deleted already: applied before a crash (or never there).
+      if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+      continue;
+    }
     dsm::PmRange mem;
     dsm::PAllocator* alloc = nullptr;
     PDPM_RETURN_IF_ERROR(hooks_.segment(e.segment, copy, 0, &mem, &alloc)
@@ -362,6 +393,8 @@ bool TxParticipant::Terminal(const Rec& rec) const {
 }
 
 void TxParticipant::SetState(Rec* rec, TxState s) {
+  auto live = rec->area->by_offset.find(rec->r.offset);
+  if (live == rec->area->by_offset.end() || live->second != rec) return;  // trimmed already
   rec->area->log->SetState(rec->r, s);
   rec->r.state = s;
   Area* area = rec->area;
@@ -377,6 +410,25 @@ void TxParticipant::SetState(Rec* rec, TxState s) {
     if (it == area->by_offset.end()) continue;
     swept_.push_back(it->second);
     area->by_offset.erase(it);
+  }
+}
+
+std::vector<TxParticipant::Rec*> TxParticipant::RecordsOf(Key key) {
+  std::vector<Rec*> out;
+  auto it = recs_.find(key);
+  if (it != recs_.end()) {
+    for (auto& r : it->second) out.push_back(r.get());
+  }
+  return out;
+}
+
+void TxParticipant::Truncate(uint64_t coordinator, const std::vector<uint64_t>& txs) {
+  for (uint64_t t : txs) {
+    for (Rec* r : RecordsOf({coordinator, t})) {
+      if (r->r.state == TxState::kApplied || r->r.state == TxState::kAborted) {
+        SetState(r, TxState::kTruncated);
+      }
+    }
   }
 }
 
@@ -424,13 +476,11 @@ Status TxParticipant::HandleCommit(std::span<const uint8_t> req, std::string* /*
   PDPM_RETURN_IF_ERROR(d.Done());
   PDPM_RETURN_IF_ERROR(hooks_.check(h));
   Locked lock(this);
-  auto it = recs_.find({coordinator, tx});
-  if (it == recs_.end()) {
+  std::vector<Rec*> list = RecordsOf({coordinator, tx});
+  if (list.empty()) {
     return decide != 0 ? Status::Aborted("no lock record of the transaction (resolved meanwhile)")
                        : Status::NotFound("no record of transaction " + std::to_string(tx));
   }
-  std::vector<Rec*> list;
-  for (auto& r : it->second) list.push_back(r.get());
   for (Rec* r : list) PDPM_RETURN_IF_ERROR(CommitRec(r, decide != 0));
   return Status::OK();
 }
@@ -444,10 +494,7 @@ Status TxParticipant::HandleAbort(std::span<const uint8_t> req, std::string* /*r
   PDPM_RETURN_IF_ERROR(d.Done());
   PDPM_RETURN_IF_ERROR(hooks_.check(h));
   Locked lock(this);
-  auto it = recs_.find({coordinator, tx});
-  if (it == recs_.end()) return Status::OK();  // never locked here
-  std::vector<Rec*> list;
-  for (auto& r : it->second) list.push_back(r.get());
+  std::vector<Rec*> list = RecordsOf({coordinator, tx});  // none: never locked here
   for (Rec* r : list) {
     if (r->r.state == TxState::kCommitted || r->r.state == TxState::kApplied) {
       return Status::FailedPrecondition("abort of a committed transaction");
@@ -469,17 +516,7 @@ Status TxParticipant::HandleTruncate(std::span<const uint8_t> req, std::string* 
   PDPM_RETURN_IF_ERROR(d.Done());
   PDPM_RETURN_IF_ERROR(hooks_.check(h));
   Locked lock(this);
-  for (uint64_t t : txs) {
-    auto it = recs_.find({coordinator, t});
-    if (it == recs_.end()) continue;
-    std::vector<Rec*> list;
-    for (auto& r : it->second) list.push_back(r.get());
-    for (Rec* r : list) {
-      if (r->r.state == TxState::kApplied || r->r.state == TxState::kAborted) {
-        SetState(r, TxState::kTruncated);
-      }
-    }
-  }
+  Truncate(coordinator, txs);
   return Status::OK();
 }
 
@@ -493,41 +530,33 @@ Status TxParticipant::HandleResolve(std::span<const uint8_t> req, std::string* r
   PDPM_RETURN_IF_ERROR(hooks_.check(h));
   Locked lock(this);
   uint64_t outcome = kTxOutcomeAbort;
-  auto it = recs_.find({coordinator, tx});
-  if (it != recs_.end()) {
-    std::vector<Rec*> list;
-    for (auto& r : it->second) list.push_back(r.get());
-    for (Rec* r : list) {
-      if (r->r.state == TxState::kCommitted || r->r.state == TxState::kApplied) {
-        outcome = kTxOutcomeCommit;
-      }
+  std::vector<Rec*> list = RecordsOf({coordinator, tx});
+  for (Rec* r : list) {
+    if (r->r.state == TxState::kCommitted || r->r.state == TxState::kApplied) {
+      outcome = kTxOutcomeCommit;
     }
-    // Not decided here: decide abort, durably, so that a late coordinator
-    // fails to commit.
-    if (outcome == kTxOutcomeAbort) {
-      for (Rec* r : list) AbortRec(r);
-    }
+  }
+  // Not decided here: decide abort, durably, so that a late coordinator
+  // fails to commit.
+  if (outcome == kTxOutcomeAbort) {
+    for (Rec* r : list) AbortRec(r);
   }
   Encoder(reply).U64(outcome);
   return Status::OK();
 }
 
-Status TxParticipant::ResolveRemote(Key key, uint32_t holder_segment) {
+Status TxParticipant::ResolveRemote(Key key, uint32_t holder, bool holder_is_table) {
   std::string req, reply;
   Encoder e(&req);
   e.U64(key.first);
   e.U64(key.second);
-  PDPM_RETURN_IF_ERROR(hooks_.call_primary(holder_segment, kTxResolve, req, &reply));
+  PDPM_RETURN_IF_ERROR(hooks_.call_primary(holder, holder_is_table, kTxResolve, req, &reply));
   Decoder d(Bytes(reply));
   uint64_t outcome = 0;
   PDPM_RETURN_IF_ERROR(d.U64(&outcome));
   PDPM_RETURN_IF_ERROR(d.Done());
   Locked lock(this);
-  auto it = recs_.find(key);
-  if (it == recs_.end()) return Status::OK();
-  std::vector<Rec*> list;
-  for (auto& r : it->second) list.push_back(r.get());
-  for (Rec* r : list) {
+  for (Rec* r : RecordsOf(key)) {
     if (r->r.state != TxState::kLocked) continue;
     if (outcome == kTxOutcomeCommit) {
       PDPM_RETURN_IF_ERROR(CommitRec(r, false));
@@ -543,7 +572,7 @@ Status TxParticipant::ResolveRemote(Key key, uint32_t holder_segment) {
 }
 
 Status TxParticipant::PromoteSegment(uint32_t segment) {
-  std::vector<std::pair<Key, uint32_t>> ask;
+  std::vector<std::pair<Key, uint64_t>> ask;  // holder | is-table << 32
   {
     Locked lock(this);
     std::vector<Rec*> todo;
@@ -559,15 +588,17 @@ Status TxParticipant::PromoteSegment(uint32_t segment) {
       if (r->r.state == TxState::kCommitted) {
         PDPM_RETURN_IF_ERROR(CommitRec(r, false));
       } else if (r->r.state == TxState::kLocked) {
-        if (r->r.holder_segment == segment) {
+        if (r->r.holder_segment == segment && (r->r.flags & dsm::kTxRecordHolderIsTable) == 0) {
           AbortRec(r);  // this server now holds the decision: none was made
         } else {
-          ask.push_back({{r->coordinator, r->r.tx}, r->r.holder_segment});
+          ask.push_back({{r->coordinator, r->r.tx}, HolderOf(r->r)});
         }
       }
     }
   }
-  for (const auto& [key, holder] : ask) PDPM_RETURN_IF_ERROR(ResolveRemote(key, holder));
+  for (const auto& [key, holder] : ask) {
+    PDPM_RETURN_IF_ERROR(ResolveRemote(key, static_cast<uint32_t>(holder), (holder >> 32) != 0));
+  }
   return Status::OK();
 }
 
@@ -575,7 +606,7 @@ void TxParticipant::ResolverLoop() {
   std::unique_lock<std::mutex> stop(stop_mu_);
   while (!stop_cv_.wait_for(stop, std::chrono::milliseconds(200), [&] { return stopping_; })) {
     stop.unlock();
-    std::vector<std::pair<Key, uint32_t>> ask;
+    std::vector<std::pair<Key, uint64_t>> ask;  // holder | is-table << 32
     {
       Locked lock(this);
       Clock::time_point deadline =
@@ -587,7 +618,7 @@ void TxParticipant::ResolverLoop() {
           if ((r->r.flags & dsm::kTxRecordHolder) != 0) {
             local.push_back(r.get());
           } else {
-            ask.push_back({key, r->r.holder_segment});
+            ask.push_back({key, HolderOf(r->r)});
           }
         }
       }
@@ -602,7 +633,7 @@ void TxParticipant::ResolverLoop() {
     std::sort(ask.begin(), ask.end());
     ask.erase(std::unique(ask.begin(), ask.end()), ask.end());
     for (const auto& [key, holder] : ask) {
-      Status s = ResolveRemote(key, holder);
+      Status s = ResolveRemote(key, static_cast<uint32_t>(holder), (holder >> 32) != 0);
       if (!s.ok()) {
         log_.Warn("cannot resolve a transaction yet",
                   {{"coordinator", key.first}, {"tx", key.second}, {"status", s}});

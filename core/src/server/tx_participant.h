@@ -34,6 +34,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "dsm/object_store.h"
 #include "dsm/pallocator.h"
 #include "dsm/txlog.h"
 #include "net/rpc.h"
@@ -54,12 +55,18 @@ struct TxHooks {
   std::function<Status(uint32_t segment, TxCopy copy, uint64_t epoch, dsm::PmRange* mem,
                        dsm::PAllocator** alloc)>
       segment;
+  // The object-store table of object `id` here (created when `create`),
+  // with the ownership and epoch checks of the object RPCs.
+  std::function<Status(const dsm::ObjectId& id, uint64_t epoch, bool create,
+                       dsm::ObjectStoreTable** out)>
+      object_table;
   // The transaction-log segment: its PM and allocator; created when
   // `create` and there is none, else kNotFound when there is none.
   std::function<Status(bool create, dsm::PmRange* mem, dsm::PAllocator** alloc)> log_segment;
-  // Calls `method` at the current primary of `segment` with the request
-  // header (this server's epoch and credential) followed by `body`.
-  std::function<Status(uint32_t segment, uint16_t method, const std::string& body,
+  // Calls `method` at the current primary of `segment` (or the owner of
+  // table `segment` when `is_table`) with the request header (this
+  // server's epoch and credential) followed by `body`.
+  std::function<Status(uint32_t segment, bool is_table, uint16_t method, const std::string& body,
                        std::string* reply)>
       call_primary;
 };
@@ -138,11 +145,15 @@ class TxParticipant {
   // leave the index at the next Sweep (when mu_ is released).
   void SetState(Rec* rec, dsm::TxState s);
   void Sweep();
+  // The records of one transaction here (requires mu_).
+  std::vector<Rec*> RecordsOf(Key key);
+  // Marks the done records of `txs` truncated (requires mu_).
+  void Truncate(uint64_t coordinator, const std::vector<uint64_t>& txs);
   bool Terminal(const Rec& rec) const;
   Status CommitRec(Rec* rec, bool decide);  // requires mu_
   void AbortRec(Rec* rec);                  // requires mu_
   // Asks the holder and carries out its answer; `rec` is looked up again.
-  Status ResolveRemote(Key key, uint32_t holder_segment);
+  Status ResolveRemote(Key key, uint32_t holder, bool holder_is_table);
   void ResolverLoop();
 
   const TxHooks hooks_;
