@@ -76,6 +76,22 @@ TEST(TxLogTest, EntriesRoundTripAndRefuseBadInput) {
   EXPECT_EQ(DecodeTxEntries(body.substr(0, 30), true, &out).code(), StatusCode::kCorruption);
   body[0] = 9;
   EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
+  // Object entries carry the 16-byte id first.
+  std::vector<TxEntry> objects(2);
+  objects[0].kind = TxEntryKind::kPutObject;
+  objects[0].data = std::string(kTxObjectIdSize, 'i') + "content";
+  objects[1].kind = TxEntryKind::kDeleteObject;
+  objects[1].data = std::string(kTxObjectIdSize, 'j');
+  body.clear();
+  EncodeTxEntries(objects, &body);
+  ASSERT_TRUE(DecodeTxEntries(body, false, &out).ok());
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(IsObjectEntry(out[0]) && IsObjectEntry(out[1]));
+  EXPECT_EQ(out[0].data, objects[0].data);
+  objects[1].data += "x";  // a delete with content
+  body.clear();
+  EncodeTxEntries(objects, &body);
+  EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(TxLogTest, RingWrapsAndReopens) {

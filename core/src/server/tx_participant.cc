@@ -347,10 +347,11 @@ Status TxParticipant::Apply(Rec* rec) {
     if (dsm::IsObjectEntry(e)) {
       dsm::ObjectStoreTable* table = nullptr;
       dsm::ObjectId id = ObjectIdOf(e);
-      PDPM_RETURN_IF_ERROR(hooks_.object_table(id, 0, true, &table)
-                               .WithContext("apply transaction " + std::to_string(rec->r.tx)));
-      Status s = e.kind == TxEntryKind::kPutObject
-                     ? table->Put(id, std::string_view(e.data).substr(dsm::kTxObjectIdSize))
+      bool put = e.kind == TxEntryKind::kPutObject;
+      Status t = hooks_.object_table(id, 0, put, &table);
+      if (!put && t.code() == StatusCode::kNotFound) continue;  // no table: nothing to delete
+      PDPM_RETURN_IF_ERROR(t.WithContext("apply transaction " + std::to_string(rec->r.tx)));
+      Status s = put ? table->Put(id, std::string_view(e.data).substr(dsm::kTxObjectIdSize))
                      : table->Delete(id);
       // Deleted already: applied before a crash (or never there).
       if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
