@@ -467,15 +467,20 @@ void TxParticipant::AbortRec(Rec* rec) {
   SetState(rec, TxState::kAborted);
 }
 
-Status TxParticipant::HandleCommit(std::span<const uint8_t> req, std::string* /*reply*/) {
+Status TxParticipant::ParseTxRequest(std::span<const uint8_t> req, uint64_t* coordinator,
+                                     uint64_t* tx, uint64_t* extra) {
   Decoder d(req);
   RequestHeader h;
-  uint64_t coordinator = 0, tx = 0, decide = 0;
-  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
-  PDPM_RETURN_IF_ERROR(d.U64(&tx));
-  PDPM_RETURN_IF_ERROR(d.U64(&decide));
+  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, coordinator, &h));
+  PDPM_RETURN_IF_ERROR(d.U64(tx));
+  if (extra != nullptr) PDPM_RETURN_IF_ERROR(d.U64(extra));
   PDPM_RETURN_IF_ERROR(d.Done());
-  PDPM_RETURN_IF_ERROR(hooks_.check(h));
+  return hooks_.check(h);
+}
+
+Status TxParticipant::HandleCommit(std::span<const uint8_t> req, std::string* /*reply*/) {
+  uint64_t coordinator = 0, tx = 0, decide = 0;
+  PDPM_RETURN_IF_ERROR(ParseTxRequest(req, &coordinator, &tx, &decide));
   Locked lock(this);
   std::vector<Rec*> list = RecordsOf({coordinator, tx});
   if (list.empty()) {
@@ -487,13 +492,8 @@ Status TxParticipant::HandleCommit(std::span<const uint8_t> req, std::string* /*
 }
 
 Status TxParticipant::HandleAbort(std::span<const uint8_t> req, std::string* /*reply*/) {
-  Decoder d(req);
-  RequestHeader h;
   uint64_t coordinator = 0, tx = 0;
-  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
-  PDPM_RETURN_IF_ERROR(d.U64(&tx));
-  PDPM_RETURN_IF_ERROR(d.Done());
-  PDPM_RETURN_IF_ERROR(hooks_.check(h));
+  PDPM_RETURN_IF_ERROR(ParseTxRequest(req, &coordinator, &tx, nullptr));
   Locked lock(this);
   std::vector<Rec*> list = RecordsOf({coordinator, tx});  // none: never locked here
   for (Rec* r : list) {
@@ -522,13 +522,8 @@ Status TxParticipant::HandleTruncate(std::span<const uint8_t> req, std::string* 
 }
 
 Status TxParticipant::HandleResolve(std::span<const uint8_t> req, std::string* reply) {
-  Decoder d(req);
-  RequestHeader h;
   uint64_t coordinator = 0, tx = 0;
-  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
-  PDPM_RETURN_IF_ERROR(d.U64(&tx));
-  PDPM_RETURN_IF_ERROR(d.Done());
-  PDPM_RETURN_IF_ERROR(hooks_.check(h));
+  PDPM_RETURN_IF_ERROR(ParseTxRequest(req, &coordinator, &tx, nullptr));
   Locked lock(this);
   uint64_t outcome = kTxOutcomeAbort;
   std::vector<Rec*> list = RecordsOf({coordinator, tx});

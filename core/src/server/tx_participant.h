@@ -136,7 +136,10 @@ class TxParticipant {
   using Key = std::pair<uint64_t, uint64_t>;  // coordinator, tx
   class Locked;
 
-  Status OpenLog(bool create);                       // requires mu_
+  Status OpenLog(bool create);  // requires mu_
+  // Decodes header | coordinator | tx [| extra] and checks the header.
+  Status ParseTxRequest(std::span<const uint8_t> req, uint64_t* coordinator, uint64_t* tx,
+                        uint64_t* extra);
   Status AreaFor(uint64_t coordinator, Area** out);  // requires mu_
   std::vector<uint32_t> SlotsOf(const std::vector<dsm::TxEntry>& entries) const;
   Status Apply(Rec* rec);  // requires mu_
