@@ -144,6 +144,17 @@ class ClientImpl final : public Client, public TxHost {
 
   uint64_t segment_size() const override { return Snapshot()->segment_size; }
 
+  Status PickServer(uint32_t* server) override {
+    auto m = Snapshot();
+    std::vector<uint32_t> ids;
+    for (const auto& [id, s] : m->servers) {
+      if (s.up) ids.push_back(id);
+    }
+    if (ids.empty()) return Status::Unavailable("no live server");
+    *server = ids[next_server_.fetch_add(1) % ids.size()];
+    return Status::OK();
+  }
+
   Status RouteObject(const ObjectId& id, uint32_t* table, uint32_t* server) override {
     return ObjectRoute(*Snapshot(), id, table, server);
   }

@@ -172,7 +172,11 @@ Status Transaction::Fail(Status s) {
     coordinator_->ForgetAll();
     (void)coordinator_->host_->RefreshMapping();
   }
-  for (const auto& a : allocated_) (void)coordinator_->host_->PFree(a);
+  // The servers free the blocks this transaction allocated (and, were this
+  // message lost, after the lock timeout).
+  std::vector<uint32_t> servers;
+  for (const auto& [server, blocks] : allocated_) servers.push_back(server);
+  AbortAt(servers);
   allocated_.clear();
   return s;
 }
@@ -382,8 +386,16 @@ Status Transaction::PFree(const dsm::GlobalAddress& addr) {
 
 Status Transaction::PAllocate(uint64_t size, dsm::GlobalAddress* out) {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
-  PDPM_RETURN_IF_ERROR(coordinator_->host_->PAllocate(size, out));
-  allocated_.push_back(*out);
+  if (size == 0) return Status::InvalidArgument("pallocate of 0 bytes");
+  uint32_t server = 0;
+  PDPM_RETURN_IF_ERROR(coordinator_->host_->PickServer(&server));
+  std::string body = coordinator_->Body(id_), reply;
+  Encoder(&body).U64(size);
+  PDPM_RETURN_IF_ERROR(coordinator_->host_->CallServer(server, server::kTxAlloc, body, &reply));
+  Decoder d(Bytes(reply));
+  PDPM_RETURN_IF_ERROR(d.Address(out));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  allocated_[server].push_back(*out);
   return Status::OK();
 }
 
@@ -400,7 +412,7 @@ Status Transaction::Commit() {
     return Status::OK();
   };
   coordinator_->RetryUnfinished();
-  if (writes_.empty()) {
+  if (writes_.empty() && allocated_.empty()) {
     Status s = validate({});
     if (s.code() == StatusCode::kPermissionDenied) {
       (void)Fail(s);
@@ -450,6 +462,17 @@ Status Transaction::Commit() {
     auto [first, last] = Granules(w.offset, w.kind == dsm::TxEntryKind::kWrite ? w.data.size() : 1);
     for (uint64_t g = first; g <= last; g++) {
       locked.insert({server, dsm::TxVersionSlot(w.segment, g, info.slots)});
+    }
+  }
+  // A server where the transaction only allocated takes part too (its
+  // LOCK carries no entries): its blocks follow the outcome.
+  for (const auto& [server, blocks] : allocated_) {
+    primaries[server];
+    for (const auto& a : blocks) {
+      if (a.segment < holder_key) {
+        holder_key = a.segment;
+        holder = server;
+      }
     }
   }
   uint32_t holder_segment = static_cast<uint32_t>(holder_key);

@@ -20,8 +20,11 @@
 //     on a conflict (nothing of the transaction is visible), or another
 //     error (kUnavailable, ...) after aborting. A read-only transaction
 //     only validates.
-//   * PAllocate allocates at once (the block is durable); Abort, and a
-//     Commit that fails, free the blocks the transaction allocated.
+//   * PAllocate allocates at once at a server of the client's choice, which
+//     logs the block for the transaction: it stays allocated if the
+//     transaction commits and is freed if it aborts — also when the
+//     coordinator dies (the server frees it after the lock timeout unless
+//     the transaction locked there and committed).
 //   * Objects: GetObj/PutObj/DelObj of whole small objects go through the
 //     same lock/validate/commit path (the object's version word lives on
 //     its table's server); the non-transactional object calls do not.
@@ -69,8 +72,8 @@ class TxHost {
   virtual Status RouteObject(const dsm::ObjectId& id, uint32_t* table, uint32_t* server) = 0;
   virtual Status RefreshMapping() = 0;
   virtual uint64_t segment_size() const = 0;
-  virtual Status PAllocate(uint64_t size, dsm::GlobalAddress* out) = 0;
-  virtual Status PFree(const dsm::GlobalAddress& addr) = 0;
+  // A live server, round-robin.
+  virtual Status PickServer(uint32_t* server) = 0;
 };
 
 class TxCoordinator;
@@ -121,8 +124,8 @@ class Transaction {
   uint64_t id_;
   bool finished_ = false;
   std::map<Slot, uint64_t> read_set_;
-  std::vector<dsm::TxEntry> writes_;  // in program order; frees too
-  std::vector<dsm::GlobalAddress> allocated_;
+  std::vector<dsm::TxEntry> writes_;                               // in program order; frees too
+  std::map<uint32_t, std::vector<dsm::GlobalAddress>> allocated_;  // by server
 };
 
 // One per Client: the coordinator's identity, the per-server version-table

@@ -34,6 +34,10 @@ Status Transfer(Client* c, const GlobalAddress& from, const GlobalAddress& to, i
   b += amount;
   PDPM_RETURN_IF_ERROR(tx->Write(from, &a, sizeof(a)));
   PDPM_RETURN_IF_ERROR(tx->Write(to, &b, sizeof(b)));
+  GlobalAddress receipt;
+  PDPM_RETURN_IF_ERROR(tx->PAllocate(64, &receipt));
+  PDPM_RETURN_IF_ERROR(tx->Write(receipt, &amount, sizeof(amount)));
+  PDPM_RETURN_IF_ERROR(tx->PFree(receipt));
   if (abort) {
     tx->Abort();
     return Status::OK();

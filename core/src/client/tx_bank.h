@@ -18,7 +18,10 @@ Status LoadAccounts(const std::string& path, std::vector<GlobalAddress>* account
 
 // Moves `amount` from account `from` to account `to` in one transaction;
 // kAborted on a conflict (nothing happened), with `abort` the transaction
-// is aborted after its writes (nothing happens, returns OK).
+// is aborted after its writes (nothing happens, returns OK). The same
+// transaction allocates a receipt block, writes it and frees it again, so
+// the heap holds as many blocks after any number of transfers, committed,
+// aborted or cut short.
 Status Transfer(Client* c, const GlobalAddress& from, const GlobalAddress& to, int64_t amount,
                 bool abort = false);
 

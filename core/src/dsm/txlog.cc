@@ -337,7 +337,8 @@ void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count,
     ScanChain(a, area_size, start_word, &records, &wrapped, &tail, &next_seq);
     for (const auto& r : records) {
       std::string rw = where + "record " + std::to_string(r.seq) + ": ";
-      if (r.kind != TxRecordKind::kLock && r.kind != TxRecordKind::kBackup) {
+      if (r.kind != TxRecordKind::kLock && r.kind != TxRecordKind::kBackup &&
+          r.kind != TxRecordKind::kAlloc) {
         out->violations.push_back(rw + "unknown kind");
         continue;
       }

@@ -25,7 +25,8 @@
 // records beyond the tail (lower seq) are ignored. Sequence numbers only
 // grow in an area: a new assignment starts above every intact record.
 //
-// Body of a LOCK or BACKUP record (and of the LOCK request): entries
+// Body of a LOCK or BACKUP record (and of the LOCK request), or of an ALLOC
+// record (one free entry naming the block): entries
 //   kind u8 (1 write, 2 free, 3 put object, 4 delete object) | reserved 3 |
 //   segment u32 | offset u64 | length u32 | reserved u32 | data (length bytes)
 // Writes carry the bytes; a free none; object entries have segment and
@@ -67,6 +68,7 @@ enum class TxRecordKind : uint8_t {
   kLock = 1,    // at a written segment's primary: the new values, locks taken
   kBackup = 2,  // at a backup of a written segment: its new values
   kWrap = 3,    // continue at the area's first record
+  kAlloc = 4,   // a block allocated by a transaction: kept if it commits, else freed
 };
 
 // The life of a record; terminal states free its space.

@@ -373,6 +373,19 @@ TxHooks DataServer::MakeTxHooks() {
     }
     return TableFor(id, e, create, out);
   };
+  h.allocate = [this](uint64_t size, dsm::GlobalAddress* out) {
+    std::string req, reply;
+    Encoder e(&req);
+    {
+      std::shared_lock lock(mu_);
+      e.Header({epoch_, credential_});
+    }
+    e.U64(size);
+    PDPM_RETURN_IF_ERROR(
+        HandlePAllocate({reinterpret_cast<const uint8_t*>(req.data()), req.size()}, &reply));
+    Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
+    return d.Address(out);
+  };
   h.call_primary = [this](uint32_t segment, bool is_table, uint16_t method, const std::string& body,
                           std::string* reply) {
     v1::GetMappingResponse m;

@@ -63,6 +63,7 @@ enum Method : uint16_t {
   kTxAbort = 0x204,
   kTxTruncate = 0x205,
   kTxResolve = 0x206,
+  kTxAlloc = 0x207,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It

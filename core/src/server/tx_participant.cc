@@ -177,6 +177,7 @@ void TxParticipant::RegisterRpcs(net::RpcServer* rpc) {
   rpc->Register(kTxAbort, [this](auto r, auto* o) { return HandleAbort(r, o); });
   rpc->Register(kTxTruncate, [this](auto r, auto* o) { return HandleTruncate(r, o); });
   rpc->Register(kTxResolve, [this](auto r, auto* o) { return HandleResolve(r, o); });
+  rpc->Register(kTxAlloc, [this](auto r, auto* o) { return HandleAlloc(r, o); });
 }
 
 Status TxParticipant::AreaFor(uint64_t coordinator, Area** out) {
@@ -280,7 +281,6 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   std::string_view body = d.Rest();
   std::vector<TxEntry> entries;
   PDPM_RETURN_IF_ERROR(DecodeTxEntries(body, false, &entries));
-  if (entries.empty()) return Status::InvalidArgument("lock: no entries");
   PDPM_RETURN_IF_ERROR(hooks_.check(h));
   TxCopy copy = role == kTxRolePrimary ? TxCopy::kPrimary : TxCopy::kBackup;
   for (const auto& e : entries) {
@@ -320,6 +320,20 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
     }
   }
   Locked lock(this);
+  // The blocks the transaction allocated here must still be held for it
+  // (one freed after its coordinator's timeout makes the LOCK fail).
+  bool allocated = false;
+  for (Rec* r : RecordsOf({coordinator, tx})) {
+    if (r->r.kind != TxRecordKind::kAlloc) continue;
+    if (r->r.state != TxState::kLocked) {
+      for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
+      return Status::Aborted("a block the transaction allocated was reclaimed");
+    }
+    allocated = true;
+  }
+  if (rec->entries.empty() && !allocated) {
+    return Status::InvalidArgument("lock: no entries and no allocation");
+  }
   Area* area = nullptr;
   Status s = AreaFor(coordinator, &area);
   if (s.ok()) {
@@ -452,6 +466,10 @@ Status TxParticipant::CommitRec(Rec* rec, bool decide) {
     case TxState::kTruncated: return Status::OK();
     default: break;
   }
+  if (rec->r.kind == TxRecordKind::kAlloc) {  // the block stays
+    SetState(rec, TxState::kApplied);
+    return Status::OK();
+  }
   if (decide || rec->r.kind == TxRecordKind::kBackup) {
     if (rec->r.state == TxState::kLocked) SetState(rec, TxState::kCommitted);
   }
@@ -463,6 +481,20 @@ Status TxParticipant::CommitRec(Rec* rec, bool decide) {
 
 void TxParticipant::AbortRec(Rec* rec) {
   if (rec->r.state != TxState::kLocked) return;
+  if (rec->r.kind == TxRecordKind::kAlloc) {
+    // Free the block first: a crash before the state store frees it again
+    // at recovery (a double free, ignored).
+    for (const auto& e : rec->entries) {
+      dsm::PmRange mem;
+      dsm::PAllocator* alloc = nullptr;
+      Status s = hooks_.segment(e.segment, TxCopy::kPrimary, 0, &mem, &alloc);
+      if (s.ok()) s = alloc->Free(e.offset, dsm::BlockOwner::kHeap);
+      if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) {
+        log_.Warn("cannot free a block of an aborted transaction",
+                  {{"tx", rec->r.tx}, {"status", s}});
+      }
+    }
+  }
   Unlock(rec, false);
   SetState(rec, TxState::kAborted);
 }
@@ -541,6 +573,46 @@ Status TxParticipant::HandleResolve(std::span<const uint8_t> req, std::string* r
   return Status::OK();
 }
 
+Status TxParticipant::HandleAlloc(std::span<const uint8_t> req, std::string* reply) {
+  uint64_t coordinator = 0, tx = 0, size = 0;
+  PDPM_RETURN_IF_ERROR(ParseTxRequest(req, &coordinator, &tx, &size));
+  if (size == 0) return Status::InvalidArgument("pallocate of 0 bytes");
+  {
+    Locked lock(this);
+    Area* area = nullptr;
+    PDPM_RETURN_IF_ERROR(AreaFor(coordinator, &area));  // before allocating: no leak on failure
+  }
+  dsm::GlobalAddress a;
+  PDPM_RETURN_IF_ERROR(hooks_.allocate(size, &a));
+  auto rec = std::make_unique<Rec>();
+  dsm::TxEntry e;
+  e.kind = TxEntryKind::kFree;  // what an abort does
+  e.segment = a.segment;
+  e.offset = a.offset;
+  rec->entries.push_back(e);
+  std::string body;
+  dsm::EncodeTxEntries(rec->entries, &body);
+  rec->coordinator = coordinator;
+  Locked lock(this);
+  Area* area = nullptr;
+  Status s = AreaFor(coordinator, &area);
+  if (s.ok()) s = area->log->Append(TxRecordKind::kAlloc, 0, tx, 0, body, &rec->r);
+  if (!s.ok()) {
+    dsm::PmRange mem;
+    dsm::PAllocator* alloc = nullptr;
+    if (hooks_.segment(a.segment, TxCopy::kPrimary, 0, &mem, &alloc).ok()) {
+      (void)alloc->Free(a.offset, dsm::BlockOwner::kHeap);
+    }
+    return s;
+  }
+  rec->area = area;
+  rec->since = Clock::now();
+  area->by_offset[rec->r.offset] = rec.get();
+  recs_[{coordinator, tx}].push_back(std::move(rec));
+  Encoder(reply).Address(a);
+  return Status::OK();
+}
+
 Status TxParticipant::ResolveRemote(Key key, uint32_t holder, bool holder_is_table) {
   std::string req, reply;
   Encoder e(&req);
@@ -607,11 +679,13 @@ void TxParticipant::ResolverLoop() {
       Locked lock(this);
       Clock::time_point deadline =
           Clock::now() - std::chrono::milliseconds(options_.lock_timeout_ms);
-      std::vector<Rec*> local;
+      std::vector<Rec*> local, allocs;
       for (auto& [key, list] : recs_) {
         for (auto& r : list) {
           if (r->r.state != TxState::kLocked || r->since > deadline) continue;
-          if ((r->r.flags & dsm::kTxRecordHolder) != 0) {
+          if (r->r.kind == TxRecordKind::kAlloc) {
+            allocs.push_back(r.get());
+          } else if ((r->r.flags & dsm::kTxRecordHolder) != 0) {
             local.push_back(r.get());
           } else {
             ask.push_back({key, HolderOf(r->r)});
@@ -624,6 +698,20 @@ void TxParticipant::ResolverLoop() {
         log_.Info("transaction aborted after the lock timeout",
                   {{"coordinator", r->coordinator}, {"tx", r->r.tx}});
         AbortRec(r);
+      }
+      // A block follows its transaction's LOCK record here; without one
+      // (never locked here, or aborted) it is freed.
+      for (Rec* r : allocs) {
+        TxState fate = TxState::kAborted;
+        for (Rec* other : RecordsOf({r->coordinator, r->r.tx})) {
+          if (other->r.kind == TxRecordKind::kLock) fate = other->r.state;
+        }
+        if (fate == TxState::kLocked) continue;  // decided with the LOCK record
+        if (fate == TxState::kCommitted || fate == TxState::kApplied) {
+          (void)CommitRec(r, false);
+        } else {
+          AbortRec(r);
+        }
       }
     }
     std::sort(ask.begin(), ask.end());

@@ -10,7 +10,9 @@
 //   * the transaction log: a server-local segment (role kind 3) holding
 //     per-coordinator log areas (dsm/txlog.h), created on first use.
 //
-// It serves LOCK (log the new values at a written segment's primary, lock
+// It serves ALLOC (allocate a heap block and log it: kept if the
+// transaction commits, freed if it aborts or its coordinator dies before
+// locking here), LOCK (log the new values at a written segment's primary, lock
 // their words; kAborted on conflict), BACKUP (log the values at a backup),
 // COMMIT (at the decision holder first: decide durably, then apply; then at
 // every other participant: apply, bump versions, unlock), ABORT, TRUNCATE
@@ -60,6 +62,9 @@ struct TxHooks {
   std::function<Status(const dsm::ObjectId& id, uint64_t epoch, bool create,
                        dsm::ObjectStoreTable** out)>
       object_table;
+  // Allocates `size` heap bytes here (as kPAllocate does): the block's
+  // global address.
+  std::function<Status(uint64_t size, dsm::GlobalAddress* out)> allocate;
   // The transaction-log segment: its PM and allocator; created when
   // `create` and there is none, else kNotFound when there is none.
   std::function<Status(bool create, dsm::PmRange* mem, dsm::PAllocator** alloc)> log_segment;
@@ -116,6 +121,7 @@ class TxParticipant {
   Status HandleAbort(std::span<const uint8_t> req, std::string* reply);
   Status HandleTruncate(std::span<const uint8_t> req, std::string* reply);
   Status HandleResolve(std::span<const uint8_t> req, std::string* reply);
+  Status HandleAlloc(std::span<const uint8_t> req, std::string* reply);
 
  private:
   using Clock = std::chrono::steady_clock;
