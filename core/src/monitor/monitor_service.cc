@@ -44,4 +44,16 @@ grpc::Status MonitorService::GetClusterStatus(grpc::ServerContext* ctx,
   return ToGrpcStatus(views_->GetClusterStatus(resp), ctx);
 }
 
+grpc::Status MonitorService::ReportReplica(grpc::ServerContext* ctx,
+                                           const v1::ReportReplicaRequest* req,
+                                           v1::ReportReplicaResponse* resp) {
+  return ToGrpcStatus(views_->ReportReplica(*req, resp), ctx);
+}
+
+grpc::Status MonitorService::DrainServer(grpc::ServerContext* ctx,
+                                         const v1::DrainServerRequest* req,
+                                         v1::DrainServerResponse* resp) {
+  return ToGrpcStatus(views_->DrainServer(*req, resp), ctx);
+}
+
 }  // namespace pdpm::monitor

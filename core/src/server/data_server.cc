@@ -28,7 +28,10 @@ DataServer::~DataServer() {
     stopping_ = true;
   }
   stop_cv_.notify_all();
+  sync_stop_ = true;
+  sync_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (sync_.joinable()) sync_.join();
   rpc_.reset();
 }
 
@@ -49,6 +52,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   to.op_timeout_ms = options.op_timeout_ms;
   to.max_transfer = kMaxRpcPayload;
   PDPM_RETURN_IF_ERROR(net::Transport::Create(to, &s->transport_));
+  s->peers_.Init(s->transport_.get(), options.op_timeout_ms);
   PDPM_RETURN_IF_ERROR(s->RecoverSegments());
 
   net::RpcOptions ro = DataPlaneRpcOptions(options.cores, options.op_timeout_ms);
@@ -65,25 +69,23 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
       return self->HandleObject(m, r, out);
     });
   }
+  s->rpc_->Register(kReplicaApply, [self](std::span<const uint8_t> r, std::string* out) {
+    return self->HandleReplicaApply(r, out);
+  });
+  s->rpc_->Register(kReplicaAttach, [self](std::span<const uint8_t> r, std::string* out) {
+    return self->HandleReplicaAttach(r, out);
+  });
+  s->rpc_->Register(kHeapWrite, [self](std::span<const uint8_t> r, std::string* out) {
+    return self->HandleHeapWrite(r, out);
+  });
   PDPM_RETURN_IF_ERROR(s->rpc_->Listen(options.listen).WithContext("listen " + options.listen));
   s->address_ = options.advertise.empty() ? s->transport_->listen_address() : options.advertise;
   PDPM_RETURN_IF_ERROR(s->Register(stop));
 
-  // Announce every recovered segment: its key is new, and a segment whose
-  // announcement a crash interrupted gets its number now.
-  for (auto& seg : s->segments_) {
-    if (seg == nullptr) continue;
-    Status st = s->Announce(seg.get());
-    if (st.code() == StatusCode::kFailedPrecondition && seg->role.global == 0) {
-      // A table segment the monitor never confirmed, for a table that has
-      // moved meanwhile: it holds nothing acknowledged. Free it.
-      log.Warn("dropping an unconfirmed segment", {{"local", seg->local}, {"status", st}});
-      PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kRoleSlot, 0));
-      seg.reset();
-      continue;
-    }
-    PDPM_RETURN_IF_ERROR(st.WithContext("announce segment " + std::to_string(seg->local)));
-  }
+  // Each recovered segment is a primary (announced again: its key is new,
+  // and one whose announcement a crash interrupted gets its number now), a
+  // backup, or a copy the cluster moved away meanwhile (freed).
+  PDPM_RETURN_IF_ERROR(s->ClassifyRecovered(stop));
   PDPM_RETURN_IF_ERROR(s->RefreshMapping());
   // Logged before the heartbeat thread may change what it reads.
   log.Info("serving", {{"address", s->address_},
@@ -95,6 +97,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
                        {"tables_owned", s->owned_tables_.size()}});
   s->serving_ = true;
   s->heartbeat_ = std::thread([self] { self->HeartbeatLoop(); });
+  s->sync_ = std::thread([self] { self->SyncLoop(); });
   *out = std::move(s);
   return Status::OK();
 }
@@ -146,20 +149,7 @@ Status DataServer::OpenSegment(uint32_t local, const SegmentRole& role,
   seg->local = local;
   seg->role = role;
   std::span<char> mem = space_->segment(local);
-  dsm::PmRange range{mem.data(), mem.size(), space_->device().persist_fn()};
-  dsm::PAllocatorOptions ao;
-  ao.num_cores = static_cast<int>(options_.cores);
-  PDPM_RETURN_IF_ERROR(dsm::PAllocator::Open(range, ao, &seg->alloc));
-  if (role.kind == SegmentKind::kTable) {
-    dsm::ObjectStoreRecovery rec;
-    PDPM_RETURN_IF_ERROR(
-        dsm::ObjectStoreTable::Open(seg->alloc.get(), TableOptions(), &seg->table, &rec));
-    log_.Info("table recovered", {{"local", local},
-                                  {"table", role.table},
-                                  {"objects", rec.objects},
-                                  {"reclaimed_blocks", rec.reclaimed_blocks},
-                                  {"repaired_links", rec.repaired_links}});
-  }
+  PDPM_RETURN_IF_ERROR(OpenPrimary(seg.get()));
   uint32_t access = role.kind == SegmentKind::kHeap ? net::kRemoteAll : net::kRemoteRead;
   PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(mem.data(), mem.size(), access,
                                                   space_->device().persist_fn(), &seg->region));
@@ -174,8 +164,10 @@ Status DataServer::RecoverSegments() {
     PDPM_RETURN_IF_ERROR(
         ReadSegmentRole(space_->segment(i), &role).WithContext("segment " + std::to_string(i)));
     if (role.kind == SegmentKind::kFree) continue;
-    PDPM_RETURN_IF_ERROR(
-        OpenSegment(i, role, &segments_[i]).WithContext("recover segment " + std::to_string(i)));
+    // Opened once the mapping says what it is (ClassifyRecovered).
+    segments_[i] = std::make_unique<Segment>();
+    segments_[i]->local = i;
+    segments_[i]->role = role;
   }
   return Status::OK();
 }
@@ -214,6 +206,7 @@ Status DataServer::Register(const std::atomic<bool>* stop) {
   }
   server_id_ = resp.server_id();
   heartbeat_ms_ = resp.heartbeat_interval_ms() > 0 ? resp.heartbeat_interval_ms() : 1000;
+  if (resp.down_timeout_ms() > 0) down_timeout_ms_ = resp.down_timeout_ms();
   std::unique_lock lock(mu_);
   epoch_ = std::max(epoch_, resp.epoch());
   return Status::OK();
@@ -225,6 +218,7 @@ Status DataServer::Announce(Segment* seg) {
   req.set_local_index(seg->local);
   req.set_table(seg->role.kind == SegmentKind::kTable ? seg->role.table : 0);
   req.set_access_key(seg->region->key());
+  req.set_segment(seg->role.global);
   {
     std::shared_lock lock(mu_);
     req.set_epoch(epoch_);
@@ -241,11 +235,14 @@ Status DataServer::Announce(Segment* seg) {
     seg->role.global = global;
     PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kRoleSlot, seg->role.Encode()));
   }
-  std::unique_lock lock(mu_);
-  seg->placement_epoch = resp.mapping().placement_epoch();
-  epoch_ = std::max(epoch_, resp.epoch());
-  by_global_[global] = seg;
-  if (seg->role.kind == SegmentKind::kTable) by_table_[seg->role.table] = seg;
+  {
+    std::unique_lock lock(mu_);
+    seg->placement_epoch = resp.mapping().placement_epoch();
+    epoch_ = std::max(epoch_, resp.epoch());
+    by_global_[global] = seg;
+    if (seg->role.kind == SegmentKind::kTable) by_table_[seg->role.table] = seg;
+  }
+  ScheduleSyncs(resp.mapping());
   return Status::OK();
 }
 
@@ -302,15 +299,21 @@ Status DataServer::RefreshMapping() {
   for (const auto& t : m.tables()) {
     if (t.server_id() == server_id_) owned[t.table()] = t.assigned_epoch();
   }
-  std::unique_lock lock(mu_);
-  for (const auto& sm : m.segments()) {
-    auto it = by_global_.find(static_cast<uint32_t>(sm.segment()));
-    if (it != by_global_.end()) it->second->placement_epoch = sm.placement_epoch();
+  {
+    std::unique_lock lock(mu_);
+    placement_.clear();
+    for (const auto& sm : m.segments()) {
+      placement_[static_cast<uint32_t>(sm.segment())] = sm;
+      auto it = by_global_.find(static_cast<uint32_t>(sm.segment()));
+      if (it != by_global_.end()) it->second->placement_epoch = sm.placement_epoch();
+    }
+    for (const auto& sv : m.servers()) server_addresses_[sv.id()] = sv.address();
+    owned_tables_ = std::move(owned);
+    table_count_ = m.table_count();
+    replica_count_ = m.replica_count() == 0 ? 1 : m.replica_count();
+    epoch_ = std::max(epoch_, m.epoch());
   }
-  owned_tables_ = std::move(owned);
-  table_count_ = m.table_count();
-  replica_count_ = m.replica_count() == 0 ? 1 : m.replica_count();
-  epoch_ = std::max(epoch_, m.epoch());
+  if (serving_) Reconcile(m);
   return Status::OK();
 }
 
@@ -385,8 +388,10 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
     std::shared_lock lock(mu_);
     for (const auto& [g, seg] : by_global_) {
       if (seg->role.kind != SegmentKind::kHeap) continue;
-      Status s =
-          seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore, offset);
+      Status s = Mutate(seg, [&] {
+        return seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
+                                    offset);
+      });
       if (s.ok()) {
         *global = g;
         return s;
@@ -404,8 +409,10 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
     if (s.code() == StatusCode::kResourceExhausted) {
       Segment* seg = nullptr;
       PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kHeap, 0, 0}, &seg));
-      s = seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
-                               &offset);
+      s = Mutate(seg, [&] {
+        return seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
+                                    &offset);
+      });
       global = seg->role.global;
     }
   }
@@ -432,7 +439,7 @@ Status DataServer::HandlePFree(std::span<const uint8_t> req, std::string* /*repl
   if (a.kind() != dsm::SpaceKind::kHeap) {
     return Status::InvalidArgument("pfree of " + a.ToString() + ": not a heap address");
   }
-  dsm::PAllocator* alloc;
+  Segment* seg;
   {
     std::shared_lock lock(mu_);
     auto it = by_global_.find(a.segment);
@@ -444,13 +451,13 @@ Status DataServer::HandlePFree(std::span<const uint8_t> req, std::string* /*repl
                                 std::to_string(it->second->placement_epoch) + ", request has " +
                                 std::to_string(h.epoch));
     }
-    alloc = it->second->alloc.get();
+    seg = it->second;
   }
-  return alloc->Free(a.offset, dsm::BlockOwner::kHeap).WithContext("pfree " + a.ToString());
+  return Mutate(seg, [&] { return seg->alloc->Free(a.offset, dsm::BlockOwner::kHeap); })
+      .WithContext("pfree " + a.ToString());
 }
 
-Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create,
-                            dsm::ObjectStoreTable** out) {
+Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create, Segment** out) {
   uint32_t table;
   {
     std::shared_lock lock(mu_);
@@ -468,7 +475,7 @@ Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create
     }
     auto it = by_table_.find(table);
     if (it != by_table_.end()) {
-      *out = it->second->table.get();
+      *out = it->second;
       return Status::OK();
     }
   }
@@ -478,13 +485,13 @@ Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create
     std::shared_lock lock(mu_);
     auto it = by_table_.find(table);
     if (it != by_table_.end()) {
-      *out = it->second->table.get();
+      *out = it->second;
       return Status::OK();
     }
   }
   Segment* seg = nullptr;
   PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, &seg));
-  *out = seg->table.get();
+  *out = seg;
   return Status::OK();
 }
 
@@ -510,12 +517,13 @@ Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req, s
   }
   PDPM_RETURN_IF_ERROR(d.Done());
   PDPM_RETURN_IF_ERROR(CheckHeader(h));
-  dsm::ObjectStoreTable* table = nullptr;
-  PDPM_RETURN_IF_ERROR(TableFor(id, h.epoch, method == kPutObj, &table));
+  Segment* seg = nullptr;
+  PDPM_RETURN_IF_ERROR(TableFor(id, h.epoch, method == kPutObj, &seg));
+  dsm::ObjectStoreTable* table = seg->table.get();
   switch (method) {
-    case kPutObj: return table->Put(id, data);
-    case kWriteObj: return table->Write(id, offset, data);
-    case kDelObj: return table->Delete(id);
+    case kPutObj: return Mutate(seg, [&] { return table->Put(id, data); });
+    case kWriteObj: return Mutate(seg, [&] { return table->Write(id, offset, data); });
+    case kDelObj: return Mutate(seg, [&] { return table->Delete(id); });
     case kObjSize: {
       uint64_t size = 0;
       PDPM_RETURN_IF_ERROR(table->Size(id, &size));

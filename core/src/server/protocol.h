@@ -55,6 +55,10 @@ enum Method : uint16_t {
   kReadObj = 0x113,
   kObjSize = 0x114,
   kDelObj = 0x115,
+  // Replication (server/replication.h, docs/replication.md).
+  kReplicaApply = 0x301,   // primary -> backup: u64 segment | redo ranges -> empty
+  kHeapWrite = 0x302,      // client -> primary: 16-byte address | data -> empty
+  kReplicaAttach = 0x303,  // primary -> backup: u64 segment | u64 local -> u64 key
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It
