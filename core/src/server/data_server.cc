@@ -40,6 +40,9 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   if (options.cores == 0 || options.cores > 256) {
     return Status::InvalidArgument("--cores must be 1..256");
   }
+  if (options.resync_bytes_per_sec == 0) {
+    return Status::InvalidArgument("--resync-rate must be positive");
+  }
   std::unique_ptr<DataServer> s(new DataServer(options, log));
   monitor::MonitorClientOptions mo;
   mo.cluster_secret = options.cluster_secret;
@@ -48,14 +51,18 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
 
   net::TransportOptions to;
   to.backend = options.transport;
-  to.cores = options.cores;
+  // One more core than announced: the replication core, serving only
+  // backups' traffic (kReplicaApply, kReplicaAttach), whose handlers never
+  // wait for another server, so two primaries shipping to each other
+  // cannot take each other's serving threads.
+  to.cores = options.cores + 1;
   to.op_timeout_ms = options.op_timeout_ms;
   to.max_transfer = kMaxRpcPayload;
   PDPM_RETURN_IF_ERROR(net::Transport::Create(to, &s->transport_));
   s->peers_.Init(s->transport_.get(), options.op_timeout_ms);
   PDPM_RETURN_IF_ERROR(s->RecoverSegments());
 
-  net::RpcOptions ro = DataPlaneRpcOptions(options.cores, options.op_timeout_ms);
+  net::RpcOptions ro = DataPlaneRpcOptions(options.cores + 1, options.op_timeout_ms);
   PDPM_RETURN_IF_ERROR(net::RpcServer::Create(s->transport_.get(), ro, &s->rpc_));
   DataServer* self = s.get();
   s->rpc_->Register(kPAllocate, [self](std::span<const uint8_t> r, std::string* out) {
@@ -307,7 +314,10 @@ Status DataServer::RefreshMapping() {
       auto it = by_global_.find(static_cast<uint32_t>(sm.segment()));
       if (it != by_global_.end()) it->second->placement_epoch = sm.placement_epoch();
     }
-    for (const auto& sv : m.servers()) server_addresses_[sv.id()] = sv.address();
+    for (const auto& sv : m.servers()) {
+      // Its replication core is the one past those it announced.
+      server_addresses_[sv.id()] = {sv.address(), std::max(1u, sv.cores())};
+    }
     owned_tables_ = std::move(owned);
     table_count_ = m.table_count();
     replica_count_ = m.replica_count() == 0 ? 1 : m.replica_count();
@@ -327,7 +337,7 @@ void DataServer::HeartbeatLoop() {
     {
       std::shared_lock l(mu_);
       for (const auto& seg : segments_) {
-        if (seg != nullptr) used += seg->alloc->Stats().bytes_allocated;
+        if (seg != nullptr && seg->alloc != nullptr) used += seg->alloc->Stats().bytes_allocated;
       }
       known = epoch_;
     }

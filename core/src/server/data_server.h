@@ -156,7 +156,7 @@ class DataServer {
   std::map<uint32_t, uint64_t> owned_tables_;         // table -> assigned_epoch
   std::map<uint32_t, Segment*> backups_;              // global -> backup copy held here
   std::map<uint32_t, v1::SegmentMapping> placement_;  // global -> mapping entry
-  std::map<uint32_t, std::string> server_addresses_;  // id -> data address
+  std::map<uint32_t, PeerAddress> server_addresses_;  // id -> data address
   std::vector<std::unique_ptr<Segment>> retired_;     // fenced, kept while handlers may hold them
   uint64_t down_timeout_ms_ = 10000;
   uint32_t table_count_ = 0;

@@ -199,7 +199,7 @@ Status DataServer::ShipLocked(Segment* seg, const RedoBatch& batch) {
   Status last;
   while (true) {
     if (seg->fenced) return Status::StaleEpoch("segment " + std::to_string(g) + " moved away");
-    std::vector<std::pair<ReplicaId, std::string>> targets;
+    std::vector<std::pair<ReplicaId, PeerAddress>> targets;
     uint64_t epoch;
     {
       std::shared_lock l(mu_);
@@ -211,7 +211,7 @@ Status DataServer::ShipLocked(Segment* seg, const RedoBatch& batch) {
         ReplicaId id{b.server_id(), b.local_index()};
         if (b.state() == v1::REPLICA_STATE_IN_SYNC || seg->attached.count(id)) {
           auto a = server_addresses_.find(b.server_id());
-          targets.emplace_back(id, a == server_addresses_.end() ? "" : a->second);
+          targets.emplace_back(id, a == server_addresses_.end() ? PeerAddress{} : a->second);
         }
       }
       epoch = epoch_;
@@ -366,7 +366,7 @@ void DataServer::SyncLoop() {
 
 Status DataServer::SyncBackup(uint32_t g, ReplicaId backup) {
   Segment* seg;
-  std::string address;
+  PeerAddress address;
   uint64_t epoch;
   {
     std::shared_lock l(mu_);

@@ -80,8 +80,9 @@ Status DecodeApply(Decoder* d, uint32_t* global, std::vector<ApplyRange>* ranges
   return Status::OK();
 }
 
-Status PeerLinks::Call(const std::string& address, uint16_t method, std::string_view request,
+Status PeerLinks::Call(const PeerAddress& peer, uint16_t method, std::string_view request,
                        std::string* reply) {
+  const std::string& address = peer.address;
   Link* link;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -93,7 +94,7 @@ Status PeerLinks::Call(const std::string& address, uint16_t method, std::string_
   if (link->rpc == nullptr || !link->rpc->connection().healthy()) {
     link->rpc.reset();
     net::RpcOptions ro = DataPlaneRpcOptions(1, timeout_ms_);
-    Status s = net::RpcClient::Connect(transport_, address, 0, ro, &link->rpc);
+    Status s = net::RpcClient::Connect(transport_, address, peer.core, ro, &link->rpc);
     if (!s.ok()) {
       link->rpc.reset();
       return Status::Unavailable("peer " + address + ": " + std::string(s.message()));

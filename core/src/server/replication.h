@@ -57,6 +57,13 @@ struct ApplyRange {
 };
 Status DecodeApply(Decoder* d, uint32_t* global, std::vector<ApplyRange>* ranges);
 
+// Where a peer server takes replication traffic: its data address and its
+// replication core (the one past the cores it serves clients on).
+struct PeerAddress {
+  std::string address;
+  uint32_t core = 0;
+};
+
 // One RPC connection per peer server, made on first use and again after it
 // broke. Calls to one peer are serialised.
 class PeerLinks {
@@ -65,7 +72,7 @@ class PeerLinks {
     transport_ = transport;
     timeout_ms_ = timeout_ms;
   }
-  Status Call(const std::string& address, uint16_t method, std::string_view request,
+  Status Call(const PeerAddress& peer, uint16_t method, std::string_view request,
               std::string* reply);
 
  private:
