@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of the `pdpm` CLI on a temporary directory: up, status,
 # object round trips (binary, empty, several MiB, stdin/stdout), down, up
-# again, kill -9 of every daemon then up, fsck, and the errors of bad
-# input. Every step checks exit codes and data byte for byte.
+# again, kill -9 of every daemon then up, a drained server leaving, fsck,
+# and the errors of bad input. Every step checks exit codes and data byte for byte.
 #
 #   scripts/cluster-cli-test.sh <pdpm binary>
 set -euo pipefail
@@ -181,6 +181,16 @@ expect_fail 1 "part of the cluster in .* is running" "$pdpm" up "${up_flags[@]}"
 "$pdpm" down --dir "$dir" >/dev/null
 "$pdpm" up "${up_flags[@]}" >/dev/null
 check_all
+
+step "server drain: server 3 leaves, the data stays"
+"$pdpm" server drain 3 --dir "$dir" >"$work/drain.out" || die "drain: $(cat "$work/drain.out")"
+grep -q "server 3 drained" "$work/drain.out" || die "drain output: $(cat "$work/drain.out")"
+"$pdpm" status --dir "$dir" >"$work/status" 2>/dev/null || true
+grep -Eq "^3 .* DRAINED " "$work/status" || die "status after drain: $(cat "$work/status")"
+kill "$(cat "$dir/server-3.pid")"
+check_all
+expect_fail 2 "server id \"x\" is not a positive number" "$pdpm" server drain x --dir "$dir"
+expect_fail 1 "not_found" "$pdpm" server drain 99 --dir "$dir"
 
 step "down"
 "$pdpm" down --dir "$dir" >/dev/null

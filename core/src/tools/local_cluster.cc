@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "dsm/address.h"
 #include "monitor/monitor_client.h"
 
 namespace pdpm::tools {
@@ -121,6 +122,9 @@ Status ClusterConfig::Validate() const {
     return Status::InvalidArgument("--transport must be tcp or verbs");
   }
   if (host.empty()) return Status::InvalidArgument("--host must not be empty");
+  if (replicas < 1 || replicas > dsm::kMaxReplicas) {
+    return Status::InvalidArgument("--replicas must be 1.." + std::to_string(dsm::kMaxReplicas));
+  }
   return Status::OK();
 }
 
@@ -128,7 +132,8 @@ std::string ClusterConfig::Serialize() const {
   return "servers=" + std::to_string(servers) + "\npm-size=" + std::to_string(pm_size) +
          "\nsegment-size=" + std::to_string(segment_size) + "\nhost=" + host +
          "\nmonitor-port=" + std::to_string(monitor_port) +
-         "\nserver-port=" + std::to_string(server_port) + "\ntransport=" + transport + "\n";
+         "\nserver-port=" + std::to_string(server_port) + "\ntransport=" + transport +
+         "\nreplicas=" + std::to_string(replicas) + "\n";
 }
 
 Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
@@ -160,6 +165,11 @@ Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
   c.server_port = static_cast<uint32_t>(v);
   c.host = kv["host"];
   c.transport = kv["transport"];
+  c.replicas = 1;
+  if (kv.count("replicas")) {
+    PDPM_RETURN_IF_ERROR(ParseUint("replicas", kv["replicas"], &v));
+    c.replicas = static_cast<uint32_t>(v);
+  }
   PDPM_RETURN_IF_ERROR(c.Validate().WithContext("cluster.conf"));
   *out = c;
   return Status::OK();
@@ -174,6 +184,7 @@ std::vector<std::string> ClusterConfig::Differences(const ClusterConfig& o) cons
   if (monitor_port != o.monitor_port) keys.push_back("monitor-port");
   if (server_port != o.server_port) keys.push_back("server-port");
   if (transport != o.transport) keys.push_back("transport");
+  if (replicas != o.replicas) keys.push_back("replicas");
   return keys;
 }
 
@@ -212,14 +223,14 @@ std::string LocalCluster::ServerAddress(const ClusterConfig& config, uint32_t in
 std::vector<DaemonSpec> LocalCluster::Daemons(const ClusterConfig& config) const {
   std::vector<DaemonSpec> daemons;
   std::string monitor_address = config.host + ":" + std::to_string(config.monitor_port);
-  daemons.push_back(
-      {"monitor",
-       {monitor_binary_, "--embedded", "--dir", Path("monitor"), "--listen", monitor_address,
-        "--port-file", Path("monitor.addr"), "--secret-file", Path("cluster.secret"),
-        "--segment-size", std::to_string(config.segment_size)},
-       Path("monitor"),
-       Path("monitor.pid"),
-       Path("monitor.log")});
+  daemons.push_back({"monitor",
+                     {monitor_binary_, "--embedded", "--dir", Path("monitor"), "--listen",
+                      monitor_address, "--port-file", Path("monitor.addr"), "--secret-file",
+                      Path("cluster.secret"), "--segment-size", std::to_string(config.segment_size),
+                      "--replicas", std::to_string(config.replicas)},
+                     Path("monitor"),
+                     Path("monitor.pid"),
+                     Path("monitor.log")});
   for (uint32_t i = 1; i <= config.servers; ++i) {
     std::string n = std::to_string(i);
     DaemonSpec spec{"server " + n,

@@ -32,6 +32,9 @@ struct ClusterConfig {
   uint32_t monitor_port = 7400;
   uint32_t server_port = 7401;  // server i listens on server_port + i - 1
   std::string transport = "tcp";
+  // Copies of every segment. A cluster.conf written before replication
+  // existed has no key: those clusters keep 1.
+  uint32_t replicas = 2;
 
   Status Validate() const;
   std::string Serialize() const;  // key=value lines
