@@ -323,7 +323,7 @@ Status DataServer::RefreshMapping() {
     replica_count_ = m.replica_count() == 0 ? 1 : m.replica_count();
     epoch_ = std::max(epoch_, m.epoch());
   }
-  if (serving_) Reconcile(m);
+  Reconcile(m);
   return Status::OK();
 }
 
