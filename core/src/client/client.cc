@@ -365,7 +365,7 @@ class ClientImpl final : public Client {
                        std::chrono::steady_clock::time_point deadline) {
     if (m.replica_count == 1) return attempt == 0;
     if (std::chrono::steady_clock::now() >= deadline) return false;
-    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(attempt, 20)));
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(attempt, 5)));
     return true;
   }
 
