@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end test of the `pdpm` CLI on a temporary directory: up, status,
 # object round trips (binary, empty, several MiB, stdin/stdout), down, up
-# again, kill -9 of every daemon then up, fsck, and the errors of bad
-# input; then `up --ha` (three etcd members, three monitors), kill -9 of
-# the leader monitor, down and up again. Every step checks exit codes and
-# data byte for byte.
+# again, kill -9 of every daemon then up, a drained server leaving, fsck,
+# and the errors of bad input; then `up --ha` (three etcd members, three
+# monitors), kill -9 of the leader monitor, down and up again. Every step
+# checks exit codes and data byte for byte.
 #
 #   scripts/cluster-cli-test.sh <pdpm binary>
 set -euo pipefail
@@ -183,6 +183,20 @@ expect_fail 1 "part of the cluster in .* is running" "$pdpm" up "${up_flags[@]}"
 "$pdpm" down --dir "$dir" >/dev/null
 "$pdpm" up "${up_flags[@]}" >/dev/null
 check_all
+
+step "server drain: the third server leaves, the data stays"
+"$pdpm" status --dir "$dir" >"$work/status" 2>/dev/null || die "status: $(cat "$work/status")"
+# Cluster ids follow registration order: find the third daemon's.
+id=$(awk -v a="$(cat "$dir/server-3.addr")" '$2 == a { print $1 }' "$work/status")
+[[ -n $id ]] || die "server-3 not in status: $(cat "$work/status")"
+"$pdpm" server drain "$id" --dir "$dir" >"$work/drain.out" || die "drain: $(cat "$work/drain.out")"
+grep -q "server $id drained" "$work/drain.out" || die "drain output: $(cat "$work/drain.out")"
+"$pdpm" status --dir "$dir" >"$work/status" 2>/dev/null || true
+grep -Eq "^$id .* DRAINED " "$work/status" || die "status after drain: $(cat "$work/status")"
+kill "$(cat "$dir/server-3.pid")"
+check_all
+expect_fail 2 "server id \"x\" is not a positive number" "$pdpm" server drain x --dir "$dir"
+expect_fail 1 "not_found" "$pdpm" server drain 99 --dir "$dir"
 
 step "down"
 "$pdpm" down --dir "$dir" >/dev/null

@@ -32,14 +32,20 @@ struct Mapping {
     uint32_t cores = 1;
     bool up = false;
   };
-  struct Seg {
+  struct Copy {
     uint32_t server = 0;
     uint32_t key = 0;
-    std::vector<uint32_t> backups;
+  };
+  struct Seg {
+    uint32_t server = 0;  // the primary
+    uint32_t key = 0;
+    std::vector<Copy> backups;  // in sync: one-sided writes go to each
+    bool syncing = false;       // a backup is being filled: write through the primary
   };
   uint64_t epoch = 0;
   uint64_t segment_size = 0;
   uint32_t table_count = 0;
+  uint32_t replica_count = 1;
   std::map<uint32_t, Server> servers;
   std::unordered_map<uint32_t, Seg> segments;
   std::map<uint32_t, uint32_t> table_owner;
@@ -88,10 +94,17 @@ class ClientImpl final : public Client, public TxHost {
                               s.state() == v1::SERVER_STATE_UP};
       }
       for (const auto& t : resp.tables()) m->table_owner[t.table()] = t.server_id();
+      m->replica_count = std::max(1u, resp.replica_count());
       for (const auto& s : keys.segments()) {
         Mapping::Seg& seg = m->segments[static_cast<uint32_t>(s.segment())];
-        seg = {s.primary().server_id(), s.access_key(), {}};
-        for (const auto& b : s.backups()) seg.backups.push_back(b.server_id());
+        seg = {s.primary().server_id(), s.access_key(), {}, false};
+        for (const auto& b : s.backups()) {
+          if (b.state() == v1::REPLICA_STATE_IN_SYNC) {
+            seg.backups.push_back({b.server_id(), b.access_key()});
+          } else {
+            seg.syncing = true;
+          }
+        }
       }
       break;
     }
@@ -116,7 +129,10 @@ class ClientImpl final : public Client, public TxHost {
       auto m = Snapshot();
       auto it = m->segments.find(segment);
       if (it != m->segments.end()) {
-        *out = {it->second.server, it->second.key, it->second.backups};
+        out->primary = it->second.server;
+        out->key = it->second.key;
+        out->backups.clear();
+        for (const auto& b : it->second.backups) out->backups.push_back(b.server);
         return Status::OK();
       }
       if (attempt == 0) PDPM_RETURN_IF_ERROR(RefreshMapping());
@@ -143,6 +159,7 @@ class ClientImpl final : public Client, public TxHost {
   }
 
   uint64_t segment_size() const override { return Snapshot()->segment_size; }
+  uint32_t replica_count() const override { return Snapshot()->replica_count; }
 
   Status PickServer(uint32_t* server) override {
     auto m = Snapshot();
@@ -358,7 +375,8 @@ class ClientImpl final : public Client, public TxHost {
   // (the server may have restarted elsewhere).
   Status Call(const Route& route, uint16_t method, const Body& body, std::string* reply) {
     Status s;
-    for (int attempt = 0; attempt < 2; attempt++) {
+    const auto deadline = FailoverDeadline();
+    for (int attempt = 0;; attempt++) {
       auto m = Snapshot();
       uint32_t server = 0;
       s = route(*m, &server);
@@ -384,12 +402,15 @@ class ClientImpl final : public Client, public TxHost {
                                 std::string(s.message()));
       }
       bool retry = s.code() == StatusCode::kStaleEpoch || s.code() == StatusCode::kUnavailable;
-      if (!retry || attempt == 1) break;
+      if (!retry || !MayRetry(*m, attempt, deadline)) break;
       if (ref.lock.owns_lock()) ref.lock.unlock();
       Status r = RefreshMapping();
-      if (!r.ok()) break;
-      // An unreachable server is retried only if it moved meanwhile.
-      if (s.code() == StatusCode::kUnavailable && !Moved(*m, server)) break;
+      if (!r.ok() && m->replica_count == 1) break;
+      // Without replication an unreachable server is retried only if it
+      // moved meanwhile; with it, until a backup takes over.
+      if (s.code() == StatusCode::kUnavailable && m->replica_count == 1 && !Moved(*m, server)) {
+        break;
+      }
     }
     return s;
   }
@@ -404,6 +425,21 @@ class ClientImpl final : public Client, public TxHost {
     }
     *server = it->second;
     return Status::OK();
+  }
+
+  std::chrono::steady_clock::time_point FailoverDeadline() const {
+    return std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.failover_wait_ms);
+  }
+
+  // Whether a failed attempt is retried: once without replication; with
+  // it, until `deadline` (the cluster reconfigures meanwhile), pausing a
+  // little more each time.
+  static bool MayRetry(const Mapping& m, int attempt,
+                       std::chrono::steady_clock::time_point deadline) {
+    if (m.replica_count == 1) return attempt == 0;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(attempt, 5)));
+    return true;
   }
 
   Status ObjectCall(const ObjectId& id, uint16_t method, const Body& body, std::string* reply) {
@@ -432,32 +468,69 @@ class ClientImpl final : public Client, public TxHost {
                                       (write ? "writable" : "readable"));
     }
     Status s;
-    for (int attempt = 0; attempt < 2; attempt++) {
+    const auto deadline = FailoverDeadline();
+    for (int attempt = 0;; attempt++) {
       auto m = Snapshot();
       PDPM_RETURN_IF_ERROR(addr.CheckRange(len, m->segment_size));
       if (len == 0) return Status::OK();
       auto it = m->segments.find(addr.segment);
       if (it == m->segments.end()) {
-        if (attempt == 1) {
+        if (attempt > 0) {
           return Status::NotFound("address " + addr.ToString() + ": segment not mapped");
         }
         PDPM_RETURN_IF_ERROR(RefreshMapping());
         continue;
       }
-      ConnRef ref;
-      s = GetConn(*m, it->second.server, &ref);
-      if (s.ok()) s = Transfer(ref.conn, it->second.key, addr.offset, buf, len, write);
+      const Mapping::Seg& seg = it->second;
+      if (write && seg.syncing) {
+        // A backup is being filled: the primary writes and ships (it orders
+        // the write with the fill).
+        return HeapWriteThroughPrimary(addr, buf, len);
+      }
+      uint32_t failed = seg.server;
+      {
+        ConnRef ref;
+        s = GetConn(*m, seg.server, &ref);
+        if (s.ok()) s = Transfer(ref.conn, seg.key, addr.offset, buf, len, write);
+      }
+      // A write is durable only once every in-sync copy has it.
+      for (size_t b = 0; write && s.ok() && b < seg.backups.size(); b++) {
+        failed = seg.backups[b].server;
+        ConnRef ref;
+        s = GetConn(*m, failed, &ref);
+        if (s.ok()) s = Transfer(ref.conn, seg.backups[b].key, addr.offset, buf, len, true);
+      }
       bool retry =
           s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kUnavailable;
-      if (!retry || attempt == 1) break;
+      if (!retry || !MayRetry(*m, attempt, deadline)) break;
       // A refused key or a lost server: the server may have restarted with
-      // new keys. Reload them and try once more.
-      if (ref.lock.owns_lock()) ref.lock.unlock();
+      // new keys, or the cluster is moving the segment. Reload and retry.
       Status r = RefreshMapping();
-      if (!r.ok()) break;
-      if (s.code() == StatusCode::kUnavailable && !Moved(*m, it->second.server)) break;
+      if (!r.ok() && m->replica_count == 1) break;
+      if (s.code() == StatusCode::kUnavailable && m->replica_count == 1 && !Moved(*m, failed)) {
+        break;
+      }
     }
     return s;
+  }
+
+  Status HeapWriteThroughPrimary(const GlobalAddress& addr, const char* buf, uint64_t len) {
+    std::string reply;
+    for (uint64_t done = 0; done < len;) {
+      uint64_t n = std::min<uint64_t>(len - done, kMaxObjectSize);
+      GlobalAddress at = addr;
+      at.offset += done;
+      PDPM_RETURN_IF_ERROR(
+          Call([&](const Mapping& m, uint32_t* server) { return SegmentServer(m, at, server); },
+               server::kHeapWrite,
+               [&](Encoder& e) {
+                 e.Address(at);
+                 e.Bytes(std::string_view(buf + done, n));
+               },
+               &reply));
+      done += n;
+    }
+    return Status::OK();
   }
 
   Status Transfer(Conn* c, uint32_t key, uint64_t offset, char* buf, uint64_t len, bool write) {

@@ -61,6 +61,11 @@ struct ClientOptions {
   uint32_t op_timeout_ms = 2000;
   uint32_t connect_timeout_ms = 2000;
   uint32_t monitor_timeout_ms = 5000;
+  // With replication: how long an operation whose server failed waits for
+  // the cluster to move the data to a backup (polling the mapping) before
+  // it gives up with kUnavailable. Longer than the monitor's down timeout
+  // (10 s by default) plus a backup's promotion.
+  uint32_t failover_wait_ms = 30000;
 };
 
 class Client {

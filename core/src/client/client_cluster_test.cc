@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -30,8 +31,9 @@ std::string Pattern(size_t n, uint32_t seed) {
   return s;
 }
 
-class ClusterTest : public ::testing::Test {
+class ClusterFixture : public ::testing::Test {
  protected:
+  explicit ClusterFixture(LocalClusterOptions options) : cluster_(options) {}
   void SetUp() override {
     Status s = cluster_.Start();
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -126,6 +128,11 @@ class ClusterTest : public ::testing::Test {
 
   LocalCluster cluster_;
   std::unique_ptr<Client> client_;
+};
+
+class ClusterTest : public ClusterFixture {
+ protected:
+  ClusterTest() : ClusterFixture(LocalClusterOptions{}) {}
 };
 
 TEST_F(ClusterTest, HeapRoundTripAndAffinity) {
@@ -384,6 +391,136 @@ TEST_F(ClusterTest, PowerLossDuringWritesLosesNothingAcknowledged) {
   s = cluster_.StartServer(1);
   ASSERT_TRUE(s.ok()) << s.ToString();
   VerifyLoad(2);
+  StopAndCheckAll(/*clean=*/true);
+}
+
+// Two copies of every segment, and a monitor that declares a silent
+// server DOWN after half a second.
+LocalClusterOptions ReplicatedOptions() {
+  LocalClusterOptions o;
+  o.replicas = 2;
+  o.pm_size = (8 * 128 + 2) * (1ull << 20);  // room for backups and re-replication
+  o.heartbeat_ms = 50;
+  o.suspect_ms = 250;
+  o.down_ms = 500;
+  return o;
+}
+
+class ReplicatedClusterTest : public ClusterFixture {
+ protected:
+  ReplicatedClusterTest() : ClusterFixture(ReplicatedOptions()) {}
+
+  v1::GetMappingResponse Mapping() {
+    monitor::MonitorClient mc(cluster_.monitor_address(), {cluster_.secret()});
+    v1::GetMappingResponse m;
+    Status s = mc.GetMapping(0, &m);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return m;
+  }
+
+  // The cluster id of server i (by its announced address).
+  uint32_t IdOf(int i) {
+    v1::GetMappingResponse m = Mapping();
+    for (const auto& s : m.servers()) {
+      if (s.address() == cluster_.server_address(i)) return s.id();
+    }
+    ADD_FAILURE() << "server " << i << " is not a member";
+    return 0;
+  }
+
+  // Waits (bounded, against a hang) until every segment has a primary and
+  // min(2, live) - 1 in-sync backups, none on a server in `gone`.
+  void WaitReplicated(const std::set<uint32_t>& gone, uint32_t live) {
+    const int wanted_backups = static_cast<int>(std::min(2u, live)) - 1;
+    v1::GetMappingResponse m;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      m = Mapping();
+      bool done = true;
+      for (const auto& seg : m.segments()) {
+        int in_sync = 0;
+        done &= gone.count(seg.primary().server_id()) == 0;
+        for (const auto& b : seg.backups()) {
+          done &= gone.count(b.server_id()) == 0;
+          in_sync += b.state() == v1::REPLICA_STATE_IN_SYNC;
+        }
+        done &= in_sync == wanted_backups && seg.backups_size() == wanted_backups;
+      }
+      if (done) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "not replicated after 60 s:\n" << m.DebugString();
+  }
+};
+
+TEST_F(ReplicatedClusterTest, KillDuringWritesLosesNothingAndReplicasComeBack) {
+  std::vector<ChildProcess> load;
+  StartLoad(2, 400, &load);
+  WaitForProgress(100);
+  const uint32_t first = IdOf(1), second = IdOf(0);
+  cluster_.KillServer(1);
+  CheckPm(1, /*clean=*/false);
+  FinishLoad(&load);
+  VerifyLoad(2);
+  // Re-replication: every segment has its second copy again, on the two
+  // servers left.
+  WaitReplicated({first}, 2);
+  // Those copies are complete: lose another server and read it all back
+  // from the one left.
+  cluster_.KillServer(0);
+  CheckPm(0, /*clean=*/false);
+  WaitReplicated({first, second}, 1);
+  VerifyLoad(2);
+  // Both return with a stale epoch: fenced (their old copies freed), then
+  // filled again as backups.
+  ASSERT_TRUE(cluster_.StartServer(0).ok());
+  ASSERT_TRUE(cluster_.StartServer(1).ok());
+  WaitReplicated({}, 3);
+  for (int i : {0, 1}) {
+    EXPECT_NE(FileTail(cluster_.server_log(i), 1 << 22).find("freeing a fenced copy"),
+              std::string::npos)
+        << FileTail(cluster_.server_log(i));
+  }
+  VerifyLoad(2);
+  StopAndCheckAll(/*clean=*/true);
+}
+
+TEST_F(ReplicatedClusterTest, DrainedServerHoldsNothingAndLeaves) {
+  std::vector<GlobalAddress> blocks;
+  for (uint64_t i = 1; i <= 12; i++) {
+    ASSERT_TRUE(client_->PutObj({3, i}, Pattern(i * 5000, static_cast<uint32_t>(i))).ok());
+    GlobalAddress a;
+    ASSERT_TRUE(client_->PAllocate(i * 1000, &a).ok());
+    Status s = client_->Write(a, Pattern(i * 1000, static_cast<uint32_t>(i + 50)).data(), i * 1000);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    blocks.push_back(a);
+  }
+  WaitReplicated({}, 3);
+  const uint32_t leaving = IdOf(2);
+  monitor::MonitorClient mc(cluster_.monitor_address(), {cluster_.secret()});
+  v1::DrainServerRequest req;
+  req.set_server_id(leaving);
+  v1::DrainServerResponse resp;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  do {
+    Status s = mc.DrainServer(req, &resp);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    if (resp.state() == v1::SERVER_STATE_DRAINED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (std::chrono::steady_clock::now() < deadline);
+  ASSERT_EQ(resp.state(), v1::SERVER_STATE_DRAINED) << resp.message();
+  WaitReplicated({leaving}, 2);
+  ASSERT_TRUE(cluster_.StopServer(2).ok());
+  for (uint64_t i = 1; i <= 12; i++) {
+    std::string got;
+    Status s = client_->GetObj({3, i}, &got);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(got, Pattern(i * 5000, static_cast<uint32_t>(i)));
+    std::string mem(i * 1000, '\0');
+    s = client_->Read(blocks[i - 1], mem.data(), mem.size());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(mem, Pattern(i * 1000, static_cast<uint32_t>(i + 50)));
+  }
   StopAndCheckAll(/*clean=*/true);
 }
 

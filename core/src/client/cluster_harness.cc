@@ -151,12 +151,31 @@ Status LocalCluster::Start() {
   std::string port_file = dir_ + "/monitor.port";
   std::string log = dir_ + "/monitor.log";
   ::mkdir((dir_ + "/monitor").c_str(), 0755);
-  PDPM_RETURN_IF_ERROR(
-      monitor_.Start({PDPM_MONITOR_BINARY, "--embedded", "--dir", dir_ + "/monitor", "--listen",
-                      "127.0.0.1:0", "--port-file", port_file, "--secret-file", secret_file_,
-                      "--tables", std::to_string(options_.tables), "--segment-size",
-                      std::to_string(options_.segment_size), "--heartbeat-interval", "200ms"},
-                     {}, log));
+  std::vector<std::string> argv{PDPM_MONITOR_BINARY,
+                                "--embedded",
+                                "--dir",
+                                dir_ + "/monitor",
+                                "--listen",
+                                "127.0.0.1:0",
+                                "--port-file",
+                                port_file,
+                                "--secret-file",
+                                secret_file_,
+                                "--tables",
+                                std::to_string(options_.tables),
+                                "--segment-size",
+                                std::to_string(options_.segment_size),
+                                "--replicas",
+                                std::to_string(options_.replicas),
+                                "--heartbeat-interval",
+                                std::to_string(options_.heartbeat_ms) + "ms"};
+  if (options_.suspect_ms != 0) {
+    argv.insert(argv.end(), {"--suspect-timeout", std::to_string(options_.suspect_ms) + "ms"});
+  }
+  if (options_.down_ms != 0) {
+    argv.insert(argv.end(), {"--down-timeout", std::to_string(options_.down_ms) + "ms"});
+  }
+  PDPM_RETURN_IF_ERROR(monitor_.Start(argv, {}, log));
   PDPM_RETURN_IF_ERROR(WaitForFile(port_file, &monitor_, log, &monitor_address_));
   for (int i = 0; i < options_.servers; i++) PDPM_RETURN_IF_ERROR(StartServer(i));
   return Status::OK();
@@ -173,6 +192,12 @@ Status LocalCluster::StartServer(int i, const std::vector<std::string>& env) {
       env, server_log(i)));
   std::string address;
   return WaitForFile(port_file, &p, server_log(i), &address);
+}
+
+std::string LocalCluster::server_address(int i) const {
+  std::string s = ReadAll(dir_ + "/server" + std::to_string(i) + ".port");
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
 }
 
 void LocalCluster::KillServer(int i) {

@@ -47,6 +47,11 @@ struct LocalClusterOptions {
   uint64_t pm_size = (2 * 128 + 2) * (1ull << 20);  // two segments: a table and the heap
   uint32_t tables = 3;
   uint32_t cores = 2;
+  uint32_t replicas = 1;  // the monitor's --replicas
+  // The monitor's liveness timing; 0: its defaults.
+  uint32_t heartbeat_ms = 200;
+  uint32_t suspect_ms = 0;
+  uint32_t down_ms = 0;
 };
 
 class LocalCluster {
@@ -69,6 +74,8 @@ class LocalCluster {
   const std::string& secret_file() const { return secret_file_; }
   std::string pm_path(int i) const { return dir_ + "/pm" + std::to_string(i); }
   std::string server_log(int i) const { return dir_ + "/server" + std::to_string(i) + ".log"; }
+  // The data address server i announced (its port file); "" before it ran.
+  std::string server_address(int i) const;
 
  private:
   Status WaitForFile(const std::string& path, ChildProcess* proc, const std::string& log,

@@ -361,5 +361,43 @@ TEST_F(TxClusterTest, CoordinatorKilledAtEachPhase) {
   StopAndCheckAll();
 }
 
+// Transactional changes do not reach backups in this version: on a
+// replicated cluster they are refused before anything happens, and a
+// read-only transaction still works.
+TEST(TxReplicatedClusterTest, ChangesAreRefusedReadsWork) {
+  LocalClusterOptions o = Options();
+  o.replicas = 2;
+  o.pm_size = (4 * 64 + 2) * (1ull << 20);  // room for the backups too
+  LocalCluster cluster(o);
+  Status s = cluster.Start();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ClientOptions co;
+  co.monitor = cluster.monitor_address();
+  co.cluster_secret = cluster.secret();
+  std::unique_ptr<Client> client;
+  ASSERT_TRUE(Client::Open(co, &client).ok());
+  GlobalAddress a;
+  s = client->PAllocate(64, &a);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const int64_t balance = 7;
+  ASSERT_TRUE(client->Write(a, &balance, sizeof(balance)).ok());
+
+  std::unique_ptr<Transaction> t;
+  ASSERT_TRUE(client->TxBegin(&t).ok());
+  int64_t got = 0;
+  ASSERT_TRUE(t->Read(a, &got, sizeof(got)).ok());
+  EXPECT_EQ(got, balance);
+  EXPECT_EQ(t->Write(a, &got, sizeof(got)).code(), StatusCode::kNotSupported);
+  GlobalAddress fresh;
+  EXPECT_EQ(t->PAllocate(64, &fresh).code(), StatusCode::kNotSupported);
+  EXPECT_EQ(t->PFree(a).code(), StatusCode::kNotSupported);
+  EXPECT_EQ(t->PutObj(dsm::ObjectId{1, 2}, "x").code(), StatusCode::kNotSupported);
+  EXPECT_EQ(t->DelObj(dsm::ObjectId{1, 2}).code(), StatusCode::kNotSupported);
+  s = t->Commit();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(client->Read(a, &got, sizeof(got)).ok());
+  EXPECT_EQ(got, balance);
+}
+
 }  // namespace
 }  // namespace pdpm::client

@@ -165,4 +165,14 @@ Status MonitorClient::GetClusterStatus(v1::ClusterStatus* status) {
   return Call(&v1::Monitor::Stub::GetClusterStatus, req, status);
 }
 
+Status MonitorClient::ReportReplica(v1::ReportReplicaRequest req, v1::ReportReplicaResponse* resp) {
+  FillSecret(&req, options_.cluster_secret);
+  return Call(&v1::Monitor::Stub::ReportReplica, req, resp);
+}
+
+Status MonitorClient::DrainServer(v1::DrainServerRequest req, v1::DrainServerResponse* resp) {
+  FillSecret(&req, options_.cluster_secret);
+  return Call(&v1::Monitor::Stub::DrainServer, req, resp);
+}
+
 }  // namespace pdpm::monitor

@@ -63,6 +63,8 @@ class MonitorClient {
   // Keys of `segments` (all when empty); needs the cluster secret.
   Status GetSegmentKeys(const std::vector<uint64_t>& segments, v1::GetSegmentKeysResponse* resp);
   Status GetClusterStatus(v1::ClusterStatus* status);
+  Status ReportReplica(v1::ReportReplicaRequest req, v1::ReportReplicaResponse* resp);
+  Status DrainServer(v1::DrainServerRequest req, v1::DrainServerResponse* resp);
 
   // The address list as given.
   const std::string& address() const { return address_; }

@@ -57,4 +57,16 @@ grpc::Status MonitorService::GetClusterStatus(grpc::ServerContext* ctx,
   return Serve(ctx, [&](ViewManager& v) { return v.GetClusterStatus(resp); });
 }
 
+grpc::Status MonitorService::ReportReplica(grpc::ServerContext* ctx,
+                                           const v1::ReportReplicaRequest* req,
+                                           v1::ReportReplicaResponse* resp) {
+  return Serve(ctx, [&](ViewManager& v) { return v.ReportReplica(*req, resp); });
+}
+
+grpc::Status MonitorService::DrainServer(grpc::ServerContext* ctx,
+                                         const v1::DrainServerRequest* req,
+                                         v1::DrainServerResponse* resp) {
+  return Serve(ctx, [&](ViewManager& v) { return v.DrainServer(*req, resp); });
+}
+
 }  // namespace pdpm::monitor

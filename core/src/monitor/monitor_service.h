@@ -34,6 +34,10 @@ class MonitorService final : public v1::Monitor::Service {
                               v1::GetSegmentKeysResponse* resp) override;
   grpc::Status GetClusterStatus(grpc::ServerContext* ctx, const v1::GetClusterStatusRequest* req,
                                 v1::ClusterStatus* resp) override;
+  grpc::Status ReportReplica(grpc::ServerContext* ctx, const v1::ReportReplicaRequest* req,
+                             v1::ReportReplicaResponse* resp) override;
+  grpc::Status DrainServer(grpc::ServerContext* ctx, const v1::DrainServerRequest* req,
+                           v1::DrainServerResponse* resp) override;
 
  private:
   template <typename Fn>

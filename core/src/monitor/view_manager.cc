@@ -7,6 +7,7 @@
 
 #include "dsm/address.h"
 #include "monitor/placement.h"
+#include "monitor/reconfigure.h"
 
 namespace pdpm::monitor {
 namespace {
@@ -364,6 +365,7 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
   resp->set_server_id(id);
   resp->set_epoch(view_.epoch());
   resp->set_heartbeat_interval_ms(static_cast<uint64_t>(options_.heartbeat_interval.count()));
+  resp->set_down_timeout_ms(static_cast<uint64_t>(options_.down_timeout.count()));
   log_.Info(req.cluster_uuid().empty() ? "server joined" : "server rejoined",
             {{"server_id", id},
              {"addr", info.address()},
@@ -421,6 +423,24 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
                                         " belongs to server " + std::to_string(t.server_id()) +
                                         " since epoch " + std::to_string(t.assigned_epoch()) +
                                         "; refresh the mapping");
+    }
+  }
+  if (req.segment() != 0) {
+    // The server's PM records this local segment as global `segment`: it
+    // must still be that segment's primary copy.
+    auto it =
+        std::find_if(view_.segments().begin(), view_.segments().end(),
+                     [&](const v1::SegmentMapping& m) { return m.segment() == req.segment(); });
+    if (it == view_.segments().end() || it->primary().server_id() != server_id ||
+        it->primary().local_index() != req.local_index()) {
+      return Status::StaleEpoch(
+          "segment " + std::to_string(req.segment()) +
+          (it == view_.segments().end()
+               ? std::string(" is no longer mapped")
+               : " is held by server " + std::to_string(it->primary().server_id()) +
+                     " since epoch " + std::to_string(it->placement_epoch())) +
+          ": the copy on server " + std::to_string(server_id) + " local " +
+          std::to_string(req.local_index()) + " is fenced");
     }
   }
   v1::ClusterView next = view_;
@@ -511,6 +531,7 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
     v1::SegmentReplica* r = m->add_backups();
     r->set_server_id(backup);
     r->set_local_index(index);
+    r->set_state(v1::REPLICA_STATE_SYNCING);  // the primary fills it (docs/replication.md)
   }
   m->set_table(req.table());
   m->set_access_key(req.access_key());
@@ -518,6 +539,7 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
   v1::SegmentMapping result = *m;
   PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
   result.clear_access_key();
+  for (auto& b : *result.mutable_backups()) b.clear_access_key();
   if (static_cast<uint32_t>(result.backups_size()) + 1 < view_.replica_count()) {
     log_.Warn("segment is under-replicated: not enough servers for its backups",
               {{"segment", number},
@@ -575,6 +597,7 @@ Status ViewManager::GetMapping(const v1::GetMappingRequest& req, v1::GetMappingR
     v1::SegmentMapping* out = resp->add_segments();
     *out = m;
     out->clear_access_key();
+    for (auto& b : *out->mutable_backups()) b.clear_access_key();
   }
   *resp->mutable_tables() = view_.tables();
   resp->set_segment_size(view_.segment_size());
@@ -637,7 +660,9 @@ Status ViewManager::GetClusterStatus(v1::ClusterStatus* status) {
   uint32_t unavailable = 0, under_replicated = 0;
   for (const auto& m : view_.segments()) {
     if (states[m.primary().server_id()] == v1::SERVER_STATE_DOWN) ++unavailable;
-    if (static_cast<uint32_t>(m.backups_size()) + 1 < view_.replica_count()) ++under_replicated;
+    uint32_t in_sync = 0;
+    for (const auto& b : m.backups()) in_sync += b.state() == v1::REPLICA_STATE_IN_SYNC;
+    if (in_sync + 1 < view_.replica_count()) ++under_replicated;
   }
   uint32_t unowned = 0;
   for (const auto& t : view_.tables()) {
@@ -686,6 +711,128 @@ void ViewManager::CheckLiveness() {
               {"silent_ms", silent_ms}});
     l.reported = state;
   }
+  Status st = ReconfigureLocked(now);
+  if (!st.ok()) log_.Warn("reconfiguration not stored; retried next check", {{"status", st}});
+}
+
+Status ViewManager::ReconfigureLocked(Clock::time_point now) {
+  ReconfigureInput in;
+  in.epoch = view_.epoch() + 1;
+  auto used = UsedLocalSegments(view_);
+  for (const auto& s : view_.servers()) {
+    v1::ServerState live = LiveState(s.id(), now);
+    if (live == v1::SERVER_STATE_DOWN) in.dead.insert(s.id());
+    if (s.state() == v1::SERVER_STATE_DRAINING || s.state() == v1::SERVER_STATE_DRAINED) {
+      in.leaving.insert(s.id());
+    } else if (live == v1::SERVER_STATE_UP) {
+      in.candidates.push_back({s.id(),
+                               s.segment_count(),
+                               static_cast<uint32_t>(used[s.id()].size()),
+                               {s.labels().begin(), s.labels().end()}});
+    }
+  }
+  v1::ClusterView next = view_;
+  next.set_epoch(in.epoch);
+  std::vector<std::string> changes = Reconfigure(in, &next);
+  if (RebalanceTables(&next, now)) changes.push_back("empty tables rebalanced");
+  for (auto& s : *next.mutable_servers()) {
+    if (s.state() == v1::SERVER_STATE_DRAINING && !HoldsData(next, s.id())) {
+      s.set_state(v1::SERVER_STATE_DRAINED);
+      changes.push_back("server " + std::to_string(s.id()) + " drained");
+    }
+  }
+  if (changes.empty()) return Status::OK();
+  PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+  for (const auto& c : changes)
+    log_.Info("reconfigured", {{"change", c}, {"epoch", view_.epoch()}});
+  return Status::OK();
+}
+
+Status ViewManager::ReportReplica(const v1::ReportReplicaRequest& req,
+                                  v1::ReportReplicaResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  std::lock_guard<std::mutex> lock(mu_);
+  const v1::ServerInfo* server = nullptr;
+  PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
+  Touch(req.server_id());
+  v1::ClusterView next = view_;
+  auto* segments = next.mutable_segments();
+  auto m = std::find_if(segments->begin(), segments->end(),
+                        [&](const v1::SegmentMapping& x) { return x.segment() == req.segment(); });
+  if (m == segments->end()) {
+    return Status::NotFound("global segment " + std::to_string(req.segment()) + " is not mapped");
+  }
+  auto* backups = m->mutable_backups();
+  auto b = std::find_if(backups->begin(), backups->end(), [&](const v1::SegmentReplica& r) {
+    return r.server_id() == req.replica_server_id() && r.local_index() == req.local_index();
+  });
+  if (b == backups->end()) {
+    return Status::StaleEpoch("server " + std::to_string(req.replica_server_id()) + " local " +
+                              std::to_string(req.local_index()) + " holds no backup of segment " +
+                              std::to_string(req.segment()) + " in epoch " +
+                              std::to_string(view_.epoch()));
+  }
+  const bool from_primary = m->primary().server_id() == req.server_id();
+  if (!from_primary && req.server_id() != req.replica_server_id()) {
+    return Status::FailedPrecondition("server " + std::to_string(req.server_id()) +
+                                      " holds neither the primary nor that backup of segment " +
+                                      std::to_string(req.segment()));
+  }
+  v1::ReplicaState state = b->state();
+  if (req.state() == v1::REPLICA_STATE_IN_SYNC) {
+    if (!from_primary) {
+      return Status::FailedPrecondition("only the primary declares a backup in sync");
+    }
+    state = v1::REPLICA_STATE_IN_SYNC;
+  } else if (req.state() == v1::REPLICA_STATE_SYNCING) {
+    state = v1::REPLICA_STATE_SYNCING;
+  }
+  const uint32_t key = req.access_key() != 0 ? req.access_key() : b->access_key();
+  if (b->access_key() == key && b->state() == state) {
+    resp->set_epoch(view_.epoch());
+    return Status::OK();
+  }
+  b->set_access_key(key);
+  b->set_state(state);
+  next.set_epoch(next.epoch() + 1);
+  PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+  log_.Info("replica reported",
+            {{"segment", req.segment()},
+             {"server_id", req.replica_server_id()},
+             {"local_index", req.local_index()},
+             {"state", state == v1::REPLICA_STATE_IN_SYNC ? "in_sync" : "syncing"},
+             {"epoch", view_.epoch()}});
+  resp->set_epoch(view_.epoch());
+  return Status::OK();
+}
+
+Status ViewManager::DrainServer(const v1::DrainServerRequest& req, v1::DrainServerResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  std::lock_guard<std::mutex> lock(mu_);
+  const v1::ServerInfo* server = nullptr;
+  PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
+  if (server->state() == v1::SERVER_STATE_UP) {
+    v1::ClusterView next = view_;
+    FindServer(&next, req.server_id())->set_state(v1::SERVER_STATE_DRAINING);
+    next.set_epoch(next.epoch() + 1);
+    PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+    log_.Info("server draining", {{"server_id", req.server_id()}, {"epoch", view_.epoch()}});
+  }
+  PDPM_RETURN_IF_ERROR(ReconfigureLocked(Clock::now()));
+  server = FindServer(view_, req.server_id());
+  uint32_t primaries = 0, backups = 0, tables = 0;
+  for (const auto& m : view_.segments()) {
+    primaries += m.primary().server_id() == req.server_id();
+    for (const auto& b : m.backups()) backups += b.server_id() == req.server_id();
+  }
+  for (const auto& t : view_.tables()) tables += t.server_id() == req.server_id();
+  resp->set_epoch(view_.epoch());
+  resp->set_state(server->state());
+  if (server->state() != v1::SERVER_STATE_DRAINED) {
+    resp->set_message(std::to_string(primaries) + " primaries, " + std::to_string(backups) +
+                      " backups and " + std::to_string(tables) + " tables still to move");
+  }
+  return Status::OK();
 }
 
 }  // namespace pdpm::monitor

@@ -62,9 +62,14 @@ class ViewManager {
   Status GetMapping(const v1::GetMappingRequest& req, v1::GetMappingResponse* resp);
   Status GetSegmentKeys(const v1::GetSegmentKeysRequest& req, v1::GetSegmentKeysResponse* resp);
   Status GetClusterStatus(v1::ClusterStatus* status);
+  Status ReportReplica(const v1::ReportReplicaRequest& req, v1::ReportReplicaResponse* resp);
+  Status DrainServer(const v1::DrainServerRequest& req, v1::DrainServerResponse* resp);
 
   // Re-evaluates every member's liveness and logs each UP/SUSPECT/DOWN
-  // transition. Called every heartbeat interval by the daemon.
+  // transition, then reconfigures (monitor/reconfigure.h): segments of DOWN
+  // and DRAINING servers move to in-sync backups, missing backups are
+  // placed, a drained server becomes DRAINED. Called every heartbeat
+  // interval by the daemon.
   void CheckLiveness();
 
   uint64_t epoch();
@@ -92,6 +97,9 @@ class ViewManager {
   // or backups.
   std::vector<uint32_t> LiveServers(const v1::ClusterView& view, Clock::time_point now) const;
   bool RebalanceTables(v1::ClusterView* view, Clock::time_point now) const;
+  // Applies Reconfigure to the current view and commits it under a new
+  // epoch when anything changed. Requires mu_.
+  Status ReconfigureLocked(Clock::time_point now);
   // Server descriptions for clients: the stored member plus liveness, use
   // and load, in view order.
   void FillServers(Clock::time_point now,

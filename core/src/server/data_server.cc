@@ -28,7 +28,10 @@ DataServer::~DataServer() {
     stopping_ = true;
   }
   stop_cv_.notify_all();
+  sync_stop_ = true;
+  sync_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (sync_.joinable()) sync_.join();
   rpc_.reset();
 }
 
@@ -36,6 +39,9 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
                          const std::atomic<bool>* stop, std::unique_ptr<DataServer>* out) {
   if (options.cores == 0 || options.cores > 256) {
     return Status::InvalidArgument("--cores must be 1..256");
+  }
+  if (options.resync_bytes_per_sec == 0) {
+    return Status::InvalidArgument("--resync-rate must be positive");
   }
   std::unique_ptr<DataServer> s(new DataServer(options, log));
   monitor::MonitorClientOptions mo;
@@ -45,13 +51,18 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
 
   net::TransportOptions to;
   to.backend = options.transport;
-  to.cores = options.cores;
+  // One more core than announced: the replication core, serving only
+  // backups' traffic (kReplicaApply, kReplicaAttach), whose handlers never
+  // wait for another server, so two primaries shipping to each other
+  // cannot take each other's serving threads.
+  to.cores = options.cores + 1;
   to.op_timeout_ms = options.op_timeout_ms;
   to.max_transfer = kMaxRpcPayload;
   PDPM_RETURN_IF_ERROR(net::Transport::Create(to, &s->transport_));
+  s->peers_.Init(s->transport_.get(), options.op_timeout_ms);
   PDPM_RETURN_IF_ERROR(s->RecoverSegments());
 
-  net::RpcOptions ro = DataPlaneRpcOptions(options.cores, options.op_timeout_ms);
+  net::RpcOptions ro = DataPlaneRpcOptions(options.cores + 1, options.op_timeout_ms);
   PDPM_RETURN_IF_ERROR(net::RpcServer::Create(s->transport_.get(), ro, &s->rpc_));
   DataServer* self = s.get();
   s->rpc_->Register(kPAllocate, [self](std::span<const uint8_t> r, std::string* out) {
@@ -68,29 +79,23 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   s->tx_ = std::make_unique<TxParticipant>(s->MakeTxHooks(), s->transport_.get(),
                                            log.WithComponent("tx"));
   s->tx_->RegisterRpcs(s->rpc_.get());
+  s->rpc_->Register(kReplicaApply, [self](std::span<const uint8_t> r, std::string* out) {
+    return self->HandleReplicaApply(r, out);
+  });
+  s->rpc_->Register(kReplicaAttach, [self](std::span<const uint8_t> r, std::string* out) {
+    return self->HandleReplicaAttach(r, out);
+  });
+  s->rpc_->Register(kHeapWrite, [self](std::span<const uint8_t> r, std::string* out) {
+    return self->HandleHeapWrite(r, out);
+  });
   PDPM_RETURN_IF_ERROR(s->rpc_->Listen(options.listen).WithContext("listen " + options.listen));
   s->address_ = options.advertise.empty() ? s->transport_->listen_address() : options.advertise;
   PDPM_RETURN_IF_ERROR(s->Register(stop));
 
-  // Announce every recovered segment: its key is new, and a segment whose
-  // announcement a crash interrupted gets its number now.
-  for (auto& seg : s->segments_) {
-    if (seg == nullptr) continue;
-    if (seg->role.kind == SegmentKind::kTxLog) {
-      s->tx_log_ = seg.get();  // server-local: not announced
-      continue;
-    }
-    Status st = s->Announce(seg.get());
-    if (st.code() == StatusCode::kFailedPrecondition && seg->role.global == 0) {
-      // A table segment the monitor never confirmed, for a table that has
-      // moved meanwhile: it holds nothing acknowledged. Free it.
-      log.Warn("dropping an unconfirmed segment", {{"local", seg->local}, {"status", st}});
-      PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kRoleSlot, 0));
-      seg.reset();
-      continue;
-    }
-    PDPM_RETURN_IF_ERROR(st.WithContext("announce segment " + std::to_string(seg->local)));
-  }
+  // Each recovered segment is a primary (announced again: its key is new,
+  // and one whose announcement a crash interrupted gets its number now), a
+  // backup, or a copy the cluster moved away meanwhile (freed).
+  PDPM_RETURN_IF_ERROR(s->ClassifyRecovered(stop));
   PDPM_RETURN_IF_ERROR(s->RefreshMapping());
   PDPM_RETURN_IF_ERROR(s->tx_->Recover().WithContext("recover transactions"));
   // Logged before the heartbeat thread may change what it reads.
@@ -103,6 +108,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
                        {"tables_owned", s->owned_tables_.size()}});
   s->serving_ = true;
   s->heartbeat_ = std::thread([self] { self->HeartbeatLoop(); });
+  s->sync_ = std::thread([self] { self->SyncLoop(); });
   *out = std::move(s);
   return Status::OK();
 }
@@ -154,21 +160,8 @@ Status DataServer::OpenSegment(uint32_t local, const SegmentRole& role,
   seg->local = local;
   seg->role = role;
   std::span<char> mem = space_->segment(local);
-  dsm::PmRange range{mem.data(), mem.size(), space_->device().persist_fn()};
-  dsm::PAllocatorOptions ao;
-  ao.num_cores = static_cast<int>(options_.cores);
-  PDPM_RETURN_IF_ERROR(dsm::PAllocator::Open(range, ao, &seg->alloc));
-  if (role.kind == SegmentKind::kTable) {
-    dsm::ObjectStoreRecovery rec;
-    PDPM_RETURN_IF_ERROR(
-        dsm::ObjectStoreTable::Open(seg->alloc.get(), TableOptions(), &seg->table, &rec));
-    log_.Info("table recovered", {{"local", local},
-                                  {"table", role.table},
-                                  {"objects", rec.objects},
-                                  {"reclaimed_blocks", rec.reclaimed_blocks},
-                                  {"repaired_links", rec.repaired_links}});
-  }
-  if (role.kind == SegmentKind::kTxLog) {  // not accessed remotely
+  PDPM_RETURN_IF_ERROR(OpenPrimary(seg.get()));
+  if (role.kind == SegmentKind::kTxLog) {  // server-local: not accessed remotely
     *out = std::move(seg);
     return Status::OK();
   }
@@ -186,8 +179,10 @@ Status DataServer::RecoverSegments() {
     PDPM_RETURN_IF_ERROR(
         ReadSegmentRole(space_->segment(i), &role).WithContext("segment " + std::to_string(i)));
     if (role.kind == SegmentKind::kFree) continue;
-    PDPM_RETURN_IF_ERROR(
-        OpenSegment(i, role, &segments_[i]).WithContext("recover segment " + std::to_string(i)));
+    // Opened once the mapping says what it is (ClassifyRecovered).
+    segments_[i] = std::make_unique<Segment>();
+    segments_[i]->local = i;
+    segments_[i]->role = role;
   }
   return Status::OK();
 }
@@ -226,6 +221,7 @@ Status DataServer::Register(const std::atomic<bool>* stop) {
   }
   server_id_ = resp.server_id();
   heartbeat_ms_ = resp.heartbeat_interval_ms() > 0 ? resp.heartbeat_interval_ms() : 1000;
+  if (resp.down_timeout_ms() > 0) down_timeout_ms_ = resp.down_timeout_ms();
   std::unique_lock lock(mu_);
   epoch_ = std::max(epoch_, resp.epoch());
   return Status::OK();
@@ -237,6 +233,7 @@ Status DataServer::Announce(Segment* seg) {
   req.set_local_index(seg->local);
   req.set_table(seg->role.kind == SegmentKind::kTable ? seg->role.table : 0);
   req.set_access_key(seg->region->key());
+  req.set_segment(seg->role.global);
   {
     std::shared_lock lock(mu_);
     req.set_epoch(epoch_);
@@ -253,11 +250,14 @@ Status DataServer::Announce(Segment* seg) {
     seg->role.global = global;
     PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kRoleSlot, seg->role.Encode()));
   }
-  std::unique_lock lock(mu_);
-  seg->placement_epoch = resp.mapping().placement_epoch();
-  epoch_ = std::max(epoch_, resp.epoch());
-  by_global_[global] = seg;
-  if (seg->role.kind == SegmentKind::kTable) by_table_[seg->role.table] = seg;
+  {
+    std::unique_lock lock(mu_);
+    seg->placement_epoch = resp.mapping().placement_epoch();
+    epoch_ = std::max(epoch_, resp.epoch());
+    by_global_[global] = seg;
+    if (seg->role.kind == SegmentKind::kTable) by_table_[seg->role.table] = seg;
+  }
+  ScheduleSyncs(resp.mapping());
   return Status::OK();
 }
 
@@ -318,15 +318,24 @@ Status DataServer::RefreshMapping() {
   for (const auto& t : m.tables()) {
     if (t.server_id() == server_id_) owned[t.table()] = t.assigned_epoch();
   }
-  std::unique_lock lock(mu_);
-  for (const auto& sm : m.segments()) {
-    auto it = by_global_.find(static_cast<uint32_t>(sm.segment()));
-    if (it != by_global_.end()) it->second->placement_epoch = sm.placement_epoch();
+  {
+    std::unique_lock lock(mu_);
+    placement_.clear();
+    for (const auto& sm : m.segments()) {
+      placement_[static_cast<uint32_t>(sm.segment())] = sm;
+      auto it = by_global_.find(static_cast<uint32_t>(sm.segment()));
+      if (it != by_global_.end()) it->second->placement_epoch = sm.placement_epoch();
+    }
+    for (const auto& sv : m.servers()) {
+      // Its replication core is the one past those it announced.
+      server_addresses_[sv.id()] = {sv.address(), std::max(1u, sv.cores())};
+    }
+    owned_tables_ = std::move(owned);
+    table_count_ = m.table_count();
+    replica_count_ = m.replica_count() == 0 ? 1 : m.replica_count();
+    epoch_ = std::max(epoch_, m.epoch());
   }
-  owned_tables_ = std::move(owned);
-  table_count_ = m.table_count();
-  replica_count_ = m.replica_count() == 0 ? 1 : m.replica_count();
-  epoch_ = std::max(epoch_, m.epoch());
+  Reconcile(m);
   return Status::OK();
 }
 
@@ -340,7 +349,7 @@ void DataServer::HeartbeatLoop() {
     {
       std::shared_lock l(mu_);
       for (const auto& seg : segments_) {
-        if (seg != nullptr) used += seg->alloc->Stats().bytes_allocated;
+        if (seg != nullptr && seg->alloc != nullptr) used += seg->alloc->Stats().bytes_allocated;
       }
       known = epoch_;
     }
@@ -401,8 +410,10 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
     std::shared_lock lock(mu_);
     for (const auto& [g, seg] : by_global_) {
       if (seg->role.kind != SegmentKind::kHeap) continue;
-      Status s =
-          seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore, offset);
+      Status s = Mutate(seg, [&] {
+        return seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
+                                    offset);
+      });
       if (s.ok()) {
         *global = g;
         return s;
@@ -420,8 +431,10 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
     if (s.code() == StatusCode::kResourceExhausted) {
       Segment* seg = nullptr;
       PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kHeap, 0, 0}, &seg));
-      s = seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
-                               &offset);
+      s = Mutate(seg, [&] {
+        return seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
+                                    &offset);
+      });
       global = seg->role.global;
     }
   }
@@ -448,7 +461,7 @@ Status DataServer::HandlePFree(std::span<const uint8_t> req, std::string* /*repl
   if (a.kind() != dsm::SpaceKind::kHeap) {
     return Status::InvalidArgument("pfree of " + a.ToString() + ": not a heap address");
   }
-  dsm::PAllocator* alloc;
+  Segment* seg;
   {
     std::shared_lock lock(mu_);
     auto it = by_global_.find(a.segment);
@@ -460,13 +473,13 @@ Status DataServer::HandlePFree(std::span<const uint8_t> req, std::string* /*repl
                                 std::to_string(it->second->placement_epoch) + ", request has " +
                                 std::to_string(h.epoch));
     }
-    alloc = it->second->alloc.get();
+    seg = it->second;
   }
-  return alloc->Free(a.offset, dsm::BlockOwner::kHeap).WithContext("pfree " + a.ToString());
+  return Mutate(seg, [&] { return seg->alloc->Free(a.offset, dsm::BlockOwner::kHeap); })
+      .WithContext("pfree " + a.ToString());
 }
 
-Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create,
-                            dsm::ObjectStoreTable** out) {
+Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create, Segment** out) {
   uint32_t table;
   {
     std::shared_lock lock(mu_);
@@ -484,7 +497,7 @@ Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create
     }
     auto it = by_table_.find(table);
     if (it != by_table_.end()) {
-      *out = it->second->table.get();
+      *out = it->second;
       return Status::OK();
     }
   }
@@ -494,13 +507,13 @@ Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create
     std::shared_lock lock(mu_);
     auto it = by_table_.find(table);
     if (it != by_table_.end()) {
-      *out = it->second->table.get();
+      *out = it->second;
       return Status::OK();
     }
   }
   Segment* seg = nullptr;
   PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, &seg));
-  *out = seg->table.get();
+  *out = seg;
   return Status::OK();
 }
 
@@ -526,12 +539,13 @@ Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req, s
   }
   PDPM_RETURN_IF_ERROR(d.Done());
   PDPM_RETURN_IF_ERROR(CheckHeader(h));
-  dsm::ObjectStoreTable* table = nullptr;
-  PDPM_RETURN_IF_ERROR(TableFor(id, h.epoch, method == kPutObj, &table));
+  Segment* seg = nullptr;
+  PDPM_RETURN_IF_ERROR(TableFor(id, h.epoch, method == kPutObj, &seg));
+  dsm::ObjectStoreTable* table = seg->table.get();
   switch (method) {
-    case kPutObj: return table->Put(id, data);
-    case kWriteObj: return table->Write(id, offset, data);
-    case kDelObj: return table->Delete(id);
+    case kPutObj: return Mutate(seg, [&] { return table->Put(id, data); });
+    case kWriteObj: return Mutate(seg, [&] { return table->Write(id, offset, data); });
+    case kDelObj: return Mutate(seg, [&] { return table->Delete(id); });
     case kObjSize: {
       uint64_t size = 0;
       PDPM_RETURN_IF_ERROR(table->Size(id, &size));

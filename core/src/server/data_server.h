@@ -15,9 +15,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -32,6 +34,7 @@
 #include "net/transport.h"
 #include "pm/pm_space.h"
 #include "server/protocol.h"
+#include "server/replication.h"
 #include "server/segment_role.h"
 #include "server/tx_participant.h"
 
@@ -50,6 +53,8 @@ struct ServerOptions {
   uint32_t cores = 1;
   uint32_t op_timeout_ms = 2000;
   std::map<std::string, std::string> labels;  // topology and pod labels
+  // Rate at which a primary fills a new backup (docs/replication.md).
+  uint64_t resync_bytes_per_sec = 256ull << 20;
 };
 
 class DataServer {
@@ -70,9 +75,18 @@ class DataServer {
     uint32_t local = 0;
     SegmentRole role;
     uint64_t placement_epoch = 0;
-    std::unique_ptr<dsm::PAllocator> alloc;
-    std::unique_ptr<dsm::ObjectStoreTable> table;  // kTable only
+    std::unique_ptr<dsm::PAllocator> alloc;        // primaries only
+    std::unique_ptr<dsm::ObjectStoreTable> table;  // kTable primaries only
     std::unique_ptr<net::MemoryRegion> region;
+    // Replication (docs/replication.md).
+    char* base = nullptr;
+    bool backup = false;  // a byte copy of another server's primary
+    // Persists and records into `capture` while a mutation runs.
+    std::function<void(const void*, size_t)> persist;
+    std::mutex repl_mu;  // one mutation (or copy step) and its shipping at a time
+    std::atomic<RedoBatch*> capture{nullptr};
+    std::set<ReplicaId> attached;     // syncing backups that receive shipping; repl_mu
+    std::atomic<bool> fenced{false};  // no longer ours: serve nothing
   };
 
   DataServer(const ServerOptions& options, const Logger& log);
@@ -95,6 +109,33 @@ class DataServer {
   // Formats a free local segment as the transaction log (never announced).
   Status CreateTxLogSegment(Segment** out);
 
+  // Replication (data_server_replication.cc, docs/replication.md).
+  // Opens a recovered or promoted primary's allocator (and table) with the
+  // capturing persist.
+  Status OpenPrimary(Segment* seg);
+  // Registers a backup copy's memory.
+  // Registers a backup copy's memory; `fresh`: a copy about to be filled
+  // (its region header is cleared first, so a partial copy reads as free).
+  Status OpenBackup(uint32_t local, uint32_t global, bool fresh, std::unique_ptr<Segment>* out);
+  // Queues a fill of every syncing backup of `sm` (this server is primary).
+  void ScheduleSyncs(const v1::SegmentMapping& sm);
+  // Decides what each recovered segment is from the mapping: primary
+  // (announced), backup (key reported) or fenced (freed).
+  Status ClassifyRecovered(const std::atomic<bool>* stop);
+  // Runs `op` (a mutation of seg) with its persists captured, then ships
+  // them to every backup; the result is acknowledged only if all took it.
+  Status Mutate(Segment* seg, const std::function<Status()>& op);
+  // Requires seg->repl_mu.
+  Status ShipLocked(Segment* seg, const RedoBatch& batch);
+  // Acts on a new placement: promotions, fencing, dropped backups, syncs.
+  void Reconcile(const v1::GetMappingResponse& m);
+  Status Promote(Segment* seg, const v1::SegmentMapping& sm);
+  void SyncLoop();
+  Status SyncBackup(uint32_t global, ReplicaId backup);
+  Status HandleReplicaApply(std::span<const uint8_t> req, std::string* reply);
+  Status HandleReplicaAttach(std::span<const uint8_t> req, std::string* reply);
+  Status HandleHeapWrite(std::span<const uint8_t> req, std::string* reply);
+
   // The request handlers; `req` is the whole message.
   Status CheckHeader(const RequestHeader& h);
   Status HandlePAllocate(std::span<const uint8_t> req, std::string* reply);
@@ -102,8 +143,7 @@ class DataServer {
   Status HandleObject(uint16_t method, std::span<const uint8_t> req, std::string* reply);
   // The table segment of `id`'s table after the ownership and epoch checks;
   // creates it when `create` (else kNotFound when there is none).
-  Status TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create,
-                  dsm::ObjectStoreTable** out);
+  Status TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create, Segment** out);
 
   const ServerOptions options_;
   const Logger log_;
@@ -122,7 +162,12 @@ class DataServer {
   std::vector<std::unique_ptr<Segment>> segments_;  // by local index; null = free
   std::map<uint32_t, Segment*> by_global_;
   std::map<uint32_t, Segment*> by_table_;
-  std::map<uint32_t, uint64_t> owned_tables_;  // table -> assigned_epoch
+  std::map<uint32_t, uint64_t> owned_tables_;         // table -> assigned_epoch
+  std::map<uint32_t, Segment*> backups_;              // global -> backup copy held here
+  std::map<uint32_t, v1::SegmentMapping> placement_;  // global -> mapping entry
+  std::map<uint32_t, PeerAddress> server_addresses_;  // id -> data address
+  std::vector<std::unique_ptr<Segment>> retired_;     // fenced, kept while handlers may hold them
+  uint64_t down_timeout_ms_ = 10000;
   uint32_t table_count_ = 0;
   uint32_t replica_count_ = 1;
   uint64_t epoch_ = 0;
@@ -137,6 +182,12 @@ class DataServer {
   std::thread heartbeat_;
   Segment* tx_log_ = nullptr;  // guarded by grow_mu_
   std::unique_ptr<TxParticipant> tx_;
+  PeerLinks peers_;
+  std::mutex sync_mu_;
+  std::condition_variable sync_cv_;
+  std::set<std::pair<uint32_t, ReplicaId>> sync_wanted_;  // (global, backup); sync_mu_
+  std::atomic<bool> sync_stop_{false};
+  std::thread sync_;
   // Last: destroyed first, so no handler runs once members go away.
   std::unique_ptr<net::RpcServer> rpc_;
 };

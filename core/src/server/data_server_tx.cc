@@ -66,7 +66,10 @@ TxHooks DataServer::MakeTxHooks() {
       std::shared_lock lock(mu_);
       e = epoch_;
     }
-    return TableFor(id, e, create, out);
+    Segment* seg = nullptr;
+    PDPM_RETURN_IF_ERROR(TableFor(id, e, create, &seg));
+    *out = seg->table.get();
+    return Status::OK();
   };
   h.allocate = [this](uint64_t size, dsm::GlobalAddress* out) {
     std::string req, reply;

@@ -34,6 +34,7 @@ struct Flags {
   std::string config;
   std::string pm;
   uint64_t pm_size = 0;
+  uint64_t resync_rate = 256ull << 20;
   bool format = false;
   uint64_t segment_size = 0;
   std::string monitor;
@@ -178,6 +179,8 @@ int Run(int argc, char** argv) {
   parser.AddUint32("cores", &f.cores, "serving threads and per-core connections");
   parser.AddString("label", &f.labels, "topology labels key=value,... (zone, rack, host)");
   parser.AddString("port-file", &f.port_file, "write the data address here once serving");
+  parser.AddSize("resync-rate", &f.resync_rate,
+                 "bytes per second a primary copies to a new backup, e.g. 256MiB (default)");
   parser.AddString("wipe-pm", &f.wipe_pm, "zero this PM device and exit");
   parser.AddString("log-level", &f.log_level, "debug, info, warn or error");
 
@@ -209,6 +212,7 @@ int Run(int argc, char** argv) {
   o.listen = f.listen;
   o.advertise = f.advertise;
   o.cores = f.cores;
+  o.resync_bytes_per_sec = f.resync_rate;
   s = net::ParseBackendKind(f.transport, &o.transport);
   if (s.ok()) s = ParseLabels(f.labels, &o.labels);
   if (s.ok() && (o.pm_path.empty() || o.monitor.empty() || f.secret_file.empty())) {

@@ -64,6 +64,10 @@ enum Method : uint16_t {
   kTxTruncate = 0x205,
   kTxResolve = 0x206,
   kTxAlloc = 0x207,
+  // Replication (server/replication.h, docs/replication.md).
+  kReplicaApply = 0x301,   // primary -> backup: u64 segment | redo ranges -> empty
+  kHeapWrite = 0x302,      // client -> primary: 16-byte address | data -> empty
+  kReplicaAttach = 0x303,  // primary -> backup: u64 segment | u64 local -> u64 key
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It

@@ -2,11 +2,12 @@
 // (scripts/bench-dsm.sh starts one with `pdpm up` and adds the iperf3
 // reference measured in the same run).
 //
-//   dsm_bench --monitor HOST:PORT --secret-file FILE [--duration 2s]
+//   dsm_bench --monitor HOST:PORT --secret-file FILE [--duration 2s] [--figures all|write]
 //
 // One client thread, one operation in flight. Prints one line per figure,
 // "FIGURE <name> <value> <unit>", bandwidth in MB/s (10^6 bytes/s):
-//   write.64KiB.r1   Write of 64 KiB, durable on the server's PM on return
+//   write.64KiB.rN   Write of 64 KiB, durable on every one of the N copies
+//                    (the cluster's replica count) on return
 //   read.64KiB       Read of 64 KiB
 //   obj.put.4KiB / obj.get.4KiB / obj.put.1MiB / obj.get.1MiB
 // and transactions in ops/s (committed transactions per second), each with
@@ -28,6 +29,7 @@
 #include "client/client.h"
 #include "common/file_util.h"
 #include "common/flags.h"
+#include "monitor/monitor_client.h"
 
 namespace pdpm::tools {
 namespace {
@@ -133,13 +135,18 @@ int Run(int argc, char** argv) {
   std::string monitor;
   std::string secret_file;
   std::chrono::milliseconds duration{2000};
+  std::string figures = "all";
   FlagParser parser("dsm_bench");
+  parser.AddString("figures", &figures, "all, or write (only write.64KiB.rN)");
   parser.AddString("monitor", &monitor, "monitor address host:port (required)");
   parser.AddString("secret-file", &secret_file, "file holding the cluster secret (required)");
   parser.AddDuration("duration", &duration, "time per figure (default 2s)");
   Status s = parser.Parse(argc, argv);
   if (s.ok() && (monitor.empty() || secret_file.empty() || duration.count() <= 0)) {
     s = Status::InvalidArgument("--monitor, --secret-file and a positive --duration are required");
+  }
+  if (s.ok() && figures != "all" && figures != "write") {
+    s = Status::InvalidArgument("--figures must be all or write");
   }
   double seconds = static_cast<double>(duration.count()) / 1000;
   if (!s.ok()) {
@@ -177,7 +184,11 @@ int Run(int argc, char** argv) {
   s = Measure(
       seconds, kRaw, [&](uint64_t i) { return c->Write(at(i), buf.data(), kRaw); }, &mbs);
   if (!s.ok()) return Fail("write 64 KiB", s);
-  Report("write.64KiB.r1", mbs);
+  v1::GetMappingResponse mapping;
+  s = monitor::MonitorClient(monitor, {}).GetMapping(0, &mapping);
+  if (!s.ok()) return Fail("mapping", s);
+  Report(("write.64KiB.r" + std::to_string(mapping.replica_count())).c_str(), mbs);
+  if (figures == "write") return 0;
   s = Measure(
       seconds, kRaw, [&](uint64_t i) { return c->Read(at(i), buf.data(), kRaw); }, &mbs);
   if (!s.ok()) return Fail("read 64 KiB", s);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "dsm/address.h"
 #include "monitor/etcd/etcd_members.h"
 #include "monitor/monitor_client.h"
 
@@ -184,6 +185,9 @@ Status ClusterConfig::Validate() const {
     return Status::InvalidArgument("--transport must be tcp or verbs");
   }
   if (host.empty()) return Status::InvalidArgument("--host must not be empty");
+  if (replicas < 1 || replicas > dsm::kMaxReplicas) {
+    return Status::InvalidArgument("--replicas must be 1.." + std::to_string(dsm::kMaxReplicas));
+  }
   return Status::OK();
 }
 
@@ -192,7 +196,8 @@ std::string ClusterConfig::Serialize() const {
          "\nsegment-size=" + std::to_string(segment_size) + "\nhost=" + host +
          "\nmonitor-port=" + std::to_string(monitor_port) +
          "\nserver-port=" + std::to_string(server_port) + "\ntransport=" + transport +
-         "\nha=" + (ha ? "1" : "0") + "\netcd-port=" + std::to_string(etcd_port) + "\n";
+         "\nha=" + (ha ? "1" : "0") + "\netcd-port=" + std::to_string(etcd_port) +
+         "\nreplicas=" + std::to_string(replicas) + "\n";
 }
 
 Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
@@ -235,6 +240,11 @@ Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
     PDPM_RETURN_IF_ERROR(ParseUint("etcd-port", kv["etcd-port"], &v));
     c.etcd_port = static_cast<uint32_t>(v);
   }
+  c.replicas = 1;
+  if (kv.count("replicas")) {
+    PDPM_RETURN_IF_ERROR(ParseUint("replicas", kv["replicas"], &v));
+    c.replicas = static_cast<uint32_t>(v);
+  }
   PDPM_RETURN_IF_ERROR(c.Validate().WithContext("cluster.conf"));
   *out = c;
   return Status::OK();
@@ -251,6 +261,7 @@ std::vector<std::string> ClusterConfig::Differences(const ClusterConfig& o) cons
   if (transport != o.transport) keys.push_back("transport");
   if (ha != o.ha) keys.push_back("ha");
   if (etcd_port != o.etcd_port) keys.push_back("etcd-port");
+  if (replicas != o.replicas) keys.push_back("replicas");
   return keys;
 }
 
@@ -315,7 +326,8 @@ std::vector<DaemonSpec> LocalCluster::MonitorDaemons(const ClusterConfig& config
         {"monitor",
          {monitor_binary_, "--embedded", "--dir", Path("monitor"), "--listen", monitor_address,
           "--port-file", Path("monitor.addr"), "--secret-file", Path("cluster.secret"),
-          "--segment-size", std::to_string(config.segment_size)},
+          "--segment-size", std::to_string(config.segment_size), "--replicas",
+          std::to_string(config.replicas)},
          Path("monitor"),
          Path("monitor.pid"),
          Path("monitor.log")});
@@ -329,7 +341,7 @@ std::vector<DaemonSpec> LocalCluster::MonitorDaemons(const ClusterConfig& config
          {monitor_binary_, "--etcd", etcd, "--etcd-prefix", "/pdpm/local", "--listen",
           config.host + ":" + std::to_string(config.monitor_port + i - 1), "--port-file",
           MonitorAddressFile(config, i), "--secret-file", Path("cluster.secret"), "--segment-size",
-          std::to_string(config.segment_size)},
+          std::to_string(config.segment_size), "--replicas", std::to_string(config.replicas)},
          MonitorAddressFile(config, i),
          Path("monitor-" + n + ".pid"),
          Path("monitor-" + n + ".log")});

@@ -42,6 +42,9 @@ struct ClusterConfig {
 
   static constexpr uint32_t kHaMembers = 3;
   uint32_t monitors() const { return ha ? kHaMembers : 1; }
+  // Copies of every segment. A cluster.conf written before replication
+  // existed has no key: those clusters keep 1.
+  uint32_t replicas = 2;
 
   Status Validate() const;
   std::string Serialize() const;  // key=value lines

@@ -1,6 +1,6 @@
 // pdpm: the command-line tool of PDPM (docs/cli.md).
 //
-//   pdpm up | down | status | obj put|get|del | fsck   [--dir DIR] [flags]
+//   pdpm up | down | status | obj put|get|del | fsck | server drain   [--dir DIR] [flags]
 //
 // Every failure is one line "pdpm: <what>" on stderr (a failing daemon's
 // log tail follows it, indented) and a non-zero exit: 1 for errors, 2 for
@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -40,6 +41,7 @@ constexpr const char* kUsage =
     "  obj get <id> [file]   write an object to the file (stdout when none)\n"
     "  obj del <id>          delete an object\n"
     "  fsck                  check the PM of the stopped servers offline\n"
+    "  server drain <id>     move a server's data away; it is DRAINED and may leave\n"
     "  help [command]        this text, or the flags of one command\n"
     "\n"
     "DIR defaults to $XDG_DATA_HOME/pdpm (~/.local/share/pdpm). Object ids are\n"
@@ -137,6 +139,8 @@ int Up(CommandLine& cl) {
   p.AddUint32("etcd-port", &requested.etcd_port,
               "with --ha: etcd member i serves on this + 2(i-1), its peers on the next port "
               "(default 2379)");
+  p.AddUint32("replicas", &requested.replicas,
+              "copies of every segment, on distinct servers (new cluster; default 2)");
   p.AddDuration("timeout", &timeout, "how long to wait for a healthy cluster (default 30s)");
   Status s = cl.Parse(0, 0, " [flags]");
   if (cl.help_shown()) return 0;
@@ -404,7 +408,58 @@ int Fsck(CommandLine& cl) {
   return 0;
 }
 
+// `pdpm server drain <id>`: asks the monitor to move the server's segments
+// and tables away and waits until it holds nothing.
+int ServerCommand(CommandLine& cl) {
+  milliseconds timeout{120000};
+  cl.parser().AddDuration("timeout", &timeout, "how long to wait for DRAINED (default 2m)");
+  Status s = cl.Parse(2, 2, " drain <id> [flags]");
+  if (cl.help_shown()) return 0;
+  if (!s.ok()) return BadCommandLine(s);
+  if (cl.positional()[0] != "drain") {
+    return BadCommandLine(Status::InvalidArgument("unknown server command \"" + cl.positional()[0] +
+                                                  "\": want drain"));
+  }
+  uint64_t id = 0;
+  const std::string& text = cl.positional()[1];
+  if (text.empty() || text.size() > 9 ||
+      text.find_first_not_of("0123456789") != std::string::npos || (id = std::stoull(text)) == 0) {
+    return BadCommandLine(
+        Status::InvalidArgument("server id \"" + text + "\" is not a positive number"));
+  }
+  LocalCluster cluster(cl.dir());
+  std::string address, secret;
+  s = cluster.MonitorAddress(&address);
+  if (s.ok()) s = cluster.Secret(&secret);
+  if (!s.ok()) return Fail(s);
+  monitor::MonitorClient client(address, {secret, milliseconds(5000)});
+  v1::DrainServerRequest req;
+  req.set_server_id(static_cast<uint32_t>(id));
+  v1::DrainServerResponse resp;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string last;
+  while (true) {
+    s = client.DrainServer(req, &resp);
+    if (!s.ok()) return Fail(s.WithContext("drain server " + text));
+    if (resp.state() == v1::SERVER_STATE_DRAINED) break;
+    if (resp.message() != last) {
+      std::printf("server %s draining: %s\n", text.c_str(), resp.message().c_str());
+      std::fflush(stdout);
+      last = resp.message();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Fail(Status::Timeout("server " + text + " not drained after " +
+                                  std::to_string(timeout.count()) + " ms: " + resp.message()));
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  std::printf("server %s drained (epoch %lu): it holds no data and may be stopped\n", text.c_str(),
+              static_cast<unsigned long>(resp.epoch()));
+  return 0;
+}
+
 int Dispatch(const std::string& command, CommandLine& cl) {
+  if (command == "server") return ServerCommand(cl);
   if (command == "up") return Up(cl);
   if (command == "down") return Down(cl);
   if (command == "status") return StatusCommand(cl);

@@ -27,6 +27,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// A backup's state. A syncing backup receives every update but its copy is
+// not complete yet: it is never promoted, and clients route heap writes to
+// its segment through the primary.
+type ReplicaState int32
+
+const (
+	ReplicaState_REPLICA_STATE_UNSPECIFIED ReplicaState = 0
+	ReplicaState_REPLICA_STATE_IN_SYNC     ReplicaState = 1
+	ReplicaState_REPLICA_STATE_SYNCING     ReplicaState = 2
+)
+
+// Enum value maps for ReplicaState.
+var (
+	ReplicaState_name = map[int32]string{
+		0: "REPLICA_STATE_UNSPECIFIED",
+		1: "REPLICA_STATE_IN_SYNC",
+		2: "REPLICA_STATE_SYNCING",
+	}
+	ReplicaState_value = map[string]int32{
+		"REPLICA_STATE_UNSPECIFIED": 0,
+		"REPLICA_STATE_IN_SYNC":     1,
+		"REPLICA_STATE_SYNCING":     2,
+	}
+)
+
+func (x ReplicaState) Enum() *ReplicaState {
+	p := new(ReplicaState)
+	*p = x
+	return p
+}
+
+func (x ReplicaState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReplicaState) Descriptor() protoreflect.EnumDescriptor {
+	return file_pdpm_v1_monitor_proto_enumTypes[0].Descriptor()
+}
+
+func (ReplicaState) Type() protoreflect.EnumType {
+	return &file_pdpm_v1_monitor_proto_enumTypes[0]
+}
+
+func (x ReplicaState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReplicaState.Descriptor instead.
+func (ReplicaState) EnumDescriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{0}
+}
+
 type ServerState int32
 
 const (
@@ -69,11 +121,11 @@ func (x ServerState) String() string {
 }
 
 func (ServerState) Descriptor() protoreflect.EnumDescriptor {
-	return file_pdpm_v1_monitor_proto_enumTypes[0].Descriptor()
+	return file_pdpm_v1_monitor_proto_enumTypes[1].Descriptor()
 }
 
 func (ServerState) Type() protoreflect.EnumType {
-	return &file_pdpm_v1_monitor_proto_enumTypes[0]
+	return &file_pdpm_v1_monitor_proto_enumTypes[1]
 }
 
 func (x ServerState) Number() protoreflect.EnumNumber {
@@ -82,7 +134,7 @@ func (x ServerState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ServerState.Descriptor instead.
 func (ServerState) EnumDescriptor() ([]byte, []int) {
-	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{0}
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{1}
 }
 
 type Health int32
@@ -121,11 +173,11 @@ func (x Health) String() string {
 }
 
 func (Health) Descriptor() protoreflect.EnumDescriptor {
-	return file_pdpm_v1_monitor_proto_enumTypes[1].Descriptor()
+	return file_pdpm_v1_monitor_proto_enumTypes[2].Descriptor()
 }
 
 func (Health) Type() protoreflect.EnumType {
-	return &file_pdpm_v1_monitor_proto_enumTypes[1]
+	return &file_pdpm_v1_monitor_proto_enumTypes[2]
 }
 
 func (x Health) Number() protoreflect.EnumNumber {
@@ -134,7 +186,7 @@ func (x Health) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Health.Descriptor instead.
 func (Health) EnumDescriptor() ([]byte, []int) {
-	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{1}
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{2}
 }
 
 type ServerInfo struct {
@@ -359,6 +411,7 @@ type RegisterServerResponse struct {
 	ServerId            uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
 	Epoch               uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	HeartbeatIntervalMs uint64                 `protobuf:"varint,4,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"` // how often the monitor expects a heartbeat
+	DownTimeoutMs       uint64                 `protobuf:"varint,5,opt,name=down_timeout_ms,json=downTimeoutMs,proto3" json:"down_timeout_ms,omitempty"`                   // silence after which a server is DOWN
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -417,6 +470,13 @@ func (x *RegisterServerResponse) GetEpoch() uint64 {
 func (x *RegisterServerResponse) GetHeartbeatIntervalMs() uint64 {
 	if x != nil {
 		return x.HeartbeatIntervalMs
+	}
+	return 0
+}
+
+func (x *RegisterServerResponse) GetDownTimeoutMs() uint64 {
+	if x != nil {
+		return x.DownTimeoutMs
 	}
 	return 0
 }
@@ -534,9 +594,13 @@ func (x *HeartbeatResponse) GetEpoch() uint64 {
 }
 
 type SegmentReplica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ServerId      uint32                 `protobuf:"varint,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	LocalIndex    uint32                 `protobuf:"varint,2,opt,name=local_index,json=localIndex,proto3" json:"local_index,omitempty"` // segment index in that server's PM
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ServerId   uint32                 `protobuf:"varint,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	LocalIndex uint32                 `protobuf:"varint,2,opt,name=local_index,json=localIndex,proto3" json:"local_index,omitempty"` // segment index in that server's PM
+	// Backups only (the primary's key is SegmentMapping.access_key): the key
+	// this copy is registered under; filled only by GetSegmentKeys.
+	AccessKey     uint32       `protobuf:"varint,3,opt,name=access_key,json=accessKey,proto3" json:"access_key,omitempty"`
+	State         ReplicaState `protobuf:"varint,4,opt,name=state,proto3,enum=pdpm.v1.ReplicaState" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -583,6 +647,20 @@ func (x *SegmentReplica) GetLocalIndex() uint32 {
 		return x.LocalIndex
 	}
 	return 0
+}
+
+func (x *SegmentReplica) GetAccessKey() uint32 {
+	if x != nil {
+		return x.AccessKey
+	}
+	return 0
+}
+
+func (x *SegmentReplica) GetState() ReplicaState {
+	if x != nil {
+		return x.State
+	}
+	return ReplicaState_REPLICA_STATE_UNSPECIFIED
 }
 
 type SegmentMapping struct {
@@ -689,6 +767,10 @@ type AllocateSegmentRequest struct {
 	Table         uint32                 `protobuf:"varint,4,opt,name=table,proto3" json:"table,omitempty"` // 0: heap segment; 1..table_count: object table
 	AccessKey     uint32                 `protobuf:"varint,5,opt,name=access_key,json=accessKey,proto3" json:"access_key,omitempty"`
 	ClusterSecret string                 `protobuf:"bytes,6,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
+	// The global number the server's PM records for this local segment; 0
+	// when not confirmed yet. A segment that has moved to another server
+	// meanwhile is refused with STALE_EPOCH (the server is fenced for it).
+	Segment       uint64 `protobuf:"varint,7,opt,name=segment,proto3" json:"segment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -763,6 +845,13 @@ func (x *AllocateSegmentRequest) GetClusterSecret() string {
 		return x.ClusterSecret
 	}
 	return ""
+}
+
+func (x *AllocateSegmentRequest) GetSegment() uint64 {
+	if x != nil {
+		return x.Segment
+	}
+	return 0
 }
 
 type AllocateSegmentResponse struct {
@@ -1430,6 +1519,254 @@ func (x *ClusterStatus) GetTableCount() uint32 {
 	return 0
 }
 
+type ReportReplicaRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ClusterSecret   string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
+	ServerId        uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"` // the caller: the segment's primary, or the backup's server
+	Segment         uint64                 `protobuf:"varint,3,opt,name=segment,proto3" json:"segment,omitempty"`
+	ReplicaServerId uint32                 `protobuf:"varint,4,opt,name=replica_server_id,json=replicaServerId,proto3" json:"replica_server_id,omitempty"` // the backup
+	LocalIndex      uint32                 `protobuf:"varint,5,opt,name=local_index,json=localIndex,proto3" json:"local_index,omitempty"`
+	AccessKey       uint32                 `protobuf:"varint,6,opt,name=access_key,json=accessKey,proto3" json:"access_key,omitempty"`
+	State           ReplicaState           `protobuf:"varint,7,opt,name=state,proto3,enum=pdpm.v1.ReplicaState" json:"state,omitempty"` // only the primary may declare IN_SYNC
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReportReplicaRequest) Reset() {
+	*x = ReportReplicaRequest{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportReplicaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportReplicaRequest) ProtoMessage() {}
+
+func (x *ReportReplicaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportReplicaRequest.ProtoReflect.Descriptor instead.
+func (*ReportReplicaRequest) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReportReplicaRequest) GetClusterSecret() string {
+	if x != nil {
+		return x.ClusterSecret
+	}
+	return ""
+}
+
+func (x *ReportReplicaRequest) GetServerId() uint32 {
+	if x != nil {
+		return x.ServerId
+	}
+	return 0
+}
+
+func (x *ReportReplicaRequest) GetSegment() uint64 {
+	if x != nil {
+		return x.Segment
+	}
+	return 0
+}
+
+func (x *ReportReplicaRequest) GetReplicaServerId() uint32 {
+	if x != nil {
+		return x.ReplicaServerId
+	}
+	return 0
+}
+
+func (x *ReportReplicaRequest) GetLocalIndex() uint32 {
+	if x != nil {
+		return x.LocalIndex
+	}
+	return 0
+}
+
+func (x *ReportReplicaRequest) GetAccessKey() uint32 {
+	if x != nil {
+		return x.AccessKey
+	}
+	return 0
+}
+
+func (x *ReportReplicaRequest) GetState() ReplicaState {
+	if x != nil {
+		return x.State
+	}
+	return ReplicaState_REPLICA_STATE_UNSPECIFIED
+}
+
+type ReportReplicaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportReplicaResponse) Reset() {
+	*x = ReportReplicaResponse{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportReplicaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportReplicaResponse) ProtoMessage() {}
+
+func (x *ReportReplicaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportReplicaResponse.ProtoReflect.Descriptor instead.
+func (*ReportReplicaResponse) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReportReplicaResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type DrainServerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
+	ServerId      uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainServerRequest) Reset() {
+	*x = DrainServerRequest{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainServerRequest) ProtoMessage() {}
+
+func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
+func (*DrainServerRequest) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DrainServerRequest) GetClusterSecret() string {
+	if x != nil {
+		return x.ClusterSecret
+	}
+	return ""
+}
+
+func (x *DrainServerRequest) GetServerId() uint32 {
+	if x != nil {
+		return x.ServerId
+	}
+	return 0
+}
+
+type DrainServerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	State         ServerState            `protobuf:"varint,2,opt,name=state,proto3,enum=pdpm.v1.ServerState" json:"state,omitempty"` // DRAINING, or DRAINED once it holds nothing
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`                       // what is still to move
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainServerResponse) Reset() {
+	*x = DrainServerResponse{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainServerResponse) ProtoMessage() {}
+
+func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
+func (*DrainServerResponse) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DrainServerResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *DrainServerResponse) GetState() ServerState {
+	if x != nil {
+		return x.State
+	}
+	return ServerState_SERVER_STATE_UNSPECIFIED
+}
+
+func (x *DrainServerResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // The monitor's persistent cluster view: what a view store holds (the local
 // file of `pdpm-monitor --embedded`, later an etcd key). Never sent to
 // clients as is: it carries the segment access keys.
@@ -1452,7 +1789,7 @@ type ClusterView struct {
 
 func (x *ClusterView) Reset() {
 	*x = ClusterView{}
-	mi := &file_pdpm_v1_monitor_proto_msgTypes[18]
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1801,7 @@ func (x *ClusterView) String() string {
 func (*ClusterView) ProtoMessage() {}
 
 func (x *ClusterView) ProtoReflect() protoreflect.Message {
-	mi := &file_pdpm_v1_monitor_proto_msgTypes[18]
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1814,7 @@ func (x *ClusterView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterView.ProtoReflect.Descriptor instead.
 func (*ClusterView) Descriptor() ([]byte, []int) {
-	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{18}
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClusterView) GetClusterUuid() string {
@@ -1587,12 +1924,13 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\tserver_id\x18\x03 \x01(\rR\bserverId\x12'\n" +
 	"\x04info\x18\x04 \x01(\v2\x13.pdpm.v1.ServerInfoR\x04info\x12#\n" +
 	"\rsegment_count\x18\x05 \x01(\rR\fsegmentCount\x12!\n" +
-	"\fsegment_size\x18\x06 \x01(\x04R\vsegmentSize\"\xa2\x01\n" +
+	"\fsegment_size\x18\x06 \x01(\x04R\vsegmentSize\"\xca\x01\n" +
 	"\x16RegisterServerResponse\x12!\n" +
 	"\fcluster_uuid\x18\x01 \x01(\tR\vclusterUuid\x12\x1b\n" +
 	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x04 \x01(\x04R\x13heartbeatIntervalMs\"\x8b\x01\n" +
+	"\x15heartbeat_interval_ms\x18\x04 \x01(\x04R\x13heartbeatIntervalMs\x12&\n" +
+	"\x0fdown_timeout_ms\x18\x05 \x01(\x04R\rdownTimeoutMs\"\x8b\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
@@ -1600,11 +1938,14 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\x12%\n" +
 	"\x0ecluster_secret\x18\x04 \x01(\tR\rclusterSecret\")\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
-	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"N\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\x9a\x01\n" +
 	"\x0eSegmentReplica\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x1f\n" +
 	"\vlocal_index\x18\x02 \x01(\rR\n" +
-	"localIndex\"\x9d\x02\n" +
+	"localIndex\x12\x1d\n" +
+	"\n" +
+	"access_key\x18\x03 \x01(\rR\taccessKey\x12+\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x15.pdpm.v1.ReplicaStateR\x05state\"\x9d\x02\n" +
 	"\x0eSegmentMapping\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\x04R\asegment\x12-\n" +
 	"\x12segment_descriptor\x18\x02 \x01(\rR\x11segmentDescriptor\x121\n" +
@@ -1613,7 +1954,7 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x05table\x18\x05 \x01(\rR\x05table\x12\x1d\n" +
 	"\n" +
 	"access_key\x18\x06 \x01(\rR\taccessKey\x12'\n" +
-	"\x0fplacement_epoch\x18\a \x01(\x04R\x0eplacementEpoch\"\xc8\x01\n" +
+	"\x0fplacement_epoch\x18\a \x01(\x04R\x0eplacementEpoch\"\xe2\x01\n" +
 	"\x16AllocateSegmentRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1f\n" +
@@ -1622,7 +1963,8 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x05table\x18\x04 \x01(\rR\x05table\x12\x1d\n" +
 	"\n" +
 	"access_key\x18\x05 \x01(\rR\taccessKey\x12%\n" +
-	"\x0ecluster_secret\x18\x06 \x01(\tR\rclusterSecret\"b\n" +
+	"\x0ecluster_secret\x18\x06 \x01(\tR\rclusterSecret\x12\x18\n" +
+	"\asegment\x18\a \x01(\x04R\asegment\"b\n" +
 	"\x17AllocateSegmentResponse\x121\n" +
 	"\amapping\x18\x01 \x01(\v2\x17.pdpm.v1.SegmentMappingR\amapping\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x88\x01\n" +
@@ -1676,7 +2018,26 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\bsegments\x18\f \x01(\rR\bsegments\x12!\n" +
 	"\fsegment_size\x18\r \x01(\x04R\vsegmentSize\x12\x1f\n" +
 	"\vtable_count\x18\x0e \x01(\rR\n" +
-	"tableCount\"\xc7\x03\n" +
+	"tableCount\"\x8d\x02\n" +
+	"\x14ReportReplicaRequest\x12%\n" +
+	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12\x1b\n" +
+	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12\x18\n" +
+	"\asegment\x18\x03 \x01(\x04R\asegment\x12*\n" +
+	"\x11replica_server_id\x18\x04 \x01(\rR\x0freplicaServerId\x12\x1f\n" +
+	"\vlocal_index\x18\x05 \x01(\rR\n" +
+	"localIndex\x12\x1d\n" +
+	"\n" +
+	"access_key\x18\x06 \x01(\rR\taccessKey\x12+\n" +
+	"\x05state\x18\a \x01(\x0e2\x15.pdpm.v1.ReplicaStateR\x05state\"-\n" +
+	"\x15ReportReplicaResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"X\n" +
+	"\x12DrainServerRequest\x12%\n" +
+	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12\x1b\n" +
+	"\tserver_id\x18\x02 \x01(\rR\bserverId\"q\n" +
+	"\x13DrainServerResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12*\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x14.pdpm.v1.ServerStateR\x05state\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xc7\x03\n" +
 	"\vClusterView\x12!\n" +
 	"\fcluster_uuid\x18\x01 \x01(\tR\vclusterUuid\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +
@@ -1690,7 +2051,11 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\aservers\x18\t \x03(\v2\x13.pdpm.v1.ServerInfoR\aservers\x123\n" +
 	"\bsegments\x18\n" +
 	" \x03(\v2\x17.pdpm.v1.SegmentMappingR\bsegments\x120\n" +
-	"\x06tables\x18\v \x03(\v2\x18.pdpm.v1.TableAssignmentR\x06tables*\xa6\x01\n" +
+	"\x06tables\x18\v \x03(\v2\x18.pdpm.v1.TableAssignmentR\x06tables*c\n" +
+	"\fReplicaState\x12\x1d\n" +
+	"\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15REPLICA_STATE_IN_SYNC\x10\x01\x12\x19\n" +
+	"\x15REPLICA_STATE_SYNCING\x10\x02*\xa6\x01\n" +
 	"\vServerState\x12\x1c\n" +
 	"\x18SERVER_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fSERVER_STATE_UP\x10\x01\x12\x18\n" +
@@ -1702,7 +2067,7 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tHEALTH_OK\x10\x01\x12\x13\n" +
 	"\x0fHEALTH_DEGRADED\x10\x02\x12\x0f\n" +
-	"\vHEALTH_DOWN\x10\x032\xa8\x04\n" +
+	"\vHEALTH_DOWN\x10\x032\xc2\x05\n" +
 	"\aMonitor\x12Q\n" +
 	"\x0eRegisterServer\x12\x1e.pdpm.v1.RegisterServerRequest\x1a\x1f.pdpm.v1.RegisterServerResponse\x12B\n" +
 	"\tHeartbeat\x12\x19.pdpm.v1.HeartbeatRequest\x1a\x1a.pdpm.v1.HeartbeatResponse\x12T\n" +
@@ -1711,7 +2076,9 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\n" +
 	"GetMapping\x12\x1a.pdpm.v1.GetMappingRequest\x1a\x1b.pdpm.v1.GetMappingResponse\x12Q\n" +
 	"\x0eGetSegmentKeys\x12\x1e.pdpm.v1.GetSegmentKeysRequest\x1a\x1f.pdpm.v1.GetSegmentKeysResponse\x12L\n" +
-	"\x10GetClusterStatus\x12 .pdpm.v1.GetClusterStatusRequest\x1a\x16.pdpm.v1.ClusterStatusB#Z!pdpm.io/pdpm/proto/pdpm/v1;pdpmv1b\x06proto3"
+	"\x10GetClusterStatus\x12 .pdpm.v1.GetClusterStatusRequest\x1a\x16.pdpm.v1.ClusterStatus\x12N\n" +
+	"\rReportReplica\x12\x1d.pdpm.v1.ReportReplicaRequest\x1a\x1e.pdpm.v1.ReportReplicaResponse\x12H\n" +
+	"\vDrainServer\x12\x1b.pdpm.v1.DrainServerRequest\x1a\x1c.pdpm.v1.DrainServerResponseB#Z!pdpm.io/pdpm/proto/pdpm/v1;pdpmv1b\x06proto3"
 
 var (
 	file_pdpm_v1_monitor_proto_rawDescOnce sync.Once
@@ -1725,67 +2092,79 @@ func file_pdpm_v1_monitor_proto_rawDescGZIP() []byte {
 	return file_pdpm_v1_monitor_proto_rawDescData
 }
 
-var file_pdpm_v1_monitor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pdpm_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_pdpm_v1_monitor_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_pdpm_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_pdpm_v1_monitor_proto_goTypes = []any{
-	(ServerState)(0),                // 0: pdpm.v1.ServerState
-	(Health)(0),                     // 1: pdpm.v1.Health
-	(*ServerInfo)(nil),              // 2: pdpm.v1.ServerInfo
-	(*RegisterServerRequest)(nil),   // 3: pdpm.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),  // 4: pdpm.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),        // 5: pdpm.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),       // 6: pdpm.v1.HeartbeatResponse
-	(*SegmentReplica)(nil),          // 7: pdpm.v1.SegmentReplica
-	(*SegmentMapping)(nil),          // 8: pdpm.v1.SegmentMapping
-	(*AllocateSegmentRequest)(nil),  // 9: pdpm.v1.AllocateSegmentRequest
-	(*AllocateSegmentResponse)(nil), // 10: pdpm.v1.AllocateSegmentResponse
-	(*FreeSegmentRequest)(nil),      // 11: pdpm.v1.FreeSegmentRequest
-	(*FreeSegmentResponse)(nil),     // 12: pdpm.v1.FreeSegmentResponse
-	(*TableAssignment)(nil),         // 13: pdpm.v1.TableAssignment
-	(*GetMappingRequest)(nil),       // 14: pdpm.v1.GetMappingRequest
-	(*GetMappingResponse)(nil),      // 15: pdpm.v1.GetMappingResponse
-	(*GetSegmentKeysRequest)(nil),   // 16: pdpm.v1.GetSegmentKeysRequest
-	(*GetSegmentKeysResponse)(nil),  // 17: pdpm.v1.GetSegmentKeysResponse
-	(*GetClusterStatusRequest)(nil), // 18: pdpm.v1.GetClusterStatusRequest
-	(*ClusterStatus)(nil),           // 19: pdpm.v1.ClusterStatus
-	(*ClusterView)(nil),             // 20: pdpm.v1.ClusterView
-	nil,                             // 21: pdpm.v1.ServerInfo.LabelsEntry
+	(ReplicaState)(0),               // 0: pdpm.v1.ReplicaState
+	(ServerState)(0),                // 1: pdpm.v1.ServerState
+	(Health)(0),                     // 2: pdpm.v1.Health
+	(*ServerInfo)(nil),              // 3: pdpm.v1.ServerInfo
+	(*RegisterServerRequest)(nil),   // 4: pdpm.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),  // 5: pdpm.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),        // 6: pdpm.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),       // 7: pdpm.v1.HeartbeatResponse
+	(*SegmentReplica)(nil),          // 8: pdpm.v1.SegmentReplica
+	(*SegmentMapping)(nil),          // 9: pdpm.v1.SegmentMapping
+	(*AllocateSegmentRequest)(nil),  // 10: pdpm.v1.AllocateSegmentRequest
+	(*AllocateSegmentResponse)(nil), // 11: pdpm.v1.AllocateSegmentResponse
+	(*FreeSegmentRequest)(nil),      // 12: pdpm.v1.FreeSegmentRequest
+	(*FreeSegmentResponse)(nil),     // 13: pdpm.v1.FreeSegmentResponse
+	(*TableAssignment)(nil),         // 14: pdpm.v1.TableAssignment
+	(*GetMappingRequest)(nil),       // 15: pdpm.v1.GetMappingRequest
+	(*GetMappingResponse)(nil),      // 16: pdpm.v1.GetMappingResponse
+	(*GetSegmentKeysRequest)(nil),   // 17: pdpm.v1.GetSegmentKeysRequest
+	(*GetSegmentKeysResponse)(nil),  // 18: pdpm.v1.GetSegmentKeysResponse
+	(*GetClusterStatusRequest)(nil), // 19: pdpm.v1.GetClusterStatusRequest
+	(*ClusterStatus)(nil),           // 20: pdpm.v1.ClusterStatus
+	(*ReportReplicaRequest)(nil),    // 21: pdpm.v1.ReportReplicaRequest
+	(*ReportReplicaResponse)(nil),   // 22: pdpm.v1.ReportReplicaResponse
+	(*DrainServerRequest)(nil),      // 23: pdpm.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),     // 24: pdpm.v1.DrainServerResponse
+	(*ClusterView)(nil),             // 25: pdpm.v1.ClusterView
+	nil,                             // 26: pdpm.v1.ServerInfo.LabelsEntry
 }
 var file_pdpm_v1_monitor_proto_depIdxs = []int32{
-	0,  // 0: pdpm.v1.ServerInfo.state:type_name -> pdpm.v1.ServerState
-	21, // 1: pdpm.v1.ServerInfo.labels:type_name -> pdpm.v1.ServerInfo.LabelsEntry
-	2,  // 2: pdpm.v1.RegisterServerRequest.info:type_name -> pdpm.v1.ServerInfo
-	7,  // 3: pdpm.v1.SegmentMapping.primary:type_name -> pdpm.v1.SegmentReplica
-	7,  // 4: pdpm.v1.SegmentMapping.backups:type_name -> pdpm.v1.SegmentReplica
-	8,  // 5: pdpm.v1.AllocateSegmentResponse.mapping:type_name -> pdpm.v1.SegmentMapping
-	2,  // 6: pdpm.v1.GetMappingResponse.servers:type_name -> pdpm.v1.ServerInfo
-	8,  // 7: pdpm.v1.GetMappingResponse.segments:type_name -> pdpm.v1.SegmentMapping
-	13, // 8: pdpm.v1.GetMappingResponse.tables:type_name -> pdpm.v1.TableAssignment
-	8,  // 9: pdpm.v1.GetSegmentKeysResponse.segments:type_name -> pdpm.v1.SegmentMapping
-	1,  // 10: pdpm.v1.ClusterStatus.health:type_name -> pdpm.v1.Health
-	2,  // 11: pdpm.v1.ClusterStatus.servers:type_name -> pdpm.v1.ServerInfo
-	2,  // 12: pdpm.v1.ClusterView.servers:type_name -> pdpm.v1.ServerInfo
-	8,  // 13: pdpm.v1.ClusterView.segments:type_name -> pdpm.v1.SegmentMapping
-	13, // 14: pdpm.v1.ClusterView.tables:type_name -> pdpm.v1.TableAssignment
-	3,  // 15: pdpm.v1.Monitor.RegisterServer:input_type -> pdpm.v1.RegisterServerRequest
-	5,  // 16: pdpm.v1.Monitor.Heartbeat:input_type -> pdpm.v1.HeartbeatRequest
-	9,  // 17: pdpm.v1.Monitor.AllocateSegment:input_type -> pdpm.v1.AllocateSegmentRequest
-	11, // 18: pdpm.v1.Monitor.FreeSegment:input_type -> pdpm.v1.FreeSegmentRequest
-	14, // 19: pdpm.v1.Monitor.GetMapping:input_type -> pdpm.v1.GetMappingRequest
-	16, // 20: pdpm.v1.Monitor.GetSegmentKeys:input_type -> pdpm.v1.GetSegmentKeysRequest
-	18, // 21: pdpm.v1.Monitor.GetClusterStatus:input_type -> pdpm.v1.GetClusterStatusRequest
-	4,  // 22: pdpm.v1.Monitor.RegisterServer:output_type -> pdpm.v1.RegisterServerResponse
-	6,  // 23: pdpm.v1.Monitor.Heartbeat:output_type -> pdpm.v1.HeartbeatResponse
-	10, // 24: pdpm.v1.Monitor.AllocateSegment:output_type -> pdpm.v1.AllocateSegmentResponse
-	12, // 25: pdpm.v1.Monitor.FreeSegment:output_type -> pdpm.v1.FreeSegmentResponse
-	15, // 26: pdpm.v1.Monitor.GetMapping:output_type -> pdpm.v1.GetMappingResponse
-	17, // 27: pdpm.v1.Monitor.GetSegmentKeys:output_type -> pdpm.v1.GetSegmentKeysResponse
-	19, // 28: pdpm.v1.Monitor.GetClusterStatus:output_type -> pdpm.v1.ClusterStatus
-	22, // [22:29] is the sub-list for method output_type
-	15, // [15:22] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	1,  // 0: pdpm.v1.ServerInfo.state:type_name -> pdpm.v1.ServerState
+	26, // 1: pdpm.v1.ServerInfo.labels:type_name -> pdpm.v1.ServerInfo.LabelsEntry
+	3,  // 2: pdpm.v1.RegisterServerRequest.info:type_name -> pdpm.v1.ServerInfo
+	0,  // 3: pdpm.v1.SegmentReplica.state:type_name -> pdpm.v1.ReplicaState
+	8,  // 4: pdpm.v1.SegmentMapping.primary:type_name -> pdpm.v1.SegmentReplica
+	8,  // 5: pdpm.v1.SegmentMapping.backups:type_name -> pdpm.v1.SegmentReplica
+	9,  // 6: pdpm.v1.AllocateSegmentResponse.mapping:type_name -> pdpm.v1.SegmentMapping
+	3,  // 7: pdpm.v1.GetMappingResponse.servers:type_name -> pdpm.v1.ServerInfo
+	9,  // 8: pdpm.v1.GetMappingResponse.segments:type_name -> pdpm.v1.SegmentMapping
+	14, // 9: pdpm.v1.GetMappingResponse.tables:type_name -> pdpm.v1.TableAssignment
+	9,  // 10: pdpm.v1.GetSegmentKeysResponse.segments:type_name -> pdpm.v1.SegmentMapping
+	2,  // 11: pdpm.v1.ClusterStatus.health:type_name -> pdpm.v1.Health
+	3,  // 12: pdpm.v1.ClusterStatus.servers:type_name -> pdpm.v1.ServerInfo
+	0,  // 13: pdpm.v1.ReportReplicaRequest.state:type_name -> pdpm.v1.ReplicaState
+	1,  // 14: pdpm.v1.DrainServerResponse.state:type_name -> pdpm.v1.ServerState
+	3,  // 15: pdpm.v1.ClusterView.servers:type_name -> pdpm.v1.ServerInfo
+	9,  // 16: pdpm.v1.ClusterView.segments:type_name -> pdpm.v1.SegmentMapping
+	14, // 17: pdpm.v1.ClusterView.tables:type_name -> pdpm.v1.TableAssignment
+	4,  // 18: pdpm.v1.Monitor.RegisterServer:input_type -> pdpm.v1.RegisterServerRequest
+	6,  // 19: pdpm.v1.Monitor.Heartbeat:input_type -> pdpm.v1.HeartbeatRequest
+	10, // 20: pdpm.v1.Monitor.AllocateSegment:input_type -> pdpm.v1.AllocateSegmentRequest
+	12, // 21: pdpm.v1.Monitor.FreeSegment:input_type -> pdpm.v1.FreeSegmentRequest
+	15, // 22: pdpm.v1.Monitor.GetMapping:input_type -> pdpm.v1.GetMappingRequest
+	17, // 23: pdpm.v1.Monitor.GetSegmentKeys:input_type -> pdpm.v1.GetSegmentKeysRequest
+	19, // 24: pdpm.v1.Monitor.GetClusterStatus:input_type -> pdpm.v1.GetClusterStatusRequest
+	21, // 25: pdpm.v1.Monitor.ReportReplica:input_type -> pdpm.v1.ReportReplicaRequest
+	23, // 26: pdpm.v1.Monitor.DrainServer:input_type -> pdpm.v1.DrainServerRequest
+	5,  // 27: pdpm.v1.Monitor.RegisterServer:output_type -> pdpm.v1.RegisterServerResponse
+	7,  // 28: pdpm.v1.Monitor.Heartbeat:output_type -> pdpm.v1.HeartbeatResponse
+	11, // 29: pdpm.v1.Monitor.AllocateSegment:output_type -> pdpm.v1.AllocateSegmentResponse
+	13, // 30: pdpm.v1.Monitor.FreeSegment:output_type -> pdpm.v1.FreeSegmentResponse
+	16, // 31: pdpm.v1.Monitor.GetMapping:output_type -> pdpm.v1.GetMappingResponse
+	18, // 32: pdpm.v1.Monitor.GetSegmentKeys:output_type -> pdpm.v1.GetSegmentKeysResponse
+	20, // 33: pdpm.v1.Monitor.GetClusterStatus:output_type -> pdpm.v1.ClusterStatus
+	22, // 34: pdpm.v1.Monitor.ReportReplica:output_type -> pdpm.v1.ReportReplicaResponse
+	24, // 35: pdpm.v1.Monitor.DrainServer:output_type -> pdpm.v1.DrainServerResponse
+	27, // [27:36] is the sub-list for method output_type
+	18, // [18:27] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_pdpm_v1_monitor_proto_init() }
@@ -1798,8 +2177,8 @@ func file_pdpm_v1_monitor_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pdpm_v1_monitor_proto_rawDesc), len(file_pdpm_v1_monitor_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   20,
+			NumEnums:      3,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

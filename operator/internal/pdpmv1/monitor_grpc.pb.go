@@ -32,6 +32,8 @@ const (
 	Monitor_GetMapping_FullMethodName       = "/pdpm.v1.Monitor/GetMapping"
 	Monitor_GetSegmentKeys_FullMethodName   = "/pdpm.v1.Monitor/GetSegmentKeys"
 	Monitor_GetClusterStatus_FullMethodName = "/pdpm.v1.Monitor/GetClusterStatus"
+	Monitor_ReportReplica_FullMethodName    = "/pdpm.v1.Monitor/ReportReplica"
+	Monitor_DrainServer_FullMethodName      = "/pdpm.v1.Monitor/DrainServer"
 )
 
 // MonitorClient is the client API for Monitor service.
@@ -51,6 +53,12 @@ type MonitorClient interface {
 	GetSegmentKeys(ctx context.Context, in *GetSegmentKeysRequest, opts ...grpc.CallOption) (*GetSegmentKeysResponse, error)
 	// Servers, capacity, use, epoch, health and the monitor leader.
 	GetClusterStatus(ctx context.Context, in *GetClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatus, error)
+	// A primary reports a backup's key and state (syncing → in sync); a
+	// backup's own server reports its new key after a restart.
+	ReportReplica(ctx context.Context, in *ReportReplicaRequest, opts ...grpc.CallOption) (*ReportReplicaResponse, error)
+	// Planned removal: move a server's segments and tables away; it is
+	// DRAINED (and may leave) once it holds nothing.
+	DrainServer(ctx context.Context, in *DrainServerRequest, opts ...grpc.CallOption) (*DrainServerResponse, error)
 }
 
 type monitorClient struct {
@@ -131,6 +139,26 @@ func (c *monitorClient) GetClusterStatus(ctx context.Context, in *GetClusterStat
 	return out, nil
 }
 
+func (c *monitorClient) ReportReplica(ctx context.Context, in *ReportReplicaRequest, opts ...grpc.CallOption) (*ReportReplicaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportReplicaResponse)
+	err := c.cc.Invoke(ctx, Monitor_ReportReplica_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *monitorClient) DrainServer(ctx context.Context, in *DrainServerRequest, opts ...grpc.CallOption) (*DrainServerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainServerResponse)
+	err := c.cc.Invoke(ctx, Monitor_DrainServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MonitorServer is the server API for Monitor service.
 // All implementations must embed UnimplementedMonitorServer
 // for forward compatibility.
@@ -148,6 +176,12 @@ type MonitorServer interface {
 	GetSegmentKeys(context.Context, *GetSegmentKeysRequest) (*GetSegmentKeysResponse, error)
 	// Servers, capacity, use, epoch, health and the monitor leader.
 	GetClusterStatus(context.Context, *GetClusterStatusRequest) (*ClusterStatus, error)
+	// A primary reports a backup's key and state (syncing → in sync); a
+	// backup's own server reports its new key after a restart.
+	ReportReplica(context.Context, *ReportReplicaRequest) (*ReportReplicaResponse, error)
+	// Planned removal: move a server's segments and tables away; it is
+	// DRAINED (and may leave) once it holds nothing.
+	DrainServer(context.Context, *DrainServerRequest) (*DrainServerResponse, error)
 	mustEmbedUnimplementedMonitorServer()
 }
 
@@ -178,6 +212,12 @@ func (UnimplementedMonitorServer) GetSegmentKeys(context.Context, *GetSegmentKey
 }
 func (UnimplementedMonitorServer) GetClusterStatus(context.Context, *GetClusterStatusRequest) (*ClusterStatus, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetClusterStatus not implemented")
+}
+func (UnimplementedMonitorServer) ReportReplica(context.Context, *ReportReplicaRequest) (*ReportReplicaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportReplica not implemented")
+}
+func (UnimplementedMonitorServer) DrainServer(context.Context, *DrainServerRequest) (*DrainServerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainServer not implemented")
 }
 func (UnimplementedMonitorServer) mustEmbedUnimplementedMonitorServer() {}
 func (UnimplementedMonitorServer) testEmbeddedByValue()                 {}
@@ -326,6 +366,42 @@ func _Monitor_GetClusterStatus_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Monitor_ReportReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportReplicaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MonitorServer).ReportReplica(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Monitor_ReportReplica_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MonitorServer).ReportReplica(ctx, req.(*ReportReplicaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Monitor_DrainServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MonitorServer).DrainServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Monitor_DrainServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MonitorServer).DrainServer(ctx, req.(*DrainServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Monitor_ServiceDesc is the grpc.ServiceDesc for Monitor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -360,6 +436,14 @@ var Monitor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetClusterStatus",
 			Handler:    _Monitor_GetClusterStatus_Handler,
+		},
+		{
+			MethodName: "ReportReplica",
+			Handler:    _Monitor_ReportReplica_Handler,
+		},
+		{
+			MethodName: "DrainServer",
+			Handler:    _Monitor_DrainServer_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

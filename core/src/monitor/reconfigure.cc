@@ -1,0 +1,127 @@
+#include "monitor/reconfigure.h"
+
+#include <algorithm>
+#include <map>
+
+namespace pdpm::monitor {
+namespace {
+
+std::map<uint32_t, std::set<uint32_t>> UsedLocal(const v1::ClusterView& view) {
+  std::map<uint32_t, std::set<uint32_t>> used;
+  for (const auto& m : view.segments()) {
+    used[m.primary().server_id()].insert(m.primary().local_index());
+    for (const auto& b : m.backups()) used[b.server_id()].insert(b.local_index());
+  }
+  return used;
+}
+
+std::string Seg(const v1::SegmentMapping& m) {
+  return "segment " + std::to_string(m.segment());
+}
+
+}  // namespace
+
+std::vector<std::string> Reconfigure(const ReconfigureInput& in, v1::ClusterView* view) {
+  std::vector<std::string> changes;
+  auto gone = [&](uint32_t id) { return in.dead.count(id) || in.leaving.count(id); };
+  for (auto& m : *view->mutable_segments()) {
+    auto* backups = m.mutable_backups();
+    // 2. Promotion first, while the leaving primary's in-sync backups are
+    // still listed.
+    if (gone(m.primary().server_id())) {
+      auto it = std::find_if(backups->begin(), backups->end(), [&](const v1::SegmentReplica& b) {
+        return b.state() == v1::REPLICA_STATE_IN_SYNC && !gone(b.server_id());
+      });
+      if (it != backups->end()) {
+        changes.push_back(Seg(m) + ": server " + std::to_string(it->server_id()) +
+                          " promoted, replacing server " + std::to_string(m.primary().server_id()));
+        m.mutable_primary()->set_server_id(it->server_id());
+        m.mutable_primary()->set_local_index(it->local_index());
+        m.set_access_key(it->access_key());
+        m.set_placement_epoch(in.epoch);
+        backups->erase(it);
+      }
+    }
+    // 1. Dropped backups.
+    for (auto it = backups->begin(); it != backups->end();) {
+      if (gone(it->server_id())) {
+        changes.push_back(Seg(m) + ": backup on server " + std::to_string(it->server_id()) +
+                          " dropped");
+        it = backups->erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // 3. Missing backups, placed one segment at a time so each choice sees
+  // the local segments the previous ones took.
+  const uint32_t wanted = view->replica_count() > 0 ? view->replica_count() - 1 : 0;
+  for (int i = 0; i < view->segments_size(); i++) {
+    v1::SegmentMapping* m = view->mutable_segments(i);
+    // A leaving primary without an in-sync backup needs one to move to,
+    // even in a cluster without replication.
+    const uint32_t p = m->primary().server_id();
+    uint32_t target = in.leaving.count(p) && !in.dead.count(p) ? std::max(wanted, 1u) : wanted;
+    if (static_cast<uint32_t>(m->backups_size()) >= target) continue;
+    auto used = UsedLocal(*view);
+    std::set<uint32_t> holders{m->primary().server_id()};
+    for (const auto& b : m->backups()) holders.insert(b.server_id());
+    std::vector<PlacementCandidate> candidates;
+    PlacementCandidate primary{m->primary().server_id(), 0, 0, {}};
+    for (const auto& c : in.candidates) {
+      PlacementCandidate cc = c;
+      cc.segments_used = static_cast<uint32_t>(used[c.server_id].size());
+      if (c.server_id == primary.server_id) primary = cc;
+      if (holders.count(c.server_id) == 0) candidates.push_back(std::move(cc));
+    }
+    for (const auto& s : view->servers()) {
+      if (s.id() == primary.server_id) {
+        primary.labels = {s.labels().begin(), s.labels().end()};
+        primary.segment_count = s.segment_count();
+      }
+    }
+    uint32_t missing = target - static_cast<uint32_t>(m->backups_size());
+    for (uint32_t id : ChooseBackups(candidates, primary, missing)) {
+      auto holder = std::find_if(view->servers().begin(), view->servers().end(),
+                                 [&](const v1::ServerInfo& s) { return s.id() == id; });
+      if (holder == view->servers().end() || holder->segment_count() == 0) continue;
+      int64_t index = static_cast<int64_t>(holder->segment_count()) - 1;
+      while (index >= 0 && used[id].count(static_cast<uint32_t>(index))) --index;
+      if (index < 0) continue;
+      v1::SegmentReplica* r = m->add_backups();
+      r->set_server_id(id);
+      r->set_local_index(static_cast<uint32_t>(index));
+      r->set_state(v1::REPLICA_STATE_SYNCING);
+      used[id].insert(static_cast<uint32_t>(index));
+      changes.push_back(Seg(*m) + ": new backup on server " + std::to_string(id) + " local " +
+                        std::to_string(index) + " (syncing)");
+    }
+  }
+  // 4. Tables follow their segment's primary.
+  for (const auto& m : view->segments()) {
+    if (m.table() == 0 || m.table() > static_cast<uint32_t>(view->tables_size())) continue;
+    v1::TableAssignment* t = view->mutable_tables(static_cast<int>(m.table()) - 1);
+    if (t->server_id() != m.primary().server_id()) {
+      changes.push_back("table " + std::to_string(m.table()) + " follows " + Seg(m) +
+                        " to server " + std::to_string(m.primary().server_id()));
+      t->set_server_id(m.primary().server_id());
+      t->set_assigned_epoch(in.epoch);
+    }
+  }
+  return changes;
+}
+
+bool HoldsData(const v1::ClusterView& view, uint32_t server_id) {
+  for (const auto& m : view.segments()) {
+    if (m.primary().server_id() == server_id) return true;
+    for (const auto& b : m.backups()) {
+      if (b.server_id() == server_id) return true;
+    }
+  }
+  for (const auto& t : view.tables()) {
+    if (t.server_id() == server_id) return true;
+  }
+  return false;
+}
+
+}  // namespace pdpm::monitor

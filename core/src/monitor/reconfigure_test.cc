@@ -1,0 +1,138 @@
+#include "monitor/reconfigure.h"
+
+#include <gtest/gtest.h>
+
+namespace pdpm::monitor {
+namespace {
+
+// Servers 1..n, each with 8 local segments; table t (1..3) owned by server t.
+v1::ClusterView View(uint32_t servers, uint32_t replicas) {
+  v1::ClusterView v;
+  v.set_epoch(10);
+  v.set_replica_count(replicas);
+  v.set_table_count(3);
+  for (uint32_t id = 1; id <= servers; id++) {
+    v1::ServerInfo* s = v.add_servers();
+    s->set_id(id);
+    s->set_segment_count(8);
+    s->set_state(v1::SERVER_STATE_UP);
+  }
+  for (uint32_t t = 1; t <= 3; t++) {
+    v1::TableAssignment* a = v.add_tables();
+    a->set_table(t);
+    a->set_server_id(t);
+    a->set_assigned_epoch(2);
+  }
+  return v;
+}
+
+v1::SegmentMapping* AddSegment(v1::ClusterView* v, uint64_t number, uint32_t primary,
+                               uint32_t table) {
+  v1::SegmentMapping* m = v->add_segments();
+  m->set_segment(number);
+  m->mutable_primary()->set_server_id(primary);
+  m->mutable_primary()->set_local_index(0);
+  m->set_table(table);
+  m->set_access_key(100 + primary);
+  m->set_placement_epoch(3);
+  return m;
+}
+
+v1::SegmentReplica* AddBackup(v1::SegmentMapping* m, uint32_t server, v1::ReplicaState state) {
+  v1::SegmentReplica* b = m->add_backups();
+  b->set_server_id(server);
+  b->set_local_index(7);
+  b->set_access_key(200 + server);
+  b->set_state(state);
+  return b;
+}
+
+ReconfigureInput Input(const v1::ClusterView& v, std::set<uint32_t> dead,
+                       std::set<uint32_t> leaving = {}) {
+  ReconfigureInput in;
+  in.epoch = v.epoch() + 1;
+  in.dead = dead;
+  in.leaving = leaving;
+  for (const auto& s : v.servers()) {
+    if (!dead.count(s.id()) && !leaving.count(s.id())) {
+      in.candidates.push_back({s.id(), s.segment_count(), 0, {}});
+    }
+  }
+  return in;
+}
+
+TEST(ReconfigureTest, DeadPrimaryIsReplacedByItsInSyncBackupAndTheTableFollows) {
+  v1::ClusterView v = View(3, 2);
+  v1::SegmentMapping* m = AddSegment(&v, 0xffffffff, 1, 1);
+  AddBackup(m, 2, v1::REPLICA_STATE_IN_SYNC);
+  auto changes = Reconfigure(Input(v, {1}), &v);
+  EXPECT_FALSE(changes.empty());
+  const v1::SegmentMapping& r = v.segments(0);
+  EXPECT_EQ(r.primary().server_id(), 2u);
+  EXPECT_EQ(r.primary().local_index(), 7u);
+  EXPECT_EQ(r.access_key(), 202u);  // the backup's own key
+  EXPECT_EQ(r.placement_epoch(), 11u);
+  // A new backup on the one live server left, syncing, on its highest
+  // free local segment.
+  ASSERT_EQ(r.backups_size(), 1);
+  EXPECT_EQ(r.backups(0).server_id(), 3u);
+  EXPECT_EQ(r.backups(0).local_index(), 7u);
+  EXPECT_EQ(r.backups(0).state(), v1::REPLICA_STATE_SYNCING);
+  EXPECT_EQ(v.tables(0).server_id(), 2u);
+  EXPECT_EQ(v.tables(0).assigned_epoch(), 11u);
+  // Applying it again changes nothing.
+  EXPECT_TRUE(Reconfigure(Input(v, {1}), &v).empty());
+}
+
+TEST(ReconfigureTest, SyncingBackupIsNeverPromoted) {
+  v1::ClusterView v = View(3, 2);
+  v1::SegmentMapping* m = AddSegment(&v, 1, 1, 0);
+  AddBackup(m, 2, v1::REPLICA_STATE_SYNCING);
+  Reconfigure(Input(v, {1}), &v);
+  EXPECT_EQ(v.segments(0).primary().server_id(), 1u);
+  EXPECT_EQ(v.segments(0).placement_epoch(), 3u);
+  ASSERT_EQ(v.segments(0).backups_size(), 1);
+  EXPECT_EQ(v.segments(0).backups(0).server_id(), 2u);
+}
+
+TEST(ReconfigureTest, DeadBackupIsDroppedAndReplaced) {
+  v1::ClusterView v = View(3, 2);
+  v1::SegmentMapping* m = AddSegment(&v, 1, 1, 0);
+  AddBackup(m, 2, v1::REPLICA_STATE_IN_SYNC);
+  Reconfigure(Input(v, {2}), &v);
+  EXPECT_EQ(v.segments(0).primary().server_id(), 1u);
+  EXPECT_EQ(v.segments(0).placement_epoch(), 3u);  // clients need not be refused
+  ASSERT_EQ(v.segments(0).backups_size(), 1);
+  EXPECT_EQ(v.segments(0).backups(0).server_id(), 3u);
+  EXPECT_EQ(v.segments(0).backups(0).state(), v1::REPLICA_STATE_SYNCING);
+}
+
+TEST(ReconfigureTest, NoCandidateLeavesTheSegmentUnderReplicated) {
+  v1::ClusterView v = View(2, 2);
+  v1::SegmentMapping* m = AddSegment(&v, 1, 1, 0);
+  AddBackup(m, 2, v1::REPLICA_STATE_IN_SYNC);
+  Reconfigure(Input(v, {1}), &v);
+  EXPECT_EQ(v.segments(0).primary().server_id(), 2u);
+  EXPECT_EQ(v.segments(0).backups_size(), 0);
+}
+
+TEST(ReconfigureTest, DrainMovesAPrimaryThroughANewBackupEvenWithoutReplication) {
+  v1::ClusterView v = View(2, 1);
+  AddSegment(&v, 0xfffffffe, 1, 1);
+  Reconfigure(Input(v, {}, {1}), &v);
+  // First a backup to move to; the primary stays until it is in sync.
+  EXPECT_EQ(v.segments(0).primary().server_id(), 1u);
+  ASSERT_EQ(v.segments(0).backups_size(), 1);
+  EXPECT_EQ(v.segments(0).backups(0).server_id(), 2u);
+  EXPECT_TRUE(HoldsData(v, 1));
+  v.mutable_segments(0)->mutable_backups(0)->set_state(v1::REPLICA_STATE_IN_SYNC);
+  v.set_epoch(v.epoch() + 1);
+  Reconfigure(Input(v, {}, {1}), &v);
+  EXPECT_EQ(v.segments(0).primary().server_id(), 2u);
+  EXPECT_EQ(v.segments(0).backups_size(), 0);
+  EXPECT_EQ(v.tables(0).server_id(), 2u);
+  EXPECT_FALSE(HoldsData(v, 1));
+}
+
+}  // namespace
+}  // namespace pdpm::monitor

@@ -1,0 +1,113 @@
+#include "server/replication.h"
+
+#include <algorithm>
+
+namespace pdpm::server {
+
+void RedoBatch::Add(uint64_t offset, const void* p, size_t n) {
+  ranges_.push_back({offset, std::string(static_cast<const char*>(p), n)});
+}
+
+std::vector<std::string> RedoBatch::Encode(const RequestHeader& h, uint32_t global,
+                                           size_t max_bytes) const {
+  std::vector<std::string> out;
+  std::string msg;
+  uint64_t count = 0;
+  size_t count_at = 0;
+  auto start = [&] {
+    msg.clear();
+    Encoder e(&msg);
+    e.Header(h);
+    e.U64(global);
+    count_at = msg.size();
+    e.U64(0);
+    count = 0;
+  };
+  auto finish = [&] {
+    for (int i = 0; i < 8; i++) msg[count_at + i] = static_cast<char>(count >> (8 * i));
+    out.push_back(std::move(msg));
+  };
+  start();
+  for (const Range& r : ranges_) {
+    size_t done = 0;
+    do {
+      size_t n = std::min(r.bytes.size() - done, max_bytes);
+      if (count > 0 && msg.size() + 16 + n > max_bytes) {
+        finish();
+        start();
+      }
+      Encoder e(&msg);
+      e.U64(r.offset + done);
+      e.U64(n);
+      e.Bytes(std::string_view(r.bytes).substr(done, n));
+      count++;
+      done += n;
+    } while (done < r.bytes.size());
+  }
+  if (count > 0) finish();
+  return out;
+}
+
+Status DecodeApply(Decoder* d, uint32_t* global, std::vector<ApplyRange>* ranges) {
+  uint64_t g = 0, count = 0;
+  PDPM_RETURN_IF_ERROR(d->U64(&g));
+  PDPM_RETURN_IF_ERROR(d->U64(&count));
+  if (g == 0 || g > 0xffffffffull) return Status::InvalidArgument("replica apply: bad segment");
+  *global = static_cast<uint32_t>(g);
+  std::string_view rest = d->Rest();
+  size_t pos = 0;
+  auto u64 = [&](uint64_t* v) {
+    if (rest.size() - pos < 8) return false;
+    *v = 0;
+    for (int i = 0; i < 8; i++) {
+      *v |= uint64_t{static_cast<uint8_t>(rest[pos + i])} << (8 * i);
+    }
+    pos += 8;
+    return true;
+  };
+  ranges->clear();
+  for (uint64_t i = 0; i < count; i++) {
+    ApplyRange r;
+    uint64_t len = 0;
+    if (!u64(&r.offset) || !u64(&len) || rest.size() - pos < len) {
+      return Status::InvalidArgument("replica apply: truncated range " + std::to_string(i));
+    }
+    r.bytes = rest.substr(pos, len);
+    pos += len;
+    ranges->push_back(r);
+  }
+  if (pos != rest.size()) return Status::InvalidArgument("replica apply: trailing bytes");
+  return Status::OK();
+}
+
+Status PeerLinks::Call(const PeerAddress& peer, uint16_t method, std::string_view request,
+                       std::string* reply) {
+  const std::string& address = peer.address;
+  Link* link;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = links_[address];
+    if (slot == nullptr) slot = std::make_unique<Link>();
+    link = slot.get();
+  }
+  std::lock_guard<std::mutex> lock(link->mu);
+  if (link->rpc == nullptr || !link->rpc->connection().healthy()) {
+    link->rpc.reset();
+    net::RpcOptions ro = DataPlaneRpcOptions(1, timeout_ms_);
+    Status s = net::RpcClient::Connect(transport_, address, peer.core, ro, &link->rpc);
+    if (!s.ok()) {
+      link->rpc.reset();
+      return Status::Unavailable("peer " + address + ": " + std::string(s.message()));
+    }
+  }
+  reply->clear();
+  Status s = link->rpc->Call(
+      method, {reinterpret_cast<const uint8_t*>(request.data()), request.size()}, reply);
+  if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout) {
+    link->rpc.reset();
+    return Status::Unavailable("peer " + address + ": " + std::string(s.message()));
+  }
+  return s;
+}
+
+}  // namespace pdpm::server

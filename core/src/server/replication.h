@@ -1,0 +1,89 @@
+// Replication between pdpm-servers (docs/replication.md): the redo batches
+// a primary ships to its backups and the links it ships them over.
+//
+// A primary runs every mutation of a segment (allocator, object store,
+// heap write through the server) with its persists captured, in order, as
+// (offset, bytes) ranges: a RedoBatch. The batch goes to every backup
+// before the reply; a backup writes and persists the ranges in order. Any
+// prefix of a batch is a state the primary itself could have crashed in
+// (the PM layer's persist order), so a backup that a crash leaves
+// mid-batch holds a state recovery handles.
+//
+// kReplicaApply body (after the 32-byte request header):
+//   u64 global segment | u64 range count | (u64 offset | u64 length | bytes)*
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "net/rpc.h"
+#include "net/transport.h"
+#include "server/protocol.h"
+
+namespace pdpm::server {
+
+// A backup copy: (server id, local segment index).
+using ReplicaId = std::pair<uint32_t, uint32_t>;
+
+class RedoBatch {
+ public:
+  struct Range {
+    uint64_t offset = 0;
+    std::string bytes;
+  };
+  void Add(uint64_t offset, const void* p, size_t n);
+  bool empty() const { return ranges_.empty(); }
+  const std::vector<Range>& ranges() const { return ranges_; }
+
+  // kReplicaApply messages for `global`, each at most `max_bytes` of
+  // ranges (a range longer than that is split).
+  std::vector<std::string> Encode(const RequestHeader& h, uint32_t global, size_t max_bytes) const;
+
+ private:
+  std::vector<Range> ranges_;
+};
+
+// A decoded kReplicaApply body: ranges pointing into the message.
+struct ApplyRange {
+  uint64_t offset = 0;
+  std::string_view bytes;
+};
+Status DecodeApply(Decoder* d, uint32_t* global, std::vector<ApplyRange>* ranges);
+
+// Where a peer server takes replication traffic: its data address and its
+// replication core (the one past the cores it serves clients on).
+struct PeerAddress {
+  std::string address;
+  uint32_t core = 0;
+};
+
+// One RPC connection per peer server, made on first use and again after it
+// broke. Calls to one peer are serialised.
+class PeerLinks {
+ public:
+  void Init(net::Transport* transport, uint32_t timeout_ms) {
+    transport_ = transport;
+    timeout_ms_ = timeout_ms;
+  }
+  Status Call(const PeerAddress& peer, uint16_t method, std::string_view request,
+              std::string* reply);
+
+ private:
+  struct Link {
+    std::mutex mu;
+    std::unique_ptr<net::RpcClient> rpc;  // guarded by mu
+  };
+  net::Transport* transport_ = nullptr;
+  uint32_t timeout_ms_ = 2000;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Link>> links_;  // guarded by mu_
+};
+
+}  // namespace pdpm::server

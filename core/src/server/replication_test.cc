@@ -1,0 +1,64 @@
+#include "server/replication.h"
+
+#include <gtest/gtest.h>
+
+namespace pdpm::server {
+namespace {
+
+std::vector<ApplyRange> DecodeAll(const std::string& msg, uint32_t* global) {
+  Decoder d({reinterpret_cast<const uint8_t*>(msg.data()), msg.size()});
+  RequestHeader h;
+  EXPECT_TRUE(d.Header(&h).ok());
+  EXPECT_EQ(h.epoch, 7u);
+  std::vector<ApplyRange> ranges;
+  Status s = DecodeApply(&d, global, &ranges);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return ranges;
+}
+
+TEST(RedoBatchTest, RangesTravelInOrderAndLargeOnesAreSplit) {
+  RedoBatch b;
+  std::string big(3000, 'x');
+  for (size_t i = 0; i < big.size(); i++) big[i] = static_cast<char>(i * 7);
+  b.Add(64, "abcd", 4);
+  b.Add(8192, big.data(), big.size());
+  b.Add(64, "wxyz", 4);  // the same place again: order matters
+  std::vector<std::string> msgs = b.Encode({7, 9}, 42, 1024);
+  ASSERT_GT(msgs.size(), 3u);
+  std::string rebuilt(16384, '\0');
+  for (const auto& m : msgs) {
+    EXPECT_LE(m.size(), 1024u + kRequestHeaderSize + 16 + 32);
+    uint32_t g = 0;
+    for (const ApplyRange& r : DecodeAll(m, &g)) {
+      EXPECT_EQ(g, 42u);
+      rebuilt.replace(r.offset, r.bytes.size(), r.bytes);
+    }
+  }
+  EXPECT_EQ(rebuilt.substr(64, 4), "wxyz");
+  EXPECT_EQ(rebuilt.substr(8192, big.size()), big);
+}
+
+TEST(RedoBatchTest, DamagedMessagesAreRefused) {
+  RedoBatch b;
+  b.Add(0, "0123456789", 10);
+  std::string msg = b.Encode({7, 9}, 5, 1 << 20).at(0);
+  for (size_t cut : {msg.size() - 1, kRequestHeaderSize + 12, kRequestHeaderSize + 20}) {
+    std::string shorter = msg.substr(0, cut);
+    Decoder d({reinterpret_cast<const uint8_t*>(shorter.data()), shorter.size()});
+    RequestHeader h;
+    ASSERT_TRUE(d.Header(&h).ok());
+    uint32_t g;
+    std::vector<ApplyRange> ranges;
+    EXPECT_EQ(DecodeApply(&d, &g, &ranges).code(), StatusCode::kInvalidArgument) << cut;
+  }
+  std::string longer = msg + "!";
+  Decoder d({reinterpret_cast<const uint8_t*>(longer.data()), longer.size()});
+  RequestHeader h;
+  ASSERT_TRUE(d.Header(&h).ok());
+  uint32_t g;
+  std::vector<ApplyRange> ranges;
+  EXPECT_EQ(DecodeApply(&d, &g, &ranges).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pdpm::server

@@ -1,0 +1,132 @@
+// dsm_failover_bench: how long data is unavailable when its server dies
+// (scripts/bench-dsm.sh, docs/benchmarks.md). Starts its own cluster —
+// a monitor and three servers on file-backed PM, two copies of every
+// segment, millisecond heartbeats — then, round after round: waits until
+// the segment of a 64 KiB heap block has an in-sync backup, kills its
+// primary's server with SIGKILL, and times until a Write of the block
+// through libpdpm succeeds again (and reads back); then restarts that
+// server (it comes back fenced and becomes a backup).
+//
+//   dsm_failover_bench [--rounds 10] [--heartbeat-interval 10ms]
+//                      [--suspect-timeout 30ms] [--down-timeout 50ms]
+//
+// Prints "FIGURE failover.ms <median> ms" and "REF down_timeout <ms> ms".
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "client/cluster_harness.h"
+#include "common/flags.h"
+#include "monitor/monitor_client.h"
+
+namespace pdpm::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int Fail(const std::string& what, const Status& s) {
+  std::fprintf(stderr, "dsm_failover_bench: %s: %s\n", what.c_str(), s.ToString().c_str());
+  return 1;
+}
+
+// The index of the server holding `segment`'s primary once it has an
+// in-sync backup.
+Status WaitReplicated(client::LocalCluster& cluster, uint32_t segment, int* primary) {
+  monitor::MonitorClient mc(cluster.monitor_address(), {cluster.secret()});
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < deadline) {
+    v1::GetMappingResponse m;
+    PDPM_RETURN_IF_ERROR(mc.GetMapping(0, &m));
+    for (const auto& seg : m.segments()) {
+      if (seg.segment() != segment) continue;
+      bool in_sync = false;
+      for (const auto& b : seg.backups()) in_sync |= b.state() == v1::REPLICA_STATE_IN_SYNC;
+      if (!in_sync) break;
+      for (const auto& s : m.servers()) {
+        if (s.id() != seg.primary().server_id()) continue;
+        for (int i = 0; i < 3; i++) {
+          if (cluster.server_address(i) == s.address()) {
+            *primary = i;
+            return Status::OK();
+          }
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Status::Timeout("segment " + std::to_string(segment) + " never had an in-sync backup");
+}
+
+int Run(int argc, char** argv) {
+  uint32_t rounds = 10;
+  std::chrono::milliseconds heartbeat{10}, suspect{30}, down{50};
+  FlagParser parser("dsm_failover_bench");
+  parser.AddUint32("rounds", &rounds, "kills to time (default 10)");
+  parser.AddDuration("heartbeat-interval", &heartbeat, "monitor heartbeat interval (10ms)");
+  parser.AddDuration("suspect-timeout", &suspect, "monitor suspect timeout (30ms)");
+  parser.AddDuration("down-timeout", &down, "monitor down timeout (50ms)");
+  Status s = parser.Parse(argc, argv);
+  if (s.ok() && rounds == 0) s = Status::InvalidArgument("--rounds must be positive");
+  if (!s.ok()) {
+    std::fprintf(stderr, "dsm_failover_bench: %s\n%s", s.ToString().c_str(),
+                 parser.Usage().c_str());
+    return 2;
+  }
+  client::LocalClusterOptions o;
+  o.replicas = 2;
+  o.segment_size = 64ull << 20;
+  o.pm_size = (8 * 64 + 2) * (1ull << 20);
+  o.heartbeat_ms = static_cast<uint32_t>(heartbeat.count());
+  o.suspect_ms = static_cast<uint32_t>(suspect.count());
+  o.down_ms = static_cast<uint32_t>(down.count());
+  client::LocalCluster cluster(o);
+  s = cluster.Start();
+  if (!s.ok()) return Fail("start the cluster", s);
+  client::ClientOptions co;
+  co.monitor = cluster.monitor_address();
+  co.cluster_secret = cluster.secret();
+  std::unique_ptr<client::Client> c;
+  s = client::Client::Open(co, &c);
+  if (!s.ok()) return Fail("connect", s);
+  constexpr uint64_t kBlock = 64 << 10;
+  client::GlobalAddress block;
+  s = c->PAllocate(kBlock, &block);
+  if (!s.ok()) return Fail("pallocate", s);
+  std::string data(kBlock, '\0'), back(kBlock, '\0');
+  std::vector<double> times;
+  for (uint32_t r = 0; r < rounds; r++) {
+    for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<char>(i * 31 + r);
+    int victim = -1;
+    s = WaitReplicated(cluster, block.segment, &victim);
+    if (!s.ok()) return Fail("round " + std::to_string(r), s);
+    auto start = Clock::now();
+    cluster.KillServer(victim);
+    s = c->Write(block, data.data(), kBlock);
+    auto end = Clock::now();
+    if (!s.ok()) return Fail("write after the kill", s);
+    s = c->Read(block, back.data(), kBlock);
+    if (!s.ok() || back != data)
+      return Fail("read back", s.ok() ? Status::Corruption("differs") : s);
+    times.push_back(std::chrono::duration<double, std::milli>(end - start).count());
+    std::fprintf(stderr, "round %u: server %d killed, %.1f ms\n", r, victim, times.back());
+    s = cluster.StartServer(victim);
+    if (!s.ok()) return Fail("restart server " + std::to_string(victim), s);
+  }
+  std::sort(times.begin(), times.end());
+  double median = times.size() % 2 ? times[times.size() / 2]
+                                   : (times[times.size() / 2 - 1] + times[times.size() / 2]) / 2;
+  std::printf("FIGURE failover.ms %.1f ms\n", median);
+  std::printf("REF down_timeout %lld ms\n", static_cast<long long>(down.count()));
+  return 0;
+}
+
+}  // namespace
+}  // namespace pdpm::tools
+
+int main(int argc, char** argv) {
+  return pdpm::tools::Run(argc, argv);
+}
