@@ -488,10 +488,12 @@ TEST_F(ReplicatedClusterTest, KillDuringWritesLosesNothingAndReplicasComeBack) {
 TEST_F(ReplicatedClusterTest, DrainedServerHoldsNothingAndLeaves) {
   std::vector<GlobalAddress> blocks;
   for (uint64_t i = 1; i <= 12; i++) {
-    ASSERT_TRUE(client_->PutObj({3, i}, Pattern(i * 5000, static_cast<uint32_t>(i))).ok());
+    Status s = client_->PutObj({3, i}, Pattern(i * 5000, static_cast<uint32_t>(i)));
+    ASSERT_TRUE(s.ok()) << s.ToString();
     GlobalAddress a;
-    ASSERT_TRUE(client_->PAllocate(i * 1000, &a).ok());
-    Status s = client_->Write(a, Pattern(i * 1000, static_cast<uint32_t>(i + 50)).data(), i * 1000);
+    s = client_->PAllocate(i * 1000, &a);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    s = client_->Write(a, Pattern(i * 1000, static_cast<uint32_t>(i + 50)).data(), i * 1000);
     ASSERT_TRUE(s.ok()) << s.ToString();
     blocks.push_back(a);
   }

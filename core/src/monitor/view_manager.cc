@@ -72,6 +72,18 @@ std::map<uint32_t, std::set<uint32_t>> UsedLocalSegments(const v1::ClusterView& 
   return used;
 }
 
+// The position of global segment `segment` in `view`'s mapping table;
+// kNotFound when it is not mapped.
+Status FindSegmentIndex(const v1::ClusterView& view, uint64_t segment, int* index) {
+  for (int i = 0; i < view.segments_size(); i++) {
+    if (view.segments(i).segment() == segment) {
+      *index = i;
+      return Status::OK();
+    }
+  }
+  return Status::NotFound("global segment " + std::to_string(segment) + " is not mapped");
+}
+
 std::vector<TableSlot> TableSlots(const v1::ClusterView& view) {
   std::vector<TableSlot> slots;
   for (const auto& t : view.tables()) slots.push_back({t.table(), t.server_id(), 0});
@@ -564,12 +576,10 @@ Status ViewManager::FreeSegment(const v1::FreeSegmentRequest& req, v1::FreeSegme
   PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
   Touch(req.server_id());
   v1::ClusterView next = view_;
+  int index = 0;
+  PDPM_RETURN_IF_ERROR(FindSegmentIndex(next, req.segment(), &index));
   auto* segments = next.mutable_segments();
-  auto it = std::find_if(segments->begin(), segments->end(),
-                         [&](const v1::SegmentMapping& m) { return m.segment() == req.segment(); });
-  if (it == segments->end()) {
-    return Status::NotFound("global segment " + std::to_string(req.segment()) + " is not mapped");
-  }
+  auto it = segments->begin() + index;
   if (it->primary().server_id() != req.server_id()) {
     return Status::FailedPrecondition(
         "global segment " + std::to_string(req.segment()) + " belongs to server " +
@@ -756,12 +766,9 @@ Status ViewManager::ReportReplica(const v1::ReportReplicaRequest& req,
   PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
   Touch(req.server_id());
   v1::ClusterView next = view_;
-  auto* segments = next.mutable_segments();
-  auto m = std::find_if(segments->begin(), segments->end(),
-                        [&](const v1::SegmentMapping& x) { return x.segment() == req.segment(); });
-  if (m == segments->end()) {
-    return Status::NotFound("global segment " + std::to_string(req.segment()) + " is not mapped");
-  }
+  int index = 0;
+  PDPM_RETURN_IF_ERROR(FindSegmentIndex(next, req.segment(), &index));
+  v1::SegmentMapping* m = next.mutable_segments(index);
   auto* backups = m->mutable_backups();
   auto b = std::find_if(backups->begin(), backups->end(), [&](const v1::SegmentReplica& r) {
     return r.server_id() == req.replica_server_id() && r.local_index() == req.local_index();
