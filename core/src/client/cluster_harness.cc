@@ -196,6 +196,8 @@ Status LocalCluster::Start() {
   std::string port_file = dir_ + "/monitor.port";
   std::string log = dir_ + "/monitor.log";
   ::mkdir((dir_ + "/monitor").c_str(), 0755);
+  // Liveness deadlines scale with the environment; the heartbeat does not.
+  const std::string suspect = ScaledDuration(3000), down = ScaledDuration(10000);
   PDPM_RETURN_IF_ERROR(monitor_.Start({PDPM_MONITOR_BINARY,
                                        "--embedded",
                                        "--dir",
@@ -213,9 +215,9 @@ Status LocalCluster::Start() {
                                        "--heartbeat-interval",
                                        "200ms",
                                        "--suspect-timeout",
-                                       ScaledDuration(3000),
+                                       suspect,
                                        "--down-timeout",
-                                       ScaledDuration(10000)},
+                                       down},
                                       {}, log));
   PDPM_RETURN_IF_ERROR(WaitForFile(port_file, &monitor_, log, &monitor_address_));
   for (int i = 0; i < options_.servers; i++) PDPM_RETURN_IF_ERROR(StartServer(i));
