@@ -17,8 +17,8 @@ FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
 .PHONY: deps build build-asan build-tsan build-fuzz test test-core test-asan test-tsan \
-        test-fuzz test-operator test-hw test-hw-cluster fuzz bench bench-net bench-hw bench-dsm bench-kv \
-        lint format clean up
+        test-fuzz test-operator test-kv-linearizability test-hw test-hw-cluster fuzz bench \
+        bench-net bench-hw bench-dsm bench-kv lint format clean up
 
 deps:
 	@scripts/deps.sh
@@ -41,10 +41,11 @@ build-fuzz: deps
 
 # Everything: the whole core suite optimised, the PM and transport suites
 # under ASan+UBSan and TSan, each fuzzer for a bounded time, the operator,
-# and the pm, net, pdkvs and cluster suites on real verbs and DAX in the
-# hardware guest.
+# pDKVS linearizability under kill -9, and the pm, net, pdkvs and cluster
+# suites on real verbs and DAX in the hardware guest.
 test: deps
-	$(MAKE) test-core test-asan test-tsan test-fuzz test-operator test-hw test-hw-cluster
+	$(MAKE) test-core test-asan test-tsan test-fuzz test-operator test-kv-linearizability \
+	  test-hw test-hw-cluster
 
 test-core: build
 	cd build/release && $(CTEST)
@@ -61,6 +62,14 @@ test-fuzz: build-fuzz
 # The Kubernetes operator against a real kube-apiserver and etcd (envtest).
 test-operator: deps
 	scripts/operator-test.sh
+
+# pDKVS linearizability (e2e/linearizability, docs/pdkvs.md): concurrent
+# Redis clients while pdkvs-gateway is killed and restarted, the history
+# checked with porcupine.
+test-kv-linearizability: build
+	cd e2e/linearizability && \
+	  PDKVS_GATEWAY=$(CURDIR)/build/release/src/pdkvs/gateway/pdkvs-gateway \
+	  go test -count=1 -timeout 5m -v ./...
 
 # The pm, net and pdkvs suites inside a QEMU guest with soft-RoCE and an
 # emulated NVDIMM (e2e/hw). Fails loudly where QEMU cannot run unless

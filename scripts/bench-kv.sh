@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # make bench-kv: redis-benchmark (50 clients, 16 B keys, 64 B and 1 KiB
-# values, -P 1 and -P 16, SET and GET) against the pDKVS gateway (local
-# store on a PM file in memory) and against redis-server 7 without
-# persistence, in the same run. Prints BENCH lines (ref redis).
+# values, -P 1 and -P 16, SET and GET), then pdkvs-loadgen (YCSB A, B and C
+# with uniform and zipfian keys, ETC and SYS; docs/pdkvs.md), against the
+# pDKVS gateway (local store on a PM file in memory) and against
+# redis-server 7 without persistence, in the same run. Prints BENCH lines
+# (ref redis).
 # usage: scripts/bench-kv.sh BUILD_DIR [REQUESTS]
+# env: LOADGEN_RECORDS (default 100000), LOADGEN_OPS (run phase, default
+# 50000), LOADGEN_SECONDS (run phase bound, default 20), LOADGEN_ROUNDS
+# (default 3)
 set -euo pipefail
 build=$1
 requests=${2:-200000}
+records=${LOADGEN_RECORDS:-100000}
+ops=${LOADGEN_OPS:-50000}
+seconds=${LOADGEN_SECONDS:-20}
+rounds=${LOADGEN_ROUNDS:-3}
 gateway=$build/src/pdkvs/gateway/pdkvs-gateway
+loadgen=$build/src/pdkvs/loadgen/pdkvs-loadgen
 dir=$(mktemp -d "${PDPM_BENCH_PM_DIR:-/dev/shm}/pdkvs-bench.XXXXXX")
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 rport=$(free_port)
@@ -38,4 +48,39 @@ for p in 16 1; do
       echo "BENCH name=$name value=$g unit=req/s ref=redis:$r ratio=$ratio"
     done
   done
+done
+
+# pdkvs-loadgen: 50 connections, one request in flight each, one thread;
+# every reply verified (a wrong answer fails the benchmark). Rounds run
+# interleaved (gateway, Redis, next workload, ...); each figure and each
+# reference is the median of its rounds.
+field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
+workload() {  # port workload distribution
+  "$loadgen" --port "$1" --workload "$2" --distribution "$3" --records "$records" --ops "$ops" \
+    --duration "${seconds}s" --connections 50 --pipeline 1 --seed 1
+}
+median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+specs=("ycsb-a uniform kv.ycsb.a.uniform" "ycsb-a zipfian kv.ycsb.a.zipf"
+  "ycsb-b uniform kv.ycsb.b.uniform" "ycsb-b zipfian kv.ycsb.b.zipf"
+  "ycsb-c uniform kv.ycsb.c.uniform" "ycsb-c zipfian kv.ycsb.c.zipf"
+  "etc zipfian kv.etc" "sys zipfian kv.sys")
+for round in $(seq "$rounds"); do
+  for spec in "${specs[@]}"; do
+    read -r w dist name <<<"$spec"
+    g=$(workload "$gport" "$w" "$dist")
+    r=$(workload "$rport" "$w" "$dist")
+    field "$g" run_ops_per_s >>"$dir/$name.gateway"
+    field "$r" run_ops_per_s >>"$dir/$name.redis"
+    echo "kv round $round $w $dist: gateway $(field "$g" run_ops_per_s) ops/s" \
+      "(p50 $(field "$g" run_p50_us) us, p99 $(field "$g" run_p99_us) us)," \
+      "redis $(field "$r" run_ops_per_s) ops/s" \
+      "(p50 $(field "$r" run_p50_us) us, p99 $(field "$r" run_p99_us) us)"
+  done
+done
+for spec in "${specs[@]}"; do
+  read -r _ _ name <<<"$spec"
+  gv=$(median <"$dir/$name.gateway")
+  rv=$(median <"$dir/$name.redis")
+  ratio=$(awk -v a="$gv" -v b="$rv" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')
+  echo "BENCH name=$name value=$gv unit=ops/s ref=redis:$rv ratio=$ratio"
 done

@@ -2,7 +2,9 @@
 # End-to-end test of the `pdpm` CLI on a temporary directory: up, status,
 # object round trips (binary, empty, several MiB, stdin/stdout), down, up
 # again, kill -9 of every daemon then up, fsck, and the errors of bad
-# input. Every step checks exit codes and data byte for byte.
+# input; then `up --ha` (three etcd members, three monitors), kill -9 of
+# the leader monitor, down and up again. Every step checks exit codes and
+# data byte for byte.
 #
 #   scripts/cluster-cli-test.sh <pdpm binary>
 set -euo pipefail
@@ -185,4 +187,46 @@ check_all
 step "down"
 "$pdpm" down --dir "$dir" >/dev/null
 "$pdpm" fsck --dir "$dir" >"$work/fsck.out" || die "fsck after kill -9: $(cat "$work/fsck.out")"
+
+step "up --ha: three etcd members, three monitors, the status names the leader"
+dir=$work/ha
+ha_monitor_port=$(free_ports 3)
+ha_flags=(--dir "$dir" --ha --pm-size 256MiB --segment-size 32MiB
+          --monitor-port "$ha_monitor_port" --server-port "$(free_ports 3)"
+          --etcd-port "$(free_ports 6)" --timeout 60s)
+"$pdpm" up "${ha_flags[@]}" >"$work/up.out" || die "up --ha: $(cat "$work/up.out")"
+grep -q "monitors at .*,.*,.* (view in etcd)" "$work/up.out" || die "up --ha: $(cat "$work/up.out")"
+[[ $(ls "$dir"/etcd-*.pid "$dir"/monitor-*.pid | wc -l) == 6 ]] || die "not 3 etcd + 3 monitors"
+leader_of() {
+  "$pdpm" status --dir "$dir" >"$work/status" || return 1
+  sed -n 's/^monitors .* leader \([^ ]*\) .*/\1/p' "$work/status"
+}
+leader=$(leader_of) || die "status --ha: $(cat "$work/status")"
+[[ -n $leader ]] || die "status names no leader: $(cat "$work/status")"
+put_get 7 "$work/small"
+put_get 8 "$work/big"
+
+step "kill -9 the leader monitor: a standby leads, objects still served and stored"
+i=${leader##*:}
+i=$((i - ha_monitor_port + 1))
+kill -9 "$(cat "$dir/monitor-$i.pid")"
+for _ in $(seq 300); do
+  now=$(leader_of 2>/dev/null) || now=""
+  [[ -n $now && $now != "$leader" ]] && break
+  sleep 0.1
+done
+[[ -n $now && $now != "$leader" ]] || die "no new leader 30 s after killing $leader"
+"$pdpm" obj get 7 --dir "$dir" | cmp - "$work/small" || die "object 7 after the failover"
+put_get 9 "$work/small"
+
+step "down, up again on the same directory: the HA cluster comes back with its data"
+"$pdpm" down --dir "$dir" >"$work/down.out"
+[[ $(grep -c "^stopped" "$work/down.out") == 8 ]] || die "down --ha: $(cat "$work/down.out")"
+"$pdpm" up --dir "$dir" --timeout 60s >"$work/up.out" || die "up again: $(cat "$work/up.out")"
+grep -q "(view in etcd)" "$work/up.out" || die "up again is not HA: $(cat "$work/up.out")"
+for id in 7 9; do
+  "$pdpm" obj get $id --dir "$dir" | cmp - "$work/small" || die "object $id after up again"
+done
+"$pdpm" obj get 8 --dir "$dir" | cmp - "$work/big" || die "object 8 after up again"
+"$pdpm" down --dir "$dir" >/dev/null
 echo "PASS"

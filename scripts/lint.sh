@@ -13,7 +13,7 @@ if ((${#cxx[@]})); then
   clang-tidy -p build/release --quiet "${units[@]}"
 fi
 
-for mod in operator csi-driver; do
+for mod in operator csi-driver e2e/linearizability; do
   [[ -f $mod/go.mod ]] || continue
   unformatted=$(cd "$mod" && gofmt -l $(git ls-files '*.go'))
   if [[ -n $unformatted ]]; then

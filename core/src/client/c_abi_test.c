@@ -46,6 +46,29 @@ int pdpm_c_abi_test(const char* monitor, const char* secret, const char* transpo
   CHECK(memcmp(out, "there", 5) == 0);
   CHECK(pdpm_del_obj(c, id) == PDPM_OK);
   CHECK(pdpm_get_obj(c, id, out, sizeof(out), &size) == PDPM_NOT_FOUND);
+  /* A transaction: a conflict is PDPM_ABORTED, an abort leaves nothing. */
+  pdpm_tx *t1 = NULL, *t2 = NULL;
+  uint64_t v = 7, got = 0;
+  CHECK(pdpm_pallocate(c, 64, 0, &a) == PDPM_OK);
+  CHECK(pdpm_tx_begin(c, &t1) == PDPM_OK);
+  CHECK(pdpm_tx_begin(c, &t2) == PDPM_OK);
+  CHECK(pdpm_tx_read(t1, a, &got, 8) == PDPM_OK);
+  CHECK(pdpm_tx_read(t2, a, &got, 8) == PDPM_OK);
+  CHECK(pdpm_tx_write(t1, a, &v, 8) == PDPM_OK);
+  CHECK(pdpm_tx_write(t2, a, &v, 8) == PDPM_OK);
+  CHECK(pdpm_tx_commit(t1) == PDPM_OK);
+  CHECK(pdpm_tx_commit(t2) == PDPM_ABORTED);
+  CHECK(pdpm_read(c, a, &got, 8) == PDPM_OK && got == 7);
+  CHECK(pdpm_tx_begin(c, &t1) == PDPM_OK);
+  v = 9;
+  CHECK(pdpm_tx_write(t1, a, &v, 8) == PDPM_OK);
+  pdpm_tx_abort(t1);
+  CHECK(pdpm_read(c, a, &got, 8) == PDPM_OK && got == 7);
+  CHECK(pdpm_tx_begin(c, &t1) == PDPM_OK);
+  CHECK(pdpm_tx_pfree(t1, a) == PDPM_OK);
+  CHECK(pdpm_tx_commit(t1) == PDPM_OK);
+  CHECK(pdpm_pfree(c, a) == PDPM_FAILED_PRECONDITION);
+
   CHECK(strcmp(pdpm_strerror(PDPM_NOT_FOUND), "not_found") == 0);
   CHECK(strcmp(pdpm_strerror(PDPM_STALE_EPOCH), "stale_epoch") == 0);
   pdpm_close(c);

@@ -12,6 +12,7 @@ namespace {
 TEST(CAbiTest, RoundTripAndErrorCodes) {
   LocalClusterOptions o;
   o.servers = 1;
+  o.pm_size = (3 * 128 + 2) * (1ull << 20);  // a table, the heap, the transaction log
   LocalCluster cluster(o);
   Status s = cluster.Start();
   ASSERT_TRUE(s.ok()) << s.ToString();

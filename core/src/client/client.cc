@@ -35,6 +35,7 @@ struct Mapping {
   struct Seg {
     uint32_t server = 0;
     uint32_t key = 0;
+    std::vector<uint32_t> backups;
   };
   uint64_t epoch = 0;
   uint64_t segment_size = 0;
@@ -48,7 +49,7 @@ bool IsConnectionFailure(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout;
 }
 
-class ClientImpl final : public Client {
+class ClientImpl final : public Client, public TxHost {
  public:
   explicit ClientImpl(const ClientOptions& o)
       : options_(o), credential_(server::ClusterCredential(o.cluster_secret)) {}
@@ -88,7 +89,9 @@ class ClientImpl final : public Client {
       }
       for (const auto& t : resp.tables()) m->table_owner[t.table()] = t.server_id();
       for (const auto& s : keys.segments()) {
-        m->segments[static_cast<uint32_t>(s.segment())] = {s.primary().server_id(), s.access_key()};
+        Mapping::Seg& seg = m->segments[static_cast<uint32_t>(s.segment())];
+        seg = {s.primary().server_id(), s.access_key(), {}};
+        for (const auto& b : s.backups()) seg.backups.push_back(b.server_id());
       }
       break;
     }
@@ -98,6 +101,63 @@ class ClientImpl final : public Client {
   }
 
   uint64_t epoch() const override { return Snapshot()->epoch; }
+
+  Status TxBegin(std::unique_ptr<Transaction>* out) override {
+    {
+      std::lock_guard<std::mutex> lock(tx_mu_);
+      if (tx_ == nullptr) tx_ = std::make_unique<TxCoordinator>(this);
+    }
+    return tx_->Begin(out);
+  }
+
+  // TxHost.
+  Status RouteSegment(uint32_t segment, SegmentRoute* out) override {
+    for (int attempt = 0; attempt < 2; attempt++) {
+      auto m = Snapshot();
+      auto it = m->segments.find(segment);
+      if (it != m->segments.end()) {
+        *out = {it->second.server, it->second.key, it->second.backups};
+        return Status::OK();
+      }
+      if (attempt == 0) PDPM_RETURN_IF_ERROR(RefreshMapping());
+    }
+    return Status::NotFound("segment " + std::to_string(segment) + " not mapped");
+  }
+
+  Status ReadRegion(uint32_t server, uint32_t key, uint64_t offset, void* buf,
+                    uint64_t len) override {
+    auto m = Snapshot();
+    ConnRef ref;
+    PDPM_RETURN_IF_ERROR(GetConn(*m, server, &ref));
+    return Transfer(ref.conn, key, offset, static_cast<char*>(buf), len, false);
+  }
+
+  Status CallServer(uint32_t server, uint16_t method, const std::string& body,
+                    std::string* reply) override {
+    return Call(
+        [&](const Mapping&, uint32_t* out) {
+          *out = server;
+          return Status::OK();
+        },
+        method, [&](Encoder& e) { e.Bytes(body); }, reply);
+  }
+
+  uint64_t segment_size() const override { return Snapshot()->segment_size; }
+
+  Status PickServer(uint32_t* server) override {
+    auto m = Snapshot();
+    std::vector<uint32_t> ids;
+    for (const auto& [id, s] : m->servers) {
+      if (s.up) ids.push_back(id);
+    }
+    if (ids.empty()) return Status::Unavailable("no live server");
+    *server = ids[next_server_.fetch_add(1) % ids.size()];
+    return Status::OK();
+  }
+
+  Status RouteObject(const ObjectId& id, uint32_t* table, uint32_t* server) override {
+    return ObjectRoute(*Snapshot(), id, table, server);
+  }
 
   Status Read(const GlobalAddress& addr, void* buf, uint64_t len) override {
     return OneSided(addr, static_cast<char*>(buf), len, false);
@@ -334,17 +394,23 @@ class ClientImpl final : public Client {
     return s;
   }
 
+  static Status ObjectRoute(const Mapping& m, const ObjectId& id, uint32_t* table,
+                            uint32_t* server) {
+    if (m.table_count == 0) return Status::Unavailable("the cluster has no table map");
+    *table = monitor::TableForObject(id.hi, id.lo, m.table_count);
+    auto it = m.table_owner.find(*table);
+    if (it == m.table_owner.end() || it->second == 0) {
+      return Status::Unavailable("table " + std::to_string(*table) + " has no server");
+    }
+    *server = it->second;
+    return Status::OK();
+  }
+
   Status ObjectCall(const ObjectId& id, uint16_t method, const Body& body, std::string* reply) {
     return Call(
         [&](const Mapping& m, uint32_t* server) {
-          if (m.table_count == 0) return Status::Unavailable("the cluster has no table map");
-          uint32_t table = monitor::TableForObject(id.hi, id.lo, m.table_count);
-          auto it = m.table_owner.find(table);
-          if (it == m.table_owner.end() || it->second == 0) {
-            return Status::Unavailable("table " + std::to_string(table) + " has no server");
-          }
-          *server = it->second;
-          return Status::OK();
+          uint32_t table = 0;
+          return ObjectRoute(m, id, &table, server);
         },
         method,
         [&](Encoder& e) {
@@ -430,6 +496,9 @@ class ClientImpl final : public Client {
   std::map<uint32_t, std::shared_ptr<ServerConns>> conns_;  // guarded by conns_mu_
   std::atomic<uint64_t> next_server_{0};
   std::atomic<uint64_t> op_id_{0};
+  std::mutex tx_mu_;
+  // Last: destroyed first (it sends pending truncations through the above).
+  std::unique_ptr<TxCoordinator> tx_;
 };
 
 }  // namespace

@@ -39,6 +39,7 @@
 #include <string>
 #include <string_view>
 
+#include "client/transaction.h"
 #include "common/status.h"
 #include "dsm/address.h"
 #include "dsm/hash_index.h"
@@ -53,7 +54,7 @@ using dsm::ObjectId;
 inline constexpr uint64_t kMaxObjectSize = 64ull << 20;
 
 struct ClientOptions {
-  std::string monitor;         // the monitor's gRPC address, host:port
+  std::string monitor;         // host:port of the monitor, or of every HA monitor: a,b,c
   std::string cluster_secret;  // needed for segment keys and every request
   net::BackendKind transport = net::BackendKind::kTcp;
   // A one-sided op or RPC to a dead or hung server fails within this.
@@ -97,6 +98,9 @@ class Client {
   virtual Status WriteObj(const ObjectId& id, uint64_t offset, std::string_view data) = 0;
   virtual Status ObjSize(const ObjectId& id, uint64_t* size) = 0;
   virtual Status DelObj(const ObjectId& id) = 0;
+
+  // Starts a transaction over heap data (client/transaction.h, docs/tx.md).
+  virtual Status TxBegin(std::unique_ptr<Transaction>* out) = 0;
 
   // The epoch of the cached mapping.
   virtual uint64_t epoch() const = 0;

@@ -66,6 +66,21 @@ int pdpm_read_obj(pdpm_client* c, pdpm_oid id, uint64_t offset, void* buf, uint6
 int pdpm_write_obj(pdpm_client* c, pdpm_oid id, uint64_t offset, const void* data, uint64_t len);
 int pdpm_del_obj(pdpm_client* c, pdpm_oid id);
 
+/* Transactions over heap data (client/transaction.h). A transaction is
+ * used by one thread; pdpm_tx_commit and pdpm_tx_abort release it. Errors
+ * go to the client's pdpm_last_error. */
+typedef struct pdpm_tx pdpm_tx;
+int pdpm_tx_begin(pdpm_client* c, pdpm_tx** out);
+int pdpm_tx_read(pdpm_tx* t, pdpm_addr addr, void* buf, uint64_t len);
+int pdpm_tx_write(pdpm_tx* t, pdpm_addr addr, const void* buf, uint64_t len);
+int pdpm_tx_pallocate(pdpm_tx* t, uint64_t size, pdpm_addr* out);
+int pdpm_tx_pfree(pdpm_tx* t, pdpm_addr addr);
+/* PDPM_OK when committed; PDPM_ABORTED on a conflict (retry the
+ * transaction); another code after aborting. Releases t. */
+int pdpm_tx_commit(pdpm_tx* t);
+/* Aborts and releases t. */
+void pdpm_tx_abort(pdpm_tx* t);
+
 /* Stable lower-case name of a code ("permission_denied"). */
 const char* pdpm_strerror(int code);
 /* Message of the last failed call on this handle (valid until the next

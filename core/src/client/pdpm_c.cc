@@ -13,6 +13,11 @@ struct pdpm_client {
   std::string last_error;  // guarded by mu
 };
 
+struct pdpm_tx {
+  pdpm_client* client;
+  std::unique_ptr<pdpm::client::Transaction> tx;
+};
+
 namespace {
 
 using pdpm::Status;
@@ -56,6 +61,50 @@ int pdpm_open(const char* monitor, const char* secret, const char* transport, pd
 
 void pdpm_close(pdpm_client* c) {
   delete c;
+}
+
+int pdpm_tx_begin(pdpm_client* c, pdpm_tx** out) {
+  if (c == nullptr || out == nullptr) return PDPM_INVALID_ARGUMENT;
+  auto t = std::make_unique<pdpm_tx>();
+  t->client = c;
+  int rc = Report(c, c->client->TxBegin(&t->tx));
+  if (rc == PDPM_OK) *out = t.release();
+  return rc;
+}
+
+int pdpm_tx_read(pdpm_tx* t, pdpm_addr addr, void* buf, uint64_t len) {
+  if (t == nullptr || (buf == nullptr && len > 0)) return PDPM_INVALID_ARGUMENT;
+  return Report(t->client, t->tx->Read(ToAddress(addr), buf, len));
+}
+
+int pdpm_tx_write(pdpm_tx* t, pdpm_addr addr, const void* buf, uint64_t len) {
+  if (t == nullptr || (buf == nullptr && len > 0)) return PDPM_INVALID_ARGUMENT;
+  return Report(t->client, t->tx->Write(ToAddress(addr), buf, len));
+}
+
+int pdpm_tx_pallocate(pdpm_tx* t, uint64_t size, pdpm_addr* out) {
+  if (t == nullptr || out == nullptr) return PDPM_INVALID_ARGUMENT;
+  GlobalAddress a;
+  int rc = Report(t->client, t->tx->PAllocate(size, &a));
+  if (rc == PDPM_OK) *out = pdpm_addr{a.hi(), a.lo()};
+  return rc;
+}
+
+int pdpm_tx_pfree(pdpm_tx* t, pdpm_addr addr) {
+  if (t == nullptr) return PDPM_INVALID_ARGUMENT;
+  return Report(t->client, t->tx->PFree(ToAddress(addr)));
+}
+
+int pdpm_tx_commit(pdpm_tx* t) {
+  if (t == nullptr) return PDPM_INVALID_ARGUMENT;
+  std::unique_ptr<pdpm_tx> owned(t);
+  return Report(t->client, t->tx->Commit());
+}
+
+void pdpm_tx_abort(pdpm_tx* t) {
+  if (t == nullptr) return;
+  t->tx->Abort();
+  delete t;
 }
 
 int pdpm_read(pdpm_client* c, pdpm_addr addr, void* buf, uint64_t len) {

@@ -138,14 +138,8 @@ Status FileViewStore::Decode(const std::string& bytes, const std::string& what,
                               std::to_string(bytes.size() - kHeaderSize));
   }
   std::string_view payload(bytes.data() + kHeaderSize, len);
-  if (Crc32c(payload) != static_cast<uint32_t>(GetLe(bytes, 32, 4))) {
-    return Status::Corruption(what + ": payload checksum mismatch");
-  }
-  v1::ClusterView parsed;
-  if (!parsed.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    return Status::Corruption(what + ": payload is not a valid ClusterView");
-  }
-  *view = std::move(parsed);
+  PDPM_RETURN_IF_ERROR(
+      DecodeViewPayload(payload, static_cast<uint32_t>(GetLe(bytes, 32, 4)), what, view));
   *revision = rev;
   return Status::OK();
 }

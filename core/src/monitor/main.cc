@@ -1,6 +1,12 @@
 // pdpm-monitor: the cluster view daemon (see docs/monitor.md).
 //
 //   pdpm-monitor --embedded --dir DIR [--listen 127.0.0.1:7400] ...
+//   pdpm-monitor --etcd HOST:PORT,... --secret-file F [--etcd-prefix P]
+//                [--lease-ttl 3s] [--listen 127.0.0.1:7400] ...
+//
+// With --etcd, several monitors share one view in etcd: one leads, the
+// others answer UNAVAILABLE naming it and take over when its lease lapses
+// (monitor/etcd/leadership.h).
 //
 // Exits non-zero with one error line on bad flags, an unusable or corrupt
 // view directory, or a listen address it cannot bind. SIGINT/SIGTERM stop
@@ -16,6 +22,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <condition_variable>
@@ -27,7 +34,10 @@
 
 #include "common/flags.h"
 #include "common/log.h"
+#include "monitor/etcd/etcd_client.h"
+#include "monitor/etcd/leadership.h"
 #include "monitor/file_view_store.h"
+#include "monitor/monitor_client.h"
 #include "monitor/monitor_service.h"
 #include "monitor/view_manager.h"
 
@@ -38,8 +48,11 @@ struct Flags {
   std::string listen = "127.0.0.1:7400";
   std::string dir;
   bool embedded = false;
+  std::string etcd;
+  LeadershipOptions ha;
   std::string secret_file;
   std::string port_file;
+  std::string advertise;
   std::string log_level = "info";
   MonitorOptions options;
 };
@@ -103,16 +116,16 @@ Status LoadSecret(const Flags& flags, const Logger& log, std::string* secret) {
   return Status::OK();
 }
 
-Status CheckListenAddress(const std::string& listen) {
+Status CheckAddress(const std::string& flag, const std::string& listen) {
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0) {
-    return Status::InvalidArgument("--listen " + listen + ": want host:port");
+    return Status::InvalidArgument(flag + " " + listen + ": want host:port");
   }
   std::string_view port(listen.data() + colon + 1, listen.size() - colon - 1);
   unsigned value = 0;
   auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
   if (port.empty() || ec != std::errc() || ptr != port.data() + port.size() || value > 65535) {
-    return Status::InvalidArgument("--listen " + listen + ": bad port");
+    return Status::InvalidArgument(flag + " " + listen + ": bad port");
   }
   return Status::OK();
 }
@@ -139,7 +152,15 @@ int Run(int argc, char** argv) {
   parser.AddDuration("suspect-timeout", &o.suspect_timeout, "silence before SUSPECT, e.g. 3s");
   parser.AddDuration("down-timeout", &o.down_timeout, "silence before DOWN, e.g. 10s");
   parser.AddString("port-file", &flags.port_file, "write the bound host:port here once serving");
+  parser.AddString("advertise", &flags.advertise,
+                   "with --etcd: the address other monitors name as the leader (default: the "
+                   "bound --listen address; set it when listening on 0.0.0.0)");
   parser.AddString("log-level", &flags.log_level, "debug, info, warn or error");
+  parser.AddString("etcd", &flags.etcd,
+                   "keep the view in etcd, members host:port,... (high availability)");
+  parser.AddString("etcd-prefix", &flags.ha.prefix, "etcd key prefix of this cluster");
+  parser.AddDuration("lease-ttl", &flags.ha.lease_ttl,
+                     "leader lease in etcd, whole seconds (failover takes about this long)");
 
   Logger boot("monitor");
   Status s = parser.Parse(argc, argv);
@@ -156,24 +177,40 @@ int Run(int argc, char** argv) {
   o.segment_size_set = parser.IsSet("segment-size");
   o.replicas_set = parser.IsSet("replicas");
   o.tables_set = parser.IsSet("tables");
-  if (!flags.embedded) {
+  if (flags.embedded == !flags.etcd.empty()) {
     return Fail(log, "bad command line",
-                Status::InvalidArgument("--embedded is required: the local-file view store is "
-                                        "the only one in this version"));
+                Status::InvalidArgument("give either --embedded --dir DIR (a local view) or "
+                                        "--etcd HOST:PORT,... (a view shared in etcd)"));
   }
-  if (flags.dir.empty()) {
+  if (flags.embedded && flags.dir.empty()) {
     return Fail(log, "bad command line", Status::InvalidArgument("--dir is required"));
   }
-  s = CheckListenAddress(flags.listen);
+  if (!flags.embedded && (!flags.dir.empty() || flags.secret_file.empty())) {
+    return Fail(log, "bad command line",
+                Status::InvalidArgument("with --etcd, --secret-file is required and --dir is "
+                                        "not used (every monitor must share the secret)"));
+  }
+  s = CheckAddress("--listen", flags.listen);
+  if (s.ok() && !flags.advertise.empty()) s = CheckAddress("--advertise", flags.advertise);
   if (!s.ok()) return Fail(log, "bad command line", s);
 
   std::unique_ptr<FileViewStore> store;
-  s = FileViewStore::Open(flags.dir, &store);
-  if (!s.ok()) return Fail(log, "cannot use the view directory", s);
+  std::unique_ptr<EtcdClient> etcd;
+  if (flags.embedded) {
+    s = FileViewStore::Open(flags.dir, &store);
+    if (!s.ok()) return Fail(log, "cannot use the view directory", s);
+  } else {
+    s = EtcdClient::Create(flags.etcd, flags.ha.lease_ttl / 3, &etcd);
+    if (!s.ok()) return Fail(log, "bad command line", s);
+  }
   s = LoadSecret(flags, log, &o.cluster_secret);
   if (!s.ok()) return Fail(log, "cannot read the cluster secret", s);
   s = o.Validate();
   if (!s.ok()) return Fail(log, "bad command line", s);
+  flags.ha.monitor = o;
+  flags.ha.self = flags.listen;  // checked now, set to the bound address below
+  s = flags.ha.Validate();
+  if (!flags.embedded && !s.ok()) return Fail(log, "bad command line", s);
 
   // Block the stop signals before any thread starts so only sigwait sees them.
   sigset_t stop_signals;
@@ -189,11 +226,28 @@ int Run(int argc, char** argv) {
   // Without this a second process could bind the same port and steal calls.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 
+  // Embedded: one view manager for the life of the process. HA: the
+  // current term's, while this monitor leads.
   std::unique_ptr<ViewManager> views;
-  s = ViewManager::Open(store.get(), o, log, &views);
-  if (!s.ok()) return Fail(log, "cannot load the cluster view", s);
-  MonitorService service(views.get());
-  builder.RegisterService(&service);
+  std::unique_ptr<Leadership> leadership;
+  std::atomic<Leadership*> electing{nullptr};
+  std::unique_ptr<MonitorService> service;
+  if (flags.embedded) {
+    s = ViewManager::Open(store.get(), o, log, &views);
+    if (!s.ok()) return Fail(log, "cannot load the cluster view", s);
+    service = std::make_unique<MonitorService>(views.get());
+  } else {
+    // Calls may arrive as soon as the port is bound, before the election
+    // (which needs the bound address) exists.
+    service = std::make_unique<MonitorService>([&](std::shared_ptr<ViewManager>* out) {
+      Leadership* l = electing.load();
+      if (l == nullptr) {
+        return Status::Unavailable(std::string(kNotLeaderMessage) + "; no leader is elected yet");
+      }
+      return l->Current(out);
+    });
+  }
+  builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail(
@@ -201,7 +255,14 @@ int Run(int argc, char** argv) {
         Status::Unavailable("cannot listen on " + flags.listen + " (address in use or not local)"));
   }
   std::string bound = flags.listen.substr(0, flags.listen.rfind(':')) + ":" + std::to_string(port);
-  views->SetLeaderAddress(bound);
+  if (flags.embedded) {
+    views->SetLeaderAddress(bound);
+  } else {
+    flags.ha.self = flags.advertise.empty() ? bound : flags.advertise;
+    leadership = std::make_unique<Leadership>(etcd.get(), flags.ha, log);
+    leadership->Start();
+    electing = leadership.get();
+  }
   if (!flags.port_file.empty()) {
     s = WriteFileAtomically(flags.port_file, bound + "\n", 0644);
     if (!s.ok()) {
@@ -209,12 +270,20 @@ int Run(int argc, char** argv) {
       return Fail(log, "cannot write the port file", s);
     }
   }
-  log.Info("serving", {{"listen", bound},
-                       {"store", store->Describe()},
-                       {"epoch", views->epoch()},
-                       {"heartbeat_interval_ms", heartbeat.count()},
-                       {"suspect_timeout_ms", o.suspect_timeout.count()},
-                       {"down_timeout_ms", o.down_timeout.count()}});
+  if (flags.embedded) {
+    log.Info("serving", {{"listen", bound},
+                         {"store", store->Describe()},
+                         {"epoch", views->epoch()},
+                         {"heartbeat_interval_ms", heartbeat.count()},
+                         {"suspect_timeout_ms", o.suspect_timeout.count()},
+                         {"down_timeout_ms", o.down_timeout.count()}});
+  } else {
+    log.Info("serving; campaigning for leadership", {{"listen", bound},
+                                                     {"etcd", flags.etcd},
+                                                     {"prefix", flags.ha.prefix},
+                                                     {"lease_ttl_ms", flags.ha.lease_ttl.count()},
+                                                     {"heartbeat_interval_ms", heartbeat.count()}});
+  }
 
   std::mutex mu;
   std::condition_variable cv;
@@ -223,22 +292,33 @@ int Run(int argc, char** argv) {
     std::unique_lock<std::mutex> lock(mu);
     while (!cv.wait_for(lock, o.heartbeat_interval, [&] { return stopping; })) {
       lock.unlock();
-      views->CheckLiveness();
+      if (leadership != nullptr) {
+        leadership->CheckLiveness();
+      } else {
+        views->CheckLiveness();
+      }
       lock.lock();
     }
   });
 
   int sig = 0;
-  sigwait(&stop_signals, &sig);
-  log.Info("stopping", {{"signal", sig}});
+  Status fatal;
+  const timespec tick = {0, 200L * 1000 * 1000};
+  while (sig <= 0 && fatal.ok()) {
+    sig = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (leadership != nullptr) fatal = leadership->fatal();
+  }
+  if (fatal.ok()) log.Info("stopping", {{"signal", sig}});
   {
     std::lock_guard<std::mutex> lock(mu);
     stopping = true;
   }
   cv.notify_all();
   liveness.join();
+  if (leadership != nullptr) leadership->Stop();  // a leader resigns: fast handover
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
+  if (!fatal.ok()) return Fail(log, "cannot lead this cluster", fatal);
   log.Info("stopped");
   return 0;
 }

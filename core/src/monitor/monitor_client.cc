@@ -1,10 +1,9 @@
 #include "monitor/monitor_client.h"
 
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-
+#include <algorithm>
 #include <thread>
 
+#include "monitor/grpc_channel.h"
 #include "monitor/grpc_status.h"
 
 namespace pdpm::monitor {
@@ -15,33 +14,108 @@ void FillSecret(Req* req, const std::string& secret) {
   if (req->cluster_secret().empty()) req->set_cluster_secret(secret);
 }
 
+std::vector<std::string> SplitAddresses(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    if (end > start) out.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  if (out.empty()) out.push_back(list);  // "" fails its calls with the channel's error
+  return out;
+}
+
+// The leader a refusal names ("...; leader is HOST:PORT"), or "".
+std::string NamedLeader(const Status& s) {
+  std::string_view msg = s.message();
+  size_t at = msg.find(kLeaderIsMessage);
+  if (s.code() != StatusCode::kUnavailable || msg.find(kNotLeaderMessage) == std::string::npos ||
+      at == std::string_view::npos) {
+    return "";
+  }
+  std::string_view rest = msg.substr(at + std::char_traits<char>::length(kLeaderIsMessage));
+  return std::string(rest.substr(0, rest.find_first_of(" ;,)")));
+}
+
 }  // namespace
 
 MonitorClient::MonitorClient(std::string address, MonitorClientOptions options)
     : address_(std::move(address)),
       options_(std::move(options)),
-      stub_(
-          v1::Monitor::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()))) {
+      configured_(SplitAddresses(address_).size()) {
+  for (const std::string& a : SplitAddresses(address_)) EndpointFor(a);
+}
+
+size_t MonitorClient::EndpointFor(const std::string& address) {
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    if (endpoints_[i]->address == address) return i;
+  }
+  endpoints_.push_back(std::make_unique<Endpoint>(
+      Endpoint{address, v1::Monitor::NewStub(NewControlChannel(address))}));
+  return endpoints_.size() - 1;
 }
 
 template <typename Req, typename Resp>
-Status MonitorClient::Call(StubMethod<Req, Resp> method, const Req& req, Resp* resp) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
-  return FromGrpcStatus((stub_.get()->*method)(&ctx, req, resp), ctx);
+Status MonitorClient::Call(StubMethod<Req, Resp> method, const Req& req, Resp* resp,
+                           std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
+  // Several monitors: a hung one may take at most half the budget.
+  const auto per_attempt = configured_ > 1 ? timeout / 2 : timeout;
+  size_t index;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    index = leader_;
+  }
+  for (int attempt = 1;; ++attempt) {
+    Endpoint* ep;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ep = endpoints_[index].get();
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::min<Clock::duration>(per_attempt, deadline - Clock::now()));
+    Status s = FromGrpcStatus((ep->stub.get()->*method)(&ctx, req, resp), ctx);
+    if (s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      leader_ = index;
+      return s;
+    }
+    std::string named = NamedLeader(s);
+    bool retry = !named.empty() || (configured_ > 1 && (s.code() == StatusCode::kUnavailable ||
+                                                        s.code() == StatusCode::kTimeout));
+    auto now = Clock::now();
+    if (!retry || now >= deadline) {
+      return configured_ > 1 ? s.WithContext("monitor at " + ep->address) : s;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      size_t next = named.empty() ? (index + 1) % endpoints_.size() : EndpointFor(named);
+      // Straight to a newly named leader; otherwise pause, longer each
+      // round, while an election runs.
+      bool pause = next == index || named.empty() || attempt > 2 * static_cast<int>(configured_);
+      index = next;
+      if (!pause) continue;
+    }
+    auto wait = std::chrono::milliseconds(std::min(25 * attempt, 250));
+    std::this_thread::sleep_for(std::min<Clock::duration>(wait, deadline - now));
+  }
 }
 
 Status MonitorClient::WaitReady(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   Status last;
   while (true) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::min(options_.call_timeout, std::chrono::milliseconds(1000)));
-    ctx.set_wait_for_ready(true);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     v1::GetClusterStatusRequest req;
     v1::ClusterStatus resp;
-    last = FromGrpcStatus(stub_->GetClusterStatus(&ctx, req, &resp), ctx);
+    last = Call(&v1::Monitor::Stub::GetClusterStatus, req, &resp,
+                std::clamp(left, std::chrono::milliseconds(1),
+                           std::min(options_.call_timeout, std::chrono::milliseconds(1000))));
     if (last.ok()) return last;
     if (std::chrono::steady_clock::now() >= deadline) {
       return last.WithContext("monitor at " + address_ + " not ready");

@@ -7,10 +7,23 @@
 // The cluster secret from the options is filled into every request that
 // carries a secret field the caller left empty. Thread-safe: one client may be shared by
 // many threads (gRPC channels multiplex calls).
+//
+// High availability: the address may list every monitor ("a:7400,b:7400,
+// c:7400"). A call goes to the monitor that last answered; when a monitor
+// cannot be reached, or refuses with kUnavailable (a standby: "not the
+// leader; leader is ADDRESS"), the call moves on — to the named leader
+// (added to the list if it was not in it), else to the next monitor — with
+// a short pause after each futile round, until the call timeout. With a
+// single address only a named leader is followed; an unreachable monitor
+// fails the call at once, as before. A call is repeated only after a
+// refusal or a lost connection, and every monitor RPC is safe to repeat
+// except that a repeated first registration may add a second, never
+// heartbeating, member.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,6 +32,12 @@
 
 namespace pdpm::monitor {
 
+// How a monitor that is not the leader refuses a call (kUnavailable):
+// "not the leader; leader is HOST:PORT", or "not the leader; no leader is
+// elected yet".
+inline constexpr char kNotLeaderMessage[] = "not the leader";
+inline constexpr char kLeaderIsMessage[] = "; leader is ";
+
 struct MonitorClientOptions {
   std::string cluster_secret;                    // "" for callers without one
   std::chrono::milliseconds call_timeout{5000};  // per call
@@ -26,12 +45,12 @@ struct MonitorClientOptions {
 
 class MonitorClient {
  public:
-  // `address` is host:port. Connecting is lazy: the first call (or
-  // WaitReady) establishes the channel.
+  // `address` is host:port or a comma-separated list of them. Connecting
+  // is lazy: the first call (or WaitReady) establishes the channels.
   MonitorClient(std::string address, MonitorClientOptions options);
 
-  // Waits until the monitor answers a status call; kUnavailable/kTimeout
-  // when it does not within `timeout`.
+  // Waits until a monitor (the leader) answers a status call;
+  // kUnavailable/kTimeout when none does within `timeout`.
   Status WaitReady(std::chrono::milliseconds timeout);
 
   Status RegisterServer(v1::RegisterServerRequest req, v1::RegisterServerResponse* resp);
@@ -45,18 +64,34 @@ class MonitorClient {
   Status GetSegmentKeys(const std::vector<uint64_t>& segments, v1::GetSegmentKeysResponse* resp);
   Status GetClusterStatus(v1::ClusterStatus* status);
 
+  // The address list as given.
   const std::string& address() const { return address_; }
 
  private:
+  struct Endpoint {
+    std::string address;
+    std::unique_ptr<v1::Monitor::Stub> stub;
+  };
   template <typename Req, typename Resp>
   using StubMethod = grpc::Status (v1::Monitor::Stub::*)(grpc::ClientContext*, const Req&, Resp*);
-  // One unary call with the configured deadline.
+  // One unary call, following the leader, within `timeout`.
   template <typename Req, typename Resp>
-  Status Call(StubMethod<Req, Resp> method, const Req& req, Resp* resp);
+  Status Call(StubMethod<Req, Resp> method, const Req& req, Resp* resp,
+              std::chrono::milliseconds timeout);
+  template <typename Req, typename Resp>
+  Status Call(StubMethod<Req, Resp> method, const Req& req, Resp* resp) {
+    return Call(method, req, resp, options_.call_timeout);
+  }
+  // The endpoint for `address`, added when unknown. Requires mu_.
+  size_t EndpointFor(const std::string& address);
 
   const std::string address_;
   const MonitorClientOptions options_;
-  std::unique_ptr<v1::Monitor::Stub> stub_;
+  const size_t configured_;  // endpoints given (more may be learnt)
+  std::mutex mu_;
+  // Never shrinks; entries are never moved (calls hold pointers).
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  size_t leader_ = 0;  // index of the endpoint that answered last
 };
 
 }  // namespace pdpm::monitor

@@ -4,44 +4,57 @@
 
 namespace pdpm::monitor {
 
+MonitorService::MonitorService(ViewManager* views)
+    : source_([views](std::shared_ptr<ViewManager>* out) {
+        *out = std::shared_ptr<ViewManager>(std::shared_ptr<ViewManager>(), views);
+        return Status::OK();
+      }) {}
+
+template <typename Fn>
+grpc::Status MonitorService::Serve(grpc::ServerContext* ctx, Fn fn) {
+  std::shared_ptr<ViewManager> views;
+  Status s = source_(&views);
+  return ToGrpcStatus(s.ok() ? fn(*views) : s, ctx);
+}
+
 grpc::Status MonitorService::RegisterServer(grpc::ServerContext* ctx,
                                             const v1::RegisterServerRequest* req,
                                             v1::RegisterServerResponse* resp) {
-  return ToGrpcStatus(views_->RegisterServer(*req, resp), ctx);
+  return Serve(ctx, [&](ViewManager& v) { return v.RegisterServer(*req, resp); });
 }
 
 grpc::Status MonitorService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                        v1::HeartbeatResponse* resp) {
-  return ToGrpcStatus(views_->Heartbeat(*req, resp), ctx);
+  return Serve(ctx, [&](ViewManager& v) { return v.Heartbeat(*req, resp); });
 }
 
 grpc::Status MonitorService::AllocateSegment(grpc::ServerContext* ctx,
                                              const v1::AllocateSegmentRequest* req,
                                              v1::AllocateSegmentResponse* resp) {
-  return ToGrpcStatus(views_->AllocateSegment(*req, resp), ctx);
+  return Serve(ctx, [&](ViewManager& v) { return v.AllocateSegment(*req, resp); });
 }
 
 grpc::Status MonitorService::FreeSegment(grpc::ServerContext* ctx,
                                          const v1::FreeSegmentRequest* req,
                                          v1::FreeSegmentResponse* resp) {
-  return ToGrpcStatus(views_->FreeSegment(*req, resp), ctx);
+  return Serve(ctx, [&](ViewManager& v) { return v.FreeSegment(*req, resp); });
 }
 
 grpc::Status MonitorService::GetMapping(grpc::ServerContext* ctx, const v1::GetMappingRequest* req,
                                         v1::GetMappingResponse* resp) {
-  return ToGrpcStatus(views_->GetMapping(*req, resp), ctx);
+  return Serve(ctx, [&](ViewManager& v) { return v.GetMapping(*req, resp); });
 }
 
 grpc::Status MonitorService::GetSegmentKeys(grpc::ServerContext* ctx,
                                             const v1::GetSegmentKeysRequest* req,
                                             v1::GetSegmentKeysResponse* resp) {
-  return ToGrpcStatus(views_->GetSegmentKeys(*req, resp), ctx);
+  return Serve(ctx, [&](ViewManager& v) { return v.GetSegmentKeys(*req, resp); });
 }
 
 grpc::Status MonitorService::GetClusterStatus(grpc::ServerContext* ctx,
                                               const v1::GetClusterStatusRequest* /*req*/,
                                               v1::ClusterStatus* resp) {
-  return ToGrpcStatus(views_->GetClusterStatus(resp), ctx);
+  return Serve(ctx, [&](ViewManager& v) { return v.GetClusterStatus(resp); });
 }
 
 }  // namespace pdpm::monitor

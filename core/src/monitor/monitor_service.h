@@ -2,6 +2,9 @@
 // method forwards to the manager and converts its Status (grpc_status.h).
 #pragma once
 
+#include <functional>
+#include <memory>
+
 #include "monitor/view_manager.h"
 #include "pdpm/v1/monitor.grpc.pb.h"
 
@@ -9,8 +12,13 @@ namespace pdpm::monitor {
 
 class MonitorService final : public v1::Monitor::Service {
  public:
-  // `views` is not owned and outlives the service.
-  explicit MonitorService(ViewManager* views) : views_(views) {}
+  // Where each call is served from: the manager, or an error returned as
+  // the call's status (a standby monitor: kUnavailable naming the leader).
+  using ViewSource = std::function<Status(std::shared_ptr<ViewManager>*)>;
+
+  // Serves from `views`, which is not owned and outlives the service.
+  explicit MonitorService(ViewManager* views);
+  explicit MonitorService(ViewSource source) : source_(std::move(source)) {}
 
   grpc::Status RegisterServer(grpc::ServerContext* ctx, const v1::RegisterServerRequest* req,
                               v1::RegisterServerResponse* resp) override;
@@ -28,7 +36,10 @@ class MonitorService final : public v1::Monitor::Service {
                                 v1::ClusterStatus* resp) override;
 
  private:
-  ViewManager* const views_;
+  template <typename Fn>
+  grpc::Status Serve(grpc::ServerContext* ctx, Fn fn);
+
+  const ViewSource source_;
 };
 
 }  // namespace pdpm::monitor

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "pdpm/v1/monitor.pb.h"
@@ -42,5 +43,10 @@ class ViewStore {
   // Where the view lives, for logs and status ("file:/var/lib/pdpm/view").
   virtual std::string Describe() const = 0;
 };
+
+// For the stores' value formats: checks `payload` against its CRC-32C and
+// parses it. kCorruption naming `what` on a mismatch or an unparsable view.
+Status DecodeViewPayload(std::string_view payload, uint32_t crc, const std::string& what,
+                         v1::ClusterView* view);
 
 }  // namespace pdpm::monitor

@@ -65,6 +65,9 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
       return self->HandleObject(m, r, out);
     });
   }
+  s->tx_ = std::make_unique<TxParticipant>(s->MakeTxHooks(), s->transport_.get(),
+                                           log.WithComponent("tx"));
+  s->tx_->RegisterRpcs(s->rpc_.get());
   PDPM_RETURN_IF_ERROR(s->rpc_->Listen(options.listen).WithContext("listen " + options.listen));
   s->address_ = options.advertise.empty() ? s->transport_->listen_address() : options.advertise;
   PDPM_RETURN_IF_ERROR(s->Register(stop));
@@ -73,6 +76,10 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   // announcement a crash interrupted gets its number now.
   for (auto& seg : s->segments_) {
     if (seg == nullptr) continue;
+    if (seg->role.kind == SegmentKind::kTxLog) {
+      s->tx_log_ = seg.get();  // server-local: not announced
+      continue;
+    }
     Status st = s->Announce(seg.get());
     if (st.code() == StatusCode::kFailedPrecondition && seg->role.global == 0) {
       // A table segment the monitor never confirmed, for a table that has
@@ -85,6 +92,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
     PDPM_RETURN_IF_ERROR(st.WithContext("announce segment " + std::to_string(seg->local)));
   }
   PDPM_RETURN_IF_ERROR(s->RefreshMapping());
+  PDPM_RETURN_IF_ERROR(s->tx_->Recover().WithContext("recover transactions"));
   // Logged before the heartbeat thread may change what it reads.
   log.Info("serving", {{"address", s->address_},
                        {"server_id", s->server_id_},
@@ -159,6 +167,10 @@ Status DataServer::OpenSegment(uint32_t local, const SegmentRole& role,
                                   {"objects", rec.objects},
                                   {"reclaimed_blocks", rec.reclaimed_blocks},
                                   {"repaired_links", rec.repaired_links}});
+  }
+  if (role.kind == SegmentKind::kTxLog) {  // not accessed remotely
+    *out = std::move(seg);
+    return Status::OK();
   }
   uint32_t access = role.kind == SegmentKind::kHeap ? net::kRemoteAll : net::kRemoteRead;
   PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(mem.data(), mem.size(), access,
@@ -249,16 +261,20 @@ Status DataServer::Announce(Segment* seg) {
   return Status::OK();
 }
 
-Status DataServer::CreateSegment(SegmentRole role, Segment** out) {
-  uint32_t local = 0;
-  {
-    std::shared_lock lock(mu_);
-    while (local < segments_.size() && segments_[local] != nullptr) local++;
-  }
-  if (local == segments_.size()) {
+Status DataServer::FreeLocalSegment(uint32_t* local) {
+  std::shared_lock lock(mu_);
+  *local = 0;
+  while (*local < segments_.size() && segments_[*local] != nullptr) ++*local;
+  if (*local == segments_.size()) {
     return Status::ResourceExhausted("no free segment left on server " +
                                      std::to_string(server_id_));
   }
+  return Status::OK();
+}
+
+Status DataServer::CreateSegment(SegmentRole role, Segment** out) {
+  uint32_t local = 0;
+  PDPM_RETURN_IF_ERROR(FreeLocalSegment(&local));
   std::span<char> mem = space_->segment(local);
   dsm::PmRange range{mem.data(), mem.size(), space_->device().persist_fn()};
   // Order (docs/server.md): format, table, role (global 0), announce, global.

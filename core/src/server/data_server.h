@@ -33,6 +33,7 @@
 #include "pm/pm_space.h"
 #include "server/protocol.h"
 #include "server/segment_role.h"
+#include "server/tx_participant.h"
 
 namespace pdpm::server {
 
@@ -61,6 +62,8 @@ class DataServer {
 
   std::string address() const { return address_; }
   uint32_t server_id() const { return server_id_; }
+  // Transactions' participant (for replication: PromoteSegment).
+  TxParticipant* transactions() { return tx_.get(); }
 
  private:
   struct Segment {
@@ -80,11 +83,17 @@ class DataServer {
   // Tells the monitor about `seg` (new or with a new key) and records the
   // global number it got.
   Status Announce(Segment* seg);
+  // The lowest free local segment; kResourceExhausted when none is left.
+  Status FreeLocalSegment(uint32_t* local);
   // Formats a free local segment for `role` and announces it. Requires
   // grow_mu_.
   Status CreateSegment(SegmentRole role, Segment** out);
   Status RefreshMapping();
   void HeartbeatLoop();
+  // The participant's view of this server (tx_participant.h).
+  TxHooks MakeTxHooks();
+  // Formats a free local segment as the transaction log (never announced).
+  Status CreateTxLogSegment(Segment** out);
 
   // The request handlers; `req` is the whole message.
   Status CheckHeader(const RequestHeader& h);
@@ -126,6 +135,8 @@ class DataServer {
   std::condition_variable stop_cv_;
   bool stopping_ = false;
   std::thread heartbeat_;
+  Segment* tx_log_ = nullptr;  // guarded by grow_mu_
+  std::unique_ptr<TxParticipant> tx_;
   // Last: destroyed first, so no handler runs once members go away.
   std::unique_ptr<net::RpcServer> rpc_;
 };

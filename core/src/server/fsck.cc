@@ -1,7 +1,9 @@
 #include "server/fsck.h"
 
+#include <cstring>
 #include <memory>
 
+#include "dsm/chunk.h"
 #include "pm/pm_device.h"
 #include "pm/pm_space.h"
 
@@ -9,14 +11,14 @@ namespace pdpm::server {
 
 bool PmCheckReport::ok() const {
   for (const auto& s : segments) {
-    if (!s.report.ok()) return false;
+    if (!s.ok()) return false;
   }
   return true;
 }
 
 bool PmCheckReport::clean() const {
   for (const auto& s : segments) {
-    if (!s.report.clean()) return false;
+    if (!s.report.clean() || !s.tx_log.violations.empty()) return false;
   }
   return true;
 }
@@ -27,19 +29,47 @@ std::string PmCheckReport::ToString() const {
                     std::to_string(segments.size()) + " of " + std::to_string(segment_count) +
                     " segments in use\n";
   for (const auto& s : segments) {
-    const char* kind = s.role.kind == SegmentKind::kHeap ? "heap" : "table";
+    const char* kind = s.role.kind == SegmentKind::kHeap    ? "heap"
+                       : s.role.kind == SegmentKind::kTable ? "table"
+                                                            : "transaction log";
     out += "segment " + std::to_string(s.local_index) + " (" + kind;
     if (s.role.kind == SegmentKind::kTable) out += " " + std::to_string(s.role.table);
     out += ", global " + std::to_string(s.role.global) + "): " +
-           (s.report.clean() ? "clean"
-            : s.report.ok()  ? "repairable"
-                             : "VIOLATIONS") +
+           (!s.ok()            ? "VIOLATIONS"
+            : s.report.clean() ? "clean"
+                               : "repairable") +
            ", blocks " + std::to_string(s.report.allocated_blocks) + ", objects " +
            std::to_string(s.report.objects) + "\n";
+    if (s.role.kind == SegmentKind::kTxLog) {
+      out += "  areas assigned " + std::to_string(s.tx_log.assigned_areas) + ", live records " +
+             std::to_string(s.tx_log.live_records) + ", in doubt " +
+             std::to_string(s.tx_log.in_doubt) + "\n";
+      for (const auto& v : s.tx_log.violations) out += "  violation: " + v + "\n";
+    }
     if (!s.report.clean()) out += s.report.ToString();
   }
   return out;
 }
+
+namespace {
+
+// The log region named by the segment's root slots (segment_role.h).
+void CheckTxLog(std::span<const char> seg, dsm::TxLogCheck* out) {
+  dsm::RegionHeader h;
+  std::memcpy(&h, seg.data() + dsm::kRegionHeaderOffset, sizeof(h));
+  uint64_t region = h.roots[kTxLogRegionSlot];
+  uint64_t geometry = h.roots[kTxLogGeometrySlot];
+  if (region == 0) return;  // created, log region not yet allocated
+  uint64_t count = geometry >> 32, area_size = geometry & 0xffffffffu;
+  if (count == 0 || area_size == 0 || region > seg.size() ||
+      count * area_size > seg.size() - region) {
+    out->violations.push_back("transaction log region outside its segment");
+    return;
+  }
+  dsm::CheckTxLogRegion(seg.data() + region, area_size, static_cast<uint32_t>(count), out);
+}
+
+}  // namespace
 
 Status CheckServerPm(const std::string& path, PmCheckReport* report) {
   *report = PmCheckReport{};
@@ -60,6 +90,7 @@ Status CheckServerPm(const std::string& path, PmCheckReport* report) {
     if (f.role.kind == SegmentKind::kFree) continue;
     f.report = dsm::CheckSegment(seg.data(), seg.size(),
                                  f.role.kind == SegmentKind::kTable ? kObjectRootSlot : -1);
+    if (f.role.kind == SegmentKind::kTxLog) CheckTxLog(seg, &f.tx_log);
     report->segments.push_back(std::move(f));
   }
   return Status::OK();

@@ -1,6 +1,7 @@
 // The offline checker of a server's PM (what `pdpm fsck` runs): opens the
 // PM read-only in spirit (it never writes), finds every segment in use from
-// its role word (segment_role.h) and runs dsm::CheckSegment on it. The PM
+// its role word (segment_role.h) and runs dsm::CheckSegment on it, and on a
+// transaction-log segment dsm::CheckTxLogRegion on its log region. The PM
 // must not be open in a running server (the device lock refuses it with
 // kFailedPrecondition).
 #pragma once
@@ -11,6 +12,7 @@
 
 #include "common/status.h"
 #include "dsm/segment_check.h"
+#include "dsm/txlog.h"
 #include "server/segment_role.h"
 
 namespace pdpm::server {
@@ -19,6 +21,8 @@ struct SegmentFinding {
   uint32_t local_index = 0;
   SegmentRole role;
   dsm::SegmentCheckReport report;
+  dsm::TxLogCheck tx_log;  // kTxLog segments: the log region (violations count)
+  bool ok() const { return report.ok() && tx_log.violations.empty(); }
 };
 
 struct PmCheckReport {

@@ -1,7 +1,7 @@
 // pdpm-server: one PM node of a PDPM cluster (docs/server.md).
 //
 //   pdpm-server --pm PATH [--pm-size SIZE] [--format] [--segment-size SIZE]
-//               --monitor HOST:PORT --secret-file F [--listen HOST:PORT]
+//               --monitor HOST:PORT[,...] --secret-file F [--listen HOST:PORT]
 //               [--transport tcp|verbs] [--cores N] [--label k=v,...]
 //   pdpm-server --config=/etc/pdpm/pdpm.conf        (Kubernetes)
 //   pdpm-server --wipe-pm=DEVICE                    (zero a device, exit)
@@ -88,11 +88,8 @@ Status ApplyConfig(const FlagParser& parser, Flags* f) {
   take("pm_path", "pm", &f->pm);
   take("transport", "transport", &f->transport);
   take("cluster_key_file", "secret-file", &f->secret_file);
-  if (kv.count("monitor_endpoints") && !parser.IsSet("monitor")) {
-    // The first monitor; part 2 follows the leader among all of them.
-    std::string eps = kv["monitor_endpoints"];
-    f->monitor = eps.substr(0, eps.find(','));
-  }
+  // Every monitor: the monitor client follows the leader among them.
+  take("monitor_endpoints", "monitor", &f->monitor);
   if (kv.count("pm_size") && !parser.IsSet("pm-size")) {
     PDPM_RETURN_IF_ERROR(ParseSize(kv["pm_size"], &f->pm_size).WithContext("pm_size"));
   }
@@ -171,7 +168,8 @@ int Run(int argc, char** argv) {
   parser.AddBool("format", &f.format, "format the PM if it is blank (never a formatted one)");
   parser.AddSize("segment-size", &f.segment_size,
                  "segment size when formatting (default: the cluster's)");
-  parser.AddString("monitor", &f.monitor, "monitor address host:port (required)");
+  parser.AddString("monitor", &f.monitor,
+                   "monitor host:port, or every monitor of an HA cluster: a,b,c (required)");
   parser.AddString("secret-file", &f.secret_file, "file holding the cluster secret (required)");
   parser.AddString("listen", &f.listen, "data-plane address host:port (port 0: any free port)");
   parser.AddString("advertise", &f.advertise,

@@ -18,6 +18,7 @@
 //                                               -> data
 //   kObjSize    16-byte id                     -> u64 size
 //   kDelObj     16-byte id                     -> empty
+//   kTx*        transactions: docs/tx.md
 // A decoder refuses a short, long or unknown-version message with
 // kInvalidArgument.
 #pragma once
@@ -55,6 +56,14 @@ enum Method : uint16_t {
   kReadObj = 0x113,
   kObjSize = 0x114,
   kDelObj = 0x115,
+  // Transactions (server/tx_participant.h, docs/tx.md).
+  kTxHello = 0x201,
+  kTxLock = 0x202,
+  kTxCommit = 0x203,
+  kTxAbort = 0x204,
+  kTxTruncate = 0x205,
+  kTxResolve = 0x206,
+  kTxAlloc = 0x207,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It

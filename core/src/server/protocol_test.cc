@@ -68,7 +68,8 @@ TEST(ProtocolTest, RefusesShortLongAndForeignMessages) {
 TEST(SegmentRoleTest, EncodeDecode) {
   for (SegmentRole r :
        {SegmentRole{SegmentKind::kHeap, 0, 1}, SegmentRole{SegmentKind::kTable, 17, 0xfffffffe},
-        SegmentRole{SegmentKind::kTable, 3, 0}, SegmentRole{}}) {
+        SegmentRole{SegmentKind::kTable, 3, 0}, SegmentRole{SegmentKind::kTxLog, 0, 0},
+        SegmentRole{}}) {
     SegmentRole back;
     ASSERT_TRUE(SegmentRole::Decode(r.Encode(), &back).ok());
     EXPECT_EQ(back.kind, r.kind);
@@ -77,6 +78,8 @@ TEST(SegmentRoleTest, EncodeDecode) {
   }
   SegmentRole out;
   EXPECT_EQ(SegmentRole::Decode(uint64_t{9} << 56, &out).code(), StatusCode::kCorruption);
+  // A transaction log is server-local: no table, no global number.
+  EXPECT_EQ(SegmentRole::Decode((uint64_t{3} << 56) | 5, &out).code(), StatusCode::kCorruption);
   EXPECT_EQ(SegmentRole::Decode((uint64_t{1} << 56) | (uint64_t{4} << 32), &out).code(),
             StatusCode::kCorruption);
   EXPECT_EQ(SegmentRole::Decode(uint64_t{2} << 56, &out).code(), StatusCode::kCorruption);

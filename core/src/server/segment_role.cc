@@ -25,6 +25,12 @@ Status SegmentRole::Decode(uint64_t word, SegmentRole* out) {
       if (r.table == 0) return Status::Corruption("segment role: table segment without a table");
       r.kind = SegmentKind::kTable;
       break;
+    case 3:
+      if (r.table != 0 || r.global != 0) {
+        return Status::Corruption("segment role: transaction log with a table or global number");
+      }
+      r.kind = SegmentKind::kTxLog;
+      break;
     default: return Status::Corruption("segment role: unknown kind " + std::to_string(kind));
   }
   *out = r;

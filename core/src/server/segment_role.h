@@ -3,7 +3,7 @@
 //
 // A segment in use is a PAllocator region (dsm/chunk.h) whose root slot
 // kRoleSlot holds the role word:
-//   bits 63..56 kind (1 heap, 2 object-store table)
+//   bits 63..56 kind (1 heap, 2 object-store table, 3 transaction log)
 //   bits 55..32 table number (kind 2; 0 for heap)
 //   bits 31..0  global segment number; 0 while the monitor has not yet
 //               confirmed it (the server re-announces it on restart)
@@ -23,7 +23,16 @@ namespace pdpm::server {
 inline constexpr int kObjectRootSlot = 0;
 inline constexpr int kRoleSlot = 15;
 
-enum class SegmentKind : uint8_t { kFree = 0, kHeap = 1, kTable = 2 };
+enum class SegmentKind : uint8_t { kFree = 0, kHeap = 1, kTable = 2, kTxLog = 3 };
+
+// Root slots of a transaction-log segment (kind 3, server-local: never
+// announced, global 0): the offset of its log region (a large heap block of
+// the segment's PAllocator), the count of server starts, which seeds the
+// version words, and the region's geometry (docs/tx.md).
+inline constexpr int kTxLogRegionSlot = 1;
+inline constexpr int kTxStartCountSlot = 2;
+// area count << 32 | area size
+inline constexpr int kTxLogGeometrySlot = 3;
 
 struct SegmentRole {
   SegmentKind kind = SegmentKind::kFree;

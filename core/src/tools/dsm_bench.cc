@@ -9,12 +9,21 @@
 //   write.64KiB.r1   Write of 64 KiB, durable on the server's PM on return
 //   read.64KiB       Read of 64 KiB
 //   obj.put.4KiB / obj.get.4KiB / obj.put.1MiB / obj.get.1MiB
+// and transactions in ops/s (committed transactions per second), each with
+// its reference measured here: the same accesses without a transaction
+// (one-sided reads and writes), as "FIGURE <name> <value> ops/s <ref> <value>":
+//   tx.ro            4 reads of 64-byte items (uniform over 3072 items on every server)
+//   tx.w25.uniform   4 reads, 1 of the 4 items written back (uniform)
+//   tx.w25.zipf      the same, items chosen by Zipf (0.99)
 // Exits 1 with one error line when any operation fails.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "client/client.h"
 #include "common/file_util.h"
@@ -50,6 +59,74 @@ Status Measure(double seconds, uint64_t bytes_per_op, const std::function<Status
 
 void Report(const char* name, double mbs) {
   std::printf("FIGURE %s %.3f MB/s\n", name, mbs);
+}
+
+// Item numbers 0..n-1 drawn uniformly or by Zipf (exponent `theta`).
+class ItemChooser {
+ public:
+  ItemChooser(uint64_t n, double theta) {
+    double sum = 0;
+    for (uint64_t i = 0; i < n; i++) {
+      sum += theta == 0 ? 1.0 : 1.0 / std::pow(static_cast<double>(i + 1), theta);
+      cdf_.push_back(sum);
+    }
+    for (double& c : cdf_) c /= sum;
+  }
+  uint64_t Next(std::mt19937_64& rng) {
+    double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    return static_cast<uint64_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin()) %
+           cdf_.size();
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+// Transactions of 4 item reads and `writes` (0 or 1) of them written back,
+// against the same accesses without a transaction; committed per second.
+Status MeasureTx(client::Client* c, const std::vector<client::GlobalAddress>& items, double seconds,
+                 double theta, int writes, double* tx_ops, double* raw_ops, uint64_t* retried) {
+  ItemChooser chooser(items.size(), theta);
+  std::mt19937_64 rng(7);
+  char buf[dsm::kTxGranule];
+  auto pick = [&](client::GlobalAddress* a) {
+    for (int k = 0; k < 4; k++) a[k] = items[chooser.Next(rng)];
+  };
+  auto per_second = [&](const std::function<Status()>& op, double* out) {
+    double mbs = 0;
+    PDPM_RETURN_IF_ERROR(Measure(
+        seconds, 1, [&](uint64_t) { return op(); }, &mbs));
+    *out = mbs * 1e6;
+    return Status::OK();
+  };
+  PDPM_RETURN_IF_ERROR(per_second(
+      [&]() -> Status {
+        client::GlobalAddress a[4];
+        pick(a);
+        for (const auto& x : a) PDPM_RETURN_IF_ERROR(c->Read(x, buf, sizeof(buf)));
+        if (writes > 0) PDPM_RETURN_IF_ERROR(c->Write(a[0], buf, sizeof(buf)));
+        return Status::OK();
+      },
+      raw_ops));
+  return per_second(
+      [&]() -> Status {
+        client::GlobalAddress a[4];
+        pick(a);
+        while (true) {
+          std::unique_ptr<client::Transaction> tx;
+          PDPM_RETURN_IF_ERROR(c->TxBegin(&tx));
+          Status s;
+          for (const auto& x : a) {
+            s = tx->Read(x, buf, sizeof(buf));
+            if (!s.ok()) break;
+          }
+          if (s.ok() && writes > 0) s = tx->Write(a[0], buf, sizeof(buf));
+          if (s.ok()) s = tx->Commit();
+          if (s.code() != StatusCode::kAborted) return s;
+          ++*retried;
+        }
+      },
+      tx_ops);
 }
 
 int Run(int argc, char** argv) {
@@ -139,6 +216,41 @@ int Run(int argc, char** argv) {
       s = c->DelObj(id(i));
       if (!s.ok()) return Fail("del " + label, s);
     }
+  }
+
+  // Transactions over 64-byte items spread over every server.
+  constexpr uint64_t kItems = 3072;
+  std::vector<client::GlobalAddress> items;
+  std::vector<client::GlobalAddress> blocks;
+  while (items.size() < kItems) {
+    client::GlobalAddress block;
+    s = c->PAllocate(1024 * dsm::kTxGranule, &block);  // round-robin over servers
+    if (!s.ok()) return Fail("pallocate items", s);
+    blocks.push_back(block);
+    for (uint64_t i = 0; i < 1024; i++) {
+      client::GlobalAddress a = block;
+      a.offset += i * dsm::kTxGranule;
+      items.push_back(a);
+    }
+  }
+  struct TxFigure {
+    const char* name;
+    double theta;
+    int writes;
+  };
+  for (const TxFigure& f : {TxFigure{"tx.ro", 0, 0}, TxFigure{"tx.w25.uniform", 0, 1},
+                            TxFigure{"tx.w25.zipf", 0.99, 1}}) {
+    double tx_ops = 0, raw_ops = 0;
+    uint64_t retried = 0;
+    s = MeasureTx(c.get(), items, seconds, f.theta, f.writes, &tx_ops, &raw_ops, &retried);
+    if (!s.ok()) return Fail(f.name, s);
+    std::fprintf(stderr, "dsm_bench: %s: %llu transactions retried\n", f.name,
+                 static_cast<unsigned long long>(retried));
+    std::printf("FIGURE %s %.1f ops/s raw-one-sided %.1f\n", f.name, tx_ops, raw_ops);
+  }
+  for (const auto& b : blocks) {
+    s = c->PFree(b);
+    if (!s.ok()) return Fail("pfree items", s);
   }
   return 0;
 }

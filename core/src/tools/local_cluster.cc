@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "monitor/etcd/etcd_members.h"
 #include "monitor/monitor_client.h"
 
 namespace pdpm::tools {
@@ -65,6 +66,22 @@ std::string FindBinary(const std::string& name, const std::string& build_path) {
   return build_path;
 }
 
+// `name` in a directory of $PATH, "" when none has it.
+std::string FindInPath(const std::string& name) {
+  // getenv is safe here: PDPM never modifies its environment.
+  const char* path = std::getenv("PATH");  // NOLINT(concurrency-mt-unsafe)
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string candidate = dirs.substr(start, end - start) + "/" + name;
+    if (end > start && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
 Status ParseUint(std::string_view key, std::string_view text, uint64_t* out) {
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
   if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
@@ -98,6 +115,26 @@ Status DaemonFailed(StatusCode code, const DaemonSpec& spec, const std::string& 
   return Status(code, msg);
 }
 
+// The first daemon of `started` that has exited, as an error with its log.
+Status CheckStarted(const std::vector<std::pair<DaemonSpec, pid_t>>& started) {
+  for (const auto& [spec, pid] : started) {
+    std::string how;
+    if (ChildExited(pid, &how)) {
+      return DaemonFailed(StatusCode::kUnavailable, spec, how + " while starting");
+    }
+  }
+  return Status::OK();
+}
+
+std::vector<monitor::EtcdMember> EtcdMembers(const ClusterConfig& config) {
+  std::vector<monitor::EtcdMember> members;
+  for (uint32_t i = 0; i < ClusterConfig::kHaMembers; ++i) {
+    members.push_back({"etcd-" + std::to_string(i + 1), config.host, config.etcd_port + 2 * i,
+                       config.etcd_port + 2 * i + 1});
+  }
+  return members;
+}
+
 }  // namespace
 
 Status ClusterConfig::Validate() const {
@@ -112,10 +149,36 @@ Status ClusterConfig::Validate() const {
   if (monitor_port > 65535 || server_port == 0 || server_port + servers - 1 > 65535) {
     return Status::InvalidArgument("--monitor-port and --server-port must be ports (1..65535)");
   }
-  if (monitor_port >= server_port && monitor_port < server_port + servers) {
+  if (!ha && monitor_port >= server_port && monitor_port < server_port + servers) {
     return Status::InvalidArgument(
         "--monitor-port " + std::to_string(monitor_port) + " collides with the server ports " +
         std::to_string(server_port) + ".." + std::to_string(server_port + servers - 1));
+  }
+  if (ha) {
+    // Every port the HA daemons use, each once.
+    std::map<uint32_t, std::string> used;
+    auto claim = [&](uint32_t port, const std::string& what) -> Status {
+      if (port == 0 || port > 65535) {
+        return Status::InvalidArgument(what + " would use port " + std::to_string(port) +
+                                       ", not a port (1..65535)");
+      }
+      auto [it, fresh] = used.emplace(port, what);
+      if (!fresh) {
+        return Status::InvalidArgument(
+            what + " and " + it->second + " would share port " + std::to_string(port) +
+            "; choose other --monitor-port, --server-port or --etcd-port");
+      }
+      return Status::OK();
+    };
+    for (uint32_t i = 0; i < kHaMembers; ++i) {
+      std::string n = std::to_string(i + 1);
+      PDPM_RETURN_IF_ERROR(claim(monitor_port + i, "monitor " + n));
+      PDPM_RETURN_IF_ERROR(claim(etcd_port + 2 * i, "etcd member " + n));
+      PDPM_RETURN_IF_ERROR(claim(etcd_port + 2 * i + 1, "etcd member " + n + " (peers)"));
+    }
+    for (uint32_t i = 0; i < servers; ++i) {
+      PDPM_RETURN_IF_ERROR(claim(server_port + i, "server " + std::to_string(i + 1)));
+    }
   }
   if (transport != "tcp" && transport != "verbs") {
     return Status::InvalidArgument("--transport must be tcp or verbs");
@@ -128,7 +191,8 @@ std::string ClusterConfig::Serialize() const {
   return "servers=" + std::to_string(servers) + "\npm-size=" + std::to_string(pm_size) +
          "\nsegment-size=" + std::to_string(segment_size) + "\nhost=" + host +
          "\nmonitor-port=" + std::to_string(monitor_port) +
-         "\nserver-port=" + std::to_string(server_port) + "\ntransport=" + transport + "\n";
+         "\nserver-port=" + std::to_string(server_port) + "\ntransport=" + transport +
+         "\nha=" + (ha ? "1" : "0") + "\netcd-port=" + std::to_string(etcd_port) + "\n";
 }
 
 Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
@@ -160,6 +224,17 @@ Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
   c.server_port = static_cast<uint32_t>(v);
   c.host = kv["host"];
   c.transport = kv["transport"];
+  // Absent in directories made before HA existed: a single monitor.
+  if (kv.count("ha")) {
+    if (kv["ha"] != "0" && kv["ha"] != "1") {
+      return Status::Corruption("cluster.conf: ha=" + kv["ha"] + " is neither 0 nor 1");
+    }
+    c.ha = kv["ha"] == "1";
+  }
+  if (kv.count("etcd-port")) {
+    PDPM_RETURN_IF_ERROR(ParseUint("etcd-port", kv["etcd-port"], &v));
+    c.etcd_port = static_cast<uint32_t>(v);
+  }
   PDPM_RETURN_IF_ERROR(c.Validate().WithContext("cluster.conf"));
   *out = c;
   return Status::OK();
@@ -174,13 +249,16 @@ std::vector<std::string> ClusterConfig::Differences(const ClusterConfig& o) cons
   if (monitor_port != o.monitor_port) keys.push_back("monitor-port");
   if (server_port != o.server_port) keys.push_back("server-port");
   if (transport != o.transport) keys.push_back("transport");
+  if (ha != o.ha) keys.push_back("ha");
+  if (etcd_port != o.etcd_port) keys.push_back("etcd-port");
   return keys;
 }
 
 LocalCluster::LocalCluster(std::string dir)
     : dir_(std::move(dir)),
       monitor_binary_(FindBinary("pdpm-monitor", PDPM_MONITOR_BINARY)),
-      server_binary_(FindBinary("pdpm-server", PDPM_SERVER_BINARY)) {}
+      server_binary_(FindBinary("pdpm-server", PDPM_SERVER_BINARY)),
+      etcd_binary_(FindInPath("etcd")) {}
 
 Status LocalCluster::LoadConfig(ClusterConfig* config) const {
   std::string text;
@@ -209,29 +287,75 @@ std::string LocalCluster::ServerAddress(const ClusterConfig& config, uint32_t in
   return config.host + ":" + std::to_string(config.server_port + index - 1);
 }
 
-std::vector<DaemonSpec> LocalCluster::Daemons(const ClusterConfig& config) const {
+std::string LocalCluster::MonitorAddressFile(const ClusterConfig& config, uint32_t index) const {
+  return config.ha ? Path("monitor-" + std::to_string(index) + ".addr") : Path("monitor.addr");
+}
+
+std::vector<DaemonSpec> LocalCluster::EtcdDaemons(const ClusterConfig& config) const {
   std::vector<DaemonSpec> daemons;
-  std::string monitor_address = config.host + ":" + std::to_string(config.monitor_port);
-  daemons.push_back(
-      {"monitor",
-       {monitor_binary_, "--embedded", "--dir", Path("monitor"), "--listen", monitor_address,
-        "--port-file", Path("monitor.addr"), "--secret-file", Path("cluster.secret"),
-        "--segment-size", std::to_string(config.segment_size)},
-       Path("monitor"),
-       Path("monitor.pid"),
-       Path("monitor.log")});
-  for (uint32_t i = 1; i <= config.servers; ++i) {
-    std::string n = std::to_string(i);
-    DaemonSpec spec{"server " + n,
-                    {server_binary_, "--pm", ServerPmFile(i), "--pm-size",
-                     std::to_string(config.pm_size), "--listen", ServerAddress(config, i),
-                     "--transport", config.transport, "--monitor", monitor_address, "--secret-file",
-                     Path("cluster.secret"), "--port-file", ServerAddressFile(i)},
-                    ServerPmFile(i),
-                    Path("server-" + n + ".pid"),
-                    Path("server-" + n + ".log")};
-    daemons.push_back(std::move(spec));
+  if (!config.ha) return daemons;
+  std::vector<monitor::EtcdMember> members = EtcdMembers(config);
+  for (uint32_t i = 0; i < members.size(); ++i) {
+    const std::string& name = members[i].name;
+    std::vector<std::string> argv = {etcd_binary_};
+    for (std::string& a : monitor::EtcdMemberArgs(members, i, Path(name), "pdpm-" + dir_)) {
+      argv.push_back(std::move(a));
+    }
+    daemons.push_back({"etcd " + std::to_string(i + 1), std::move(argv), Path(name),
+                       Path(name + ".pid"), Path(name + ".log")});
   }
+  return daemons;
+}
+
+std::vector<DaemonSpec> LocalCluster::MonitorDaemons(const ClusterConfig& config) const {
+  std::vector<DaemonSpec> daemons;
+  if (!config.ha) {
+    std::string monitor_address = config.host + ":" + std::to_string(config.monitor_port);
+    daemons.push_back(
+        {"monitor",
+         {monitor_binary_, "--embedded", "--dir", Path("monitor"), "--listen", monitor_address,
+          "--port-file", Path("monitor.addr"), "--secret-file", Path("cluster.secret"),
+          "--segment-size", std::to_string(config.segment_size)},
+         Path("monitor"),
+         Path("monitor.pid"),
+         Path("monitor.log")});
+    return daemons;
+  }
+  std::string etcd = monitor::EtcdClientEndpoints(EtcdMembers(config));
+  for (uint32_t i = 1; i <= ClusterConfig::kHaMembers; ++i) {
+    std::string n = std::to_string(i);
+    daemons.push_back(
+        {"monitor " + n,
+         {monitor_binary_, "--etcd", etcd, "--etcd-prefix", "/pdpm/local", "--listen",
+          config.host + ":" + std::to_string(config.monitor_port + i - 1), "--port-file",
+          MonitorAddressFile(config, i), "--secret-file", Path("cluster.secret"), "--segment-size",
+          std::to_string(config.segment_size)},
+         MonitorAddressFile(config, i),
+         Path("monitor-" + n + ".pid"),
+         Path("monitor-" + n + ".log")});
+  }
+  return daemons;
+}
+
+DaemonSpec LocalCluster::ServerDaemon(const ClusterConfig& config, uint32_t i) const {
+  std::string monitors;
+  for (uint32_t m = 0; m < config.monitors(); ++m) {
+    monitors += (m ? "," : "") + config.host + ":" + std::to_string(config.monitor_port + m);
+  }
+  std::string n = std::to_string(i);
+  return {"server " + n,
+          {server_binary_, "--pm", ServerPmFile(i), "--pm-size", std::to_string(config.pm_size),
+           "--listen", ServerAddress(config, i), "--transport", config.transport, "--monitor",
+           monitors, "--secret-file", Path("cluster.secret"), "--port-file", ServerAddressFile(i)},
+          ServerPmFile(i),
+          Path("server-" + n + ".pid"),
+          Path("server-" + n + ".log")};
+}
+
+std::vector<DaemonSpec> LocalCluster::Daemons(const ClusterConfig& config) const {
+  std::vector<DaemonSpec> daemons = EtcdDaemons(config);
+  for (DaemonSpec& d : MonitorDaemons(config)) daemons.push_back(std::move(d));
+  for (uint32_t i = 1; i <= config.servers; ++i) daemons.push_back(ServerDaemon(config, i));
   return daemons;
 }
 
@@ -261,13 +385,19 @@ Status LocalCluster::Secret(std::string* secret) const {
 Status LocalCluster::MonitorAddress(std::string* address) const {
   ClusterConfig config;
   PDPM_RETURN_IF_ERROR(LoadConfig(&config));
-  if (RunningPid(Daemons(config).front()) == 0) {
+  std::vector<DaemonSpec> monitors = MonitorDaemons(config);
+  address->clear();
+  for (uint32_t i = 1; i <= monitors.size(); ++i) {
+    if (RunningPid(monitors[i - 1]) == 0) continue;
+    std::string text;
+    if (!ReadWholeFile(MonitorAddressFile(config, i), &text).ok()) continue;
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    if (!text.empty()) *address += (address->empty() ? "" : ",") + text;
+  }
+  if (address->empty()) {
     return Status::FailedPrecondition("no PDPM cluster is running in " + dir_ +
                                       " (start it with `pdpm up --dir " + dir_ + "`)");
   }
-  PDPM_RETURN_IF_ERROR(ReadWholeFile(Path("monitor.addr"), address));
-  while (!address->empty() && address->back() == '\n') address->pop_back();
-  if (address->empty()) return Status::Unavailable("the monitor has not started serving yet");
   return Status::OK();
 }
 
@@ -297,11 +427,15 @@ Status LocalCluster::Up(const ClusterConfig& config, const UpOptions& options,
     PDPM_RETURN_IF_ERROR(WriteFileAtomically(Path("cluster.conf"), config.Serialize(), 0644));
   }
   PDPM_RETURN_IF_ERROR(EnsureSecret());
-  PDPM_RETURN_IF_ERROR(MakeDirs(Path("monitor"), 0700));
+  if (!config.ha) PDPM_RETURN_IF_ERROR(MakeDirs(Path("monitor"), 0700));
   for (const char* binary : {monitor_binary_.c_str(), server_binary_.c_str()}) {
     if (::access(binary, X_OK) != 0) {
       return Status::NotFound(std::string(binary) + " is not there or not executable (build it)");
     }
+  }
+  if (config.ha && etcd_binary_.empty()) {
+    return Status::NotFound(
+        "--ha needs etcd, which is not on PATH (Debian: apt install etcd-server)");
   }
   std::vector<DaemonSpec> daemons = Daemons(config);
   PDPM_RETURN_IF_ERROR(RefuseIfRunning(daemons));
@@ -322,42 +456,44 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
                               std::ostream& progress,
                               std::vector<std::pair<DaemonSpec, pid_t>>* started) {
   auto deadline = steady_clock::now() + options.timeout;
-  std::vector<DaemonSpec> daemons = Daemons(config);
+  std::vector<DaemonSpec> monitors = MonitorDaemons(config);
   // A stale address from the last run must not be taken for the new one.
-  std::vector<std::string> address_files = {Path("monitor.addr")};
+  std::vector<std::string> address_files;
+  for (uint32_t i = 1; i <= monitors.size(); ++i) {
+    address_files.push_back(MonitorAddressFile(config, i));
+  }
   for (uint32_t i = 1; i <= config.servers; ++i) address_files.push_back(ServerAddressFile(i));
   for (const std::string& file : address_files) {
     if (::unlink(file.c_str()) != 0 && errno != ENOENT) {
       return Status::FromErrno("remove " + file, errno);
     }
   }
-  auto check_children = [&]() -> Status {
-    for (const auto& [spec, pid] : *started) {
-      std::string how;
-      if (ChildExited(pid, &how)) {
-        return DaemonFailed(StatusCode::kUnavailable, spec, how + " while starting");
-      }
-    }
-    return Status::OK();
-  };
+  auto check_children = [&] { return CheckStarted(*started); };
 
+  if (config.ha) PDPM_RETURN_IF_ERROR(StartEtcd(config, deadline, progress, started));
   pid_t pid = 0;
-  PDPM_RETURN_IF_ERROR(StartDaemon(daemons[0], &pid));
-  started->emplace_back(daemons[0], pid);
-  std::string monitor_address;
-  while (monitor_address.empty()) {
-    PDPM_RETURN_IF_ERROR(check_children());
-    std::string text;
-    if (ReadWholeFile(Path("monitor.addr"), &text).ok() && !text.empty() && text.back() == '\n') {
-      monitor_address = text.substr(0, text.size() - 1);
-      break;
+  std::string monitor_address;  // every monitor's, comma-separated
+  for (uint32_t m = 1; m <= monitors.size(); ++m) {
+    const DaemonSpec& spec = monitors[m - 1];
+    PDPM_RETURN_IF_ERROR(StartDaemon(spec, &pid));
+    started->emplace_back(spec, pid);
+    std::string address;
+    while (true) {
+      PDPM_RETURN_IF_ERROR(check_children());
+      std::string text;
+      if (ReadWholeFile(MonitorAddressFile(config, m), &text).ok() && !text.empty() &&
+          text.back() == '\n') {
+        address = text.substr(0, text.size() - 1);
+        break;
+      }
+      if (steady_clock::now() >= deadline) {
+        return DaemonFailed(StatusCode::kTimeout, spec, "did not start serving in time");
+      }
+      std::this_thread::sleep_for(milliseconds(20));
     }
-    if (steady_clock::now() >= deadline) {
-      return DaemonFailed(StatusCode::kTimeout, daemons[0], "did not start serving in time");
-    }
-    std::this_thread::sleep_for(milliseconds(20));
+    monitor_address += (monitor_address.empty() ? "" : ",") + address;
+    progress << spec.name << "  " << address << "  (pid " << pid << ")\n";
   }
-  progress << "monitor  " << monitor_address << "  (pid " << pid << ")\n";
 
   for (uint32_t i = 1; i <= config.servers; ++i) {
     // A new PM file is formatted explicitly, the first time only; an
@@ -366,13 +502,14 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
     // file (--format formats a blank PM only, so repeating it is safe).
     std::string pending = FormatPendingMarker(i);
     bool fresh = !FileExists(ServerPmFile(i)) || FileExists(pending);
+    DaemonSpec server = ServerDaemon(config, i);
     if (fresh) {
       PDPM_RETURN_IF_ERROR(WriteFileAtomically(pending, "", 0644));
-      daemons[i].argv.insert(daemons[i].argv.end(),
-                             {"--format", "--segment-size", std::to_string(config.segment_size)});
+      server.argv.insert(server.argv.end(),
+                         {"--format", "--segment-size", std::to_string(config.segment_size)});
     }
-    PDPM_RETURN_IF_ERROR(StartDaemon(daemons[i], &pid));
-    started->emplace_back(daemons[i], pid);
+    PDPM_RETURN_IF_ERROR(StartDaemon(server, &pid));
+    started->emplace_back(server, pid);
     progress << "server " << i << " " << ServerAddress(config, i) << "  (pid " << pid << ", "
              << (fresh ? "new PM file" : "recovering its PM") << ")\n";
   }
@@ -414,14 +551,15 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
   std::string after =
       "after " + std::to_string(options.timeout.count() / 1000.0).substr(0, 4) + "s";
   if (!last.ok()) {
-    return DaemonFailed(StatusCode::kTimeout, daemons[0],
+    return DaemonFailed(StatusCode::kTimeout, monitors[0],
                         "does not answer " + after + ": " + last.ToString());
   }
   // Name the first server that is not serving or the monitor does not
   // report UP.
   for (uint32_t i = 1; i <= config.servers; ++i) {
     if (!FileExists(ServerAddressFile(i))) {
-      return DaemonFailed(StatusCode::kTimeout, daemons[i], "has not finished starting " + after);
+      return DaemonFailed(StatusCode::kTimeout, ServerDaemon(config, i),
+                          "has not finished starting " + after);
     }
     bool up = false;
     for (const v1::ServerInfo& info : status.servers()) {
@@ -430,7 +568,7 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
       }
     }
     if (!up) {
-      return DaemonFailed(StatusCode::kTimeout, daemons[i],
+      return DaemonFailed(StatusCode::kTimeout, ServerDaemon(config, i),
                           "is not UP at the monitor " + after + " (" +
                               std::to_string(status.servers_up()) + "/" +
                               std::to_string(config.servers) + " servers up)");
@@ -441,6 +579,24 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
                                           status.message());
 }
 
+Status LocalCluster::StartEtcd(const ClusterConfig& config, steady_clock::time_point deadline,
+                               std::ostream& progress,
+                               std::vector<std::pair<DaemonSpec, pid_t>>* started) {
+  std::vector<monitor::EtcdMember> members = EtcdMembers(config);
+  std::vector<DaemonSpec> daemons = EtcdDaemons(config);
+  for (size_t i = 0; i < daemons.size(); ++i) {
+    pid_t pid = 0;
+    PDPM_RETURN_IF_ERROR(StartDaemon(daemons[i], &pid));
+    started->emplace_back(daemons[i], pid);
+    progress << daemons[i].name << "  " << monitor::EtcdClientEndpoints({members[i]}) << "  (pid "
+             << pid << ")\n";
+  }
+  auto left = std::chrono::duration_cast<milliseconds>(deadline - steady_clock::now());
+  return monitor::WaitEtcdServing(monitor::EtcdClientEndpoints(members),
+                                  std::max(left, milliseconds(1)),
+                                  [&] { return CheckStarted(*started); });
+}
+
 Status LocalCluster::Down(milliseconds grace, std::ostream& progress) {
   if (!FileExists(dir_)) return Status::NotFound(dir_ + " does not exist");
   DirLock lock;
@@ -448,8 +604,9 @@ Status LocalCluster::Down(milliseconds grace, std::ostream& progress) {
   ClusterConfig config;
   PDPM_RETURN_IF_ERROR(LoadConfig(&config));
   std::vector<DaemonSpec> daemons = Daemons(config);
-  // Servers first, so none of them sees its monitor go away.
-  std::rotate(daemons.begin(), daemons.begin() + 1, daemons.end());
+  // The reverse of the start: servers first, so none of them sees its
+  // monitor go away, and etcd last, so the leader can resign.
+  std::reverse(daemons.begin(), daemons.end());
   size_t stopped = 0;
   for (const DaemonSpec& d : daemons) {
     pid_t pid = RunningPid(d);

@@ -5,7 +5,9 @@
 // The directory holds everything: cluster.conf (the parameters chosen when
 // the cluster was created), cluster.secret (generated once, mode 0600),
 // monitor/ (the view), monitor.addr, server-<i>.pm (PM files), and a .pid
-// and .log per daemon. Up() on a directory whose daemons were stopped or
+// and .log per daemon. A highly available cluster (`--ha`) has instead
+// three etcd members (etcd-<i>/ their data) and three monitors sharing the
+// view in etcd (monitor-<i>.addr). Up() on a directory whose daemons were stopped or
 // killed brings the same cluster back with its data: PM files are
 // formatted only when they do not exist yet.
 #pragma once
@@ -32,6 +34,14 @@ struct ClusterConfig {
   uint32_t monitor_port = 7400;
   uint32_t server_port = 7401;  // server i listens on server_port + i - 1
   std::string transport = "tcp";
+  // High availability: three etcd members and three monitors. Monitor i
+  // (1..3) listens on monitor_port + i - 1; etcd member i serves clients on
+  // etcd_port + 2(i - 1) and its peers on the port after.
+  bool ha = false;
+  uint32_t etcd_port = 2379;
+
+  static constexpr uint32_t kHaMembers = 3;
+  uint32_t monitors() const { return ha ? kHaMembers : 1; }
 
   Status Validate() const;
   std::string Serialize() const;  // key=value lines
@@ -66,20 +76,27 @@ class LocalCluster {
   // OK when nothing was running.
   Status Down(std::chrono::milliseconds grace, std::ostream& progress);
 
-  // For clients: the monitor's address (kFailedPrecondition when the
-  // monitor of this directory is not running) and the cluster secret.
+  // For clients: the monitor's address — every monitor's, comma-separated,
+  // in an HA cluster — (kFailedPrecondition when no monitor of this
+  // directory is running) and the cluster secret.
   Status MonitorAddress(std::string* address) const;
   Status Secret(std::string* secret) const;
 
-  // The monitor followed by the servers of `config`.
+  // The etcd members (HA only), the monitors, then the servers of `config`:
+  // the order they start in.
   std::vector<DaemonSpec> Daemons(const ClusterConfig& config) const;
-  std::string ServerPmFile(uint32_t index) const;  // index from 1
+  std::vector<DaemonSpec> EtcdDaemons(const ClusterConfig& config) const;
+  std::vector<DaemonSpec> MonitorDaemons(const ClusterConfig& config) const;
+  DaemonSpec ServerDaemon(const ClusterConfig& config, uint32_t index) const;  // from 1
+  std::string ServerPmFile(uint32_t index) const;                              // index from 1
   std::string ServerAddress(const ClusterConfig& config, uint32_t index) const;
 
  private:
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   // Written by server `index` once it serves (--port-file).
   std::string ServerAddressFile(uint32_t index) const;
+  // Written by monitor `index` (from 1) once it serves.
+  std::string MonitorAddressFile(const ClusterConfig& config, uint32_t index) const;
   // Present from a server's first start until the cluster was healthy.
   std::string FormatPendingMarker(uint32_t index) const;
   Status EnsureSecret() const;
@@ -87,10 +104,14 @@ class LocalCluster {
   // Starts the daemons and waits for health; fills `started`.
   Status StartAll(const ClusterConfig& config, const UpOptions& options, std::ostream& progress,
                   std::vector<std::pair<DaemonSpec, pid_t>>* started);
+  // Starts the etcd members and waits until they serve.
+  Status StartEtcd(const ClusterConfig& config, std::chrono::steady_clock::time_point deadline,
+                   std::ostream& progress, std::vector<std::pair<DaemonSpec, pid_t>>* started);
 
   std::string dir_;
   std::string monitor_binary_;
   std::string server_binary_;
+  std::string etcd_binary_;  // "" when no etcd is installed
 };
 
 // The default cluster directory: $XDG_DATA_HOME/pdpm, else

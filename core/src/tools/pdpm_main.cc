@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <iostream>
@@ -31,7 +32,8 @@ constexpr const char* kUsage =
     "usage: pdpm <command> [arguments] [--dir DIR] [flags]\n"
     "\n"
     "commands:\n"
-    "  up                    start a local cluster (monitor + servers on file-backed PM)\n"
+    "  up                    start a local cluster (monitor + servers on file-backed PM;\n"
+    "                        --ha: 3 etcd members + 3 monitors)\n"
     "  status                servers, epoch, capacity, use and health; exit 1 unless healthy\n"
     "  down                  stop the local cluster (its data stays in DIR)\n"
     "  obj put <id> [file]   store an object from the file (stdin when none)\n"
@@ -43,13 +45,16 @@ constexpr const char* kUsage =
     "DIR defaults to $XDG_DATA_HOME/pdpm (~/.local/share/pdpm). Object ids are\n"
     "32 hex digits or a decimal number.\n";
 
+constexpr const char* kSwitches[] = {"--ha"};
+
 int Fail(const Status& s) {
   std::fprintf(stderr, "pdpm: %s\n", s.ToString().c_str());
   return 1;
 }
 
 // The command line of one subcommand: positional arguments and flags may
-// be mixed; every flag takes a value (`--name value` or `--name=value`).
+// be mixed; every flag takes a value (`--name value` or `--name=value`)
+// except the switches in kSwitches.
 class CommandLine {
  public:
   CommandLine(std::string command, std::vector<std::string> args)
@@ -59,7 +64,9 @@ class CommandLine {
         help_ = true;
       } else if (args[i].rfind("--", 0) == 0) {
         flags_.push_back(args[i]);
-        if (args[i].find('=') == std::string::npos && i + 1 < args.size()) {
+        bool is_switch =
+            std::find(std::begin(kSwitches), std::end(kSwitches), args[i]) != std::end(kSwitches);
+        if (!is_switch && args[i].find('=') == std::string::npos && i + 1 < args.size()) {
           flags_.push_back(args[++i]);
         }
       } else {
@@ -124,11 +131,22 @@ int Up(CommandLine& cl) {
   p.AddUint32("server-port", &requested.server_port,
               "port of server 1; server i uses this + i - 1 (default 7401)");
   p.AddString("transport", &requested.transport, "data transport: tcp or verbs (default tcp)");
+  p.AddBool("ha", &requested.ha,
+            "high availability: 3 etcd members and 3 monitors on --monitor-port + 0..2 "
+            "(new cluster)");
+  p.AddUint32("etcd-port", &requested.etcd_port,
+              "with --ha: etcd member i serves on this + 2(i-1), its peers on the next port "
+              "(default 2379)");
   p.AddDuration("timeout", &timeout, "how long to wait for a healthy cluster (default 30s)");
   Status s = cl.Parse(0, 0, " [flags]");
   if (cl.help_shown()) return 0;
   if (!s.ok()) return BadCommandLine(s);
 
+  // Three monitors take the ports from --monitor-port on; the servers
+  // follow them unless placed explicitly.
+  if (requested.ha && !cl.parser().IsSet("server-port")) {
+    requested.server_port = requested.monitor_port + ClusterConfig::kHaMembers;
+  }
   s = requested.Validate();
   if (!s.ok()) return BadCommandLine(s);
   LocalCluster cluster(cl.dir());
@@ -160,14 +178,16 @@ int Up(CommandLine& cl) {
   if (!s.ok()) return Fail(s);
   std::string dir_flag = " --dir " + cl.dir();
   std::cout << "PDPM is up: " << config.servers << " servers, " << HumanBytes(config.pm_size)
-            << " of PM each, monitor at " << address << "\n"
+            << " of PM each, " << (config.ha ? "monitors at " : "monitor at ") << address
+            << (config.ha ? " (view in etcd)" : "") << "\n"
             << "\n"
             << "  pdpm status" << dir_flag << "\n"
             << "  pdpm obj put 1 FILE" << dir_flag << "     # store FILE as object 1\n"
             << "  pdpm obj get 1 COPY" << dir_flag << "     # read it back\n"
             << "  pdpm down" << dir_flag << "\n"
             << "\n"
-            << "Programs using libpdpm connect to the monitor at " << address
+            << "Programs using libpdpm connect to "
+            << (config.ha ? "the monitors at " : "the monitor at ") << address
             << " with the secret in " << cl.dir() << "/cluster.secret.\n";
   return 0;
 }
@@ -229,8 +249,13 @@ int StatusCommand(CommandLine& cl) {
               HumanBytes(st.capacity_bytes()).c_str(), HumanBytes(st.used_bytes()).c_str(),
               Percent(st.used_bytes(), st.capacity_bytes()).c_str(), st.segments(),
               HumanBytes(st.segment_size()).c_str(), st.replica_count(), st.table_count());
-  std::printf("monitor  %s  cluster %s\n\n", address.c_str(),
-              st.cluster_uuid().empty() ? "(no server yet)" : st.cluster_uuid().c_str());
+  if (address.find(',') == std::string::npos) {
+    std::printf("monitor  %s  cluster %s\n\n", address.c_str(),
+                st.cluster_uuid().empty() ? "(no server yet)" : st.cluster_uuid().c_str());
+  } else {
+    std::printf("monitors %s  leader %s  cluster %s\n\n", address.c_str(), st.leader().c_str(),
+                st.cluster_uuid().empty() ? "(no server yet)" : st.cluster_uuid().c_str());
+  }
   std::printf("%-4s %-22s %-9s %-10s %-10s %-9s %s\n", "ID", "ADDRESS", "STATE", "CAPACITY", "USED",
               "SEGMENTS", "TABLES");
   for (const v1::ServerInfo& sv : st.servers()) {
@@ -354,11 +379,10 @@ int Fsck(CommandLine& cl) {
                                                   ": the cluster has servers 1.." +
                                                   std::to_string(config.servers)));
   }
-  std::vector<DaemonSpec> daemons = cluster.Daemons(config);
   bool all_ok = true;
   for (uint32_t i = 1; i <= config.servers; ++i) {
     if (only != 0 && i != only) continue;
-    if (pid_t pid = RunningPid(daemons[i]); pid != 0) {
+    if (pid_t pid = RunningPid(cluster.ServerDaemon(config, i)); pid != 0) {
       return Fail(Status::FailedPrecondition(
           "server " + std::to_string(i) + " is running (pid " + std::to_string(pid) +
           "); fsck checks stopped servers only: `pdpm down --dir " + cl.dir() + "` first"));

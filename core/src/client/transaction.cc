@@ -1,0 +1,591 @@
+#include "client/transaction.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <set>
+
+namespace pdpm::client {
+namespace {
+
+using server::Decoder;
+using server::Encoder;
+
+std::span<const uint8_t> Bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+uint64_t NewCoordinatorId() {
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  return id;
+}
+
+// The granules [first, last] an entry covers.
+std::pair<uint64_t, uint64_t> Granules(uint64_t offset, uint64_t len) {
+  return {offset / dsm::kTxGranule, (offset + std::max<uint64_t>(len, 1) - 1) / dsm::kTxGranule};
+}
+
+}  // namespace
+
+// --- TxCoordinator ---
+
+TxCoordinator::TxCoordinator(TxHost* host) : host_(host), id_(NewCoordinatorId()) {
+  // Test hook: "phase:n" makes the process _exit at the n-th pass of phase.
+  if (const char* crash = std::getenv("PDPM_TX_CRASH_AT")) {
+    std::string spec(crash);
+    size_t colon = spec.find(':');
+    crash_phase_ = spec.substr(0, colon);
+    crash_countdown_ =
+        colon == std::string::npos ? 1 : std::strtoull(spec.c_str() + colon + 1, nullptr, 10);
+  }
+}
+
+TxCoordinator::~TxCoordinator() {
+  std::map<uint32_t, std::vector<uint64_t>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending.swap(truncations_);
+  }
+  for (const auto& [server, txs] : pending) {
+    std::string body, reply;
+    Encoder e(&body);
+    e.U64(id_);
+    e.U64(txs.size());
+    for (uint64_t t : txs) e.U64(t);
+    (void)host_->CallServer(server, server::kTxTruncate, body, &reply);
+  }
+}
+
+void TxCoordinator::MaybeCrash(const char* phase) {
+  if (crash_phase_.empty() || crash_phase_ != phase) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--crash_countdown_ == 0) _exit(86);
+}
+
+Status TxCoordinator::Begin(std::unique_ptr<Transaction>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  out->reset(new Transaction(this, next_tx_++));
+  return Status::OK();
+}
+
+std::string TxCoordinator::Body(uint64_t tx) const {
+  std::string b;
+  Encoder e(&b);
+  e.U64(id_);
+  e.U64(tx);
+  return b;
+}
+
+Status TxCoordinator::Info(uint32_t server, ServerInfo* out) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = servers_.find(server);
+    if (it != servers_.end()) {
+      *out = it->second;
+      return Status::OK();
+    }
+  }
+  std::string body, reply;
+  Encoder(&body).U64(id_);
+  PDPM_RETURN_IF_ERROR(host_->CallServer(server, server::kTxHello, body, &reply));
+  Decoder d(Bytes(reply));
+  uint64_t v = 0;
+  PDPM_RETURN_IF_ERROR(d.U64(&v));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  ServerInfo info{static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32)};
+  if (info.slots == 0 || (info.slots & (info.slots - 1)) != 0) {
+    return Status::Corruption("server " + std::to_string(server) + ": bad version table size");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  servers_[server] = info;
+  *out = info;
+  return Status::OK();
+}
+
+void TxCoordinator::ForgetAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  servers_.clear();
+}
+
+std::vector<uint64_t> TxCoordinator::TakeTruncations(uint32_t server) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint64_t> out;
+  auto it = truncations_.find(server);
+  if (it != truncations_.end()) out.swap(it->second);
+  return out;
+}
+
+void TxCoordinator::AddTruncation(uint32_t server, uint64_t tx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  truncations_[server].push_back(tx);
+}
+
+void TxCoordinator::AddUnfinished(Unfinished u) {
+  std::lock_guard<std::mutex> lock(mu_);
+  unfinished_.push_back(std::move(u));
+}
+
+void TxCoordinator::RetryUnfinished() {
+  std::vector<Unfinished> todo;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    todo.swap(unfinished_);
+  }
+  for (auto& u : todo) {
+    std::string body = Body(u.tx), reply;
+    Encoder(&body).U64(0);
+    std::vector<uint32_t> still;
+    for (uint32_t server : u.missing) {
+      Status s = host_->CallServer(server, server::kTxCommit, body, &reply);
+      // not_found: the participant resolved it meanwhile and dropped it.
+      if (s.ok() || s.code() == StatusCode::kNotFound) {
+        u.acked.push_back(server);
+      } else {
+        still.push_back(server);
+      }
+    }
+    u.missing = std::move(still);
+    if (u.missing.empty()) {
+      for (uint32_t server : u.acked) AddTruncation(server, u.tx);
+    } else {
+      AddUnfinished(std::move(u));
+    }
+  }
+}
+
+// --- Transaction ---
+
+Transaction::~Transaction() {
+  if (!finished_) Abort();
+}
+
+Status Transaction::Fail(Status s) {
+  finished_ = true;
+  if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kPermissionDenied) {
+    // A server restarted (new keys, maybe a new address): the next
+    // transaction starts from a fresh mapping and fresh version-table keys.
+    coordinator_->ForgetAll();
+    (void)coordinator_->host_->RefreshMapping();
+  }
+  // The servers free the blocks this transaction allocated (and, were this
+  // message lost, after the lock timeout).
+  std::vector<uint32_t> servers;
+  for (const auto& [server, blocks] : allocated_) servers.push_back(server);
+  AbortAt(servers);
+  allocated_.clear();
+  return s;
+}
+
+void Transaction::Abort() {
+  if (finished_) return;
+  // Nothing is locked before Commit: only the allocations to undo.
+  (void)Fail(Status::OK());
+}
+
+void Transaction::AbortAt(const std::vector<uint32_t>& servers) {
+  std::string body = coordinator_->Body(id_), reply;
+  for (uint32_t s : servers)
+    (void)coordinator_->host_->CallServer(s, server::kTxAbort, body, &reply);
+}
+
+Status Transaction::CheckAddress(const dsm::GlobalAddress& addr, uint64_t len, bool write) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  if (addr.is_null()) return Status::InvalidArgument("the null address");
+  PDPM_RETURN_IF_ERROR(addr.descriptor.Validate());
+  if (addr.kind() != dsm::SpaceKind::kHeap) {
+    return Status::InvalidArgument(addr.ToString() + " is in the object space");
+  }
+  if (write ? !addr.descriptor.can_write() : !addr.descriptor.can_read()) {
+    return Status::PermissionDenied(addr.ToString() + " is not " +
+                                    (write ? "writable" : "readable"));
+  }
+  if (len == 0) return Status::InvalidArgument("a transactional access of 0 bytes");
+  if (len > server::kMaxRpcPayload / 2)
+    return Status::TooLarge("a transactional access over 32 MiB");
+  return addr.CheckRange(len, coordinator_->host_->segment_size());
+}
+
+Status Transaction::ReadVersions(uint32_t server, uint32_t segment, uint64_t offset, uint64_t len,
+                                 std::vector<std::pair<uint32_t, uint64_t>>* out) {
+  TxCoordinator::ServerInfo info;
+  PDPM_RETURN_IF_ERROR(coordinator_->Info(server, &info));
+  auto [first, last] = Granules(offset, len);
+  uint64_t n = last - first + 1;
+  if (n > info.slots) return Status::TooLarge("a transactional read over the version table");
+  uint32_t s0 = dsm::TxVersionSlot(segment, first, info.slots);
+  uint64_t head = std::min<uint64_t>(n, info.slots - s0);
+  std::vector<uint64_t> words(n);
+  PDPM_RETURN_IF_ERROR(
+      coordinator_->host_->ReadRegion(server, info.key, uint64_t{s0} * 8, words.data(), head * 8));
+  if (n > head) {
+    PDPM_RETURN_IF_ERROR(
+        coordinator_->host_->ReadRegion(server, info.key, 0, words.data() + head, (n - head) * 8));
+  }
+  out->clear();
+  for (uint64_t i = 0; i < n; i++) {
+    out->push_back({static_cast<uint32_t>((s0 + i) & (info.slots - 1)), words[i]});
+  }
+  return Status::OK();
+}
+
+Status Transaction::Read(const dsm::GlobalAddress& addr, void* buf, uint64_t len) {
+  PDPM_RETURN_IF_ERROR(CheckAddress(addr, len, false));
+  TxHost* host = coordinator_->host_;
+  TxHost::SegmentRoute route;
+  PDPM_RETURN_IF_ERROR(host->RouteSegment(addr.segment, &route));
+  std::vector<std::pair<uint32_t, uint64_t>> before, after;
+  Status s = ReadVersions(route.primary, addr.segment, addr.offset, len, &before);
+  if (s.ok()) s = host->ReadRegion(route.primary, route.key, addr.offset, buf, len);
+  if (s.ok()) s = ReadVersions(route.primary, addr.segment, addr.offset, len, &after);
+  if (s.code() == StatusCode::kPermissionDenied) {
+    // The server restarted: new keys, and versions from a new generation.
+    (void)Fail(s);
+    return Status::Aborted("server " + std::to_string(route.primary) + " restarted");
+  }
+  if (!s.ok()) return Fail(s);
+  for (size_t i = 0; i < before.size(); i++) {
+    if ((before[i].second & dsm::kTxVersionLock) != 0 || before[i] != after[i]) {
+      return Fail(Status::Aborted("conflict: " + addr.ToString() + " is being written"));
+    }
+    auto [it, fresh] = read_set_.insert({{route.primary, before[i].first}, before[i].second});
+    if (!fresh && it->second != before[i].second) {
+      return Fail(
+          Status::Aborted("conflict: " + addr.ToString() + " changed during the transaction"));
+    }
+  }
+  // The transaction's own writes, in order.
+  for (const auto& w : writes_) {
+    if (w.kind != dsm::TxEntryKind::kWrite || w.segment != addr.segment) continue;
+    uint64_t lo = std::max(w.offset, addr.offset);
+    uint64_t hi = std::min(w.offset + w.data.size(), addr.offset + len);
+    if (lo < hi) {
+      std::memcpy(static_cast<char*>(buf) + (lo - addr.offset), w.data.data() + (lo - w.offset),
+                  hi - lo);
+    }
+  }
+  return Status::OK();
+}
+
+Status Transaction::ReadVersion(uint32_t server, uint32_t slot, uint64_t* word) {
+  TxCoordinator::ServerInfo info;
+  PDPM_RETURN_IF_ERROR(coordinator_->Info(server, &info));
+  return coordinator_->host_->ReadRegion(server, info.key, uint64_t{slot} * 8, word, 8);
+}
+
+namespace {
+
+std::string ObjectKey(const dsm::ObjectId& id) {
+  std::string key(dsm::kTxObjectIdSize, '\0');
+  std::memcpy(key.data(), &id.hi, 8);
+  std::memcpy(key.data() + 8, &id.lo, 8);
+  return key;
+}
+
+dsm::ObjectId ObjectIdOf(const dsm::TxEntry& e) {
+  dsm::ObjectId id;
+  std::memcpy(&id.hi, e.data.data(), 8);
+  std::memcpy(&id.lo, e.data.data() + 8, 8);
+  return id;
+}
+
+}  // namespace
+
+Status Transaction::GetObj(const dsm::ObjectId& id, std::string* data) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  std::string key = ObjectKey(id);
+  // The transaction's own last put or delete.
+  for (auto w = writes_.rbegin(); w != writes_.rend(); ++w) {
+    if (!dsm::IsObjectEntry(*w) || w->data.compare(0, key.size(), key) != 0) continue;
+    if (w->kind == dsm::TxEntryKind::kDeleteObject) return Status::NotFound("no such object");
+    *data = w->data.substr(dsm::kTxObjectIdSize);
+    return Status::OK();
+  }
+  TxHost* host = coordinator_->host_;
+  uint32_t table = 0, server = 0;
+  Status s = host->RouteObject(id, &table, &server);
+  TxCoordinator::ServerInfo info;
+  if (s.ok()) s = coordinator_->Info(server, &info);
+  if (!s.ok()) return Fail(s);
+  uint32_t slot = dsm::TxObjectSlot(id.hi, id.lo, info.slots);
+  uint64_t before = 0, after = 0;
+  std::string body(key);
+  Encoder e(&body);
+  e.U64(0);
+  e.U64(server::kWholeObject);
+  s = ReadVersion(server, slot, &before);
+  Status got;
+  if (s.ok()) {
+    got = host->CallServer(server, server::kReadObj, body, data);
+    if (!got.ok() && got.code() != StatusCode::kNotFound) s = got;
+  }
+  if (s.ok()) s = ReadVersion(server, slot, &after);
+  if (s.code() == StatusCode::kPermissionDenied) {
+    (void)Fail(s);
+    return Status::Aborted("server " + std::to_string(server) + " restarted");
+  }
+  if (!s.ok()) return Fail(s);
+  if ((before & dsm::kTxVersionLock) != 0 || before != after) {
+    return Fail(Status::Aborted("conflict: object being written"));
+  }
+  auto [it, fresh] = read_set_.insert({{server, slot}, before});
+  if (!fresh && it->second != before) {
+    return Fail(Status::Aborted("conflict: object changed during the transaction"));
+  }
+  if (!got.ok()) data->clear();
+  return got;
+}
+
+Status Transaction::PutObj(const dsm::ObjectId& id, std::string_view data) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  if (data.size() > kMaxTxObject) {
+    return Status::TooLarge("a transactional put of " + std::to_string(data.size()) +
+                            " bytes: the limit is 1 MiB");
+  }
+  dsm::TxEntry e;
+  e.kind = dsm::TxEntryKind::kPutObject;
+  e.data = ObjectKey(id);
+  e.data.append(data);
+  writes_.push_back(std::move(e));
+  return Status::OK();
+}
+
+Status Transaction::DelObj(const dsm::ObjectId& id) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  dsm::TxEntry e;
+  e.kind = dsm::TxEntryKind::kDeleteObject;
+  e.data = ObjectKey(id);
+  writes_.push_back(std::move(e));
+  return Status::OK();
+}
+
+Status Transaction::Write(const dsm::GlobalAddress& addr, const void* buf, uint64_t len) {
+  PDPM_RETURN_IF_ERROR(CheckAddress(addr, len, true));
+  dsm::TxEntry e;
+  e.kind = dsm::TxEntryKind::kWrite;
+  e.segment = addr.segment;
+  e.offset = addr.offset;
+  e.data.assign(static_cast<const char*>(buf), len);
+  writes_.push_back(std::move(e));
+  return Status::OK();
+}
+
+Status Transaction::PFree(const dsm::GlobalAddress& addr) {
+  PDPM_RETURN_IF_ERROR(CheckAddress(addr, 1, true));
+  dsm::TxEntry e;
+  e.kind = dsm::TxEntryKind::kFree;
+  e.segment = addr.segment;
+  e.offset = addr.offset;
+  writes_.push_back(std::move(e));
+  return Status::OK();
+}
+
+Status Transaction::PAllocate(uint64_t size, dsm::GlobalAddress* out) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  if (size == 0) return Status::InvalidArgument("pallocate of 0 bytes");
+  uint32_t server = 0;
+  PDPM_RETURN_IF_ERROR(coordinator_->host_->PickServer(&server));
+  std::string body = coordinator_->Body(id_), reply;
+  Encoder(&body).U64(size);
+  PDPM_RETURN_IF_ERROR(coordinator_->host_->CallServer(server, server::kTxAlloc, body, &reply));
+  Decoder d(Bytes(reply));
+  PDPM_RETURN_IF_ERROR(d.Address(out));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  allocated_[server].push_back(*out);
+  return Status::OK();
+}
+
+Status Transaction::Commit() {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  TxHost* host = coordinator_->host_;
+  auto validate = [&](const std::set<Slot>& locked) {
+    for (const auto& [slot, version] : read_set_) {
+      if (locked.count(slot) != 0) continue;  // checked when locked
+      uint64_t now = 0;
+      PDPM_RETURN_IF_ERROR(ReadVersion(slot.server, slot.slot, &now));
+      if (now != version) return Status::Aborted("conflict: validation found a changed item");
+    }
+    return Status::OK();
+  };
+  coordinator_->RetryUnfinished();
+  if (writes_.empty() && allocated_.empty()) {
+    Status s = validate({});
+    if (s.code() == StatusCode::kPermissionDenied) {
+      (void)Fail(s);
+      return Status::Aborted("a server restarted");
+    }
+    if (!s.ok()) return Fail(s);
+    finished_ = true;
+    return Status::OK();
+  }
+  // Participants: the primary of every written segment (the owner of
+  // every written object's table); the decision holder is the primary of
+  // the lowest written segment (else the owner of the lowest written
+  // table) and is locked first.
+  std::map<uint32_t, std::vector<dsm::TxEntry>> primaries, backups;
+  uint64_t holder_key = ~0ull;  // is-table << 32 | segment or table: the lowest wins
+  uint32_t holder = 0;
+  std::set<Slot> locked;
+  for (const auto& w : writes_) {
+    uint32_t server = 0;
+    uint64_t key = 0;
+    TxHost::SegmentRoute route;
+    Status s;
+    if (dsm::IsObjectEntry(w)) {
+      uint32_t table = 0;
+      s = host->RouteObject(ObjectIdOf(w), &table, &server);
+      key = (1ull << 32) | table;
+    } else {
+      s = host->RouteSegment(w.segment, &route);
+      server = route.primary;
+      key = w.segment;
+    }
+    if (!s.ok()) return Fail(s);
+    if (key < holder_key) {
+      holder_key = key;
+      holder = server;
+    }
+    primaries[server].push_back(w);
+    for (uint32_t b : route.backups) backups[b].push_back(w);
+    TxCoordinator::ServerInfo info;
+    s = coordinator_->Info(server, &info);
+    if (!s.ok()) return Fail(s);
+    if (dsm::IsObjectEntry(w)) {
+      dsm::ObjectId id = ObjectIdOf(w);
+      locked.insert({server, dsm::TxObjectSlot(id.hi, id.lo, info.slots)});
+      continue;
+    }
+    auto [first, last] = Granules(w.offset, w.kind == dsm::TxEntryKind::kWrite ? w.data.size() : 1);
+    for (uint64_t g = first; g <= last; g++) {
+      locked.insert({server, dsm::TxVersionSlot(w.segment, g, info.slots)});
+    }
+  }
+  // A server where the transaction only allocated takes part too (its
+  // LOCK carries no entries): its blocks follow the outcome.
+  for (const auto& [server, blocks] : allocated_) {
+    primaries[server];
+    for (const auto& a : blocks) {
+      if (a.segment < holder_key) {
+        holder_key = a.segment;
+        holder = server;
+      }
+    }
+  }
+  uint32_t holder_segment = static_cast<uint32_t>(holder_key);
+  uint64_t holder_is_table = holder_key >> 32;
+  std::vector<uint32_t> order{holder};
+  for (const auto& [server, entries] : primaries) {
+    if (server != holder) order.push_back(server);
+  }
+  auto lock_request = [&](uint32_t server, uint64_t role, const std::vector<dsm::TxEntry>& entries,
+                          std::vector<uint64_t>* truncations) {
+    std::string body = coordinator_->Body(id_);
+    Encoder e(&body);
+    bool is_holder = role == dsm::kTxRolePrimary && server == holder;
+    e.U64(uint64_t{holder_segment} | (role << 32) | (uint64_t{is_holder} << 40) |
+          (holder_is_table << 41));
+    std::vector<std::pair<uint32_t, uint64_t>> expect;
+    if (role == dsm::kTxRolePrimary) {
+      for (const auto& [slot, version] : read_set_) {
+        if (slot.server == server) expect.push_back({slot.slot, version});
+      }
+    }
+    e.U64(expect.size() | (uint64_t{truncations->size()} << 32));
+    for (const auto& [slot, version] : expect) {
+      e.U64(slot);
+      e.U64(version);
+    }
+    for (uint64_t t : *truncations) e.U64(t);
+    dsm::EncodeTxEntries(entries, &body);
+    std::string reply;
+    Status s = host->CallServer(server, server::kTxLock, body, &reply);
+    if (!s.ok()) {
+      for (uint64_t t : *truncations) coordinator_->AddTruncation(server, t);
+    }
+    return s;
+  };
+  // LOCK.
+  std::vector<uint32_t> attempted;
+  for (uint32_t server : order) {
+    std::vector<uint64_t> truncations = coordinator_->TakeTruncations(server);
+    attempted.push_back(server);
+    Status s = lock_request(server, dsm::kTxRolePrimary, primaries[server], &truncations);
+    if (!s.ok()) {
+      AbortAt(attempted);
+      return Fail(s);
+    }
+    if (server == holder) coordinator_->MaybeCrash("lock-holder");
+  }
+  coordinator_->MaybeCrash("lock");
+  // VALIDATE.
+  Status s = validate(locked);
+  if (!s.ok()) {
+    AbortAt(attempted);
+    if (s.code() == StatusCode::kPermissionDenied) {
+      (void)Fail(s);
+      return Status::Aborted("a server restarted");
+    }
+    return Fail(s);
+  }
+  coordinator_->MaybeCrash("validate");
+  // COMMIT-BACKUP: the values durable on every backup before deciding.
+  for (const auto& [server, entries] : backups) {
+    std::vector<uint64_t> none;
+    attempted.push_back(server);
+    s = lock_request(server, dsm::kTxRoleBackup, entries, &none);
+    if (!s.ok()) {
+      AbortAt(attempted);
+      return Fail(s);
+    }
+  }
+  coordinator_->MaybeCrash("backup");
+  // The decision, durable at the holder (which applies its part at once).
+  std::string commit_body = coordinator_->Body(id_), reply;
+  Encoder(&commit_body).U64(1);
+  s = host->CallServer(holder, server::kTxCommit, commit_body, &reply);
+  if (s.code() == StatusCode::kAborted) {
+    AbortAt(attempted);
+    return Fail(s);
+  }
+  if (!s.ok()) {
+    // The holder may or may not have decided: the participants resolve it
+    // with the holder, all or nothing. Allocations stay (they may be used).
+    finished_ = true;
+    return Status::Unavailable("commit outcome unknown (resolved by the participants): " +
+                               std::string(s.message()));
+  }
+  coordinator_->MaybeCrash("decide");
+  // COMMIT: backups first (the holder segment's carry the decision), then
+  // the other primaries.
+  commit_body = coordinator_->Body(id_);
+  Encoder(&commit_body).U64(0);
+  TxCoordinator::Unfinished done;
+  done.tx = id_;
+  done.acked.push_back(holder);
+  auto commit_at = [&](uint32_t server) {
+    bool ok = host->CallServer(server, server::kTxCommit, commit_body, &reply).ok();
+    (ok ? done.acked : done.missing).push_back(server);
+  };
+  for (const auto& [server, entries] : backups) commit_at(server);
+  for (size_t i = 1; i < order.size(); i++) {
+    commit_at(order[i]);
+    coordinator_->MaybeCrash("commit-one");
+  }
+  coordinator_->MaybeCrash("commit");
+  // Lazy truncation: sent with the next LOCK to each participant. The
+  // holder's record answers the others until every one has applied.
+  if (done.missing.empty()) {
+    for (uint32_t server : done.acked) coordinator_->AddTruncation(server, id_);
+  } else {
+    coordinator_->AddUnfinished(std::move(done));
+  }
+  finished_ = true;
+  allocated_.clear();
+  return Status::OK();
+}
+
+}  // namespace pdpm::client

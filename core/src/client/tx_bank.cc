@@ -1,0 +1,73 @@
+#include "client/tx_bank.h"
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+namespace pdpm::client {
+
+Status SaveAccounts(const std::vector<GlobalAddress>& accounts, const std::string& path) {
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& a : accounts) out << a.hi() << ' ' << a.lo() << '\n';
+  out.close();
+  return out ? Status::OK() : Status::IOError("cannot write " + path);
+}
+
+Status LoadAccounts(const std::string& path, std::vector<GlobalAddress>* accounts) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot read " + path);
+  accounts->clear();
+  uint64_t hi = 0, lo = 0;
+  while (in >> hi >> lo) accounts->push_back(GlobalAddress::FromWords(hi, lo));
+  if (accounts->empty()) return Status::InvalidArgument(path + ": no accounts");
+  return Status::OK();
+}
+
+Status Transfer(Client* c, const GlobalAddress& from, const GlobalAddress& to, int64_t amount,
+                bool abort) {
+  std::unique_ptr<Transaction> tx;
+  PDPM_RETURN_IF_ERROR(c->TxBegin(&tx));
+  int64_t a = 0, b = 0;
+  PDPM_RETURN_IF_ERROR(tx->Read(from, &a, sizeof(a)));
+  PDPM_RETURN_IF_ERROR(tx->Read(to, &b, sizeof(b)));
+  a -= amount;
+  b += amount;
+  PDPM_RETURN_IF_ERROR(tx->Write(from, &a, sizeof(a)));
+  PDPM_RETURN_IF_ERROR(tx->Write(to, &b, sizeof(b)));
+  GlobalAddress receipt;
+  PDPM_RETURN_IF_ERROR(tx->PAllocate(64, &receipt));
+  PDPM_RETURN_IF_ERROR(tx->Write(receipt, &amount, sizeof(amount)));
+  PDPM_RETURN_IF_ERROR(tx->PFree(receipt));
+  if (abort) {
+    tx->Abort();
+    return Status::OK();
+  }
+  return tx->Commit();
+}
+
+Status SumBalances(Client* c, const std::vector<GlobalAddress>& accounts, uint32_t timeout_ms,
+                   int64_t* total) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  Status s;
+  do {
+    std::unique_ptr<Transaction> tx;
+    PDPM_RETURN_IF_ERROR(c->TxBegin(&tx));
+    int64_t sum = 0;
+    s = Status::OK();
+    for (const auto& a : accounts) {
+      int64_t v = 0;
+      s = tx->Read(a, &v, sizeof(v));
+      if (!s.ok()) break;
+      sum += v;
+    }
+    if (s.ok()) s = tx->Commit();
+    if (s.ok()) {
+      *total = sum;
+      return s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return s;
+}
+
+}  // namespace pdpm::client

@@ -1,0 +1,91 @@
+// pdpm_tx_bank (tests): one client process of the transaction tests. It
+// runs `--txs` transfers between random accounts (tx_bank.h), retrying each
+// on conflicts, aborts every `--abort-every`-th one on purpose, and
+// tolerates a server that dies meanwhile (the transfer then happened or
+// not: either keeps the total). Prints "progress N" lines and a summary.
+// PDPM_TX_CRASH_AT (client/transaction.h) makes it die mid-commit.
+//
+//   pdpm_tx_bank --monitor A --secret-file F --accounts FILE --worker N --txs K
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "client/tx_bank.h"
+#include "common/flags.h"
+
+namespace pdpm::client {
+namespace {
+
+int Run(int argc, char** argv) {
+  std::string monitor, secret_file, accounts_file;
+  uint32_t worker = 0, txs = 100, abort_every = 10;
+  FlagParser p("pdpm_tx_bank");
+  p.AddString("monitor", &monitor, "monitor host:port");
+  p.AddString("secret-file", &secret_file, "cluster secret file");
+  p.AddString("accounts", &accounts_file, "the accounts (tx_bank.h)");
+  p.AddUint32("worker", &worker, "worker number (seeds the choices)");
+  p.AddUint32("txs", &txs, "transfers to run");
+  p.AddUint32("abort-every", &abort_every, "abort every n-th transfer on purpose (0: never)");
+  Status s = p.Parse(argc, argv);
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n%s", s.ToString().c_str(), p.Usage().c_str());
+    return 2;
+  }
+  std::ifstream sf(secret_file);
+  std::string secret;
+  sf >> secret;
+  std::vector<GlobalAddress> accounts;
+  s = LoadAccounts(accounts_file, &accounts);
+  if (!s.ok() || accounts.size() < 2) {
+    std::fprintf(stderr, "accounts: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  ClientOptions o;
+  o.monitor = monitor;
+  o.cluster_secret = secret;
+  std::unique_ptr<Client> c;
+  s = Client::Open(o, &c);
+  if (!s.ok()) {
+    std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::mt19937_64 rng(worker * 7919 + 17);
+  uint64_t committed = 0, conflicts = 0, failed = 0;
+  for (uint32_t i = 0; i < txs; i++) {
+    if (i % 20 == 0) {
+      std::printf("progress %u\n", i);
+      std::fflush(stdout);
+    }
+    size_t from = rng() % accounts.size(), to = rng() % (accounts.size() - 1);
+    if (to >= from) to++;
+    int64_t amount = static_cast<int64_t>(rng() % 100) + 1;
+    bool abort = abort_every != 0 && i % abort_every == abort_every - 1;
+    for (int attempt = 0;; attempt++) {
+      s = Transfer(c.get(), accounts[from], accounts[to], amount, abort);
+      if (s.code() != StatusCode::kAborted || attempt == 200) break;
+      conflicts++;
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    }
+    if (s.ok()) {
+      committed += abort ? 0 : 1;
+    } else {
+      // A server down or restarting: the transfer happened entirely or not.
+      failed++;
+      std::printf("transfer %u: %s\n", i, s.ToString().c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  std::printf("done %u transfers: %llu committed, %llu conflicts, %llu failed\n", txs,
+              static_cast<unsigned long long>(committed),
+              static_cast<unsigned long long>(conflicts), static_cast<unsigned long long>(failed));
+  return 0;
+}
+
+}  // namespace
+}  // namespace pdpm::client
+
+int main(int argc, char** argv) {
+  return pdpm::client::Run(argc, argv);
+}

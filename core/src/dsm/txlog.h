@@ -1,0 +1,186 @@
+// The transaction log of a participant (docs/tx.md): per-coordinator log
+// areas in PM, each a ring of self-describing, checksummed records, and the
+// encoding of a transaction's write set, shared by the wire (the LOCK
+// request) and the PM record.
+//
+// Format version 1. A log region is `area_count` areas of `area_size`
+// bytes. Area header (64 B, persisted when a coordinator is assigned, its
+// `start` word moved by one persisted 8-byte store):
+//   magic "PDPMTXAR" u64 | version u32 | index u32 | coordinator u64 |
+//   start u64 (seq << 24 | offset / 64 of the oldest live record) |
+//   crc32c u32 (of magic..coordinator) | reserved
+// Assigning an area clears the magic first and stores it last, so a torn
+// assignment leaves an unassigned area; its records were all terminal.
+// Records follow from offset 64, each padded to 64 bytes:
+//   magic "PTXR" u32 | version u8 | kind u8 |
+//   flags u16 (1: at the decision holder, 2: the holder is named by a table) |
+//   state u64 (changed in place by one persisted store) |
+//   seq u64 | tx u64 | holder segment (or table) u32 | body length u32 |
+//   crc32c u32 (of magic..body length, state excluded, then the body) |
+//   reserved u32 | body
+// A wrap record (kind kWrap, no body) sends the reader back to offset 64;
+// so does reaching the end of the area. Reading starts at `start` and
+// stops at the first record that is not intact or whose seq is not the
+// previous one plus one: a torn append is thus never read back, and older
+// records beyond the tail (lower seq) are ignored. Sequence numbers only
+// grow in an area: a new assignment starts above every intact record.
+//
+// Body of a LOCK or BACKUP record (and of the LOCK request), or of an ALLOC
+// record (one free entry naming the block): entries
+//   kind u8 (1 write, 2 free, 3 put object, 4 delete object) | reserved 3 |
+//   segment u32 | offset u64 | length u32 | reserved u32 | data (length bytes)
+// Writes carry the bytes; a free none; object entries have segment and
+// offset 0 and data = object id hi u64 | lo u64 | content (puts only).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace pdpm::dsm {
+
+inline constexpr uint32_t kTxLogVersion = 1;
+inline constexpr uint64_t kTxAreaMagic = 0x524158544d504450ull;  // "PDPMTXAR"
+inline constexpr uint32_t kTxRecordMagic = 0x52585450;           // "PTXR"
+inline constexpr uint64_t kTxAreaHeaderSize = 64;
+inline constexpr uint64_t kTxRecordHeaderSize = 48;
+inline constexpr uint64_t kTxRecordAlign = 64;
+// Bytes of heap data one version word covers.
+inline constexpr uint64_t kTxGranule = 64;
+// A version word: bit 63 the lock, bits 62..40 the server's start count,
+// bits 39..0 the commits.
+inline constexpr uint64_t kTxVersionLock = 1ull << 63;
+inline constexpr int kTxGenerationShift = 40;
+// Outcomes in a RESOLVE reply; roles in a LOCK request (docs/tx.md).
+inline constexpr uint64_t kTxOutcomeCommit = 1;
+inline constexpr uint64_t kTxOutcomeAbort = 2;
+inline constexpr uint64_t kTxRolePrimary = 1;
+inline constexpr uint64_t kTxRoleBackup = 2;
+
+enum class TxRecordKind : uint8_t {
+  kLock = 1,    // at a written segment's primary: the new values, locks taken
+  kBackup = 2,  // at a backup of a written segment: its new values
+  kWrap = 3,    // continue at the area's first record
+  kAlloc = 4,   // a block allocated by a transaction: kept if it commits, else freed
+};
+
+// The life of a record; terminal states free its space.
+enum class TxState : uint64_t {
+  kLocked = 1,     // values logged, outcome unknown here
+  kCommitted = 2,  // decided commit (at the decision holder or a backup), maybe not yet applied
+  kApplied = 3,    // committed and its values are in place
+  kAborted = 4,    // decided abort, nothing applied
+  kTruncated = 5,  // its coordinator is done with it
+};
+std::string_view TxStateName(TxState s);
+
+enum class TxEntryKind : uint8_t { kWrite = 1, kFree = 2, kPutObject = 3, kDeleteObject = 4 };
+
+struct TxEntry {
+  TxEntryKind kind = TxEntryKind::kWrite;
+  uint32_t segment = 0;
+  uint64_t offset = 0;
+  std::string data;  // kWrite: the bytes; objects: id (16 bytes) then content
+};
+inline constexpr size_t kTxObjectIdSize = 16;
+bool IsObjectEntry(const TxEntry& e);
+
+void EncodeTxEntries(const std::vector<TxEntry>& entries, std::string* out);
+// kInvalidArgument (kCorruption when `on_pm`) for a malformed body.
+Status DecodeTxEntries(std::string_view body, bool on_pm, std::vector<TxEntry>* out);
+
+// The version slot of granule `granule` of global segment `segment` in a
+// table of `slots` words (a power of two): consecutive granules of a
+// segment take consecutive slots, so a range's words are contiguous modulo
+// the table size.
+inline uint32_t TxVersionSlot(uint32_t segment, uint64_t granule, uint32_t slots) {
+  uint64_t base = uint64_t{segment} * 0x9e3779b97f4a7c15ull;
+  return static_cast<uint32_t>((base >> 32) + granule) & (slots - 1);
+}
+
+// The version slot of an object (of its table's server).
+inline uint32_t TxObjectSlot(uint64_t id_hi, uint64_t id_lo, uint32_t slots) {
+  uint64_t h = (id_hi * 0x9e3779b97f4a7c15ull) ^ (id_lo * 0xc2b2ae3d27d4eb4full);
+  return static_cast<uint32_t>(h >> 32) & (slots - 1);
+}
+
+struct TxRecord {
+  uint64_t offset = 0;  // in the area
+  uint64_t size = 0;    // padded
+  TxRecordKind kind = TxRecordKind::kLock;
+  TxState state = TxState::kLocked;
+  uint64_t seq = 0;
+  uint64_t tx = 0;
+  uint32_t holder_segment = 0;
+  uint16_t flags = 0;
+  std::string body;
+};
+inline constexpr uint16_t kTxRecordHolder = 1;
+// The holder is named by an object-store table number, not a segment.
+inline constexpr uint16_t kTxRecordHolderIsTable = 2;
+
+// One coordinator's area. Appends and state changes are serialised by the
+// caller (TxParticipant holds one lock per area).
+class TxLogArea {
+ public:
+  using PersistFn = std::function<void(const void*, size_t)>;
+  // `base` is the area (area_size bytes, 64-byte aligned).
+  TxLogArea(char* base, uint64_t size, uint32_t index, PersistFn persist)
+      : base_(base), size_(size), index_(index), persist_(std::move(persist)) {}
+
+  // Reads the area: its coordinator (0 when never assigned) and every
+  // record from `start`. kCorruption for a damaged header.
+  Status Open(std::vector<TxRecord>* records);
+  // Gives the (empty or fully terminal) area to `coordinator`: header
+  // rewritten, nothing live.
+  Status Assign(uint64_t coordinator);
+  uint64_t coordinator() const { return coordinator_; }
+  uint32_t index() const { return index_; }
+
+  // Appends a record in state kLocked and persists it; kResourceExhausted
+  // when the ring has no room.
+  Status Append(TxRecordKind kind, uint16_t flags, uint64_t tx, uint32_t holder_segment,
+                std::string_view body, TxRecord* out);
+  // One persisted store of the record's state word.
+  void SetState(const TxRecord& r, TxState s);
+  // Drops terminal records from the head (moves `start`, persisted).
+  void Trim(const std::function<bool(uint64_t offset)>& terminal);
+  bool empty() const { return live_.empty(); }
+
+ private:
+  char* base_;
+  uint64_t size_;
+  uint32_t index_;
+  PersistFn persist_;
+  uint64_t coordinator_ = 0;
+  uint64_t start_ = kTxAreaHeaderSize;
+  uint64_t tail_ = kTxAreaHeaderSize;
+  uint64_t next_seq_ = 1;
+  bool wrapped_ = false;  // the live records run past the end back to the first slot
+  struct Live {
+    uint64_t offset;
+    uint64_t seq;
+  };
+  std::deque<Live> live_;  // from start, in order
+
+  void PersistStart(uint64_t offset, uint64_t seq);
+};
+
+// Offline check of a log region (fsck): every area header and every
+// readable record. Appends one line per problem to `violations`.
+struct TxLogCheck {
+  uint32_t assigned_areas = 0;
+  uint64_t live_records = 0;  // not truncated
+  uint64_t in_doubt = 0;      // locked or committed-not-applied
+  std::vector<std::string> violations;
+};
+void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count, TxLogCheck* out);
+
+}  // namespace pdpm::dsm

@@ -1,0 +1,244 @@
+// The transaction log area (dsm/txlog.h): format, ring wrap-around,
+// damage detection, and crashes on the PM layer's power-loss simulation at
+// every point of a workload's persistence stream.
+#include "dsm/txlog.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "dsm/dsm_test_region.h"
+#include "pm/pm_device.h"
+#include "pm/test_util.h"
+
+namespace pdpm::dsm {
+namespace {
+
+constexpr uint64_t kAreaSize = 16 << 10;
+
+std::string Body(uint64_t tx) {
+  std::vector<TxEntry> entries(1 + tx % 3);
+  for (size_t i = 0; i < entries.size(); i++) {
+    entries[i].segment = static_cast<uint32_t>(1 + i);
+    entries[i].offset = (tx * 977 + i * 64) % 100000 + kChunkSize;
+    entries[i].data.assign(8 + (tx * 131 + i * 17) % 1500, static_cast<char>('a' + tx % 26));
+  }
+  std::string body;
+  EncodeTxEntries(entries, &body);
+  return body;
+}
+
+// The workload: step 2i appends the record of tx i; step 2i+1 ends tx i-2
+// (applied or aborted) and trims. Three records are live at a time and the
+// ring wraps around many times.
+constexpr int kTxs = 60;
+int Steps() {
+  return 2 * kTxs;
+}
+
+void RunStep(TxLogArea* area, std::map<uint64_t, TxRecord>* live, int step) {
+  uint64_t tx = step / 2 + 1;
+  if (step % 2 == 0) {
+    TxRecord r;
+    ASSERT_TRUE(area->Append(TxRecordKind::kLock, 0, tx, 7, Body(tx), &r).ok()) << step;
+    (*live)[tx] = r;
+  } else if (tx > 2) {
+    uint64_t done = tx - 2;
+    area->SetState((*live)[done], done % 2 == 0 ? TxState::kApplied : TxState::kAborted);
+    live->erase(done);
+    area->Trim([&](uint64_t offset) {
+      for (const auto& [t, r] : *live) {
+        if (r.offset == offset) return false;
+      }
+      return true;
+    });
+  }
+}
+
+TEST(TxLogTest, EntriesRoundTripAndRefuseBadInput) {
+  std::vector<TxEntry> in(2), out;
+  in[0].segment = 3;
+  in[0].offset = 4096;
+  in[0].data = "hello";
+  in[1].kind = TxEntryKind::kFree;
+  in[1].segment = 4;
+  in[1].offset = 8192;
+  std::string body;
+  EncodeTxEntries(in, &body);
+  ASSERT_TRUE(DecodeTxEntries(body, false, &out).ok());
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].data, "hello");
+  EXPECT_EQ(out[1].kind, TxEntryKind::kFree);
+  EXPECT_EQ(DecodeTxEntries(body.substr(0, 30), false, &out).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeTxEntries(body.substr(0, 30), true, &out).code(), StatusCode::kCorruption);
+  body[0] = 9;
+  EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
+  // Object entries carry the 16-byte id first.
+  std::vector<TxEntry> objects(2);
+  objects[0].kind = TxEntryKind::kPutObject;
+  objects[0].data = std::string(kTxObjectIdSize, 'i') + "content";
+  objects[1].kind = TxEntryKind::kDeleteObject;
+  objects[1].data = std::string(kTxObjectIdSize, 'j');
+  body.clear();
+  EncodeTxEntries(objects, &body);
+  ASSERT_TRUE(DecodeTxEntries(body, false, &out).ok());
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(IsObjectEntry(out[0]) && IsObjectEntry(out[1]));
+  EXPECT_EQ(out[0].data, objects[0].data);
+  objects[1].data += "x";  // a delete with content
+  body.clear();
+  EncodeTxEntries(objects, &body);
+  EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TxLogTest, RingWrapsAndReopens) {
+  TestRegion region(kAreaSize);
+  TxLogArea area(region.base(), kAreaSize, 0, region.range().persist);
+  std::vector<TxRecord> recs;
+  ASSERT_TRUE(area.Open(&recs).ok());
+  EXPECT_EQ(area.coordinator(), 0u);
+  ASSERT_TRUE(area.Assign(42).ok());
+  std::map<uint64_t, TxRecord> live;
+  for (int step = 0; step < Steps(); step++) {
+    RunStep(&area, &live, step);
+    if (step % 7 == 0) {
+      // Reopening finds exactly the live records, in order.
+      TxLogArea again(region.base(), kAreaSize, 0, region.range().persist);
+      ASSERT_TRUE(again.Open(&recs).ok());
+      EXPECT_EQ(again.coordinator(), 42u);
+      ASSERT_EQ(recs.size(), live.size()) << step;
+      auto it = live.begin();
+      for (const auto& r : recs) {
+        EXPECT_EQ(r.tx, it->first);
+        EXPECT_EQ(r.body, Body(r.tx));
+        ++it;
+      }
+    }
+  }
+  // A record larger than the area is refused; a full ring is exhausted.
+  TxRecord r;
+  EXPECT_EQ(area.Append(TxRecordKind::kLock, 0, 999, 7, std::string(kAreaSize, 'x'), &r).code(),
+            StatusCode::kTooLarge);
+  Status s;
+  for (uint64_t tx = 1000; s.ok(); tx++)
+    s = area.Append(TxRecordKind::kLock, 0, tx, 7, Body(tx), &r);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  TxLogCheck check;
+  CheckTxLogRegion(region.base(), kAreaSize, 1, &check);
+  EXPECT_TRUE(check.violations.empty());
+  EXPECT_EQ(check.assigned_areas, 1u);
+  EXPECT_GT(check.in_doubt, 3u);
+  // A damaged header is reported and refused.
+  region.base()[17] ^= 1;
+  TxLogCheck damaged;
+  CheckTxLogRegion(region.base(), kAreaSize, 1, &damaged);
+  EXPECT_EQ(damaged.violations.size(), 1u);
+  EXPECT_EQ(area.Open(&recs).code(), StatusCode::kCorruption);
+}
+
+// A crash at every point: the records acknowledged live are there, intact;
+// nothing else is, except the one operation in flight.
+TEST(TxLogCrashTest, PowerLossAtEveryPointKeepsTheAcknowledgedRecords) {
+  pm::TempDir dir;
+  std::string pristine = dir.File("pristine"), image = dir.File("image");
+  {
+    pm::PmOptions o;
+    o.create_size = 2 << 20;
+    std::unique_ptr<pm::PmDevice> d;
+    ASSERT_TRUE(pm::PmDevice::Open(pristine, o, &d).ok());
+    TxLogArea area(d->base(), kAreaSize, 0, d->persist_fn());
+    std::vector<TxRecord> recs;
+    ASSERT_TRUE(area.Open(&recs).ok());
+    ASSERT_TRUE(area.Assign(42).ok());
+  }
+  // What the workload persists, in bytes as the PM layer counts them.
+  TestRegion dry(kAreaSize);
+  uint64_t total = 0;
+  {
+    std::unique_ptr<pm::PmDevice> d;
+    ASSERT_TRUE(pm::PmDevice::Open(pristine, {}, &d).ok());
+    std::memcpy(dry.base(), d->base(), kAreaSize);
+    TxLogArea area(dry.base(), kAreaSize, 0, dry.range().persist);
+    std::vector<TxRecord> recs;
+    ASSERT_TRUE(area.Open(&recs).ok());
+    std::map<uint64_t, TxRecord> live;
+    for (int step = 0; step < Steps(); step++) RunStep(&area, &live, step);
+    total = dry.persisted_bytes();
+  }
+  for (uint64_t kill_at = 8; kill_at < total; kill_at += total / 45 + 8) {
+    SCOPED_TRACE("crash after " + std::to_string(kill_at) + " of " + std::to_string(total));
+    std::filesystem::copy_file(pristine, image, std::filesystem::copy_options::overwrite_existing);
+    bool killed = false;
+    std::vector<uint32_t> acks =
+        pm::CollectReports(pm::ForkChild([&](int ack_fd) {
+                             pm::PmOptions o;
+                             o.crash_after_persisted_bytes = kill_at;
+                             std::unique_ptr<pm::PmDevice> d;
+                             if (!pm::PmDevice::Open(image, o, &d).ok()) _exit(91);
+                             TxLogArea area(d->base(), kAreaSize, 0, d->persist_fn());
+                             std::vector<TxRecord> recs;
+                             if (!area.Open(&recs).ok()) _exit(92);
+                             std::map<uint64_t, TxRecord> live;
+                             for (int step = 0; step < Steps(); step++) {
+                               RunStep(&area, &live, step);
+                               pm::WriteReport(ack_fd, static_cast<uint32_t>(step));
+                             }
+                           }),
+                           &killed);
+    ASSERT_TRUE(killed);
+    int done = static_cast<int>(acks.size());  // steps acknowledged; `done` was in flight
+    // The model after the acknowledged steps.
+    std::map<uint64_t, TxState> expected;  // live tx -> state
+    for (int step = 0; step < done; step++) {
+      uint64_t tx = step / 2 + 1;
+      if (step % 2 == 0) {
+        expected[tx] = TxState::kLocked;
+      } else if (tx > 2) {
+        expected.erase(tx - 2);
+      }
+    }
+    std::unique_ptr<pm::PmDevice> d;
+    ASSERT_TRUE(pm::PmDevice::Open(image, {}, &d).ok());
+    TxLogCheck check;
+    CheckTxLogRegion(d->base(), kAreaSize, 1, &check);
+    EXPECT_TRUE(check.violations.empty()) << check.violations.front();
+    TxLogArea area(d->base(), kAreaSize, 0, d->persist_fn());
+    std::vector<TxRecord> recs;
+    ASSERT_TRUE(area.Open(&recs).ok());
+    EXPECT_EQ(area.coordinator(), 42u);
+    uint64_t in_flight_tx = done / 2 + 1;
+    bool in_flight_append = done % 2 == 0;
+    std::map<uint64_t, TxState> got;
+    for (const auto& r : recs) {
+      EXPECT_EQ(r.body, Body(r.tx)) << r.tx;
+      got[r.tx] = r.state;
+    }
+    for (const auto& [tx, state] : expected) {
+      bool ending = !in_flight_append && in_flight_tx > 2 && tx == in_flight_tx - 2;
+      auto it = got.find(tx);
+      if (it == got.end()) {
+        EXPECT_TRUE(ending) << "acknowledged record of tx " << tx << " lost";
+        continue;
+      }
+      EXPECT_TRUE(it->second == state || ending) << tx;
+    }
+    for (const auto& [tx, state] : got) {
+      bool known = expected.count(tx) != 0 || (in_flight_append && tx == in_flight_tx) ||
+                   (!in_flight_append && in_flight_tx > 2 && tx == in_flight_tx - 2);
+      EXPECT_TRUE(known) << "record of tx " << tx << " should be gone";
+    }
+    // The log goes on after recovery.
+    TxRecord r;
+    ASSERT_TRUE(area.Append(TxRecordKind::kLock, 0, 5000, 7, Body(5000), &r).ok());
+    TxLogArea again(d->base(), kAreaSize, 0, d->persist_fn());
+    ASSERT_TRUE(again.Open(&recs).ok());
+    ASSERT_FALSE(recs.empty());
+    EXPECT_EQ(recs.back().tx, 5000u);
+  }
+}
+
+}  // namespace
+}  // namespace pdpm::dsm

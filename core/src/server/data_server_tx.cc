@@ -1,0 +1,122 @@
+// The transaction participant's view of a DataServer (tx_participant.h):
+// the hooks it is built with and the server-local log segment. Kept apart
+// from data_server.cc so that the two evolve independently.
+#include "server/data_server.h"
+
+namespace pdpm::server {
+
+Status DataServer::CreateTxLogSegment(Segment** out) {
+  uint32_t local = 0;
+  PDPM_RETURN_IF_ERROR(FreeLocalSegment(&local).WithContext("transaction log"));
+  std::span<char> mem = space_->segment(local);
+  dsm::PmRange range{mem.data(), mem.size(), space_->device().persist_fn()};
+  PDPM_RETURN_IF_ERROR(dsm::PAllocator::Format(range));
+  {
+    std::unique_ptr<dsm::PAllocator> alloc;
+    PDPM_RETURN_IF_ERROR(dsm::PAllocator::Open(range, dsm::PAllocatorOptions{}, &alloc));
+    PDPM_RETURN_IF_ERROR(alloc->SetRoot(kRoleSlot, SegmentRole{SegmentKind::kTxLog}.Encode()));
+  }
+  std::unique_ptr<Segment> seg;
+  PDPM_RETURN_IF_ERROR(OpenSegment(local, SegmentRole{SegmentKind::kTxLog}, &seg));
+  log_.Info("transaction log segment created", {{"local", local}});
+  std::unique_lock lock(mu_);
+  *out = seg.get();
+  segments_[local] = std::move(seg);
+  return Status::OK();
+}
+
+TxHooks DataServer::MakeTxHooks() {
+  TxHooks h;
+  h.check = [this](const RequestHeader& header) { return CheckHeader(header); };
+  h.segment = [this](uint32_t global, TxCopy copy, uint64_t epoch, dsm::PmRange* mem,
+                     dsm::PAllocator** alloc) {
+    if (copy == TxCopy::kBackup) {
+      // Backup replicas are not kept by this version (docs/tx.md).
+      return Status::NotFound("no backup copy of segment " + std::to_string(global) + " here");
+    }
+    std::shared_lock lock(mu_);
+    auto it = by_global_.find(global);
+    if (it == by_global_.end() || it->second->role.kind != SegmentKind::kHeap) {
+      return Status::NotFound("heap segment " + std::to_string(global) + " is not on this server");
+    }
+    if (epoch != 0 && epoch < it->second->placement_epoch) {
+      return Status::StaleEpoch("segment " + std::to_string(global) + " placed in epoch " +
+                                std::to_string(it->second->placement_epoch));
+    }
+    std::span<char> m = space_->segment(it->second->local);
+    *mem = dsm::PmRange{m.data(), m.size(), space_->device().persist_fn()};
+    *alloc = it->second->alloc.get();
+    return Status::OK();
+  };
+  h.log_segment = [this](bool create, dsm::PmRange* mem, dsm::PAllocator** alloc) {
+    std::lock_guard<std::mutex> grow(grow_mu_);
+    if (tx_log_ == nullptr) {
+      if (!create) return Status::NotFound("no transaction log yet");
+      PDPM_RETURN_IF_ERROR(CreateTxLogSegment(&tx_log_));
+    }
+    std::span<char> m = space_->segment(tx_log_->local);
+    *mem = dsm::PmRange{m.data(), m.size(), space_->device().persist_fn()};
+    *alloc = tx_log_->alloc.get();
+    return Status::OK();
+  };
+  h.object_table = [this](const dsm::ObjectId& id, uint64_t epoch, bool create,
+                          dsm::ObjectStoreTable** out) {
+    uint64_t e = epoch;
+    if (e == 0) {  // applying a logged record: whatever the current epoch
+      std::shared_lock lock(mu_);
+      e = epoch_;
+    }
+    return TableFor(id, e, create, out);
+  };
+  h.allocate = [this](uint64_t size, dsm::GlobalAddress* out) {
+    std::string req, reply;
+    Encoder e(&req);
+    {
+      std::shared_lock lock(mu_);
+      e.Header({epoch_, credential_});
+    }
+    e.U64(size);
+    PDPM_RETURN_IF_ERROR(
+        HandlePAllocate({reinterpret_cast<const uint8_t*>(req.data()), req.size()}, &reply));
+    Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
+    return d.Address(out);
+  };
+  h.call_primary = [this](uint32_t segment, bool is_table, uint16_t method, const std::string& body,
+                          std::string* reply) {
+    v1::GetMappingResponse m;
+    PDPM_RETURN_IF_ERROR(monitor_->GetMapping(0, &m));
+    uint32_t primary = 0;
+    if (is_table) {
+      for (const auto& t : m.tables()) {
+        if (t.table() == segment) primary = t.server_id();
+      }
+    }
+    for (const auto& sm : m.segments()) {
+      if (!is_table && sm.segment() == segment) primary = sm.primary().server_id();
+    }
+    std::string address;
+    for (const auto& sv : m.servers()) {
+      if (sv.id() == primary && sv.state() == v1::SERVER_STATE_UP) address = sv.address();
+    }
+    if (address.empty()) {
+      return Status::Unavailable(std::string("no live primary for ") +
+                                 (is_table ? "table " : "segment ") + std::to_string(segment));
+    }
+    std::string req;
+    Encoder e(&req);
+    e.Header({m.epoch(), credential_});
+    e.Bytes(body);
+    std::span<const uint8_t> bytes{reinterpret_cast<const uint8_t*>(req.data()), req.size()};
+    if (primary == server_id_) {
+      if (method != kTxResolve) return Status::Internal("local call of a transaction method");
+      return tx_->HandleResolve(bytes, reply);
+    }
+    std::unique_ptr<net::RpcClient> rpc;
+    PDPM_RETURN_IF_ERROR(net::RpcClient::Connect(
+        transport_.get(), address, 0, DataPlaneRpcOptions(1, options_.op_timeout_ms), &rpc));
+    return rpc->Call(method, bytes, reply);
+  };
+  return h;
+}
+
+}  // namespace pdpm::server

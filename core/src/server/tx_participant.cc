@@ -1,0 +1,730 @@
+#include "server/tx_participant.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "server/segment_role.h"
+
+namespace pdpm::server {
+namespace {
+
+using dsm::TxEntry;
+using dsm::TxEntryKind;
+using dsm::TxRecordKind;
+using dsm::TxState;
+
+Status Begin(Decoder* d, const TxHooks& hooks, uint64_t* coordinator, RequestHeader* h) {
+  PDPM_RETURN_IF_ERROR(d->Header(h));
+  PDPM_RETURN_IF_ERROR(d->U64(coordinator));
+  if (*coordinator == 0) return Status::InvalidArgument("coordinator id 0");
+  return Status::OK();
+}
+
+// The holder a record names, as its segment | is-table << 32.
+uint64_t HolderOf(const dsm::TxRecord& r) {
+  return r.holder_segment | (uint64_t{(r.flags & dsm::kTxRecordHolderIsTable) != 0} << 32);
+}
+
+dsm::ObjectId ObjectIdOf(const TxEntry& e) {
+  dsm::ObjectId id;
+  std::memcpy(&id.hi, e.data.data(), 8);
+  std::memcpy(&id.lo, e.data.data() + 8, 8);
+  return id;
+}
+
+std::span<const uint8_t> Bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
+
+// Holds mu_ and sweeps the records trimmed meanwhile when released.
+class TxParticipant::Locked {
+ public:
+  explicit Locked(TxParticipant* p) : p_(p), lock_(p->mu_) {}
+  ~Locked() { p_->Sweep(); }
+
+ private:
+  TxParticipant* p_;
+  std::lock_guard<std::mutex> lock_;
+};
+
+TxParticipant::TxParticipant(TxHooks hooks, net::Transport* transport, const Logger& log,
+                             TxParticipantOptions options)
+    : hooks_(std::move(hooks)), transport_(transport), log_(log), options_(options) {}
+
+TxParticipant::~TxParticipant() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (resolver_.joinable()) resolver_.join();
+}
+
+Status TxParticipant::OpenLog(bool create) {
+  if (log_base_ != nullptr) return Status::OK();
+  dsm::PmRange mem;
+  dsm::PAllocator* alloc = nullptr;
+  PDPM_RETURN_IF_ERROR(hooks_.log_segment(create, &mem, &alloc));
+  uint64_t region = alloc->GetRoot(kTxLogRegionSlot);
+  if (region == 0) {
+    // A new log: its region, every area unassigned, then the root that
+    // publishes it.
+    uint64_t bytes = uint64_t{options_.area_count} * options_.area_size;
+    PDPM_RETURN_IF_ERROR(alloc->Allocate(bytes, dsm::BlockOwner::kHeap, 0, &region)
+                             .WithContext("transaction log region"));
+    for (uint32_t i = 0; i < options_.area_count; i++) {
+      char* a = mem.base + region + uint64_t{i} * options_.area_size;
+      std::memset(a, 0, dsm::kTxAreaHeaderSize);
+      mem.persist(a, dsm::kTxAreaHeaderSize);
+    }
+    PDPM_RETURN_IF_ERROR(alloc->SetRoot(
+        kTxLogGeometrySlot, (uint64_t{options_.area_count} << 32) | options_.area_size));
+    PDPM_RETURN_IF_ERROR(alloc->SetRoot(kTxLogRegionSlot, region));
+  }
+  uint64_t geometry = alloc->GetRoot(kTxLogGeometrySlot);
+  uint32_t count = static_cast<uint32_t>(geometry >> 32);
+  uint64_t area_size = geometry & 0xffffffffu;
+  if (count == 0 || area_size == 0 || region + uint64_t{count} * area_size > mem.size) {
+    return Status::Corruption("transaction log region outside its segment");
+  }
+  std::vector<Area> areas(count);
+  Clock::time_point now = Clock::now();
+  std::vector<std::vector<dsm::TxRecord>> found(count);
+  for (uint32_t i = 0; i < count; i++) {
+    areas[i].log = std::make_unique<dsm::TxLogArea>(mem.base + region + uint64_t{i} * area_size,
+                                                    area_size, i, mem.persist);
+    areas[i].last_active = now;
+    PDPM_RETURN_IF_ERROR(areas[i].log->Open(&found[i]));
+  }
+  areas_ = std::move(areas);
+  area_count_ = count;
+  log_alloc_ = alloc;
+  log_base_ = mem.base + region;
+  persist_ = mem.persist;
+  // Index every record still live; lock the words of undecided ones.
+  uint64_t in_doubt = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    Area* area = &areas_[i];
+    if (area->log->coordinator() != 0) by_coordinator_[area->log->coordinator()] = area;
+    for (auto& r : found[i]) {
+      auto rec = std::make_unique<Rec>();
+      PDPM_RETURN_IF_ERROR(DecodeTxEntries(r.body, true, &rec->entries)
+                               .WithContext("transaction log area " + std::to_string(i)));
+      r.body.clear();
+      rec->r = std::move(r);
+      rec->area = area;
+      rec->coordinator = area->log->coordinator();
+      // Resolved at once by the resolver: its coordinator's session ended.
+      rec->since = now - std::chrono::milliseconds(options_.lock_timeout_ms);
+      if (rec->r.kind == TxRecordKind::kLock &&
+          (rec->r.state == TxState::kLocked || rec->r.state == TxState::kCommitted)) {
+        rec->slots = SlotsOf(rec->entries);
+        for (uint32_t s : rec->slots) versions_[s].fetch_or(kTxVersionLock);
+      }
+      if (rec->r.state == TxState::kLocked || rec->r.state == TxState::kCommitted) in_doubt++;
+      area->by_offset[rec->r.offset] = rec.get();
+      recs_[{rec->coordinator, rec->r.tx}].push_back(std::move(rec));
+    }
+  }
+  // Decided but not applied: apply now (idempotent: values are absolute).
+  std::vector<Rec*> decided;
+  for (auto& [key, list] : recs_) {
+    for (auto& rec : list) {
+      if (rec->r.state == TxState::kCommitted) decided.push_back(rec.get());
+    }
+  }
+  for (Rec* rec : decided) PDPM_RETURN_IF_ERROR(CommitRec(rec, false));
+  log_.Info("transaction log opened", {{"areas", count},
+                                       {"coordinators", by_coordinator_.size()},
+                                       {"in_doubt", in_doubt},
+                                       {"applied_at_start", decided.size()}});
+  return Status::OK();
+}
+
+Status TxParticipant::Recover() {
+  {
+    Locked lock(this);
+    dsm::PmRange mem;
+    dsm::PAllocator* alloc = nullptr;
+    Status s = hooks_.log_segment(false, &mem, &alloc);
+    if (s.ok()) {
+      generation_ = alloc->GetRoot(kTxStartCountSlot) + 1;
+      PDPM_RETURN_IF_ERROR(alloc->SetRoot(kTxStartCountSlot, generation_));
+    } else if (s.code() != StatusCode::kNotFound) {
+      return s;
+    }
+    uint32_t n = options_.version_slots;
+    if (n == 0 || (n & (n - 1)) != 0)
+      return Status::InvalidArgument("version slots: a power of two");
+    versions_.reset(new std::atomic<uint64_t>[n]);
+    uint64_t initial = (generation_ << kTxGenerationShift) & ~kTxVersionLock;
+    for (uint32_t i = 0; i < n; i++) versions_[i].store(initial);
+    PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(versions_.get(), uint64_t{n} * 8,
+                                                    net::kRemoteRead, {}, &versions_region_));
+    if (s.ok()) PDPM_RETURN_IF_ERROR(OpenLog(false));
+  }
+  resolver_ = std::thread([this] { ResolverLoop(); });
+  return Status::OK();
+}
+
+void TxParticipant::RegisterRpcs(net::RpcServer* rpc) {
+  rpc->Register(kTxHello, [this](auto r, auto* o) { return HandleHello(r, o); });
+  rpc->Register(kTxLock, [this](auto r, auto* o) { return HandleLock(r, o); });
+  rpc->Register(kTxCommit, [this](auto r, auto* o) { return HandleCommit(r, o); });
+  rpc->Register(kTxAbort, [this](auto r, auto* o) { return HandleAbort(r, o); });
+  rpc->Register(kTxTruncate, [this](auto r, auto* o) { return HandleTruncate(r, o); });
+  rpc->Register(kTxResolve, [this](auto r, auto* o) { return HandleResolve(r, o); });
+  rpc->Register(kTxAlloc, [this](auto r, auto* o) { return HandleAlloc(r, o); });
+}
+
+Status TxParticipant::AreaFor(uint64_t coordinator, Area** out) {
+  PDPM_RETURN_IF_ERROR(OpenLog(true));
+  Clock::time_point now = Clock::now();
+  auto it = by_coordinator_.find(coordinator);
+  if (it != by_coordinator_.end()) {
+    it->second->last_active = now;
+    *out = it->second;
+    return Status::OK();
+  }
+  // A never-used area, else one whose coordinator is idle and whose records
+  // are all done with.
+  Area* pick = nullptr;
+  for (auto& a : areas_) {
+    if (a.log->coordinator() == 0) {
+      pick = &a;
+      break;
+    }
+  }
+  auto idle = std::chrono::milliseconds(options_.idle_area_ms);
+  for (size_t i = 0; pick == nullptr && i < areas_.size(); i++) {
+    Area& a = areas_[i];
+    if (a.log->empty() && now - a.last_active > idle) pick = &a;
+  }
+  if (pick == nullptr) return Status::ResourceExhausted("no free transaction log area");
+  if (pick->log->coordinator() != 0) by_coordinator_.erase(pick->log->coordinator());
+  PDPM_RETURN_IF_ERROR(pick->log->Assign(coordinator));
+  pick->last_active = now;
+  by_coordinator_[coordinator] = pick;
+  *out = pick;
+  return Status::OK();
+}
+
+std::vector<uint32_t> TxParticipant::SlotsOf(const std::vector<TxEntry>& entries) const {
+  std::vector<uint32_t> slots;
+  for (const auto& e : entries) {
+    if (dsm::IsObjectEntry(e)) {
+      uint64_t hi, lo;
+      std::memcpy(&hi, e.data.data(), 8);
+      std::memcpy(&lo, e.data.data() + 8, 8);
+      slots.push_back(dsm::TxObjectSlot(hi, lo, options_.version_slots));
+      continue;
+    }
+    uint64_t first = e.offset / dsm::kTxGranule;
+    uint64_t last =
+        e.kind == TxEntryKind::kWrite ? (e.offset + e.data.size() - 1) / dsm::kTxGranule : first;
+    for (uint64_t g = first; g <= last && slots.size() <= options_.version_slots; g++) {
+      slots.push_back(dsm::TxVersionSlot(e.segment, g, options_.version_slots));
+    }
+  }
+  std::sort(slots.begin(), slots.end());
+  slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+  return slots;
+}
+
+Status TxParticipant::HandleHello(std::span<const uint8_t> req, std::string* reply) {
+  Decoder d(req);
+  RequestHeader h;
+  uint64_t coordinator = 0;
+  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  PDPM_RETURN_IF_ERROR(hooks_.check(h));
+  Locked lock(this);
+  Area* area = nullptr;
+  PDPM_RETURN_IF_ERROR(AreaFor(coordinator, &area));
+  Encoder(reply).U64(uint64_t{versions_region_->key()} | (uint64_t{options_.version_slots} << 32));
+  return Status::OK();
+}
+
+Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* reply) {
+  Decoder d(req);
+  RequestHeader h;
+  uint64_t coordinator = 0, tx = 0, info = 0, counts = 0;
+  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
+  PDPM_RETURN_IF_ERROR(d.U64(&tx));
+  PDPM_RETURN_IF_ERROR(d.U64(&info));
+  PDPM_RETURN_IF_ERROR(d.U64(&counts));
+  uint32_t holder_segment = static_cast<uint32_t>(info);
+  uint64_t role = (info >> 32) & 0xff;
+  bool holder = ((info >> 40) & 1) != 0;
+  bool holder_is_table = ((info >> 41) & 1) != 0;
+  uint32_t n_expect = static_cast<uint32_t>(counts),
+           n_truncate = static_cast<uint32_t>(counts >> 32);
+  if (role != kTxRolePrimary && role != kTxRoleBackup) {
+    return Status::InvalidArgument("lock: unknown role");
+  }
+  if (n_expect > (1u << 20) || n_truncate > (1u << 20)) {
+    return Status::InvalidArgument("lock: too many entries");
+  }
+  std::map<uint32_t, uint64_t> expect;
+  for (uint32_t i = 0; i < n_expect; i++) {
+    uint64_t slot = 0, version = 0;
+    PDPM_RETURN_IF_ERROR(d.U64(&slot));
+    PDPM_RETURN_IF_ERROR(d.U64(&version));
+    if (slot >= options_.version_slots) return Status::InvalidArgument("lock: bad version slot");
+    expect[static_cast<uint32_t>(slot)] = version;
+  }
+  std::vector<uint64_t> truncate(n_truncate);
+  for (auto& t : truncate) PDPM_RETURN_IF_ERROR(d.U64(&t));
+  std::string_view body = d.Rest();
+  std::vector<TxEntry> entries;
+  PDPM_RETURN_IF_ERROR(DecodeTxEntries(body, false, &entries));
+  PDPM_RETURN_IF_ERROR(hooks_.check(h));
+  TxCopy copy = role == kTxRolePrimary ? TxCopy::kPrimary : TxCopy::kBackup;
+  for (const auto& e : entries) {
+    if (dsm::IsObjectEntry(e)) {
+      // Object-store tables have no backups in this version.
+      if (copy != TxCopy::kPrimary) return Status::InvalidArgument("lock: an object at a backup");
+      dsm::ObjectStoreTable* table = nullptr;
+      PDPM_RETURN_IF_ERROR(
+          hooks_.object_table(ObjectIdOf(e), h.epoch, e.kind == TxEntryKind::kPutObject, &table));
+      continue;
+    }
+    dsm::PmRange mem;
+    dsm::PAllocator* alloc = nullptr;
+    PDPM_RETURN_IF_ERROR(hooks_.segment(e.segment, copy, h.epoch, &mem, &alloc));
+    uint64_t len = e.kind == TxEntryKind::kWrite ? e.data.size() : 1;
+    if (e.offset > mem.size || len > mem.size - e.offset) {
+      return Status::OutOfRange("lock: an entry outside segment " + std::to_string(e.segment));
+    }
+  }
+  auto rec = std::make_unique<Rec>();
+  rec->entries = std::move(entries);
+  rec->coordinator = coordinator;
+  if (role == kTxRolePrimary) {
+    // Lock the words; a word locked by another transaction, or changed since
+    // this one read it, is a conflict.
+    std::vector<uint32_t> slots = SlotsOf(rec->entries);
+    for (uint32_t s : slots) {
+      uint64_t v = versions_[s].load();
+      auto want = expect.find(s);
+      bool ok = (v & kTxVersionLock) == 0 && (want == expect.end() || want->second == v) &&
+                versions_[s].compare_exchange_strong(v, v | kTxVersionLock);
+      if (!ok) {
+        for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
+        return Status::Aborted("conflict: a written item is locked or changed");
+      }
+      rec->slots.push_back(s);
+    }
+  }
+  Locked lock(this);
+  // The blocks the transaction allocated here must still be held for it
+  // (one freed after its coordinator's timeout makes the LOCK fail).
+  bool allocated = false;
+  for (Rec* r : RecordsOf({coordinator, tx})) {
+    if (r->r.kind != TxRecordKind::kAlloc) continue;
+    if (r->r.state != TxState::kLocked) {
+      for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
+      return Status::Aborted("a block the transaction allocated was reclaimed");
+    }
+    allocated = true;
+  }
+  if (rec->entries.empty() && !allocated) {
+    return Status::InvalidArgument("lock: no entries and no allocation");
+  }
+  Area* area = nullptr;
+  Status s = AreaFor(coordinator, &area);
+  if (s.ok()) {
+    // Lazy truncation, piggybacked on this request.
+    Truncate(coordinator, truncate);
+    uint16_t flags =
+        (holder ? dsm::kTxRecordHolder : 0) | (holder_is_table ? dsm::kTxRecordHolderIsTable : 0);
+    s = area->log->Append(role == kTxRolePrimary ? TxRecordKind::kLock : TxRecordKind::kBackup,
+                          flags, tx, holder_segment, body, &rec->r);
+  }
+  if (!s.ok()) {
+    for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
+    return s;
+  }
+  rec->area = area;
+  rec->since = Clock::now();
+  area->by_offset[rec->r.offset] = rec.get();
+  recs_[{coordinator, tx}].push_back(std::move(rec));
+  return Status::OK();
+}
+
+Status TxParticipant::Apply(Rec* rec) {
+  TxCopy copy = rec->r.kind == TxRecordKind::kLock ? TxCopy::kPrimary : TxCopy::kBackup;
+  for (const auto& e : rec->entries) {
+    if (dsm::IsObjectEntry(e)) {
+      dsm::ObjectStoreTable* table = nullptr;
+      dsm::ObjectId id = ObjectIdOf(e);
+      bool put = e.kind == TxEntryKind::kPutObject;
+      Status t = hooks_.object_table(id, 0, put, &table);
+      if (!put && t.code() == StatusCode::kNotFound) continue;  // no table: nothing to delete
+      PDPM_RETURN_IF_ERROR(t.WithContext("apply transaction " + std::to_string(rec->r.tx)));
+      Status s = put ? table->Put(id, std::string_view(e.data).substr(dsm::kTxObjectIdSize))
+                     : table->Delete(id);
+      // Deleted already: applied before a crash (or never there).
+      if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+      continue;
+    }
+    dsm::PmRange mem;
+    dsm::PAllocator* alloc = nullptr;
+    PDPM_RETURN_IF_ERROR(hooks_.segment(e.segment, copy, 0, &mem, &alloc)
+                             .WithContext("apply transaction " + std::to_string(rec->r.tx)));
+    if (e.kind == TxEntryKind::kWrite) {
+      std::memcpy(mem.base + e.offset, e.data.data(), e.data.size());
+      mem.persist(mem.base + e.offset, e.data.size());
+    } else {
+      Status s = alloc->Free(e.offset, dsm::BlockOwner::kHeap);
+      // Already free: applied before a crash.
+      if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) {
+        log_.Warn("transactional free failed", {{"tx", rec->r.tx}, {"status", s}});
+      }
+    }
+  }
+  return Status::OK();
+}
+
+void TxParticipant::Unlock(Rec* rec, bool bump) {
+  for (uint32_t s : rec->slots) {
+    uint64_t v = versions_[s].load() & ~kTxVersionLock;
+    versions_[s].store(bump ? v + 1 : v);
+  }
+  rec->slots.clear();
+}
+
+bool TxParticipant::Terminal(const Rec& rec) const {
+  switch (rec.r.state) {
+    case TxState::kTruncated:
+    case TxState::kAborted: return true;
+    // The holder's record answers RESOLVE until its coordinator truncates it.
+    case TxState::kApplied: return (rec.r.flags & dsm::kTxRecordHolder) == 0;
+    default: return false;
+  }
+}
+
+void TxParticipant::SetState(Rec* rec, TxState s) {
+  auto live = rec->area->by_offset.find(rec->r.offset);
+  if (live == rec->area->by_offset.end() || live->second != rec) return;  // trimmed already
+  rec->area->log->SetState(rec->r, s);
+  rec->r.state = s;
+  Area* area = rec->area;
+  std::vector<uint64_t> trimmed;
+  area->log->Trim([&](uint64_t offset) {
+    auto it = area->by_offset.find(offset);
+    bool done = it == area->by_offset.end() || Terminal(*it->second);
+    if (done) trimmed.push_back(offset);
+    return done;
+  });
+  for (uint64_t offset : trimmed) {
+    auto it = area->by_offset.find(offset);
+    if (it == area->by_offset.end()) continue;
+    swept_.push_back(it->second);
+    area->by_offset.erase(it);
+  }
+}
+
+std::vector<TxParticipant::Rec*> TxParticipant::RecordsOf(Key key) {
+  std::vector<Rec*> out;
+  auto it = recs_.find(key);
+  if (it != recs_.end()) {
+    for (auto& r : it->second) out.push_back(r.get());
+  }
+  return out;
+}
+
+void TxParticipant::Truncate(uint64_t coordinator, const std::vector<uint64_t>& txs) {
+  for (uint64_t t : txs) {
+    for (Rec* r : RecordsOf({coordinator, t})) {
+      if (r->r.state == TxState::kApplied || r->r.state == TxState::kAborted) {
+        SetState(r, TxState::kTruncated);
+      }
+    }
+  }
+}
+
+void TxParticipant::Sweep() {
+  for (Rec* r : swept_) {
+    auto list = recs_.find({r->coordinator, r->r.tx});
+    if (list == recs_.end()) continue;
+    auto& v = list->second;
+    v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& p) { return p.get() == r; }),
+            v.end());
+    if (v.empty()) recs_.erase(list);
+  }
+  swept_.clear();
+}
+
+Status TxParticipant::CommitRec(Rec* rec, bool decide) {
+  switch (rec->r.state) {
+    case TxState::kAborted: return Status::Aborted("transaction aborted (resolved meanwhile)");
+    case TxState::kApplied:
+    case TxState::kTruncated: return Status::OK();
+    default: break;
+  }
+  if (rec->r.kind == TxRecordKind::kAlloc) {  // the block stays
+    SetState(rec, TxState::kApplied);
+    return Status::OK();
+  }
+  if (decide || rec->r.kind == TxRecordKind::kBackup) {
+    if (rec->r.state == TxState::kLocked) SetState(rec, TxState::kCommitted);
+  }
+  PDPM_RETURN_IF_ERROR(Apply(rec));
+  Unlock(rec, true);
+  SetState(rec, TxState::kApplied);
+  return Status::OK();
+}
+
+void TxParticipant::AbortRec(Rec* rec) {
+  if (rec->r.state != TxState::kLocked) return;
+  if (rec->r.kind == TxRecordKind::kAlloc) {
+    // Free the block first: a crash before the state store frees it again
+    // at recovery (a double free, ignored).
+    for (const auto& e : rec->entries) {
+      dsm::PmRange mem;
+      dsm::PAllocator* alloc = nullptr;
+      Status s = hooks_.segment(e.segment, TxCopy::kPrimary, 0, &mem, &alloc);
+      if (s.ok()) s = alloc->Free(e.offset, dsm::BlockOwner::kHeap);
+      if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) {
+        log_.Warn("cannot free a block of an aborted transaction",
+                  {{"tx", rec->r.tx}, {"status", s}});
+      }
+    }
+  }
+  Unlock(rec, false);
+  SetState(rec, TxState::kAborted);
+}
+
+Status TxParticipant::ParseTxRequest(std::span<const uint8_t> req, uint64_t* coordinator,
+                                     uint64_t* tx, uint64_t* extra) {
+  Decoder d(req);
+  RequestHeader h;
+  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, coordinator, &h));
+  PDPM_RETURN_IF_ERROR(d.U64(tx));
+  if (extra != nullptr) PDPM_RETURN_IF_ERROR(d.U64(extra));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  return hooks_.check(h);
+}
+
+Status TxParticipant::HandleCommit(std::span<const uint8_t> req, std::string* /*reply*/) {
+  uint64_t coordinator = 0, tx = 0, decide = 0;
+  PDPM_RETURN_IF_ERROR(ParseTxRequest(req, &coordinator, &tx, &decide));
+  Locked lock(this);
+  std::vector<Rec*> list = RecordsOf({coordinator, tx});
+  if (list.empty()) {
+    return decide != 0 ? Status::Aborted("no lock record of the transaction (resolved meanwhile)")
+                       : Status::NotFound("no record of transaction " + std::to_string(tx));
+  }
+  for (Rec* r : list) PDPM_RETURN_IF_ERROR(CommitRec(r, decide != 0));
+  return Status::OK();
+}
+
+Status TxParticipant::HandleAbort(std::span<const uint8_t> req, std::string* /*reply*/) {
+  uint64_t coordinator = 0, tx = 0;
+  PDPM_RETURN_IF_ERROR(ParseTxRequest(req, &coordinator, &tx, nullptr));
+  Locked lock(this);
+  std::vector<Rec*> list = RecordsOf({coordinator, tx});  // none: never locked here
+  for (Rec* r : list) {
+    if (r->r.state == TxState::kCommitted || r->r.state == TxState::kApplied) {
+      return Status::FailedPrecondition("abort of a committed transaction");
+    }
+  }
+  for (Rec* r : list) AbortRec(r);
+  return Status::OK();
+}
+
+Status TxParticipant::HandleTruncate(std::span<const uint8_t> req, std::string* /*reply*/) {
+  Decoder d(req);
+  RequestHeader h;
+  uint64_t coordinator = 0, n = 0;
+  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
+  PDPM_RETURN_IF_ERROR(d.U64(&n));
+  if (n > (1u << 20)) return Status::InvalidArgument("truncate: too many transactions");
+  std::vector<uint64_t> txs(n);
+  for (auto& t : txs) PDPM_RETURN_IF_ERROR(d.U64(&t));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  PDPM_RETURN_IF_ERROR(hooks_.check(h));
+  Locked lock(this);
+  Truncate(coordinator, txs);
+  return Status::OK();
+}
+
+Status TxParticipant::HandleResolve(std::span<const uint8_t> req, std::string* reply) {
+  uint64_t coordinator = 0, tx = 0;
+  PDPM_RETURN_IF_ERROR(ParseTxRequest(req, &coordinator, &tx, nullptr));
+  Locked lock(this);
+  uint64_t outcome = kTxOutcomeAbort;
+  std::vector<Rec*> list = RecordsOf({coordinator, tx});
+  for (Rec* r : list) {
+    if (r->r.state == TxState::kCommitted || r->r.state == TxState::kApplied) {
+      outcome = kTxOutcomeCommit;
+    }
+  }
+  // Not decided here: decide abort, durably, so that a late coordinator
+  // fails to commit.
+  if (outcome == kTxOutcomeAbort) {
+    for (Rec* r : list) AbortRec(r);
+  }
+  Encoder(reply).U64(outcome);
+  return Status::OK();
+}
+
+Status TxParticipant::HandleAlloc(std::span<const uint8_t> req, std::string* reply) {
+  uint64_t coordinator = 0, tx = 0, size = 0;
+  PDPM_RETURN_IF_ERROR(ParseTxRequest(req, &coordinator, &tx, &size));
+  if (size == 0) return Status::InvalidArgument("pallocate of 0 bytes");
+  {
+    Locked lock(this);
+    Area* area = nullptr;
+    PDPM_RETURN_IF_ERROR(AreaFor(coordinator, &area));  // before allocating: no leak on failure
+  }
+  dsm::GlobalAddress a;
+  PDPM_RETURN_IF_ERROR(hooks_.allocate(size, &a));
+  auto rec = std::make_unique<Rec>();
+  dsm::TxEntry e;
+  e.kind = TxEntryKind::kFree;  // what an abort does
+  e.segment = a.segment;
+  e.offset = a.offset;
+  rec->entries.push_back(e);
+  std::string body;
+  dsm::EncodeTxEntries(rec->entries, &body);
+  rec->coordinator = coordinator;
+  Locked lock(this);
+  Area* area = nullptr;
+  Status s = AreaFor(coordinator, &area);
+  if (s.ok()) s = area->log->Append(TxRecordKind::kAlloc, 0, tx, 0, body, &rec->r);
+  if (!s.ok()) {
+    dsm::PmRange mem;
+    dsm::PAllocator* alloc = nullptr;
+    if (hooks_.segment(a.segment, TxCopy::kPrimary, 0, &mem, &alloc).ok()) {
+      (void)alloc->Free(a.offset, dsm::BlockOwner::kHeap);
+    }
+    return s;
+  }
+  rec->area = area;
+  rec->since = Clock::now();
+  area->by_offset[rec->r.offset] = rec.get();
+  recs_[{coordinator, tx}].push_back(std::move(rec));
+  Encoder(reply).Address(a);
+  return Status::OK();
+}
+
+Status TxParticipant::ResolveRemote(Key key, uint32_t holder, bool holder_is_table) {
+  std::string req, reply;
+  Encoder e(&req);
+  e.U64(key.first);
+  e.U64(key.second);
+  PDPM_RETURN_IF_ERROR(hooks_.call_primary(holder, holder_is_table, kTxResolve, req, &reply));
+  Decoder d(Bytes(reply));
+  uint64_t outcome = 0;
+  PDPM_RETURN_IF_ERROR(d.U64(&outcome));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  Locked lock(this);
+  for (Rec* r : RecordsOf(key)) {
+    if (r->r.state != TxState::kLocked) continue;
+    if (outcome == kTxOutcomeCommit) {
+      PDPM_RETURN_IF_ERROR(CommitRec(r, false));
+    } else {
+      AbortRec(r);
+    }
+  }
+  log_.Info("transaction resolved",
+            {{"coordinator", key.first},
+             {"tx", key.second},
+             {"outcome", outcome == kTxOutcomeCommit ? "commit" : "abort"}});
+  return Status::OK();
+}
+
+Status TxParticipant::PromoteSegment(uint32_t segment) {
+  std::vector<std::pair<Key, uint64_t>> ask;  // holder | is-table << 32
+  {
+    Locked lock(this);
+    std::vector<Rec*> todo;
+    for (auto& [key, list] : recs_) {
+      for (auto& r : list) {
+        if (r->r.kind != TxRecordKind::kBackup) continue;
+        bool touches = std::any_of(r->entries.begin(), r->entries.end(),
+                                   [&](const TxEntry& e) { return e.segment == segment; });
+        if (touches) todo.push_back(r.get());
+      }
+    }
+    for (Rec* r : todo) {
+      if (r->r.state == TxState::kCommitted) {
+        PDPM_RETURN_IF_ERROR(CommitRec(r, false));
+      } else if (r->r.state == TxState::kLocked) {
+        if (r->r.holder_segment == segment && (r->r.flags & dsm::kTxRecordHolderIsTable) == 0) {
+          AbortRec(r);  // this server now holds the decision: none was made
+        } else {
+          ask.push_back({{r->coordinator, r->r.tx}, HolderOf(r->r)});
+        }
+      }
+    }
+  }
+  for (const auto& [key, holder] : ask) {
+    PDPM_RETURN_IF_ERROR(ResolveRemote(key, static_cast<uint32_t>(holder), (holder >> 32) != 0));
+  }
+  return Status::OK();
+}
+
+void TxParticipant::ResolverLoop() {
+  std::unique_lock<std::mutex> stop(stop_mu_);
+  while (!stop_cv_.wait_for(stop, std::chrono::milliseconds(200), [&] { return stopping_; })) {
+    stop.unlock();
+    std::vector<std::pair<Key, uint64_t>> ask;  // holder | is-table << 32
+    {
+      Locked lock(this);
+      Clock::time_point deadline =
+          Clock::now() - std::chrono::milliseconds(options_.lock_timeout_ms);
+      std::vector<Rec*> local, allocs;
+      for (auto& [key, list] : recs_) {
+        for (auto& r : list) {
+          if (r->r.state != TxState::kLocked || r->since > deadline) continue;
+          if (r->r.kind == TxRecordKind::kAlloc) {
+            allocs.push_back(r.get());
+          } else if ((r->r.flags & dsm::kTxRecordHolder) != 0) {
+            local.push_back(r.get());
+          } else {
+            ask.push_back({key, HolderOf(r->r)});
+          }
+        }
+      }
+      // The holder's own record past the timeout: its coordinator is gone
+      // (or too slow); decide abort.
+      for (Rec* r : local) {
+        log_.Info("transaction aborted after the lock timeout",
+                  {{"coordinator", r->coordinator}, {"tx", r->r.tx}});
+        AbortRec(r);
+      }
+      // A block follows its transaction's LOCK record here; without one
+      // (never locked here, or aborted) it is freed.
+      for (Rec* r : allocs) {
+        TxState fate = TxState::kAborted;
+        for (Rec* other : RecordsOf({r->coordinator, r->r.tx})) {
+          if (other->r.kind == TxRecordKind::kLock) fate = other->r.state;
+        }
+        if (fate == TxState::kLocked) continue;  // decided with the LOCK record
+        if (fate == TxState::kCommitted || fate == TxState::kApplied) {
+          (void)CommitRec(r, false);
+        } else {
+          AbortRec(r);
+        }
+      }
+    }
+    std::sort(ask.begin(), ask.end());
+    ask.erase(std::unique(ask.begin(), ask.end()), ask.end());
+    for (const auto& [key, holder] : ask) {
+      Status s = ResolveRemote(key, static_cast<uint32_t>(holder), (holder >> 32) != 0);
+      if (!s.ok()) {
+        log_.Warn("cannot resolve a transaction yet",
+                  {{"coordinator", key.first}, {"tx", key.second}, {"status", s}});
+      }
+    }
+    stop.lock();
+  }
+}
+
+}  // namespace pdpm::server

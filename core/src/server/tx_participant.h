@@ -1,0 +1,193 @@
+// TxParticipant: the server side of pDSM transactions (docs/tx.md, FaRM
+// optimistic concurrency as seeds/000 §4.1.6).
+//
+// It owns
+//   * the version table: a fixed array of 64-bit words in DRAM, registered
+//     for one-sided reads, one word per hash(segment, 64-byte granule)
+//     (false sharing is a false conflict, never a missed one). Bit 63 is the
+//     lock; bits 62..40 the server start count (so no version survives a
+//     restart); bits 39..0 count commits.
+//   * the transaction log: a server-local segment (role kind 3) holding
+//     per-coordinator log areas (dsm/txlog.h), created on first use.
+//
+// It serves ALLOC (allocate a heap block and log it: kept if the
+// transaction commits, freed if it aborts or its coordinator dies before
+// locking here), LOCK (log the new values at a written segment's primary, lock
+// their words; kAborted on conflict), BACKUP (log the values at a backup),
+// COMMIT (at the decision holder first: decide durably, then apply; then at
+// every other participant: apply, bump versions, unlock), ABORT, TRUNCATE
+// and RESOLVE (what the holder decided; it decides abort when it has not
+// decided). A record left locked past the lock timeout (its coordinator
+// died) and every undecided record found at start are resolved with the
+// holder in the background; nothing stays locked.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "dsm/object_store.h"
+#include "dsm/pallocator.h"
+#include "dsm/txlog.h"
+#include "net/rpc.h"
+#include "net/transport.h"
+#include "server/protocol.h"
+
+namespace pdpm::server {
+
+enum class TxCopy { kPrimary, kBackup };
+
+// What the participant needs from its server.
+struct TxHooks {
+  // Validates a request header (credential, epoch) as every RPC does.
+  std::function<Status(const RequestHeader& h)> check;
+  // The PM of global segment `segment` held here as `copy`, and its
+  // allocator; kNotFound (kStaleEpoch for a primary routed by an older
+  // epoch than `epoch`) otherwise.
+  std::function<Status(uint32_t segment, TxCopy copy, uint64_t epoch, dsm::PmRange* mem,
+                       dsm::PAllocator** alloc)>
+      segment;
+  // The object-store table of object `id` here (created when `create`),
+  // with the ownership and epoch checks of the object RPCs.
+  std::function<Status(const dsm::ObjectId& id, uint64_t epoch, bool create,
+                       dsm::ObjectStoreTable** out)>
+      object_table;
+  // Allocates `size` heap bytes here (as kPAllocate does): the block's
+  // global address.
+  std::function<Status(uint64_t size, dsm::GlobalAddress* out)> allocate;
+  // The transaction-log segment: its PM and allocator; created when
+  // `create` and there is none, else kNotFound when there is none.
+  std::function<Status(bool create, dsm::PmRange* mem, dsm::PAllocator** alloc)> log_segment;
+  // Calls `method` at the current primary of `segment` (or the owner of
+  // table `segment` when `is_table`) with the request header (this
+  // server's epoch and credential) followed by `body`.
+  std::function<Status(uint32_t segment, bool is_table, uint16_t method, const std::string& body,
+                       std::string* reply)>
+      call_primary;
+};
+
+struct TxParticipantOptions {
+  uint32_t version_slots = 1u << 16;  // a power of two
+  uint32_t lock_timeout_ms = 2000;    // then a locked record is resolved with its holder
+  uint32_t area_count = 64;           // of a new log
+  uint64_t area_size = 512u << 10;    // of a new log
+  uint32_t idle_area_ms = 30000;      // an idle coordinator's empty area may be reassigned
+};
+
+using dsm::kTxGenerationShift;
+using dsm::kTxOutcomeAbort;
+using dsm::kTxOutcomeCommit;
+using dsm::kTxRoleBackup;
+using dsm::kTxRolePrimary;
+using dsm::kTxVersionLock;
+
+class TxParticipant {
+ public:
+  TxParticipant(TxHooks hooks, net::Transport* transport, const Logger& log,
+                TxParticipantOptions options = {});
+  ~TxParticipant();
+  TxParticipant(const TxParticipant&) = delete;
+  TxParticipant& operator=(const TxParticipant&) = delete;
+
+  // Once the server's segments are open and announced, before serving:
+  // opens the log (if any), bumps the start count, fills and registers the
+  // version table, applies decided records, locks the undecided ones and
+  // starts resolving them.
+  Status Recover();
+  // Registers the kTx* methods (before the server listens).
+  void RegisterRpcs(net::RpcServer* rpc);
+
+  // For replication: called when this server becomes the primary of
+  // global segment `segment`, before it serves it. Applies every
+  // committed backup record of `segment`, and resolves the undecided ones
+  // with their decision holders (deciding abort itself when it is now the
+  // holder). Errors: kUnavailable when a holder cannot be asked (retry).
+  Status PromoteSegment(uint32_t segment);
+
+  // The handlers (public for in-process tests); `req` is a whole message.
+  Status HandleHello(std::span<const uint8_t> req, std::string* reply);
+  Status HandleLock(std::span<const uint8_t> req, std::string* reply);
+  Status HandleCommit(std::span<const uint8_t> req, std::string* reply);
+  Status HandleAbort(std::span<const uint8_t> req, std::string* reply);
+  Status HandleTruncate(std::span<const uint8_t> req, std::string* reply);
+  Status HandleResolve(std::span<const uint8_t> req, std::string* reply);
+  Status HandleAlloc(std::span<const uint8_t> req, std::string* reply);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Area;
+  struct Rec {
+    dsm::TxRecord r;  // body dropped once decoded
+    std::vector<dsm::TxEntry> entries;
+    std::vector<uint32_t> slots;  // version words it holds locked
+    Area* area = nullptr;
+    uint64_t coordinator = 0;
+    Clock::time_point since;
+  };
+  struct Area {
+    std::unique_ptr<dsm::TxLogArea> log;
+    std::map<uint64_t, Rec*> by_offset;
+    Clock::time_point last_active;
+  };
+  using Key = std::pair<uint64_t, uint64_t>;  // coordinator, tx
+  class Locked;
+
+  Status OpenLog(bool create);  // requires mu_
+  // Decodes header | coordinator | tx [| extra] and checks the header.
+  Status ParseTxRequest(std::span<const uint8_t> req, uint64_t* coordinator, uint64_t* tx,
+                        uint64_t* extra);
+  Status AreaFor(uint64_t coordinator, Area** out);  // requires mu_
+  std::vector<uint32_t> SlotsOf(const std::vector<dsm::TxEntry>& entries) const;
+  Status Apply(Rec* rec);  // requires mu_
+  void Unlock(Rec* rec, bool bump);
+  // Requires mu_. Persists the state and trims the area; trimmed records
+  // leave the index at the next Sweep (when mu_ is released).
+  void SetState(Rec* rec, dsm::TxState s);
+  void Sweep();
+  // The records of one transaction here (requires mu_).
+  std::vector<Rec*> RecordsOf(Key key);
+  // Marks the done records of `txs` truncated (requires mu_).
+  void Truncate(uint64_t coordinator, const std::vector<uint64_t>& txs);
+  bool Terminal(const Rec& rec) const;
+  Status CommitRec(Rec* rec, bool decide);  // requires mu_
+  void AbortRec(Rec* rec);                  // requires mu_
+  // Asks the holder and carries out its answer; `rec` is looked up again.
+  Status ResolveRemote(Key key, uint32_t holder, bool holder_is_table);
+  void ResolverLoop();
+
+  const TxHooks hooks_;
+  net::Transport* const transport_;
+  const Logger log_;
+  const TxParticipantOptions options_;
+
+  std::unique_ptr<std::atomic<uint64_t>[]> versions_;
+  std::unique_ptr<net::MemoryRegion> versions_region_;
+  uint64_t generation_ = 0;
+
+  std::mutex mu_;
+  char* log_base_ = nullptr;  // null until the log segment exists
+  dsm::PAllocator* log_alloc_ = nullptr;
+  uint32_t area_count_ = 0;
+  std::vector<Area> areas_;
+  std::map<uint64_t, Area*> by_coordinator_;
+  std::map<Key, std::vector<std::unique_ptr<Rec>>> recs_;
+  std::vector<Rec*> swept_;
+  std::function<void(const void*, size_t)> persist_;
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread resolver_;
+};
+
+}  // namespace pdpm::server
