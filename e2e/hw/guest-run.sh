@@ -1,9 +1,10 @@
 #!/bin/sh
 # Runs inside the hardware guest (started by guest-stub-init as PID 1's
-# child): sets up soft-RoCE on a dummy interface and devdax + fsdax
-# namespaces on the emulated NVDIMM, then runs the plan the host wrote
-# (/run/pdpm/plan: "<label> <binary> <working-dir>" lines) and prints one
-# HW-RESULT line per binary on the serial console.
+# child): sets up soft-RoCE on a dummy interface and, on the emulated
+# NVDIMM, an fsdax namespace (ext4 -o dax) and four devdax ones (one for
+# the PM suite, one per cluster server), then runs the plan the host wrote
+# (/run/pdpm/plan: "<label> <binary> <working-dir> <gtest-filter>" lines)
+# and prints one HW-RESULT line per binary on the serial console.
 set -u
 run=/run/pdpm
 host_ip=10.77.0.1
@@ -44,38 +45,56 @@ fsdax_json=$(ndctl create-namespace -m fsdax -s 256M 2>&1) || {
   echo "HW-SETUP FAIL fsdax namespace: $fsdax_json"
   exit 2
 }
-devdax_json=$(ndctl create-namespace -m devdax -s 256M 2>&1) || {
-  echo "HW-SETUP FAIL devdax namespace: $devdax_json"
-  exit 2
-}
 pmem=/dev/$(echo "$fsdax_json" | sed -n 's/.*"blockdev":"\([^"]*\)".*/\1/p' | head -1)
-dax=/dev/$(echo "$devdax_json" | sed -n 's/.*"chardev":"\([^"]*\)".*/\1/p' | head -1)
-[ -b "$pmem" ] && [ -c "$dax" ] || {
-  echo "HW-SETUP FAIL namespaces without devices: $fsdax_json $devdax_json"
-  exit 2
+[ -b "$pmem" ] || { echo "HW-SETUP FAIL fsdax namespace without a device: $fsdax_json"; exit 2; }
+# devdax <size>: a new devdax namespace; prints its /dev/daxN.M.
+devdax() {
+  json=$(ndctl create-namespace -m devdax -s "$1" 2>&1) || {
+    echo "HW-SETUP FAIL devdax namespace: $json" >&2
+    return 1
+  }
+  dev=/dev/$(echo "$json" | sed -n 's/.*"chardev":"\([^"]*\)".*/\1/p' | head -1)
+  [ -c "$dev" ] || { echo "HW-SETUP FAIL devdax namespace without a device: $json" >&2; return 1; }
+  echo "$dev"
 }
+dax=$(devdax 256M) || exit 2
+# A cluster server's PM holds two 128 MiB segments and the superblock
+# area; devdax keeps some of a namespace for its page structures.
+server_pm=
+for i in 0 1 2; do
+  dev=$(devdax 320M) || exit 2
+  server_pm=${server_pm:+$server_pm,}$dev
+done
 step "mkfs on $pmem" mkfs.ext4 -q -F -b 4096 "$pmem"
 mkdir -p /mnt/pmem
 step "mount -o dax" mount -o dax "$pmem" /mnt/pmem
 clock=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)
-echo "HW-SETUP OK rxe0 on dummy0 $host_ip, devdax $dax, fsdax $pmem on /mnt/pmem, clock $clock"
+scale=$(cat "$run/timeout-scale")
+binary_timeout=$(cat "$run/binary-timeout")
+echo "HW-SETUP OK rxe0 on dummy0 $host_ip, devdax $dax, fsdax $pmem on /mnt/pmem," \
+  "servers on $server_pm, clock $clock, timeouts x$scale"
 
 export HOME=/tmp TMPDIR=/tmp
 export PDPM_TEST_TRANSPORT=verbs PDPM_TEST_HOST=$host_ip
-export PDPM_TEST_DEVDAX=$dax PDPM_TEST_FSDAX_DIR=/mnt/pmem
+export PDPM_TEST_DEVDAX=$dax PDPM_TEST_FSDAX_DIR=/mnt/pmem PDPM_TEST_SERVER_PM=$server_pm
+export PDPM_TEST_TIMEOUT_SCALE=$scale
 status=0
-while read -r label binary workdir; do
+while read -r label binary workdir filter; do
   [ -n "$label" ] || continue
   name=$(basename "$binary")
-  echo "HW-RUN $label $name"
+  echo "HW-RUN $label $name $filter"
   start=$(date +%s)
-  filter=
-  [ -s "$run/filter" ] && filter="--gtest_filter=$(cat "$run/filter")"
-  (cd "$workdir" && timeout -k 5 300 "$binary" $filter) >/tmp/out 2>&1
+  [ -s "$run/filter" ] && filter=$(cat "$run/filter")
+  (cd "$workdir" && timeout -k 5 "$binary_timeout" "$binary" "--gtest_filter=$filter") >/tmp/out 2>&1
   rc=$?
   took=$(($(date +%s) - start))
-  # Everything but the passing cases: failures, skips and the summary.
-  grep -avE '^\[ (RUN|      OK) |^\[----------\]|^$' /tmp/out | sed 's/^/  | /' | tail -400
+  # Failures, skips, the summary and the passing cases that took a second
+  # or more; of a failed binary also every start (a hang shows where).
+  awk -v failed=$((rc != 0)) '
+    /^\[----------\]/ || /^$/ { next }
+    /^\[ RUN      \]/ { if (failed) print; next }
+    /^\[       OK \]/ { ms = $0; sub(/.*\(/, "", ms); if (failed || ms + 0 >= 1000) print; next }
+    { print }' /tmp/out | sed 's/^/  | /' | tail -400
   if [ $rc -eq 0 ]; then
     echo "HW-RESULT $label $name PASS ${took}s"
   else

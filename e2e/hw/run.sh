@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs the PM suite (label pm, on devdax and fsdax) and the transport suite
-# (label net, on verbs over soft-RoCE) inside the hardware guest, on the
-# binaries of a host build directory, and exits with their status.
+# Runs test suites inside the hardware guest, on the binaries of a host
+# build directory, and exits with their status: by default the PM suite
+# (label pm, on devdax and fsdax), the transport suite (label net, on verbs
+# over soft-RoCE) and the pDKVS suites on PM (label pdkvs, on a DAX file);
+# with PDPM_HW_LABELS=cluster the cluster suite (a monitor and three servers
+# on devdax, everything on verbs).
 #
 #   e2e/hw/run.sh <build-dir> [--bench]
 #
@@ -37,16 +40,39 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The plan: every binary of the pm and net suites, once each.
-for label in pm net; do
+# What of the cluster and pdkvs suites runs in the guest, with a gtest
+# filter: what starts servers or puts PM on DAX (not the unit tests on
+# anonymous memory, nor the CLI and Redis comparisons, which need tcp and
+# host tools). docs/hw.md says why these and what they cost.
+guest_selection="
+cluster client_cluster_test ${PDPM_HW_CLUSTER_FILTER:-ClusterTest.RestartedServer*:ClusterTest.KillServer*}
+pdkvs pdkvs_index_crash_test CcehKillTest.*
+pdkvs pdkvs_gateway_test LocalKvStoreTest.*
+"
+# The plan: every binary of the pm and net suites, the selection above of
+# the cluster and pdkvs ones, once each. PDPM_HW_LABELS picks the labels:
+# make test-hw runs the first three, make test-hw-cluster the cluster one.
+for label in ${PDPM_HW_LABELS:-pm net pdkvs}; do
   ctest --test-dir "$build" --show-only=json-v1 -L "^${label}\$" |
     jq -r --arg suite "$label" '.tests[] | "\($suite) \(.command[0]) \(
       [.properties[]? | select(.name == "WORKING_DIRECTORY") | .value][0] // "/tmp")"' |
     sort -u | while read -r suite binary workdir; do
       # Test binaries not built in this tree are not part of the run.
-      if [[ -x $binary ]]; then echo "$suite $binary $workdir"; fi
+      [[ -x $binary ]] || continue
+      filter='*'
+      if [[ $suite != pm && $suite != net ]]; then
+        filter=$(awk -v s="$suite" -v b="$(basename "$binary")" \
+          '$1 == s && $2 == b { print $3 }' <<<"$guest_selection")
+        [[ -n $filter ]] || continue
+      fi
+      echo "$suite $binary $workdir $filter"
     done >>"$run/plan"
 done
+# Deadlines against hangs inside the guest are this many times the host's
+# (PDPM_TEST_TIMEOUT_SCALE): emulation on a loaded host is that much slower.
+echo "${PDPM_HW_TIMEOUT_SCALE:-5}" >"$run/timeout-scale"
+# A test binary still running after this many seconds is killed (failed).
+echo "${PDPM_HW_BINARY_TIMEOUT:-300}" >"$run/binary-timeout"
 # PDPM_HW_FILTER: a gtest filter for every binary (narrowing a debug run).
 if [[ -n ${PDPM_HW_FILTER:-} ]]; then echo "$PDPM_HW_FILTER" >"$run/filter"; fi
 if [[ $bench == --bench ]]; then
@@ -55,17 +81,17 @@ if [[ $bench == --bench ]]; then
   : >"$run/plan"  # a benchmark run measures only
 fi
 if [[ ! -s $run/plan && $bench != --bench ]]; then
-  echo "hw: no pm or net tests in $build" >&2
+  echo "hw: no tests of the labels ${PDPM_HW_LABELS:-pm net pdkvs} in $build" >&2
   exit 1
 fi
 echo "hw: $(wc -l <"$run/plan") test binaries; guest image $(basename "$image")"
 
-truncate -s 1G "$run/pmem.img"
+truncate -s 2G "$run/pmem.img"
 console=$run/console.log
 qemu-system-x86_64 \
   -machine pc,nvdimm=on -accel tcg,thread=multi -cpu max -smp 2 \
   -m 2G,slots=2,maxmem=6G \
-  -object memory-backend-file,id=mem1,share=on,mem-path="$run/pmem.img",size=1G \
+  -object memory-backend-file,id=mem1,share=on,mem-path="$run/pmem.img",size=2G \
   -device nvdimm,id=nvdimm1,memdev=mem1,label-size=128K \
   -kernel "$image/vmlinuz" -initrd "$image/initrd.img" \
   -append "console=ttyS0 root=/dev/vda rw init=/sbin/pdpm-init pdpm_share=$repo quiet loglevel=3 panic=-1" \

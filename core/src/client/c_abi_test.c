@@ -1,6 +1,6 @@
 /* The C ABI (pdpm.h) used from C: a round trip through every call and the
  * error codes of bad inputs. Returns 0 or the failing line number, with a
- * message in err. */
+ * message in err. `transport` goes to pdpm_open (NULL: the default, tcp). */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,11 +16,12 @@
     }                                                                                \
   } while (0)
 
-int pdpm_c_abi_test(const char* monitor, const char* secret, char* err, size_t errlen) {
+int pdpm_c_abi_test(const char* monitor, const char* secret, const char* transport, char* err,
+                    size_t errlen) {
   pdpm_client* c = NULL;
   CHECK(pdpm_open(monitor, "not the secret", "tcp", &c) == PDPM_PERMISSION_DENIED);
   CHECK(c == NULL);
-  CHECK(pdpm_open(monitor, secret, NULL, &c) == PDPM_OK);
+  CHECK(pdpm_open(monitor, secret, transport, &c) == PDPM_OK);
 
   pdpm_addr a;
   char in[1000], out[1000];

@@ -3,7 +3,8 @@
 
 #include "client/cluster_harness.h"
 
-extern "C" int pdpm_c_abi_test(const char* monitor, const char* secret, char* err, size_t errlen);
+extern "C" int pdpm_c_abi_test(const char* monitor, const char* secret, const char* transport,
+                               char* err, size_t errlen);
 
 namespace pdpm::client {
 namespace {
@@ -16,8 +17,11 @@ TEST(CAbiTest, RoundTripAndErrorCodes) {
   Status s = cluster.Start();
   ASSERT_TRUE(s.ok()) << s.ToString();
   char err[512] = {};
-  EXPECT_EQ(pdpm_c_abi_test(cluster.monitor_address().c_str(), cluster.secret().c_str(), err,
-                            sizeof(err)),
+  // NULL: the default transport, tcp.
+  const char* transport =
+      net::testing::TestBackend() == net::BackendKind::kVerbs ? "verbs" : nullptr;
+  EXPECT_EQ(pdpm_c_abi_test(cluster.monitor_address().c_str(), cluster.secret().c_str(), transport,
+                            err, sizeof(err)),
             0)
       << err;
 }

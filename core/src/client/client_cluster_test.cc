@@ -1,5 +1,6 @@
 // libpdpm against a real cluster: a pdpm-monitor and three pdpm-server
-// processes on file-backed PM in a temporary directory, tcp on loopback.
+// processes, by default on file-backed PM in a temporary directory and tcp
+// on loopback; on devdax and verbs in the hardware guest (cluster_harness.h).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -41,10 +42,9 @@ class ClusterFixture : public ::testing::Test {
   }
 
   Status OpenClient(std::unique_ptr<Client>* out, const std::string& secret = "") {
-    ClientOptions o;
-    o.monitor = cluster_.monitor_address();
-    o.cluster_secret = secret.empty() ? cluster_.secret() : secret;
-    return Client::Open(o, out);
+    return Client::Open(
+        TestClientOptions(cluster_.monitor_address(), secret.empty() ? cluster_.secret() : secret),
+        out);
   }
 
   // Stops every server cleanly and runs the offline checker on its PM;
@@ -247,21 +247,20 @@ TEST_F(ClusterTest, BadInputsGetTheirErrorAndHarmNothing) {
   // Missing or wrong secret.
   std::unique_ptr<Client> other;
   EXPECT_EQ(OpenClient(&other, "wrong-secret").code(), StatusCode::kPermissionDenied);
-  ClientOptions none;
-  none.monitor = cluster_.monitor_address();
-  EXPECT_EQ(Client::Open(none, &other).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(Client::Open(TestClientOptions(cluster_.monitor_address(), ""), &other).code(),
+            StatusCode::kPermissionDenied);
 
   // Raw data-plane requests: wrong epoch, wrong credential, wrong key.
   monitor::MonitorClient mon(cluster_.monitor_address(), {cluster_.secret()});
   v1::GetMappingResponse m;
   ASSERT_TRUE(mon.GetMapping(0, &m).ok());
   ASSERT_GT(m.servers_size(), 0);
-  net::TransportOptions to;
   std::unique_ptr<net::Transport> t;
-  ASSERT_TRUE(net::Transport::Create(to, &t).ok());
+  ASSERT_TRUE(net::Transport::Create(net::testing::TestOptions(), &t).ok());
   std::unique_ptr<net::RpcClient> rpc;
   ASSERT_TRUE(net::RpcClient::Connect(t.get(), m.servers(0).address(), 0,
-                                      server::DataPlaneRpcOptions(1, 2000), &rpc)
+                                      server::DataPlaneRpcOptions(1, net::testing::ScaledMs(2000)),
+                                      &rpc)
                   .ok());
   auto call = [&](uint64_t epoch, uint64_t credential) {
     std::string req, reply;
@@ -375,7 +374,18 @@ TEST_F(ClusterTest, KillServerDuringWritesLosesNothingAcknowledged) {
   StopAndCheckAll(/*clean=*/true);
 }
 
-TEST_F(ClusterTest, PowerLossDuringWritesLosesNothingAcknowledged) {
+// Server 1's PM is a file in every environment: the simulation needs one.
+class ClusterPowerLossTest : public ClusterFixture {
+ protected:
+  ClusterPowerLossTest() : ClusterFixture(ServerOneOnFile()) {}
+  static LocalClusterOptions ServerOneOnFile() {
+    LocalClusterOptions o;
+    o.file_pm_server = 1;
+    return o;
+  }
+};
+
+TEST_F(ClusterPowerLossTest, PowerLossDuringWritesLosesNothingAcknowledged) {
   // Server 1 runs on simulated PM that keeps only what was persisted, and
   // kills itself once 1 MB more have been persisted.
   ASSERT_TRUE(cluster_.StopServer(1).ok());

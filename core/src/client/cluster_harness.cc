@@ -17,6 +17,24 @@
 namespace pdpm::client {
 namespace {
 
+// "a,b,c" → {"a", "b", "c"}; "" → {}.
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t comma = s.find(',', pos);
+    if (comma == std::string::npos) comma = s.size();
+    out.push_back(s.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// "<timeout scaled>ms", for the daemons' duration flags.
+std::string ScaledDuration(uint32_t ms) {
+  return std::to_string(net::testing::ScaledMs(ms)) + "ms";
+}
+
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
@@ -105,6 +123,13 @@ LocalCluster::LocalCluster(LocalClusterOptions options)
   std::string templ = base + "/pdpm-cluster-XXXXXX";
   char* d = ::mkdtemp(templ.data());
   dir_ = d != nullptr ? d : "";
+  const char* devices_env = Env("PDPM_TEST_SERVER_PM");
+  std::vector<std::string> devices = SplitCommas(devices_env != nullptr ? devices_env : "");
+  for (int i = 0; i < options_.servers; i++) {
+    bool device = static_cast<size_t>(i) < devices.size() && i != options_.file_pm_server;
+    pm_paths_.push_back(device ? devices[i] : dir_ + "/pm" + std::to_string(i));
+    pm_is_device_.push_back(device);
+  }
   secret_ = "test-secret-" + std::to_string(::getpid());
   secret_file_ = dir_ + "/cluster.secret";
   std::ofstream(secret_file_) << secret_ << "\n";
@@ -128,7 +153,8 @@ LocalCluster::~LocalCluster() {
 Status LocalCluster::WaitForFile(const std::string& path, ChildProcess* proc,
                                  const std::string& log, std::string* content) {
   // Generous: a deadline only against a hang, never a timing assertion.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(net::testing::ScaledMs(60000));
   while (std::chrono::steady_clock::now() < deadline) {
     std::string s = ReadAll(path);
     if (!s.empty() && s.back() == '\n') {
@@ -143,11 +169,30 @@ Status LocalCluster::WaitForFile(const std::string& path, ChildProcess* proc,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return Status::Timeout("no " + path + " after 60 s:\n" + FileTail(log));
+  return Status::Timeout("no " + path + " after " + ScaledDuration(60000) + ":\n" + FileTail(log));
+}
+
+Status LocalCluster::WipeDevices() {
+  std::vector<ChildProcess> wipes(pm_paths_.size());
+  for (size_t i = 0; i < pm_paths_.size(); i++) {
+    if (!pm_is_device_[i]) continue;
+    PDPM_RETURN_IF_ERROR(wipes[i].Start({PDPM_SERVER_BINARY, "--wipe-pm=" + pm_paths_[i]}, {},
+                                        server_log(static_cast<int>(i))));
+  }
+  for (size_t i = 0; i < wipes.size(); i++) {
+    if (!wipes[i].running()) continue;
+    int ws = wipes[i].Wait();
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+      return Status::IOError("wiping " + pm_paths_[i] + " failed (status " + std::to_string(ws) +
+                             "):\n" + FileTail(server_log(static_cast<int>(i))));
+    }
+  }
+  return Status::OK();
 }
 
 Status LocalCluster::Start() {
   if (dir_.empty()) return Status::IOError("mkdtemp failed");
+  PDPM_RETURN_IF_ERROR(WipeDevices());
   std::string port_file = dir_ + "/monitor.port";
   std::string log = dir_ + "/monitor.log";
   ::mkdir((dir_ + "/monitor").c_str(), 0755);
@@ -169,12 +214,11 @@ Status LocalCluster::Start() {
                                 std::to_string(options_.replicas),
                                 "--heartbeat-interval",
                                 std::to_string(options_.heartbeat_ms) + "ms"};
-  if (options_.suspect_ms != 0) {
-    argv.insert(argv.end(), {"--suspect-timeout", std::to_string(options_.suspect_ms) + "ms"});
-  }
-  if (options_.down_ms != 0) {
-    argv.insert(argv.end(), {"--down-timeout", std::to_string(options_.down_ms) + "ms"});
-  }
+  // Liveness deadlines scale with the environment; the heartbeat does not.
+  argv.insert(
+      argv.end(),
+      {"--suspect-timeout", ScaledDuration(options_.suspect_ms ? options_.suspect_ms : 3000),
+       "--down-timeout", ScaledDuration(options_.down_ms ? options_.down_ms : 10000)});
   PDPM_RETURN_IF_ERROR(monitor_.Start(argv, {}, log));
   PDPM_RETURN_IF_ERROR(WaitForFile(port_file, &monitor_, log, &monitor_address_));
   for (int i = 0; i < options_.servers; i++) PDPM_RETURN_IF_ERROR(StartServer(i));
@@ -185,11 +229,13 @@ Status LocalCluster::StartServer(int i, const std::vector<std::string>& env) {
   std::string port_file = dir_ + "/server" + std::to_string(i) + ".port";
   ::unlink(port_file.c_str());
   ChildProcess& p = servers_[i];
-  PDPM_RETURN_IF_ERROR(p.Start(
-      {PDPM_SERVER_BINARY, "--pm", pm_path(i), "--pm-size", std::to_string(options_.pm_size),
-       "--format", "--monitor", monitor_address_, "--secret-file", secret_file_, "--listen",
-       "127.0.0.1:0", "--port-file", port_file, "--cores", std::to_string(options_.cores)},
-      env, server_log(i)));
+  PDPM_RETURN_IF_ERROR(
+      p.Start({PDPM_SERVER_BINARY, "--pm", pm_path(i), "--pm-size",
+               std::to_string(options_.pm_size), "--format", "--monitor", monitor_address_,
+               "--secret-file", secret_file_, "--listen", net::testing::TestHost() + ":0",
+               "--transport", std::string(net::BackendKindName(net::testing::TestBackend())),
+               "--port-file", port_file, "--cores", std::to_string(options_.cores)},
+              env, server_log(i)));
   std::string address;
   return WaitForFile(port_file, &p, server_log(i), &address);
 }

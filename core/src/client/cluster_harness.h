@@ -1,9 +1,20 @@
 // LocalCluster (tests): a real pdpm-monitor and real pdpm-server processes
-// on file-backed PM in a fresh temporary directory, on loopback, tcp. The
-// directory is under $PDPM_TEST_TMPDIR, else /dev/shm (memory: persisting
-// is cheap there), else $TMPDIR or /tmp.
+// in a fresh temporary directory. The directory is under $PDPM_TEST_TMPDIR,
+// else /dev/shm (memory: persisting is cheap there), else $TMPDIR or /tmp.
 // Processes are started with posix_spawn (the test process may run gRPC
 // threads) and stopped when the cluster is destroyed.
+//
+// One suite, two environments: by default the servers serve tcp on
+// loopback with their PM in files of the directory. The environment the
+// transport and PM suites use moves them onto real hardware (the hardware
+// guest, docs/hw.md):
+//   PDPM_TEST_TRANSPORT, PDPM_TEST_HOST  the servers' transport and the
+//       address they listen on; clients use the same transport;
+//   PDPM_TEST_SERVER_PM  comma-separated PM devices (devdax), server i on
+//       the i-th; wiped (pdpm-server --wipe-pm) when the cluster starts.
+//       Servers beyond the list, and LocalClusterOptions::file_pm_server,
+//       keep a file;
+//   PDPM_TEST_TIMEOUT_SCALE  multiplies every timeout against a hang.
 #pragma once
 
 #include <sys/types.h>
@@ -13,7 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "client/client.h"
 #include "common/status.h"
+#include "net/test_peer.h"
 
 namespace pdpm::client {
 
@@ -48,11 +61,28 @@ struct LocalClusterOptions {
   uint32_t tables = 3;
   uint32_t cores = 2;
   uint32_t replicas = 1;  // the monitor's --replicas
-  // The monitor's liveness timing; 0: its defaults.
+  // The monitor's liveness timing; the timeouts scale with the environment
+  // (PDPM_TEST_TIMEOUT_SCALE); 0: 3 s to suspect, 10 s to declare down.
   uint32_t heartbeat_ms = 200;
   uint32_t suspect_ms = 0;
   uint32_t down_ms = 0;
+  // This server's PM is a file in every environment (the power-loss
+  // simulation needs one); -1: none.
+  int file_pm_server = -1;
 };
+
+// libpdpm options for a cluster in the test environment (above): its
+// monitor and secret, the test transport, timeouts scaled.
+inline ClientOptions TestClientOptions(const std::string& monitor, const std::string& secret) {
+  ClientOptions o;
+  o.monitor = monitor;
+  o.cluster_secret = secret;
+  o.transport = net::testing::TestBackend();
+  o.op_timeout_ms = net::testing::ScaledMs(o.op_timeout_ms);
+  o.connect_timeout_ms = net::testing::ScaledMs(o.connect_timeout_ms);
+  o.monitor_timeout_ms = net::testing::ScaledMs(o.monitor_timeout_ms);
+  return o;
+}
 
 class LocalCluster {
  public:
@@ -72,7 +102,8 @@ class LocalCluster {
   const std::string& monitor_address() const { return monitor_address_; }
   const std::string& secret() const { return secret_; }
   const std::string& secret_file() const { return secret_file_; }
-  std::string pm_path(int i) const { return dir_ + "/pm" + std::to_string(i); }
+  // Server i's PM: a device of PDPM_TEST_SERVER_PM or a file.
+  const std::string& pm_path(int i) const { return pm_paths_[i]; }
   std::string server_log(int i) const { return dir_ + "/server" + std::to_string(i) + ".log"; }
   // The data address server i announced (its port file); "" before it ran.
   std::string server_address(int i) const;
@@ -80,12 +111,16 @@ class LocalCluster {
  private:
   Status WaitForFile(const std::string& path, ChildProcess* proc, const std::string& log,
                      std::string* content);
+  // Zeroes the servers' PM devices (files start blank anyway).
+  Status WipeDevices();
 
   LocalClusterOptions options_;
   std::string dir_;
   std::string secret_;
   std::string secret_file_;
   std::string monitor_address_;
+  std::vector<std::string> pm_paths_;
+  std::vector<bool> pm_is_device_;
   ChildProcess monitor_;
   std::vector<ChildProcess> servers_;
 };

@@ -3,6 +3,7 @@
 // its own objects and heap allocations, writes and frees, and saves what
 // the cluster must hold afterwards (cluster_journal.h). Failed operations
 // (a server killed meanwhile) are expected and leave both states allowed.
+// Transport and timeouts come from the test environment (cluster_harness.h).
 //
 //   pdpm_client_load --monitor A --secret-file F --worker N --ops K --out FILE
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "client/client.h"
+#include "client/cluster_harness.h"
 #include "client/cluster_journal.h"
 #include "common/crc32c.h"
 #include "common/flags.h"
@@ -47,11 +49,8 @@ int Run(int argc, char** argv) {
   std::ifstream sf(secret_file);
   std::string secret;
   sf >> secret;
-  ClientOptions o;
-  o.monitor = monitor;
-  o.cluster_secret = secret;
   std::unique_ptr<Client> c;
-  s = Client::Open(o, &c);
+  s = Client::Open(TestClientOptions(monitor, secret), &c);
   if (!s.ok()) {
     std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
     return 1;

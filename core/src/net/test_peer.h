@@ -51,6 +51,14 @@ Status DecodeKeys(std::span<const uint8_t> blob, PeerKeys* out);
 // (default 127.0.0.1).
 BackendKind TestBackend();
 std::string TestHost();
+// PDPM_TEST_TIMEOUT_SCALE (1..100, default 1): how many times slower than
+// a quiet host the tests run (an emulated guest sets it). Every deadline
+// against a hang — connect and op timeouts, "fails within" bounds — is
+// multiplied by it; what the tests check is not.
+uint32_t TestTimeoutScale();
+// `ms` times TestTimeoutScale().
+uint32_t ScaledMs(uint32_t ms);
+// The backend above, op and connect timeouts scaled.
 TransportOptions TestOptions();
 
 // A child process running net_test_peer (found beside the running

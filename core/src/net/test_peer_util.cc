@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -74,11 +75,28 @@ std::string TestHost() {
   return env != nullptr && *env != '\0' ? env : "127.0.0.1";
 }
 
+uint32_t TestTimeoutScale() {
+  const char* env = std::getenv("PDPM_TEST_TIMEOUT_SCALE");  // NOLINT(concurrency-mt-unsafe)
+  if (env == nullptr || *env == '\0') return 1;
+  char* end = nullptr;
+  unsigned long scale = std::strtoul(env, &end, 10);
+  // A typo must not silently run with the quiet-host deadlines.
+  if (*end != '\0' || scale < 1 || scale > 100) {
+    std::fprintf(stderr, "PDPM_TEST_TIMEOUT_SCALE=%s: want 1..100\n", env);
+    std::abort();
+  }
+  return static_cast<uint32_t>(scale);
+}
+
+uint32_t ScaledMs(uint32_t ms) {
+  return ms * TestTimeoutScale();
+}
+
 TransportOptions TestOptions() {
   TransportOptions o;
   o.backend = TestBackend();
-  o.op_timeout_ms = 1500;
-  o.connect_timeout_ms = 3000;
+  o.op_timeout_ms = ScaledMs(1500);
+  o.connect_timeout_ms = ScaledMs(3000);
   return o;
 }
 

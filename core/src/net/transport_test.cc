@@ -375,7 +375,7 @@ TEST_F(TransportTest, PeerKilledMidTransferFailsEveryOpInTime) {
   auto done = Collect(*conn, ops.size());
   auto elapsed = Clock::now() - start;
   EXPECT_EQ(done.size(), ops.size());
-  EXPECT_LT(elapsed, std::chrono::milliseconds(TestOptions().op_timeout_ms + 5000));
+  EXPECT_LT(elapsed, std::chrono::milliseconds(TestOptions().op_timeout_ms + ScaledMs(5000)));
   EXPECT_FALSE(conn->healthy());
   EXPECT_FALSE(done.back().status.ok());
   EXPECT_EQ(conn->Post({&ops[0], 1}).code(), StatusCode::kUnavailable);
@@ -396,7 +396,7 @@ TEST_F(TransportTest, HungPeerTimesOut) {
   EXPECT_EQ(done[0].status.code(), StatusCode::kTimeout) << done[0].status.ToString();
   EXPECT_FALSE(done[1].status.ok());
   EXPECT_GE(elapsed, std::chrono::milliseconds(TestOptions().op_timeout_ms));
-  EXPECT_LT(elapsed, std::chrono::milliseconds(TestOptions().op_timeout_ms + 5000));
+  EXPECT_LT(elapsed, std::chrono::milliseconds(TestOptions().op_timeout_ms + ScaledMs(5000)));
   EXPECT_FALSE(conn->healthy());
 }
 

@@ -307,7 +307,7 @@ class CcehCrashTest : public ::testing::TestWithParam<uint64_t> {
     bool split, doubled;
   };
 
-  pm::TempDir dir_;
+  pm::TempDir dir_{pm::TestEnv("PDPM_TEST_FSDAX_DIR")};  // real PM where there is some
   std::string pristine_ = dir_.File("pristine.pm");
   std::string image_ = dir_.File("image.pm");
   SparseImage pristine_image_;
@@ -352,7 +352,7 @@ INSTANTIATE_TEST_SUITE_P(Seeds, CcehCrashTest, ::testing::Values(1, 2));
 // kill -9 from outside, power loss simulated, while several threads write
 // and split: every acknowledged put is there after recovery.
 TEST(CcehKillTest, ConcurrentWritersKilled) {
-  pm::TempDir dir;
+  pm::TempDir dir(pm::TestEnv("PDPM_TEST_FSDAX_DIR"));
   std::string path = dir.File("kv.pm");
   {
     Store store;

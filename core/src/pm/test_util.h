@@ -31,16 +31,18 @@ inline void Store(char* dst, std::string_view s) {
   std::memcpy(dst, s.data(), s.size());
 }
 
-// A fresh directory, removed with its contents on destruction. On tmpfs
-// when the system has one (/dev/shm), where msync is cheap.
+// A fresh directory, removed with its contents on destruction. Under
+// `root` when given (e.g. a DAX mount), else on tmpfs when the system has
+// one (/dev/shm), where msync is cheap.
 class TempDir {
  public:
-  TempDir() {
+  explicit TempDir(const std::string& root_dir = "") {
     struct stat st {};
     const std::string tmpdir = TestEnv("TMPDIR");
-    std::string root = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm"
-                       : !tmpdir.empty()                                 ? tmpdir
-                                                                         : "/tmp";
+    std::string root = !root_dir.empty()                                   ? root_dir
+                       : stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm"
+                       : !tmpdir.empty()                                   ? tmpdir
+                                                                           : "/tmp";
     std::string pattern = root + "/pdpm-pm-test-XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << pattern;
     path_ = pattern;

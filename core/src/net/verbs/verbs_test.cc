@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "net/test_peer.h"
 #include "net/verbs/peer_process.h"
 #include "net/verbs/verbs_transport.h"
 #include "net/verbs/verbs_wire.h"
@@ -25,6 +26,7 @@ namespace pdpm::net::verbs {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using testing::ScaledMs;
 
 #define EXPECT_OK(expr)                                     \
   do {                                                      \
@@ -273,7 +275,8 @@ class VerbsPair : public ::testing::Test {
 
     TransportOptions options;
     options.backend = BackendKind::kVerbs;
-    options.op_timeout_ms = 1000;
+    options.op_timeout_ms = ScaledMs(1000);
+    options.connect_timeout_ms = ScaledMs(options.connect_timeout_ms);
     options.max_outstanding = 64;
     Status s = CreateVerbsTransport(options, &transport_);
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -595,7 +598,7 @@ TEST_F(VerbsPair, HungPeerTimesOutAndDeadPeerFailsOps) {
   op.persist = true;
   auto start = Clock::now();
   EXPECT_EQ(Execute(op).code(), StatusCode::kTimeout);
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(ScaledMs(5000)));
   EXPECT_FALSE(conn_->healthy());
   ASSERT_EQ(kill(server_, SIGCONT), 0);
   ASSERT_OK(conn_->Reconnect());
@@ -611,7 +614,7 @@ TEST_F(VerbsPair, HungPeerTimesOutAndDeadPeerFailsOps) {
   if (s.ok()) s = WaitFor(op.id);
   EXPECT_TRUE(s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout)
       << s.ToString();
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(ScaledMs(5000)));
   EXPECT_FALSE(conn_->healthy());
 }
 

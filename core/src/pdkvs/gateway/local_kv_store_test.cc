@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <set>
 
 #include "pdkvs/gateway/commands.h"
@@ -14,8 +15,12 @@ namespace {
 class LocalKvStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // A file in memory when there is one: on a disk every persist is an msync.
-    const std::string dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : ::testing::TempDir();
+    // Real PM where the environment has some (the hardware guest), else a
+    // file in memory: on a disk every persist is an msync.
+    const char* fsdax = getenv("PDPM_TEST_FSDAX_DIR");  // NOLINT(concurrency-mt-unsafe)
+    const std::string dir = fsdax != nullptr && *fsdax != '\0' ? fsdax
+                            : access("/dev/shm", W_OK) == 0    ? "/dev/shm"
+                                                               : ::testing::TempDir();
     path_ = dir + "/local_kv_store_" + std::to_string(getpid()) + ".pm";
     unlink(path_.c_str());
     Open();
