@@ -30,6 +30,12 @@ cmp "$tmp/sample" "$tmp/back"
 echo "read back identical ($(stat -c %s "$tmp/back") bytes)"
 echo "\$ pdpm obj del $id"
 "$pdpm" obj del "$id" "${dir_flag[@]}"
+# The second copy of a new segment fills in the background: give it (at
+# most 30 s) before showing the status.
+for _ in $(seq 60); do
+  "$pdpm" status "${dir_flag[@]}" >/dev/null 2>&1 && break
+  sleep 0.5
+done
 echo "\$ pdpm status"
 "$pdpm" status "${dir_flag[@]}"
 echo

@@ -463,6 +463,29 @@ class ReplicatedClusterTest : public ClusterFixture {
   }
 };
 
+// The first segment of a quiet cluster: no later change of the view makes
+// its primary reload the mapping, yet its backup must fill, and the copy
+// must serve once the primary dies.
+TEST_F(ReplicatedClusterTest, TheOnlySegmentGetsItsSecondCopy) {
+  const std::string data = Pattern(5000, 3);
+  Status s = client_->PutObj(ObjectId{7, 7}, data);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WaitReplicated({}, 3);
+  v1::GetMappingResponse m = Mapping();
+  ASSERT_EQ(m.segments_size(), 1);
+  const uint32_t primary = m.segments(0).primary().server_id();
+  int victim = -1;
+  for (int i = 0; i < 3; i++) {
+    if (IdOf(i) == primary) victim = i;
+  }
+  ASSERT_GE(victim, 0);
+  cluster_.KillServer(victim);
+  std::string got;
+  s = client_->GetObj(ObjectId{7, 7}, &got);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, data);
+}
+
 TEST_F(ReplicatedClusterTest, KillDuringWritesLosesNothingAndReplicasComeBack) {
   std::vector<ChildProcess> load;
   StartLoad(2, 400, &load);

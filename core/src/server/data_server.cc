@@ -253,7 +253,10 @@ Status DataServer::Announce(Segment* seg) {
   {
     std::unique_lock lock(mu_);
     seg->placement_epoch = resp.mapping().placement_epoch();
-    epoch_ = std::max(epoch_, resp.epoch());
+    // The new segment's placement (its backups) counts from now on. epoch_
+    // stays: the next heartbeat sees the newer epoch and reloads the whole
+    // mapping, which also repairs a refresh that raced with this announce.
+    placement_[global] = resp.mapping();
     by_global_[global] = seg;
     if (seg->role.kind == SegmentKind::kTable) by_table_[seg->role.table] = seg;
   }
