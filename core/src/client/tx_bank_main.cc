@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "client/cluster_harness.h"
 #include "client/tx_bank.h"
 #include "common/flags.h"
 
@@ -42,11 +43,8 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "accounts: %s\n", s.ToString().c_str());
     return 1;
   }
-  ClientOptions o;
-  o.monitor = monitor;
-  o.cluster_secret = secret;
   std::unique_ptr<Client> c;
-  s = Client::Open(o, &c);
+  s = Client::Open(TestClientOptions(monitor, secret), &c);
   if (!s.ok()) {
     std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
     return 1;
