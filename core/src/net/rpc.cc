@@ -18,8 +18,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kMessageMagic = 0x31435052;     // "RPC1"
-constexpr uint32_t kClientBlobMagic = 0x43435052;  // "RPCC"
+constexpr uint32_t kMessageMagic = 0x32435052;     // "RPC2"
+constexpr uint32_t kClientBlobMagic = 0x32434352;  // "RCC2"
 constexpr uint32_t kServerBlobMagic = 0x53435052;  // "RPCS"
 constexpr uint16_t kFlagBulk = 1;
 // A server drops the slots it made for a connection whose handshake did
@@ -28,14 +28,16 @@ constexpr auto kUnclaimedLifetime = std::chrono::seconds(60);
 
 // Layout (little-endian): 0 magic u32 | 4 method (request) or status
 // (reply) u16 | 6 flags u16 | 8 length u32 | 12 bulk_capacity u32 |
-// 16 call_id u64 | 24 bulk_offset u64 | 32 timeout_ms u32 | 36..48 zero.
+// 16 call_id u64 | 24 bulk_key u32 | 28 zero u32 | 32 timeout_ms u32 |
+// 36..48 zero. bulk_key names the caller's transfer buffer (its own
+// region, from offset 0).
 struct MessageHeader {
   uint16_t method_or_status = 0;
   uint16_t flags = 0;
   uint32_t length = 0;
   uint32_t bulk_capacity = 0;
   uint64_t call_id = 0;
-  uint64_t bulk_offset = 0;
+  uint32_t bulk_key = 0;
   uint32_t timeout_ms = 0;
 };
 
@@ -47,7 +49,7 @@ void EncodeMessage(const MessageHeader& h, char* out) {
   std::memcpy(out + 8, &h.length, 4);
   std::memcpy(out + 12, &h.bulk_capacity, 4);
   std::memcpy(out + 16, &h.call_id, 8);
-  std::memcpy(out + 24, &h.bulk_offset, 8);
+  std::memcpy(out + 24, &h.bulk_key, 4);
   std::memcpy(out + 32, &h.timeout_ms, 4);
 }
 
@@ -60,7 +62,7 @@ Status DecodeMessage(const char* in, uint32_t slot_size, MessageHeader* h) {
   std::memcpy(&h->length, in + 8, 4);
   std::memcpy(&h->bulk_capacity, in + 12, 4);
   std::memcpy(&h->call_id, in + 16, 8);
-  std::memcpy(&h->bulk_offset, in + 24, 8);
+  std::memcpy(&h->bulk_key, in + 24, 4);
   std::memcpy(&h->timeout_ms, in + 32, 4);
   if ((h->flags & ~kFlagBulk) != 0) return Status::Corruption("rpc message: unknown flags");
   if (!(h->flags & kFlagBulk) && h->length > slot_size - kRpcHeaderSize) {
@@ -133,8 +135,7 @@ class RpcClient::Impl {
     PDPM_RETURN_IF_ERROR(BufferPool::Create(transport_, options_.max_payload, options_.pool_buffers,
                                             kRemoteRead | kRemoteWrite, &pool_));
     std::string blob;
-    PutU32s(&blob, {kClientBlobMagic, replies_.region->key(), pool_->key(), options_.slots,
-                    options_.slot_size});
+    PutU32s(&blob, {kClientBlobMagic, replies_.region->key(), options_.slots, options_.slot_size});
     PDPM_RETURN_IF_ERROR(transport_->Connect(address, core, blob, &conn_));
     uint32_t magic = 0, slots = 0, slot_size = 0;
     if (!GetU32s(conn_->peer_blob(), {&magic, &server_key_, &slots, &slot_size}) ||
@@ -168,7 +169,7 @@ class RpcClient::Impl {
     h.method_or_status = method;
     h.length = request.size();
     h.call_id = ++next_call_id_;
-    h.bulk_offset = slot.bulk.offset();
+    h.bulk_key = slot.bulk.key();
     h.bulk_capacity = options_.max_payload;
     h.timeout_ms = timeout_ms;
     char* msg = sends_.slot(s, options_.slot_size);
@@ -388,9 +389,8 @@ class RpcServer::Impl {
   };
 
   Status OnRequest(std::span<const uint8_t> blob, std::string* reply) {
-    uint32_t magic = 0, reply_key = 0, pool_key = 0, slots = 0, slot_size = 0;
-    if (!GetU32s(blob, {&magic, &reply_key, &pool_key, &slots, &slot_size}) ||
-        magic != kClientBlobMagic) {
+    uint32_t magic = 0, reply_key = 0, slots = 0, slot_size = 0;
+    if (!GetU32s(blob, {&magic, &reply_key, &slots, &slot_size}) || magic != kClientBlobMagic) {
       return Status::InvalidArgument("rpc: not an RPC client");
     }
     if (slots != options_.slots || slot_size != options_.slot_size) {
@@ -499,8 +499,8 @@ class RpcServer::Impl {
         read.opcode = Opcode::kRead;
         read.id = req.call_id;
         read.local = buffer.local(req.length);
-        read.remote_key = ClientPoolKey(sc);
-        read.remote_offset = req.bulk_offset;
+        read.remote_key = req.bulk_key;
+        read.remote_offset = 0;
         status = PostAndWait(*sc.conn, {&read, 1}).WithContext("rpc: fetching the request");
         if (!sc.conn->healthy()) return;
         request = {reinterpret_cast<const uint8_t*>(buffer.data()), req.length};
@@ -527,8 +527,8 @@ class RpcServer::Impl {
         write.opcode = Opcode::kWrite;
         write.id = req.call_id;
         write.local = buffer.local(reply.size());
-        write.remote_key = ClientPoolKey(sc);
-        write.remote_offset = req.bulk_offset;
+        write.remote_key = req.bulk_key;
+        write.remote_offset = 0;
         write.signaled = false;
         rep.flags = kFlagBulk;
         rep.length = reply.size();
@@ -561,12 +561,6 @@ class RpcServer::Impl {
     } else {
       (void)sc.conn->Post({ops, 1});  // a failure breaks the connection: dropped by Run
     }
-  }
-
-  static uint32_t ClientPoolKey(const ServerConn& sc) {
-    uint32_t v[5];
-    std::memcpy(v, sc.conn->peer_blob().data(), sizeof(v));
-    return v[2];
   }
 
   // What the transport's accept hooks hold: lets them outlive the server.
