@@ -44,9 +44,6 @@ constexpr size_t kStagingSize = 256 << 10;
 constexpr size_t kDirectMin = 16 << 10;
 // Receive calls per burst before a connection yields to the others.
 constexpr int kReadsPerBurst = 64;
-// Progress threads look for timed-out ops (and answers a poller held
-// back) at least this often.
-constexpr int kTickMs = 10;
 // A poller holds back at most this many bytes of answers.
 constexpr size_t kMaxDeferredBytes = 64 << 10;
 // A poller that polls again sends answers it held back this long.
@@ -588,7 +585,11 @@ bool ConnCore::DrainLocked(Drainer drainer) {
   Status flushed;
   {
     std::lock_guard lock(tx_mu_);
-    if (from_poller && !txq_.empty() && tx_error_.ok() && tx_backlog_.load() <= kMaxDeferredBytes) {
+    // A poller that armed its notify fd is about to sleep: nobody would
+    // send what it held back until the progress thread's tick (a READ of
+    // an RPC request's bulk data then took a whole tick).
+    if (from_poller && !waiting_.load() && !txq_.empty() && tx_error_.ok() &&
+        tx_backlog_.load() <= kMaxDeferredBytes) {
       // Hold the answers back briefly: an RPC server's reply, or the
       // poller's next post, takes them along in one send.
       if (deferred_since_.load() == 0) {
@@ -1041,7 +1042,8 @@ void ProgressThread::Run() {
   std::vector<std::shared_ptr<ConnCore>> ready;
   Clock::time_point next_tick = Clock::now();
   while (!stop_.load()) {
-    int timeout = ready.empty() ? kTickMs : 0;
+    const int tick_ms = static_cast<int>(transport_->options().progress_tick_ms);
+    int timeout = ready.empty() ? tick_ms : 0;
     int n = ::epoll_wait(epoll_fd_.get(), events, 64, timeout);
     std::vector<std::shared_ptr<ConnCore>> work;
     work.swap(ready);
@@ -1082,7 +1084,7 @@ void ProgressThread::Run() {
     }
     Clock::time_point now = Clock::now();
     if (now >= next_tick) {
-      next_tick = now + std::chrono::milliseconds(kTickMs);
+      next_tick = now + std::chrono::milliseconds(tick_ms);
       std::vector<std::shared_ptr<ConnCore>> all;
       {
         std::lock_guard lock(mu_);
@@ -1320,8 +1322,9 @@ Status ConnCore::Reconnect() {
 }  // namespace
 
 Status CreateTcpTransport(const TransportOptions& options, std::unique_ptr<Transport>* out) {
-  if (options.max_transfer == 0 || options.max_outstanding == 0) {
-    return Status::InvalidArgument("max_transfer and max_outstanding must be positive");
+  if (options.max_transfer == 0 || options.max_outstanding == 0 || options.progress_tick_ms == 0) {
+    return Status::InvalidArgument(
+        "max_transfer, max_outstanding and progress_tick_ms must be positive");
   }
   auto t = std::make_unique<TcpTransport>(options);
   PDPM_RETURN_IF_ERROR(t->Init());
