@@ -340,6 +340,7 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   std::mutex tx_mu_;
   std::deque<TxEntry> txq_;    // guarded by tx_mu_
   size_t tx_owned_bytes_ = 0;  // guarded by tx_mu_
+  bool tx_awaited_ = false;    // txq_ holds an answer its requester awaits; guarded by tx_mu_
   Status tx_error_;            // guarded by tx_mu_
   std::atomic<size_t> tx_backlog_{0};
   // When a poller first left answers queued (steady clock ticks; 0: none).
@@ -586,9 +587,12 @@ bool ConnCore::DrainLocked(Drainer drainer) {
   {
     std::lock_guard lock(tx_mu_);
     // A poller that armed its notify fd is about to sleep: nobody would
-    // send what it held back until the progress thread's tick (a READ of
-    // an RPC request's bulk data then took a whole tick).
-    if (from_poller && !waiting_.load() && !txq_.empty() && tx_error_.ok() &&
+    // send what it held back until the progress thread's tick, so answers
+    // their requesters await leave now (a READ of an RPC request's bulk
+    // data waited a whole tick). Others, e.g. the ack of an RPC reply,
+    // still wait for the next post.
+    const bool awaited_before_sleep = waiting_.load() && tx_awaited_;
+    if (from_poller && !awaited_before_sleep && !txq_.empty() && tx_error_.ok() &&
         tx_backlog_.load() <= kMaxDeferredBytes) {
       // Hold the answers back briefly: an RPC server's reply, or the
       // poller's next post, takes them along in one send.
@@ -647,6 +651,7 @@ void ConnCore::OnWritable() {
 
 Status ConnCore::FlushLocked() {
   deferred_since_.store(0);
+  tx_awaited_ = false;
   if (!tx_error_.ok()) return tx_error_;
   while (!txq_.empty()) {
     // Gather up to 64 pieces. Payloads lying in registered ranges are sent
@@ -711,6 +716,8 @@ void ConnCore::Respond(const FrameHeader& h, std::span<const uint8_t> payload,
                        std::shared_ptr<RegionEntry> range) {
   std::lock_guard lock(tx_mu_);
   if (!tx_error_.ok()) return;
+  // An error is a completion at the requester even for an unsignaled op.
+  if ((machine_.flags() & kFlagAwaited) || h.status != 0) tx_awaited_ = true;
   TxEntry& e = txq_.emplace_back();
   EncodeFrameHeader(h, e.header);
   e.payload_length = payload.size();
@@ -885,6 +892,7 @@ Status ConnCore::QueueLocked(std::span<const Op> ops) {
 
       FrameHeader h;
       h.type = static_cast<FrameType>(op.opcode);
+      h.flags = op.signaled ? kFlagAwaited : 0;
       h.seq = seq;
       h.key = op.remote_key;
       h.offset = op.remote_offset;
@@ -894,7 +902,7 @@ Status ConnCore::QueueLocked(std::span<const Op> ops) {
         case Opcode::kWriteWithImm: h.imm = op.imm; [[fallthrough]];
         case Opcode::kWrite:
           h.length = op.local.length;
-          h.flags = op.persist ? kFlagPersist : 0;
+          h.flags |= op.persist ? kFlagPersist : 0;
           if (op.local.length > 0) {
             e.payload = reinterpret_cast<const uint8_t*>(op.local.region->data() + op.local.offset);
             e.payload_length = op.local.length;
