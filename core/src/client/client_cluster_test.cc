@@ -526,7 +526,8 @@ TEST_F(ReplicatedClusterTest, UnpersistedWriteReachesEveryCopy) {
   Status s = client_->WriteUnpersisted(a, data.data(), data.size());
   ASSERT_TRUE(s.ok()) << s.ToString();
   uint32_t primary = 0;
-  for (const auto& seg : Mapping().segments()) {
+  const v1::GetMappingResponse m = Mapping();
+  for (const auto& seg : m.segments()) {
     if (seg.segment() == a.segment) primary = seg.primary().server_id();
   }
   int victim = -1;
