@@ -30,6 +30,15 @@ int pdpm_c_abi_test(const char* monitor, const char* secret, const char* transpo
   CHECK(pdpm_write(c, a, in, sizeof(in)) == PDPM_OK);
   CHECK(pdpm_read(c, a, out, sizeof(out)) == PDPM_OK);
   CHECK(memcmp(in, out, sizeof(in)) == 0);
+  /* Unpersisted writes, then one persist of the range. */
+  CHECK(pdpm_write_unpersisted(c, a, in + 500, 500) == PDPM_OK);
+  CHECK(pdpm_write_unpersisted(c, (pdpm_addr){a.hi, a.lo + 500}, in, 500) == PDPM_OK);
+  CHECK(pdpm_persist(c, a, sizeof(in)) == PDPM_OK);
+  CHECK(pdpm_read(c, a, out, sizeof(out)) == PDPM_OK);
+  CHECK(memcmp(out, in + 500, 500) == 0 && memcmp(out + 500, in, 500) == 0);
+  CHECK(pdpm_write_unpersisted(c, a, NULL, 8) == PDPM_INVALID_ARGUMENT);
+  CHECK(pdpm_persist(NULL, a, 8) == PDPM_INVALID_ARGUMENT);
+  CHECK(pdpm_persist(c, (pdpm_addr){0, 0}, 8) == PDPM_INVALID_ARGUMENT);
   CHECK(pdpm_pfree(c, a) == PDPM_OK);
   CHECK(pdpm_pfree(c, a) == PDPM_FAILED_PRECONDITION);
   CHECK(strlen(pdpm_last_error(c)) > 0);

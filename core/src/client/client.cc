@@ -145,7 +145,7 @@ class ClientImpl final : public Client, public TxHost {
     auto m = Snapshot();
     ConnRef ref;
     PDPM_RETURN_IF_ERROR(GetConn(*m, server, &ref));
-    return Transfer(ref.conn, key, offset, static_cast<char*>(buf), len, false);
+    return Transfer(ref.conn, key, offset, static_cast<char*>(buf), len, false, false);
   }
 
   Status CallServer(uint32_t server, uint16_t method, const std::string& body,
@@ -182,6 +182,25 @@ class ClientImpl final : public Client, public TxHost {
 
   Status Write(const GlobalAddress& addr, const void* buf, uint64_t len) override {
     return OneSided(addr, static_cast<char*>(const_cast<void*>(buf)), len, true);
+  }
+
+  Status WriteUnpersisted(const GlobalAddress& addr, const void* buf, uint64_t len) override {
+    return OneSided(addr, static_cast<char*>(const_cast<void*>(buf)), len, true,
+                    /*persist=*/false);
+  }
+
+  Status Persist(const GlobalAddress& addr, uint64_t len) override {
+    PDPM_RETURN_IF_ERROR(CheckHeapAccess(addr, /*write=*/true));
+    PDPM_RETURN_IF_ERROR(addr.CheckRange(len, Snapshot()->segment_size));
+    if (len == 0) return Status::OK();
+    std::string reply;
+    return Call([&](const Mapping& m, uint32_t* server) { return SegmentServer(m, addr, server); },
+                server::kHeapPersist,
+                [&](Encoder& e) {
+                  e.Address(addr);
+                  e.U64(len);
+                },
+                &reply);
   }
 
   Status PAllocate(uint64_t size, GlobalAddress* out) override {
@@ -456,7 +475,8 @@ class ClientImpl final : public Client, public TxHost {
         reply);
   }
 
-  Status OneSided(const GlobalAddress& addr, char* buf, uint64_t len, bool write) {
+  // Whether `addr` is a heap address this client may read or write.
+  static Status CheckHeapAccess(const GlobalAddress& addr, bool write) {
     if (addr.is_null()) return Status::InvalidArgument("the null address");
     PDPM_RETURN_IF_ERROR(addr.descriptor.Validate());
     if (addr.kind() != dsm::SpaceKind::kHeap) {
@@ -467,6 +487,14 @@ class ClientImpl final : public Client, public TxHost {
       return Status::PermissionDenied(addr.ToString() + " is not " +
                                       (write ? "writable" : "readable"));
     }
+    return Status::OK();
+  }
+
+  // `persist`: a write waits for remote persistence (Write) or not
+  // (WriteUnpersisted, on a segment without copies).
+  Status OneSided(const GlobalAddress& addr, char* buf, uint64_t len, bool write,
+                  bool persist = true) {
+    PDPM_RETURN_IF_ERROR(CheckHeapAccess(addr, write));
     Status s;
     const auto deadline = FailoverDeadline();
     for (int attempt = 0;; attempt++) {
@@ -482,6 +510,9 @@ class ClientImpl final : public Client, public TxHost {
         continue;
       }
       const Mapping::Seg& seg = it->second;
+      // Copies must never differ: a segment with copies takes only
+      // persisted writes.
+      const bool persisted = persist || m->replica_count > 1 || !seg.backups.empty() || seg.syncing;
       if (write && seg.syncing) {
         // A backup is being filled: the primary writes and ships (it orders
         // the write with the fill).
@@ -491,14 +522,14 @@ class ClientImpl final : public Client, public TxHost {
       {
         ConnRef ref;
         s = GetConn(*m, seg.server, &ref);
-        if (s.ok()) s = Transfer(ref.conn, seg.key, addr.offset, buf, len, write);
+        if (s.ok()) s = Transfer(ref.conn, seg.key, addr.offset, buf, len, write, persisted);
       }
       // A write is durable only once every in-sync copy has it.
       for (size_t b = 0; write && s.ok() && b < seg.backups.size(); b++) {
         failed = seg.backups[b].server;
         ConnRef ref;
         s = GetConn(*m, failed, &ref);
-        if (s.ok()) s = Transfer(ref.conn, seg.backups[b].key, addr.offset, buf, len, true);
+        if (s.ok()) s = Transfer(ref.conn, seg.backups[b].key, addr.offset, buf, len, true, true);
       }
       bool retry =
           s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kUnavailable;
@@ -533,7 +564,8 @@ class ClientImpl final : public Client, public TxHost {
     return Status::OK();
   }
 
-  Status Transfer(Conn* c, uint32_t key, uint64_t offset, char* buf, uint64_t len, bool write) {
+  Status Transfer(Conn* c, uint32_t key, uint64_t offset, char* buf, uint64_t len, bool write,
+                  bool persist) {
     net::BufferPool::Buffer staging;
     PDPM_RETURN_IF_ERROR(c->staging->Acquire(&staging));
     for (uint64_t done = 0; done < len;) {
@@ -545,7 +577,7 @@ class ClientImpl final : public Client, public TxHost {
       op.local = staging.local(n);
       op.remote_key = key;
       op.remote_offset = offset + done;
-      op.persist = write;
+      op.persist = write && persist;
       Status s = net::ExecuteSync(c->rpc->connection(), op);
       if (IsConnectionFailure(s)) {
         c->rpc.reset();

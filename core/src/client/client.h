@@ -82,9 +82,24 @@ class Client {
   virtual Status Read(const GlobalAddress& addr, void* buf, uint64_t len) = 0;
   // One-sided write of buf to [addr, addr+len), durable when it returns.
   virtual Status Write(const GlobalAddress& addr, const void* buf, uint64_t len) = 0;
+  // A write that does not wait for remote persistence, for batching: when
+  // it returns the bytes are in the server's memory and every later Read
+  // (by any client) sees them, but a server crash or power failure may
+  // lose them (wholly or in part) until a Persist covering them returns.
+  // On a segment with copies (replica count above 1) it is a Write: the
+  // copies never differ in what they hold. Same errors as Write.
+  virtual Status WriteUnpersisted(const GlobalAddress& addr, const void* buf, uint64_t len) = 0;
+  // Makes [addr, addr+len) durable on the segment's PM: every write to the
+  // range that returned before Persist was called survives a crash of the
+  // server once Persist returns. One RPC to the segment's primary however
+  // long the range; len 0 does nothing. Same errors as Write (a read-only
+  // address: kPermissionDenied).
+  virtual Status Persist(const GlobalAddress& addr, uint64_t len) = 0;
 
   // Allocates `size` bytes of persistent heap on a server of the client's
-  // choice (round-robin over live servers).
+  // choice (round-robin over live servers). The block stays allocated
+  // until PFree, even if this client dies first (docs/dsm.md: allocate in
+  // a transaction to link a block atomically).
   virtual Status PAllocate(uint64_t size, GlobalAddress* out) = 0;
   // The same on server `server_id` (affinity). kNotFound for an unknown
   // server.

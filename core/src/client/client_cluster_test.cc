@@ -228,6 +228,17 @@ TEST_F(ClusterTest, BadInputsGetTheirErrorAndHarmNothing) {
   GlobalAddress ro = keep;
   ro.descriptor = dsm::Descriptor::Make(dsm::kPermRead, ro.descriptor.replicas());
   EXPECT_EQ(client_->Write(ro, buf, 8).code(), StatusCode::kPermissionDenied);
+  // The unpersisted write and the persist refuse the same inputs.
+  EXPECT_EQ(client_->WriteUnpersisted(unknown, buf, 8).code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->Persist(unknown, 8).code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->WriteUnpersisted(GlobalAddress{}, buf, 8).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->Persist(GlobalAddress{}, 8).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->WriteUnpersisted(end, buf, 16).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(client_->Persist(end, 16).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(client_->WriteUnpersisted(ro, buf, 8).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(client_->Persist(ro, 8).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(client_->Persist(keep, 0).ok());
   // Not a block start; then freed, and freed again.
   GlobalAddress inside = keep;
   inside.offset += 8;
@@ -404,6 +415,44 @@ TEST_F(ClusterPowerLossTest, PowerLossDuringWritesLosesNothingAcknowledged) {
   StopAndCheckAll(/*clean=*/true);
 }
 
+// Unpersisted writes are visible at once; only those a Persist covered
+// survive a power loss (the simulated PM keeps only persisted lines).
+TEST_F(ClusterPowerLossTest, OnlyPersistedUnpersistedWritesSurviveAPowerLoss) {
+  ASSERT_TRUE(cluster_.StopServer(1).ok());
+  Status s = cluster_.StartServer(1, {"PDPM_PM_SIMULATE_POWER_LOSS=1"});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  constexpr uint64_t kSize = 16 << 10;
+  const std::string before = Pattern(kSize, 1), kept_data = Pattern(kSize, 2),
+                    lost_data = Pattern(kSize, 3);
+  GlobalAddress kept, lost;
+  ASSERT_TRUE(client_->PAllocate(kSize, 2, &kept).ok());
+  ASSERT_TRUE(client_->PAllocate(kSize, 2, &lost).ok());
+  ASSERT_TRUE(client_->Write(lost, before.data(), kSize).ok());
+  // A batch of unpersisted writes, then one persist of the whole range.
+  for (uint64_t off = 0; off < kSize; off += 4096) {
+    GlobalAddress at = kept;
+    at.offset += off;
+    ASSERT_TRUE(client_->WriteUnpersisted(at, kept_data.data() + off, 4096).ok());
+  }
+  ASSERT_TRUE(client_->Persist(kept, kSize).ok());
+  // Last: no persist after it touches these lines.
+  ASSERT_TRUE(client_->WriteUnpersisted(lost, lost_data.data(), kSize).ok());
+  std::string got(kSize, '\0');
+  ASSERT_TRUE(client_->Read(lost, got.data(), kSize).ok());
+  EXPECT_EQ(got, lost_data);
+
+  cluster_.KillServer(1);
+  CheckPm(1, /*clean=*/false);
+  s = cluster_.StartServer(1);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  s = client_->Read(kept, got.data(), kSize);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, kept_data);
+  ASSERT_TRUE(client_->Read(lost, got.data(), kSize).ok());
+  EXPECT_EQ(got, before) << "the unpersisted write was persisted anyway";
+  StopAndCheckAll(/*clean=*/true);
+}
+
 // Two copies of every segment, and a monitor that declares a silent
 // server DOWN after half a second.
 LocalClusterOptions ReplicatedOptions() {
@@ -466,6 +515,33 @@ class ReplicatedClusterTest : public ClusterFixture {
 // The first segment of a quiet cluster: no later change of the view makes
 // its primary reload the mapping, yet its backup must fill, and the copy
 // must serve once the primary dies.
+// With copies an unpersisted write is a Write: every copy holds it, so the
+// promoted backup serves it once the primary is killed.
+TEST_F(ReplicatedClusterTest, UnpersistedWriteReachesEveryCopy) {
+  GlobalAddress a;
+  ASSERT_TRUE(client_->PAllocate(8192, &a).ok());
+  WaitReplicated({}, 3);
+  ASSERT_TRUE(client_->RefreshMapping().ok());  // sees the in-sync backup
+  const std::string data = Pattern(8192, 5);
+  Status s = client_->WriteUnpersisted(a, data.data(), data.size());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  uint32_t primary = 0;
+  const v1::GetMappingResponse m = Mapping();
+  for (const auto& seg : m.segments()) {
+    if (seg.segment() == a.segment) primary = seg.primary().server_id();
+  }
+  int victim = -1;
+  for (int i = 0; i < 3; i++) {
+    if (primary != 0 && IdOf(i) == primary) victim = i;
+  }
+  ASSERT_GE(victim, 0);
+  cluster_.KillServer(victim);
+  std::string got(data.size(), '\0');
+  s = client_->Read(a, got.data(), got.size());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, data);
+}
+
 TEST_F(ReplicatedClusterTest, TheOnlySegmentGetsItsSecondCopy) {
   const std::string data = Pattern(5000, 3);
   Status s = client_->PutObj(ObjectId{7, 7}, data);

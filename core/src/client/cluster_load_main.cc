@@ -7,16 +7,14 @@
 //
 //   pdpm_client_load --monitor A --secret-file F --worker N --ops K --out FILE
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
 
 #include "client/client.h"
-#include "client/cluster_harness.h"
 #include "client/cluster_journal.h"
+#include "client/test_client_process.h"
 #include "common/crc32c.h"
-#include "common/flags.h"
 
 namespace pdpm::client {
 namespace {
@@ -32,29 +30,19 @@ struct Model {
 };
 
 int Run(int argc, char** argv) {
-  std::string monitor, secret_file, out;
+  std::string out;
   uint32_t worker = 0, ops = 200, objects = 24;
-  FlagParser p("pdpm_client_load");
-  p.AddString("monitor", &monitor, "monitor host:port");
-  p.AddString("secret-file", &secret_file, "cluster secret file");
-  p.AddUint32("worker", &worker, "worker number (object IDs hi = worker + 1)");
-  p.AddUint32("ops", &ops, "operations to run");
-  p.AddUint32("objects", &objects, "objects of this worker");
-  p.AddString("out", &out, "where to save the expectations");
-  Status s = p.Parse(argc, argv);
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s\n%s", s.ToString().c_str(), p.Usage().c_str());
-    return 2;
-  }
-  std::ifstream sf(secret_file);
-  std::string secret;
-  sf >> secret;
   std::unique_ptr<Client> c;
-  s = Client::Open(TestClientOptions(monitor, secret), &c);
-  if (!s.ok()) {
-    std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
-    return 1;
-  }
+  int rc = StartTestClient(
+      "pdpm_client_load", argc, argv,
+      [&](FlagParser* p) {
+        p->AddUint32("worker", &worker, "worker number (object IDs hi = worker + 1)");
+        p->AddUint32("ops", &ops, "operations to run");
+        p->AddUint32("objects", &objects, "objects of this worker");
+        p->AddString("out", &out, "where to save the expectations");
+      },
+      &c);
+  if (rc != 0) return rc;
   std::mt19937_64 rng(worker * 7919 + 1);
   auto bytes = [&](size_t n) {
     std::string d(n, '\0');
@@ -136,7 +124,7 @@ int Run(int argc, char** argv) {
   }
   for (uint32_t k = 0; k < objects; k++) exp.objects[{worker + 1, k}] = allowed[k];
   exp.blocks = live;
-  s = exp.Save(out);
+  Status s = exp.Save(out);
   std::printf("done %u ops, %llu failed\n", ops, static_cast<unsigned long long>(failures));
   return s.ok() ? 0 : 1;
 }

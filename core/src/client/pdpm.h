@@ -54,6 +54,12 @@ void pdpm_close(pdpm_client* c);
 
 int pdpm_read(pdpm_client* c, pdpm_addr addr, void* buf, uint64_t len);
 int pdpm_write(pdpm_client* c, pdpm_addr addr, const void* buf, uint64_t len);
+/* A write that does not wait for remote persistence (visible to later
+ * reads, lost by a server crash until persisted), and the persist of a
+ * range that makes earlier writes to it durable: Client::WriteUnpersisted
+ * and Client::Persist in client/client.h. */
+int pdpm_write_unpersisted(pdpm_client* c, pdpm_addr addr, const void* buf, uint64_t len);
+int pdpm_persist(pdpm_client* c, pdpm_addr addr, uint64_t len);
 /* server_id 0: any server. */
 int pdpm_pallocate(pdpm_client* c, uint64_t size, uint32_t server_id, pdpm_addr* out);
 int pdpm_pfree(pdpm_client* c, pdpm_addr addr);

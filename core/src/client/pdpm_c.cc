@@ -115,6 +115,16 @@ int pdpm_write(pdpm_client* c, pdpm_addr addr, const void* buf, uint64_t len) {
   return Report(c, c->client->Write(ToAddress(addr), buf, len));
 }
 
+int pdpm_write_unpersisted(pdpm_client* c, pdpm_addr addr, const void* buf, uint64_t len) {
+  if (c == nullptr || (buf == nullptr && len > 0)) return PDPM_INVALID_ARGUMENT;
+  return Report(c, c->client->WriteUnpersisted(ToAddress(addr), buf, len));
+}
+
+int pdpm_persist(pdpm_client* c, pdpm_addr addr, uint64_t len) {
+  if (c == nullptr) return PDPM_INVALID_ARGUMENT;
+  return Report(c, c->client->Persist(ToAddress(addr), len));
+}
+
 int pdpm_pallocate(pdpm_client* c, uint64_t size, uint32_t server_id, pdpm_addr* out) {
   GlobalAddress a;
   Status s =

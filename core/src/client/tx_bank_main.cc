@@ -8,45 +8,34 @@
 //   pdpm_tx_bank --monitor A --secret-file F --accounts FILE --worker N --txs K
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <thread>
 
-#include "client/cluster_harness.h"
+#include "client/test_client_process.h"
 #include "client/tx_bank.h"
-#include "common/flags.h"
 
 namespace pdpm::client {
 namespace {
 
 int Run(int argc, char** argv) {
-  std::string monitor, secret_file, accounts_file;
+  std::string accounts_file;
   uint32_t worker = 0, txs = 100, abort_every = 10;
-  FlagParser p("pdpm_tx_bank");
-  p.AddString("monitor", &monitor, "monitor host:port");
-  p.AddString("secret-file", &secret_file, "cluster secret file");
-  p.AddString("accounts", &accounts_file, "the accounts (tx_bank.h)");
-  p.AddUint32("worker", &worker, "worker number (seeds the choices)");
-  p.AddUint32("txs", &txs, "transfers to run");
-  p.AddUint32("abort-every", &abort_every, "abort every n-th transfer on purpose (0: never)");
-  Status s = p.Parse(argc, argv);
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s\n%s", s.ToString().c_str(), p.Usage().c_str());
-    return 2;
-  }
-  std::ifstream sf(secret_file);
-  std::string secret;
-  sf >> secret;
+  std::unique_ptr<Client> c;
+  int rc = StartTestClient(
+      "pdpm_tx_bank", argc, argv,
+      [&](FlagParser* p) {
+        p->AddString("accounts", &accounts_file, "the accounts (tx_bank.h)");
+        p->AddUint32("worker", &worker, "worker number (seeds the choices)");
+        p->AddUint32("txs", &txs, "transfers to run");
+        p->AddUint32("abort-every", &abort_every,
+                     "abort every n-th transfer on purpose (0: never)");
+      },
+      &c);
+  if (rc != 0) return rc;
   std::vector<GlobalAddress> accounts;
-  s = LoadAccounts(accounts_file, &accounts);
+  Status s = LoadAccounts(accounts_file, &accounts);
   if (!s.ok() || accounts.size() < 2) {
     std::fprintf(stderr, "accounts: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<Client> c;
-  s = Client::Open(TestClientOptions(monitor, secret), &c);
-  if (!s.ok()) {
-    std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
     return 1;
   }
   std::mt19937_64 rng(worker * 7919 + 17);

@@ -90,6 +90,10 @@ Logger Logger::WithComponent(std::string component) const {
   return Logger(std::move(component), fd_, min_level_);
 }
 
+Logger Logger::WithLevel(LogLevel min_level) const {
+  return Logger(component_, fd_, min_level);
+}
+
 std::string Logger::FormatLine(std::chrono::system_clock::time_point ts, LogLevel level,
                                std::string_view component, std::string_view msg,
                                std::initializer_list<LogField> fields) {

@@ -53,6 +53,8 @@ class Logger {
 
   // The same sink and level for another component.
   Logger WithComponent(std::string component) const;
+  // The same sink and component with another minimum level.
+  Logger WithLevel(LogLevel min_level) const;
 
   bool Enabled(LogLevel level) const { return level >= min_level_; }
   void Log(LogLevel level, std::string_view msg, std::initializer_list<LogField> fields = {}) const;

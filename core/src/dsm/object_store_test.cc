@@ -252,6 +252,7 @@ TEST_F(ObjectStoreTest, TraceMatchesTheAllocatedObjectStoreBlocks) {
   table_->Trace(&blocks);
   SegmentCheckReport r = Check();
   EXPECT_EQ(blocks.size(), r.allocated_blocks);
+  EXPECT_EQ(r.allocated_bytes, alloc_->Stats().bytes_allocated);
   // Everything traced is allocated: freeing each works exactly once.
   for (uint64_t b : blocks) ASSERT_TRUE(alloc_->Free(b, BlockOwner::kObjectStore).ok());
   EXPECT_EQ(alloc_->Stats().blocks_allocated, 0u);

@@ -82,6 +82,7 @@ class Checker {
   void Add(uint64_t off, uint64_t size, BlockOwner owner) {
     allocated_[off] = Block{size, owner};
     ++r_.allocated_blocks;
+    r_.allocated_bytes += size;
   }
 
   // Records that the table reaches the block at `off` as `what`; false (and

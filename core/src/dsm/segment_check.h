@@ -23,6 +23,7 @@ struct SegmentCheckReport {
   std::vector<std::string> repairable;
   uint64_t chunks = 0;
   uint64_t allocated_blocks = 0;
+  uint64_t allocated_bytes = 0;  // the sizes of those blocks
   uint64_t objects = 0;
   uint64_t extents = 0;
   uint64_t leaked_blocks = 0;

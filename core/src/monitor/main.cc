@@ -32,6 +32,8 @@
 #include <string>
 #include <thread>
 
+#include "common/daemon_main.h"
+#include "common/file_util.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "monitor/etcd/etcd_client.h"
@@ -57,36 +59,6 @@ struct Flags {
   MonitorOptions options;
 };
 
-Status WriteFileAtomically(const std::string& path, const std::string& data, mode_t mode) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return Status::FromErrno("create " + tmp, errno);
-  ssize_t n = ::write(fd, data.data(), data.size());
-  int err = errno;
-  bool ok = n == static_cast<ssize_t>(data.size()) && ::fsync(fd) == 0;
-  if (!ok && n >= 0) err = errno ? errno : EIO;
-  ::close(fd);
-  if (!ok) return Status::FromErrno("write " + tmp, err);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno("rename " + tmp, errno);
-  return Status::OK();
-}
-
-Status ReadSmallFile(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open " + path, errno);
-  out->clear();
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) {
-    out->append(buf, static_cast<size_t>(n));
-    if (out->size() > size_t{64} * 1024) break;
-  }
-  int err = errno;
-  ::close(fd);
-  if (n < 0) return Status::FromErrno("read " + path, err);
-  return Status::OK();
-}
-
 // The cluster secret: from --secret-file, else DIR/cluster.secret, which is
 // generated (random, mode 0600) when this is a new directory.
 Status LoadSecret(const Flags& flags, const Logger& log, std::string* secret) {
@@ -108,7 +80,7 @@ Status LoadSecret(const Flags& flags, const Logger& log, std::string* secret) {
       log.Info("generated a cluster secret", {{"file", path}});
     }
   }
-  PDPM_RETURN_IF_ERROR(ReadSmallFile(path, secret).WithContext("cluster secret"));
+  PDPM_RETURN_IF_ERROR(ReadWholeFile(path, secret).WithContext("cluster secret"));
   while (!secret->empty() && std::isspace(static_cast<unsigned char>(secret->back()))) {
     secret->pop_back();
   }
@@ -128,11 +100,6 @@ Status CheckAddress(const std::string& flag, const std::string& listen) {
     return Status::InvalidArgument(flag + " " + listen + ": bad port");
   }
   return Status::OK();
-}
-
-int Fail(const Logger& log, std::string_view what, const Status& s) {
-  log.Error(what, {{"status", s}});
-  return 1;
 }
 
 int Run(int argc, char** argv) {
@@ -162,62 +129,50 @@ int Run(int argc, char** argv) {
   parser.AddDuration("lease-ttl", &flags.ha.lease_ttl,
                      "leader lease in etcd, whole seconds (failover takes about this long)");
 
-  Logger boot("monitor");
-  Status s = parser.Parse(argc, argv);
-  if (!s.ok()) {
-    boot.Error("bad command line", {{"status", s}});
-    std::fputs(parser.Usage().c_str(), stderr);
-    return 2;
-  }
-  LogLevel level;
-  s = ParseLogLevel(flags.log_level, &level);
-  if (!s.ok()) return Fail(boot, "bad command line", s);
-  Logger log("monitor", 2, level);
+  Logger log("monitor");
+  if (int rc = ParseDaemonFlags(parser, argc, argv, flags.log_level, &log); rc != 0) return rc;
+  Status s;
   o.heartbeat_interval = heartbeat;
   o.segment_size_set = parser.IsSet("segment-size");
   o.replicas_set = parser.IsSet("replicas");
   o.tables_set = parser.IsSet("tables");
   if (flags.embedded == !flags.etcd.empty()) {
-    return Fail(log, "bad command line",
-                Status::InvalidArgument("give either --embedded --dir DIR (a local view) or "
-                                        "--etcd HOST:PORT,... (a view shared in etcd)"));
+    return FailStart(log, "bad command line",
+                     Status::InvalidArgument("give either --embedded --dir DIR (a local view) or "
+                                             "--etcd HOST:PORT,... (a view shared in etcd)"));
   }
   if (flags.embedded && flags.dir.empty()) {
-    return Fail(log, "bad command line", Status::InvalidArgument("--dir is required"));
+    return FailStart(log, "bad command line", Status::InvalidArgument("--dir is required"));
   }
   if (!flags.embedded && (!flags.dir.empty() || flags.secret_file.empty())) {
-    return Fail(log, "bad command line",
-                Status::InvalidArgument("with --etcd, --secret-file is required and --dir is "
-                                        "not used (every monitor must share the secret)"));
+    return FailStart(log, "bad command line",
+                     Status::InvalidArgument("with --etcd, --secret-file is required and --dir is "
+                                             "not used (every monitor must share the secret)"));
   }
   s = CheckAddress("--listen", flags.listen);
   if (s.ok() && !flags.advertise.empty()) s = CheckAddress("--advertise", flags.advertise);
-  if (!s.ok()) return Fail(log, "bad command line", s);
+  if (!s.ok()) return FailStart(log, "bad command line", s);
 
   std::unique_ptr<FileViewStore> store;
   std::unique_ptr<EtcdClient> etcd;
   if (flags.embedded) {
     s = FileViewStore::Open(flags.dir, &store);
-    if (!s.ok()) return Fail(log, "cannot use the view directory", s);
+    if (!s.ok()) return FailStart(log, "cannot use the view directory", s);
   } else {
     s = EtcdClient::Create(flags.etcd, flags.ha.lease_ttl / 3, &etcd);
-    if (!s.ok()) return Fail(log, "bad command line", s);
+    if (!s.ok()) return FailStart(log, "bad command line", s);
   }
   s = LoadSecret(flags, log, &o.cluster_secret);
-  if (!s.ok()) return Fail(log, "cannot read the cluster secret", s);
+  if (!s.ok()) return FailStart(log, "cannot read the cluster secret", s);
   s = o.Validate();
-  if (!s.ok()) return Fail(log, "bad command line", s);
+  if (!s.ok()) return FailStart(log, "bad command line", s);
   flags.ha.monitor = o;
   flags.ha.self = flags.listen;  // checked now, set to the bound address below
   s = flags.ha.Validate();
-  if (!flags.embedded && !s.ok()) return Fail(log, "bad command line", s);
+  if (!flags.embedded && !s.ok()) return FailStart(log, "bad command line", s);
 
   // Block the stop signals before any thread starts so only sigwait sees them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  sigset_t stop_signals = BlockStopSignals();
 
   gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
   grpc::ServerBuilder builder;
@@ -234,7 +189,7 @@ int Run(int argc, char** argv) {
   std::unique_ptr<MonitorService> service;
   if (flags.embedded) {
     s = ViewManager::Open(store.get(), o, log, &views);
-    if (!s.ok()) return Fail(log, "cannot load the cluster view", s);
+    if (!s.ok()) return FailStart(log, "cannot load the cluster view", s);
     service = std::make_unique<MonitorService>(views.get());
   } else {
     // Calls may arrive as soon as the port is bound, before the election
@@ -250,7 +205,7 @@ int Run(int argc, char** argv) {
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return Fail(
+    return FailStart(
         log, "cannot serve",
         Status::Unavailable("cannot listen on " + flags.listen + " (address in use or not local)"));
   }
@@ -267,7 +222,7 @@ int Run(int argc, char** argv) {
     s = WriteFileAtomically(flags.port_file, bound + "\n", 0644);
     if (!s.ok()) {
       server->Shutdown();
-      return Fail(log, "cannot write the port file", s);
+      return FailStart(log, "cannot write the port file", s);
     }
   }
   if (flags.embedded) {
@@ -318,7 +273,7 @@ int Run(int argc, char** argv) {
   if (leadership != nullptr) leadership->Stop();  // a leader resigns: fast handover
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
-  if (!fatal.ok()) return Fail(log, "cannot lead this cluster", fatal);
+  if (!fatal.ok()) return FailStart(log, "cannot lead this cluster", fatal);
   log.Info("stopped");
   return 0;
 }

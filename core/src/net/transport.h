@@ -196,6 +196,10 @@ struct TransportOptions {
   uint32_t max_transfer = 16u << 20;
   // Cores this endpoint serves (listener side): connections name a core.
   uint32_t cores = 1;
+  // tcp: the transport's threads look for timed-out ops, and send answers a
+  // polling thread held back, at least this often. Nothing on the latency
+  // path waits for it; tests lengthen it to prove that.
+  uint32_t progress_tick_ms = 10;
 };
 
 // The listening side's hooks, called on a transport thread.

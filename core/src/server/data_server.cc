@@ -88,6 +88,9 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   s->rpc_->Register(kHeapWrite, [self](std::span<const uint8_t> r, std::string* out) {
     return self->HandleHeapWrite(r, out);
   });
+  s->rpc_->Register(kHeapPersist, [self](std::span<const uint8_t> r, std::string* out) {
+    return self->HandleHeapPersist(r, out);
+  });
   PDPM_RETURN_IF_ERROR(s->rpc_->Listen(options.listen).WithContext("listen " + options.listen));
   s->address_ = options.advertise.empty() ? s->transport_->listen_address() : options.advertise;
   PDPM_RETURN_IF_ERROR(s->Register(stop));

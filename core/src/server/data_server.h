@@ -135,6 +135,8 @@ class DataServer {
   Status HandleReplicaApply(std::span<const uint8_t> req, std::string* reply);
   Status HandleReplicaAttach(std::span<const uint8_t> req, std::string* reply);
   Status HandleHeapWrite(std::span<const uint8_t> req, std::string* reply);
+  // Persists a heap range on this primary (data_server_persist.cc).
+  Status HandleHeapPersist(std::span<const uint8_t> req, std::string* reply);
 
   // The request handlers; `req` is the whole message.
   Status CheckHeader(const RequestHeader& h);

@@ -28,6 +28,19 @@ std::string PmCheckReport::ToString() const {
                     " server " + std::to_string(server_id) + ": " +
                     std::to_string(segments.size()) + " of " + std::to_string(segment_count) +
                     " segments in use\n";
+  // Heap blocks stay allocated until freed: a client that died between
+  // PAllocate and linking a block leaks it (docs/dsm.md), and this is
+  // where an operator sees the heap grow.
+  uint64_t heap_segments = 0, heap_blocks = 0, heap_bytes = 0;
+  for (const auto& s : segments) {
+    if (s.role.kind != SegmentKind::kHeap) continue;
+    heap_segments++;
+    heap_blocks += s.report.allocated_blocks;
+    heap_bytes += s.report.allocated_bytes;
+  }
+  out += "heap: " + std::to_string(heap_blocks) + " blocks allocated, " +
+         std::to_string(heap_bytes) + " bytes, in " + std::to_string(heap_segments) +
+         " segments of " + std::to_string(segment_size) + " bytes\n";
   for (const auto& s : segments) {
     const char* kind = s.role.kind == SegmentKind::kHeap    ? "heap"
                        : s.role.kind == SegmentKind::kTable ? "table"
@@ -38,7 +51,8 @@ std::string PmCheckReport::ToString() const {
            (!s.ok()            ? "VIOLATIONS"
             : s.report.clean() ? "clean"
                                : "repairable") +
-           ", blocks " + std::to_string(s.report.allocated_blocks) + ", objects " +
+           ", blocks " + std::to_string(s.report.allocated_blocks) + " (" +
+           std::to_string(s.report.allocated_bytes) + " bytes), objects " +
            std::to_string(s.report.objects) + "\n";
     if (s.role.kind == SegmentKind::kTxLog) {
       out += "  areas assigned " + std::to_string(s.tx_log.assigned_areas) + ", live records " +

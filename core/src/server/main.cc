@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "common/daemon_main.h"
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/log.h"
@@ -141,25 +142,6 @@ Status WipePm(const std::string& path, const Logger& log) {
   return Status::OK();
 }
 
-// Writes "address\n" to `path` atomically (a reader never sees a partial line).
-Status WritePortFile(const std::string& path, const std::string& address) {
-  std::string tmp = path + ".tmp";
-  std::string line = address + "\n";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::FromErrno("create " + tmp, errno);
-  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  int err = errno;
-  ::close(fd);
-  if (!ok) return Status::FromErrno("write " + tmp, err);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno("rename " + tmp, errno);
-  return Status::OK();
-}
-
-int Fail(const Logger& log, std::string_view what, const Status& s) {
-  log.Error(what, {{"status", s}});
-  return 1;
-}
-
 int Run(int argc, char** argv) {
   Flags f;
   FlagParser parser("pdpm-server");
@@ -184,24 +166,16 @@ int Run(int argc, char** argv) {
   parser.AddString("wipe-pm", &f.wipe_pm, "zero this PM device and exit");
   parser.AddString("log-level", &f.log_level, "debug, info, warn or error");
 
-  Logger boot("server");
-  Status s = parser.Parse(argc, argv);
-  if (!s.ok()) {
-    boot.Error("bad command line", {{"status", s}});
-    std::fputs(parser.Usage().c_str(), stderr);
-    return 2;
-  }
-  LogLevel level;
-  s = ParseLogLevel(f.log_level, &level);
-  if (!s.ok()) return Fail(boot, "bad command line", s);
-  Logger log("server", 2, level);
+  Logger log("server");
+  if (int rc = ParseDaemonFlags(parser, argc, argv, f.log_level, &log); rc != 0) return rc;
+  Status s;
   if (!f.wipe_pm.empty()) {
     s = WipePm(f.wipe_pm, log);
-    return s.ok() ? 0 : Fail(log, "cannot wipe the PM", s);
+    return s.ok() ? 0 : FailStart(log, "cannot wipe the PM", s);
   }
   if (!f.config.empty()) {
     s = ApplyConfig(parser, &f);
-    if (!s.ok()) return Fail(log, "bad configuration", s);
+    if (!s.ok()) return FailStart(log, "bad configuration", s);
   }
   ServerOptions o;
   o.pm_path = f.pm;
@@ -218,7 +192,7 @@ int Run(int argc, char** argv) {
   if (s.ok() && (o.pm_path.empty() || o.monitor.empty() || f.secret_file.empty())) {
     s = Status::InvalidArgument("--pm, --monitor and --secret-file are required");
   }
-  if (!s.ok()) return Fail(log, "bad command line", s);
+  if (!s.ok()) return FailStart(log, "bad command line", s);
   // The operator matches monitor state to pods by these.
   if (const char* pod = Env("POD_NAME"); pod != nullptr && *pod != '\0') {
     o.labels.emplace("pod", pod);
@@ -229,13 +203,9 @@ int Run(int argc, char** argv) {
   s = ReadWholeFile(f.secret_file, &o.cluster_secret);
   o.cluster_secret = Trim(o.cluster_secret);
   if (s.ok() && o.cluster_secret.empty()) s = Status::InvalidArgument("the secret file is empty");
-  if (!s.ok()) return Fail(log, "cannot read the cluster secret", s);
+  if (!s.ok()) return FailStart(log, "cannot read the cluster secret", s);
 
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  sigset_t stop_signals = BlockStopSignals();
   // A signal during start (e.g. while waiting for the monitor) ends it.
   std::atomic<bool> stop{false};
   int sig = 0;
@@ -251,15 +221,15 @@ int Run(int argc, char** argv) {
       ::kill(::getpid(), SIGTERM);  // release the waiter
     }
     waiter.join();
-    return Fail(log, "cannot start", s);
+    return FailStart(log, "cannot start", s);
   }
   if (!f.port_file.empty()) {
-    s = WritePortFile(f.port_file, server->address());
+    s = WriteFileAtomically(f.port_file, server->address() + "\n", 0644);
     if (!s.ok()) {
       server.reset();
       ::kill(::getpid(), SIGTERM);  // release the waiter
       waiter.join();
-      return Fail(log, "cannot write the port file", s);
+      return FailStart(log, "cannot write the port file", s);
     }
   }
   waiter.join();

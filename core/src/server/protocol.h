@@ -68,6 +68,8 @@ enum Method : uint16_t {
   kReplicaApply = 0x301,   // primary -> backup: u64 segment | redo ranges -> empty
   kHeapWrite = 0x302,      // client -> primary: 16-byte address | data -> empty
   kReplicaAttach = 0x303,  // primary -> backup: u64 segment | u64 local -> u64 key
+  // client -> primary: 16-byte address | u64 length -> empty (client.h Persist)
+  kHeapPersist = 0x304,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It

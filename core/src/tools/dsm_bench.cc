@@ -8,6 +8,8 @@
 // "FIGURE <name> <value> <unit>", bandwidth in MB/s (10^6 bytes/s):
 //   write.64KiB.rN   Write of 64 KiB, durable on every one of the N copies
 //                    (the cluster's replica count) on return
+//   write.64KiB.nopersist  WriteUnpersisted of 64 KiB (in the server's memory,
+//                    not yet durable, on return; one copy)
 //   read.64KiB       Read of 64 KiB
 //   obj.put.4KiB / obj.get.4KiB / obj.put.1MiB / obj.get.1MiB
 // and transactions in ops/s (committed transactions per second), each with
@@ -189,6 +191,11 @@ int Run(int argc, char** argv) {
   if (!s.ok()) return Fail("mapping", s);
   Report(("write.64KiB.r" + std::to_string(mapping.replica_count())).c_str(), mbs);
   if (figures == "write") return 0;
+  s = Measure(
+      seconds, kRaw, [&](uint64_t i) { return c->WriteUnpersisted(at(i), buf.data(), kRaw); },
+      &mbs);
+  if (!s.ok()) return Fail("write 64 KiB without persisting", s);
+  Report("write.64KiB.nopersist", mbs);
   s = Measure(
       seconds, kRaw, [&](uint64_t i) { return c->Read(at(i), buf.data(), kRaw); }, &mbs);
   if (!s.ok()) return Fail("read 64 KiB", s);

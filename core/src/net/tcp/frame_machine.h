@@ -60,6 +60,9 @@ class FrameMachine {
 
   // The payload length of the frame being received.
   uint32_t payload_length() const { return h_.length; }
+  // The flags of the frame being handled (in a FrameSink call: the request
+  // being answered).
+  uint8_t flags() const { return h_.flags; }
 
  private:
   enum class State { kHeader, kPayload };

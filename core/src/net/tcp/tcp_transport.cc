@@ -44,9 +44,6 @@ constexpr size_t kStagingSize = 256 << 10;
 constexpr size_t kDirectMin = 16 << 10;
 // Receive calls per burst before a connection yields to the others.
 constexpr int kReadsPerBurst = 64;
-// Progress threads look for timed-out ops (and answers a poller held
-// back) at least this often.
-constexpr int kTickMs = 10;
 // A poller holds back at most this many bytes of answers.
 constexpr size_t kMaxDeferredBytes = 64 << 10;
 // A poller that polls again sends answers it held back this long.
@@ -343,6 +340,7 @@ class ConnCore final : public FrameSink, public std::enable_shared_from_this<Con
   std::mutex tx_mu_;
   std::deque<TxEntry> txq_;    // guarded by tx_mu_
   size_t tx_owned_bytes_ = 0;  // guarded by tx_mu_
+  bool tx_awaited_ = false;    // txq_ holds an answer its requester awaits; guarded by tx_mu_
   Status tx_error_;            // guarded by tx_mu_
   std::atomic<size_t> tx_backlog_{0};
   // When a poller first left answers queued (steady clock ticks; 0: none).
@@ -588,7 +586,14 @@ bool ConnCore::DrainLocked(Drainer drainer) {
   Status flushed;
   {
     std::lock_guard lock(tx_mu_);
-    if (from_poller && !txq_.empty() && tx_error_.ok() && tx_backlog_.load() <= kMaxDeferredBytes) {
+    // A poller that armed its notify fd is about to sleep: nobody would
+    // send what it held back until the progress thread's tick, so answers
+    // their requesters await leave now (a READ of an RPC request's bulk
+    // data waited a whole tick). Others, e.g. the ack of an RPC reply,
+    // still wait for the next post.
+    const bool awaited_before_sleep = waiting_.load() && tx_awaited_;
+    if (from_poller && !awaited_before_sleep && !txq_.empty() && tx_error_.ok() &&
+        tx_backlog_.load() <= kMaxDeferredBytes) {
       // Hold the answers back briefly: an RPC server's reply, or the
       // poller's next post, takes them along in one send.
       if (deferred_since_.load() == 0) {
@@ -646,6 +651,7 @@ void ConnCore::OnWritable() {
 
 Status ConnCore::FlushLocked() {
   deferred_since_.store(0);
+  tx_awaited_ = false;
   if (!tx_error_.ok()) return tx_error_;
   while (!txq_.empty()) {
     // Gather up to 64 pieces. Payloads lying in registered ranges are sent
@@ -710,6 +716,8 @@ void ConnCore::Respond(const FrameHeader& h, std::span<const uint8_t> payload,
                        std::shared_ptr<RegionEntry> range) {
   std::lock_guard lock(tx_mu_);
   if (!tx_error_.ok()) return;
+  // An error is a completion at the requester even for an unsignaled op.
+  if ((machine_.flags() & kFlagAwaited) || h.status != 0) tx_awaited_ = true;
   TxEntry& e = txq_.emplace_back();
   EncodeFrameHeader(h, e.header);
   e.payload_length = payload.size();
@@ -884,6 +892,7 @@ Status ConnCore::QueueLocked(std::span<const Op> ops) {
 
       FrameHeader h;
       h.type = static_cast<FrameType>(op.opcode);
+      h.flags = op.signaled ? kFlagAwaited : 0;
       h.seq = seq;
       h.key = op.remote_key;
       h.offset = op.remote_offset;
@@ -893,7 +902,7 @@ Status ConnCore::QueueLocked(std::span<const Op> ops) {
         case Opcode::kWriteWithImm: h.imm = op.imm; [[fallthrough]];
         case Opcode::kWrite:
           h.length = op.local.length;
-          h.flags = op.persist ? kFlagPersist : 0;
+          h.flags |= op.persist ? kFlagPersist : 0;
           if (op.local.length > 0) {
             e.payload = reinterpret_cast<const uint8_t*>(op.local.region->data() + op.local.offset);
             e.payload_length = op.local.length;
@@ -1041,7 +1050,8 @@ void ProgressThread::Run() {
   std::vector<std::shared_ptr<ConnCore>> ready;
   Clock::time_point next_tick = Clock::now();
   while (!stop_.load()) {
-    int timeout = ready.empty() ? kTickMs : 0;
+    const int tick_ms = static_cast<int>(transport_->options().progress_tick_ms);
+    int timeout = ready.empty() ? tick_ms : 0;
     int n = ::epoll_wait(epoll_fd_.get(), events, 64, timeout);
     std::vector<std::shared_ptr<ConnCore>> work;
     work.swap(ready);
@@ -1082,7 +1092,7 @@ void ProgressThread::Run() {
     }
     Clock::time_point now = Clock::now();
     if (now >= next_tick) {
-      next_tick = now + std::chrono::milliseconds(kTickMs);
+      next_tick = now + std::chrono::milliseconds(tick_ms);
       std::vector<std::shared_ptr<ConnCore>> all;
       {
         std::lock_guard lock(mu_);
@@ -1320,8 +1330,9 @@ Status ConnCore::Reconnect() {
 }  // namespace
 
 Status CreateTcpTransport(const TransportOptions& options, std::unique_ptr<Transport>* out) {
-  if (options.max_transfer == 0 || options.max_outstanding == 0) {
-    return Status::InvalidArgument("max_transfer and max_outstanding must be positive");
+  if (options.max_transfer == 0 || options.max_outstanding == 0 || options.progress_tick_ms == 0) {
+    return Status::InvalidArgument(
+        "max_transfer, max_outstanding and progress_tick_ms must be positive");
   }
   auto t = std::make_unique<TcpTransport>(options);
   PDPM_RETURN_IF_ERROR(t->Init());

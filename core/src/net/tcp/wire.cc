@@ -62,7 +62,7 @@ Status DecodeFrameHeader(const uint8_t in[kFrameHeaderSize], uint32_t max_transf
   h.offset = Get<uint64_t>(in + 32);
   h.arg0 = Get<uint64_t>(in + 40);
   h.arg1 = Get<uint64_t>(in + 48);
-  if (in[5] != 0 || (h.flags & ~kFlagPersist) != 0) {
+  if (in[5] != 0 || (h.flags & ~(kFlagPersist | kFlagAwaited)) != 0) {
     return Status::Corruption("frame: reserved bits set");
   }
   const bool is_request = h.type != FrameType::kResponse;
@@ -93,9 +93,11 @@ Status DecodeFrameHeader(const uint8_t in[kFrameHeaderSize], uint32_t max_transf
   }
   if (h.length > max_transfer) return Status::TooLarge("frame: payload over max_transfer");
   if (is_request && h.status != 0) return Status::Corruption("frame: request with status");
-  if (h.type != FrameType::kWrite && h.type != FrameType::kWriteWithImm && h.flags != 0) {
+  if (h.type != FrameType::kWrite && h.type != FrameType::kWriteWithImm &&
+      (h.flags & kFlagPersist) != 0) {
     return Status::Corruption("frame: persist flag on a non-write");
   }
+  if (!is_request && h.flags != 0) return Status::Corruption("frame: flags on a response");
   *out = h;
   return Status::OK();
 }

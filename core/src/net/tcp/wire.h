@@ -38,6 +38,10 @@ enum class FrameType : uint8_t {
 };
 
 inline constexpr uint8_t kFlagPersist = 1u << 0;
+// On a request: the requester awaits this op's completion (a signaled op),
+// so a peer's thread that is about to sleep sends the answer at once
+// instead of holding it back for a later send.
+inline constexpr uint8_t kFlagAwaited = 1u << 1;
 
 struct FrameHeader {
   FrameType type = FrameType::kResponse;

@@ -10,7 +10,7 @@ namespace {
 TEST(WireTest, HeaderRoundTrips) {
   FrameHeader h;
   h.type = FrameType::kWriteWithImm;
-  h.flags = kFlagPersist;
+  h.flags = kFlagPersist | kFlagAwaited;
   h.length = 777;
   h.key = 0xdeadbeef;
   h.imm = 42;
@@ -55,6 +55,20 @@ TEST(WireTest, RejectsMalformedAndOversizeHeaders) {
   h.type = FrameType::kFetchAdd;
   h.read_length = 0;
   h.length = 8;  // atomics carry no payload
+  EncodeFrameHeader(h, b);
+  EXPECT_EQ(DecodeFrameHeader(b, 1 << 20, &d).code(), StatusCode::kCorruption);
+  h.length = 0;
+  h.flags = kFlagAwaited;  // any request may be awaited
+  EncodeFrameHeader(h, b);
+  EXPECT_TRUE(DecodeFrameHeader(b, 1 << 20, &d).ok());
+  h.flags = kFlagPersist;  // only writes persist
+  EncodeFrameHeader(h, b);
+  EXPECT_EQ(DecodeFrameHeader(b, 1 << 20, &d).code(), StatusCode::kCorruption);
+  h.flags = 1u << 2;  // reserved
+  EncodeFrameHeader(h, b);
+  EXPECT_EQ(DecodeFrameHeader(b, 1 << 20, &d).code(), StatusCode::kCorruption);
+  h.type = FrameType::kResponse;
+  h.flags = kFlagAwaited;  // flags are for requests
   EncodeFrameHeader(h, b);
   EXPECT_EQ(DecodeFrameHeader(b, 1 << 20, &d).code(), StatusCode::kCorruption);
 }
