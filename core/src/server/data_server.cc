@@ -51,10 +51,10 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
 
   net::TransportOptions to;
   to.backend = options.transport;
-  // One more core than announced: the replication core, serving only
-  // backups' traffic (kReplicaApply, kReplicaAttach), whose handlers never
-  // wait for another server, so two primaries shipping to each other
-  // cannot take each other's serving threads.
+  // One more core than announced: the replication core, where peers send
+  // backups' traffic (kReplicaApply, kReplicaAttach). Its serving thread is
+  // reserved for it and its handlers never wait for another server, so two
+  // primaries shipping to each other cannot take each other's threads.
   to.cores = options.cores + 1;
   to.op_timeout_ms = options.op_timeout_ms;
   to.max_transfer = kMaxRpcPayload;
@@ -63,6 +63,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   PDPM_RETURN_IF_ERROR(s->RecoverSegments());
 
   net::RpcOptions ro = DataPlaneRpcOptions(options.cores + 1, options.op_timeout_ms);
+  ro.reserved_threads = 1;  // the replication core's
   PDPM_RETURN_IF_ERROR(net::RpcServer::Create(s->transport_.get(), ro, &s->rpc_));
   DataServer* self = s.get();
   s->rpc_->Register(kPAllocate, [self](std::span<const uint8_t> r, std::string* out) {
