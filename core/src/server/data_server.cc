@@ -31,6 +31,7 @@ DataServer::~DataServer() {
   sync_stop_ = true;
   sync_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (refresher_.joinable()) refresher_.join();
   if (sync_.joinable()) sync_.join();
   rpc_.reset();
 }
@@ -109,6 +110,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
                        {"tables_owned", s->owned_tables_.size()}});
   s->serving_ = true;
   s->heartbeat_ = std::thread([self] { self->HeartbeatLoop(); });
+  s->refresher_ = std::thread([self] { self->RefreshLoop(); });
   s->sync_ = std::thread([self] { self->SyncLoop(); });
   *out = std::move(s);
   return Status::OK();
@@ -297,6 +299,7 @@ Status DataServer::CreateSegment(SegmentRole role, Segment** out) {
   table.reset();
   std::unique_ptr<Segment> seg;
   PDPM_RETURN_IF_ERROR(OpenSegment(local, role, &seg));
+  seg->first_fill = true;  // no write before its first backups are in sync
   Status s = Announce(seg.get());
   if (!s.ok()) {
     // Not confirmed: give the segment back (it holds nothing).
@@ -365,10 +368,24 @@ void DataServer::HeartbeatLoop() {
     Status s = monitor_->Heartbeat(req, &resp);
     if (!s.ok()) {
       log_.Warn("heartbeat failed", {{"status", s}});
-    } else if (resp.epoch() != known) {
-      s = RefreshMapping();
-      if (!s.ok()) log_.Warn("mapping refresh failed", {{"status", s}});
     }
+    lock.lock();
+    if (s.ok() && resp.epoch() != known) {
+      refresh_wanted_ = true;
+      stop_cv_.notify_all();
+    }
+  }
+}
+
+void DataServer::RefreshLoop() {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  while (true) {
+    stop_cv_.wait(lock, [&] { return stopping_ || refresh_wanted_; });
+    if (stopping_) return;
+    refresh_wanted_ = false;
+    lock.unlock();
+    Status s = RefreshMapping();
+    if (!s.ok()) log_.Warn("mapping refresh failed", {{"status", s}});
     lock.lock();
   }
 }
@@ -413,7 +430,7 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
   auto try_all = [&](uint32_t* global, uint64_t* offset) {
     std::shared_lock lock(mu_);
     for (const auto& [g, seg] : by_global_) {
-      if (seg->role.kind != SegmentKind::kHeap) continue;
+      if (seg->role.kind != SegmentKind::kHeap || !AcceptsWritesLocked(seg)) continue;
       Status s = Mutate(seg, [&] {
         return seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
                                     offset);
@@ -430,11 +447,16 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
   uint64_t offset = 0;
   Status s = try_all(&global, &offset);
   if (s.code() == StatusCode::kResourceExhausted) {
-    std::lock_guard<std::mutex> grow(grow_mu_);
+    std::lock_guard<std::mutex> creating(new_segment_mu_);
     s = try_all(&global, &offset);  // another thread may have grown it
     if (s.code() == StatusCode::kResourceExhausted) {
-      Segment* seg = nullptr;
-      PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kHeap, 0, 0}, &seg));
+      // A segment whose first fill failed earlier is filled, not replaced.
+      Segment* seg = PendingHeapSegment();
+      if (seg == nullptr) {
+        std::lock_guard<std::mutex> grow(grow_mu_);
+        PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kHeap, 0, 0}, &seg));
+      }
+      PDPM_RETURN_IF_ERROR(FillNewSegment(seg));
       s = Mutate(seg, [&] {
         return seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
                                     &offset);
@@ -484,6 +506,7 @@ Status DataServer::HandlePFree(std::span<const uint8_t> req, std::string* /*repl
 }
 
 Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create, Segment** out) {
+  *out = nullptr;
   uint32_t table;
   {
     std::shared_lock lock(mu_);
@@ -500,25 +523,21 @@ Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create
                                 std::to_string(epoch));
     }
     auto it = by_table_.find(table);
-    if (it != by_table_.end()) {
-      *out = it->second;
-      return Status::OK();
-    }
+    if (it != by_table_.end()) *out = it->second;
   }
+  if (*out != nullptr) return WaitFirstFill(*out);
   if (!create) return Status::NotFound("no such object");
-  std::lock_guard<std::mutex> grow(grow_mu_);
+  std::lock_guard<std::mutex> creating(new_segment_mu_);
   {
     std::shared_lock lock(mu_);
     auto it = by_table_.find(table);
-    if (it != by_table_.end()) {
-      *out = it->second;
-      return Status::OK();
-    }
+    if (it != by_table_.end()) *out = it->second;
   }
-  Segment* seg = nullptr;
-  PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, &seg));
-  *out = seg;
-  return Status::OK();
+  if (*out == nullptr) {
+    std::lock_guard<std::mutex> grow(grow_mu_);
+    PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, out));
+  }
+  return FillNewSegment(*out);
 }
 
 Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req, std::string* reply) {
