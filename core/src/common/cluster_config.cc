@@ -27,8 +27,7 @@ Status ClusterConfig::Parse(const std::string& path, const std::string& text, Cl
   size_t pos = 0;
   for (int number = 1; pos < text.size(); number++) {
     size_t nl = text.find('\n', pos);
-    std::string_view raw(text.data() + pos,
-                         (nl == std::string::npos ? text.size() : nl) - pos);
+    std::string_view raw(text.data() + pos, (nl == std::string::npos ? text.size() : nl) - pos);
     pos = nl == std::string::npos ? text.size() : nl + 1;
     std::string line = Trim(raw);
     if (line.empty() || line[0] == '#') continue;

@@ -146,7 +146,8 @@ Status EtcdMembers(const ClusterConfig& config, std::string* out) {
   size_t pos = 0;
   while (pos <= list.size()) {
     size_t comma = list.find(',', pos);
-    std::string member = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string member =
+        list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     pos = comma == std::string::npos ? list.size() + 1 : comma + 1;
     if (member.rfind("https://", 0) == 0) {
       return Status::NotSupported(config.path() + ": etcd endpoint " + member +

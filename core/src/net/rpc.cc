@@ -430,10 +430,10 @@ class RpcServer::Impl {
     // Connections spread round-robin over the general threads, or over the
     // reserved ones when bound to a reserved core.
     const uint64_t general = workers_.size() - options_.reserved_threads;
-    Worker* w = options_.reserved_threads > 0 && sc->conn->core() >= general
-                    ? workers_[general + next_reserved_.fetch_add(1) % options_.reserved_threads]
-                          .get()
-                    : workers_[next_worker_.fetch_add(1) % general].get();
+    Worker* w =
+        options_.reserved_threads > 0 && sc->conn->core() >= general
+            ? workers_[general + next_reserved_.fetch_add(1) % options_.reserved_threads].get()
+            : workers_[next_worker_.fetch_add(1) % general].get();
     {
       std::lock_guard lock(w->mu);
       w->arrivals.push_back(std::move(sc));

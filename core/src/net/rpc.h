@@ -35,7 +35,7 @@ struct RpcOptions {
   // other thread: traffic sent to such a core (e.g. replication between
   // servers) never waits behind handlers of the other cores.
   uint32_t reserved_threads = 0;
-  uint32_t timeout_ms = 2000;       // a call's deadline unless it gives one
+  uint32_t timeout_ms = 2000;  // a call's deadline unless it gives one
   // Clients and server threads poll this long before sleeping on the
   // notify fds. Spinning pays only with spare cores; on a busy host
   // sleeping at once is faster.

@@ -428,9 +428,17 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
                             " bytes: more than a segment holds");
   }
   auto try_all = [&](uint32_t* global, uint64_t* offset) {
-    std::shared_lock lock(mu_);
-    for (const auto& [g, seg] : by_global_) {
-      if (seg->role.kind != SegmentKind::kHeap || !AcceptsWritesLocked(seg)) continue;
+    // Not under mu_: shipping may refresh the mapping (segments are never
+    // freed while the server runs, only retired).
+    std::vector<std::pair<uint32_t, Segment*>> heap;
+    {
+      std::shared_lock lock(mu_);
+      for (const auto& [g, seg] : by_global_) {
+        if (seg->role.kind == SegmentKind::kHeap && AcceptsWritesLocked(seg))
+          heap.emplace_back(g, seg);
+      }
+    }
+    for (const auto& [g, seg] : heap) {
       Status s = Mutate(seg, [&] {
         return seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
                                     offset);

@@ -45,8 +45,8 @@ Status DataServer::FillNewSegment(Segment* seg) {
   const uint32_t g = seg->role.global;
   // As long as shipping waits for a backup: the monitor drops a dead one
   // meanwhile (and may place another).
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(2 * down_timeout_ms_ + 1000);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(2 * down_timeout_ms_ + 1000);
   Status last;
   while (true) {
     std::vector<ReplicaId> syncing;
@@ -56,7 +56,8 @@ Status DataServer::FillNewSegment(Segment* seg) {
       auto it = placement_.find(g);
       if (it != placement_.end()) {
         for (const auto& b : it->second.backups()) {
-          if (b.state() != v1::REPLICA_STATE_IN_SYNC) syncing.push_back({b.server_id(), b.local_index()});
+          if (b.state() != v1::REPLICA_STATE_IN_SYNC)
+            syncing.push_back({b.server_id(), b.local_index()});
         }
       }
     }

@@ -261,7 +261,8 @@ void DataServer::ReportUnreachable(uint32_t server) {
   req.set_server_id(server);
   v1::ReportUnreachableResponse resp;
   Status s = monitor_->ReportUnreachable(req, &resp);
-  if (!s.ok()) log_.Warn("cannot report an unreachable backup", {{"server", server}, {"status", s}});
+  if (!s.ok())
+    log_.Warn("cannot report an unreachable backup", {{"server", server}, {"status", s}});
 }
 
 void DataServer::ScheduleSyncs(const v1::SegmentMapping& sm) {

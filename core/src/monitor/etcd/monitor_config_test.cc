@@ -87,11 +87,10 @@ class MonitorConfigTest : public ::testing::Test {
 TEST_F(MonitorConfigTest, StartsFromTheOperatorsFile) {
   ChildProcess monitor;
   std::string log = etcd_.dir() + "/monitor.log";
-  std::string address =
-      StartMonitor(&monitor,
-                   {"--config=" PDPM_OPERATOR_CONFIG, "--etcd", etcd_.endpoints(), "--secret-file",
-                    secret_, "--lease-ttl", "2s"},
-                   log);
+  std::string address = StartMonitor(&monitor,
+                                     {"--config=" PDPM_OPERATOR_CONFIG, "--etcd", etcd_.endpoints(),
+                                      "--secret-file", secret_, "--lease-ttl", "2s"},
+                                     log);
   ASSERT_FALSE(address.empty()) << FileTail(log);
   MonitorClientOptions mo;
   mo.cluster_secret = kSecret;
@@ -130,8 +129,7 @@ TEST_F(MonitorConfigTest, TakesEtcdMembersFromTheFile) {
   std::ofstream(path) << WithLine("etcd_endpoints", "etcd_endpoints = http://" + etcd_.endpoints());
   ChildProcess monitor;
   std::string log = etcd_.dir() + "/local.log";
-  std::string address =
-      StartMonitor(&monitor, {"--config=" + path, "--secret-file", secret_}, log);
+  std::string address = StartMonitor(&monitor, {"--config=" + path, "--secret-file", secret_}, log);
   ASSERT_FALSE(address.empty()) << FileTail(log);
   EXPECT_NE(FileTail(log).find(etcd_.endpoints()), std::string::npos) << FileTail(log);
 }
@@ -146,8 +144,7 @@ TEST_F(MonitorConfigTest, BadFilesAreClearErrors) {
       {WithLine("etcd_endpoints", "etcd_endpoints = https://etcd-0.example:2379"), "tls",
        "TLS to etcd is not supported"},
       {WithLine("etcd_endpoints", "etcd_endpoints ="), "no-etcd", "etcd_endpoints is missing"},
-      {WithLine("replica_count", "replica_count = three"), "replicas",
-       "is not a number"},
+      {WithLine("replica_count", "replica_count = three"), "replicas", "is not a number"},
       {golden_text_ + "transport = verbs\n", "twice", "transport is given twice"},
   };
   for (const Case& c : cases) {
@@ -157,8 +154,8 @@ TEST_F(MonitorConfigTest, BadFilesAreClearErrors) {
   }
   ChildProcess p;
   std::string log = etcd_.dir() + "/missing.log";
-  ASSERT_TRUE(p.Start({PDPM_MONITOR_BINARY, "--config=" + etcd_.dir() + "/nothing.conf"}, {}, log)
-                  .ok());
+  ASSERT_TRUE(
+      p.Start({PDPM_MONITOR_BINARY, "--config=" + etcd_.dir() + "/nothing.conf"}, {}, log).ok());
   int ws = p.Wait();
   EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 1);
   EXPECT_NE(FileTail(log).find("cluster configuration"), std::string::npos) << FileTail(log);
