@@ -612,6 +612,14 @@ TEST_F(CrossReplicationTest, WritersBeyondServingThreadsNeverWaitForThePeer) {
   // A write that waited for a peer's serving thread would take the whole
   // transport timeout.
   const auto stalled = std::chrono::milliseconds(net::testing::ScaledMs(2000));
+  // Every table's segment exists (created and first filled) before the
+  // timed writes.
+  for (uint32_t t = 1; t <= 4; t++) {
+    uint64_t id = 0;
+    while (monitor::TableForObject(99, id, 4) != t) id++;
+    Status s = client_->PutObj({99, id}, "warm-up");
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
   std::atomic<int> failures{0}, stalls{0};
   std::vector<std::thread> writers;
   for (int w = 0; w < kWriters; w++) {

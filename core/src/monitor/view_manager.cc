@@ -833,6 +833,8 @@ Status ViewManager::ReportUnreachable(const v1::ReportUnreachableRequest& req,
     }
     address = server->address();
   }
+  log_.Log(LogLevel::kDebug, "server reported unreachable; probing",
+           {{"server_id", req.server_id()}, {"addr", address}});
   const auto probed = Clock::now();
   bool refused = false;
   Status probe = ProbeRefused(address, kProbeTimeout, &refused);

@@ -320,7 +320,11 @@ void DataServer::Reconcile(const v1::GetMappingResponse& m) {
   }
   for (auto& [seg, sm] : promote) {
     Status s = Promote(seg, sm);
-    if (!s.ok()) log_.Error("promotion failed", {{"global", sm.segment()}, {"status", s}});
+    if (!s.ok()) {
+      log_.Error("promotion failed", {{"global", sm.segment()}, {"status", s}});
+    } else {
+      primaries.push_back(sm);  // its new backups fill now, not after the next change
+    }
   }
   for (const auto& sm : primaries) ScheduleSyncs(sm);
 }
