@@ -543,7 +543,15 @@ Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create
   }
   if (*out == nullptr) {
     std::lock_guard<std::mutex> grow(grow_mu_);
-    PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, out));
+    Status s = CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, out);
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      // The table moved since this server's last refresh: the client
+      // retries with the new owner.
+      Status r = RefreshMapping();
+      return Status::StaleEpoch(std::string(s.message()) +
+                                (r.ok() ? "" : "; refresh failed: " + r.ToString()));
+    }
+    PDPM_RETURN_IF_ERROR(s);
   }
   return FillNewSegment(*out);
 }
