@@ -423,6 +423,7 @@ class ClientImpl final : public Client, public TxHost {
       bool retry = s.code() == StatusCode::kStaleEpoch || s.code() == StatusCode::kUnavailable;
       if (!retry || !MayRetry(*m, attempt, deadline)) break;
       if (ref.lock.owns_lock()) ref.lock.unlock();
+      if (s.code() == StatusCode::kUnavailable) ReportUnreachable(*m, server);
       Status r = RefreshMapping();
       if (!r.ok() && m->replica_count == 1) break;
       // Without replication an unreachable server is retried only if it
@@ -432,6 +433,25 @@ class ClientImpl final : public Client, public TxHost {
       }
     }
     return s;
+  }
+
+  // With replication, a server this client cannot reach is reported to the
+  // monitor, which fails it over at once when its address refuses
+  // connections (the process is gone) rather than after the heartbeat
+  // timeouts. Once per server and epoch; best effort (the heartbeats decide
+  // otherwise).
+  void ReportUnreachable(const Mapping& m, uint32_t server) {
+    if (m.replica_count == 1) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      uint64_t& last = reported_[server];
+      if (last == m.epoch) return;
+      last = m.epoch;
+    }
+    v1::ReportUnreachableRequest req;
+    req.set_server_id(server);
+    v1::ReportUnreachableResponse resp;
+    (void)monitor_->ReportUnreachable(req, &resp);
   }
 
   static Status ObjectRoute(const Mapping& m, const ObjectId& id, uint32_t* table,
@@ -536,6 +556,7 @@ class ClientImpl final : public Client, public TxHost {
       if (!retry || !MayRetry(*m, attempt, deadline)) break;
       // A refused key or a lost server: the server may have restarted with
       // new keys, or the cluster is moving the segment. Reload and retry.
+      if (s.code() == StatusCode::kUnavailable) ReportUnreachable(*m, failed);
       Status r = RefreshMapping();
       if (!r.ok() && m->replica_count == 1) break;
       if (s.code() == StatusCode::kUnavailable && m->replica_count == 1 && !Moved(*m, failed)) {
@@ -597,6 +618,7 @@ class ClientImpl final : public Client, public TxHost {
   mutable std::mutex mu_;
   std::shared_ptr<const Mapping> mapping_;  // guarded by mu_
   std::mutex refresh_mu_;
+  std::map<uint32_t, uint64_t> reported_;  // server -> epoch it was reported unreachable in; mu_
   std::mutex conns_mu_;
   std::map<uint32_t, std::shared_ptr<ServerConns>> conns_;  // guarded by conns_mu_
   std::atomic<uint64_t> next_server_{0};

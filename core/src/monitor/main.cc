@@ -32,6 +32,7 @@
 #include <string>
 #include <thread>
 
+#include "common/cluster_config.h"
 #include "common/daemon_main.h"
 #include "common/file_util.h"
 #include "common/flags.h"
@@ -47,6 +48,7 @@ namespace pdpm::monitor {
 namespace {
 
 struct Flags {
+  std::string config;
   std::string listen = "127.0.0.1:7400";
   std::string dir;
   bool embedded = false;
@@ -102,11 +104,89 @@ Status CheckAddress(const std::string& flag, const std::string& listen) {
   return Status::OK();
 }
 
+// PDPM never modifies its environment, so reading it is safe.
+const char* Env(const char* name) {
+  return std::getenv(name);  // NOLINT(concurrency-mt-unsafe)
+}
+
+// "http://host:port,..." (the operator's etcd endpoints) as the etcd
+// client's "host:port,...".
+Status EtcdMembers(const ClusterConfig& config, std::string* out) {
+  std::string list;
+  PDPM_RETURN_IF_ERROR(config.Require("etcd_endpoints", &list));
+  out->clear();
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    std::string member =
+        list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? list.size() + 1 : comma + 1;
+    if (member.rfind("https://", 0) == 0) {
+      return Status::NotSupported(config.path() + ": etcd endpoint " + member +
+                                  ": TLS to etcd is not supported; use http://");
+    }
+    if (member.rfind("http://", 0) == 0) member.erase(0, 7);
+    while (!member.empty() && member.back() == '/') member.pop_back();
+    PDPM_RETURN_IF_ERROR(CheckAddress("etcd endpoint", member).WithContext(config.path()));
+    if (!out->empty()) out->push_back(',');
+    out->append(member);
+  }
+  return Status::OK();
+}
+
+// The operator's cluster configuration (common/cluster_config.h): the view
+// in etcd (embedded or external members), its prefix, the cluster key, the
+// port and the cluster parameters. Flags given on the command line win.
+Status ApplyConfig(const FlagParser& parser, Flags* f) {
+  ClusterConfig config;
+  PDPM_RETURN_IF_ERROR(ClusterConfig::Load(f->config, &config));
+  MonitorOptions& o = f->options;
+  if (!parser.IsSet("etcd") && !parser.IsSet("embedded")) {
+    std::string mode = config.Get("etcd_mode");
+    if (mode != "embedded" && mode != "external") {
+      return Status::InvalidArgument(config.path() + ": etcd_mode \"" + mode +
+                                     "\": want embedded or external");
+    }
+    PDPM_RETURN_IF_ERROR(EtcdMembers(config, &f->etcd));
+  }
+  if (config.Has("etcd_prefix") && !parser.IsSet("etcd-prefix")) {
+    f->ha.prefix = config.Get("etcd_prefix");
+    while (f->ha.prefix.size() > 1 && f->ha.prefix.back() == '/') f->ha.prefix.pop_back();
+  }
+  if (config.Has("cluster_key_file") && !parser.IsSet("secret-file")) {
+    f->secret_file = config.Get("cluster_key_file");
+  }
+  if (config.Has("monitor_port") && !parser.IsSet("listen")) {
+    f->listen = "0.0.0.0:" + config.Get("monitor_port");
+    const char* ip = Env("POD_IP");
+    if (ip != nullptr && *ip != '\0' && !parser.IsSet("advertise")) {
+      f->advertise = std::string(ip) + ":" + config.Get("monitor_port");
+    }
+  }
+  if (config.Has("replica_count") && !parser.IsSet("replicas")) {
+    const std::string text = config.Get("replica_count");
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), o.replicas);
+    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+      return Status::InvalidArgument(config.path() + ": replica_count \"" + text +
+                                     "\" is not a number");
+    }
+    o.replicas_set = true;
+  }
+  if (config.Has("segment_size") && !parser.IsSet("segment-size")) {
+    PDPM_RETURN_IF_ERROR(ParseSize(config.Get("segment_size"), &o.segment_size)
+                             .WithContext(config.path() + ": segment_size"));
+    o.segment_size_set = true;
+  }
+  return Status::OK();
+}
+
 int Run(int argc, char** argv) {
   Flags flags;
   MonitorOptions& o = flags.options;
   std::chrono::milliseconds heartbeat = o.heartbeat_interval;
   FlagParser parser("pdpm-monitor");
+  parser.AddString("config", &flags.config,
+                   "cluster configuration file as the Kubernetes operator renders it");
   parser.AddString("listen", &flags.listen, "gRPC address host:port (port 0: any free port)");
   parser.AddString("dir", &flags.dir, "directory holding the cluster view (required)");
   parser.AddBool("embedded", &flags.embedded, "keep the view in a local file under --dir");
@@ -136,6 +216,10 @@ int Run(int argc, char** argv) {
   o.segment_size_set = parser.IsSet("segment-size");
   o.replicas_set = parser.IsSet("replicas");
   o.tables_set = parser.IsSet("tables");
+  if (!flags.config.empty()) {
+    s = ApplyConfig(parser, &flags);
+    if (!s.ok()) return FailStart(log, "bad configuration file", s);
+  }
   if (flags.embedded == !flags.etcd.empty()) {
     return FailStart(log, "bad command line",
                      Status::InvalidArgument("give either --embedded --dir DIR (a local view) or "

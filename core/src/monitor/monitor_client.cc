@@ -170,6 +170,12 @@ Status MonitorClient::ReportReplica(v1::ReportReplicaRequest req, v1::ReportRepl
   return Call(&v1::Monitor::Stub::ReportReplica, req, resp);
 }
 
+Status MonitorClient::ReportUnreachable(v1::ReportUnreachableRequest req,
+                                        v1::ReportUnreachableResponse* resp) {
+  FillSecret(&req, options_.cluster_secret);
+  return Call(&v1::Monitor::Stub::ReportUnreachable, req, resp);
+}
+
 Status MonitorClient::DrainServer(v1::DrainServerRequest req, v1::DrainServerResponse* resp) {
   FillSecret(&req, options_.cluster_secret);
   return Call(&v1::Monitor::Stub::DrainServer, req, resp);

@@ -64,6 +64,7 @@ class MonitorClient {
   Status GetSegmentKeys(const std::vector<uint64_t>& segments, v1::GetSegmentKeysResponse* resp);
   Status GetClusterStatus(v1::ClusterStatus* status);
   Status ReportReplica(v1::ReportReplicaRequest req, v1::ReportReplicaResponse* resp);
+  Status ReportUnreachable(v1::ReportUnreachableRequest req, v1::ReportUnreachableResponse* resp);
   Status DrainServer(v1::DrainServerRequest req, v1::DrainServerResponse* resp);
 
   // The address list as given.

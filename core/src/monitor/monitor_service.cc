@@ -57,6 +57,12 @@ grpc::Status MonitorService::GetClusterStatus(grpc::ServerContext* ctx,
   return Serve(ctx, [&](ViewManager& v) { return v.GetClusterStatus(resp); });
 }
 
+grpc::Status MonitorService::ReportUnreachable(grpc::ServerContext* ctx,
+                                               const v1::ReportUnreachableRequest* req,
+                                               v1::ReportUnreachableResponse* resp) {
+  return Serve(ctx, [&](ViewManager& v) { return v.ReportUnreachable(*req, resp); });
+}
+
 grpc::Status MonitorService::ReportReplica(grpc::ServerContext* ctx,
                                            const v1::ReportReplicaRequest* req,
                                            v1::ReportReplicaResponse* resp) {

@@ -38,6 +38,8 @@ class MonitorService final : public v1::Monitor::Service {
                              v1::ReportReplicaResponse* resp) override;
   grpc::Status DrainServer(grpc::ServerContext* ctx, const v1::DrainServerRequest* req,
                            v1::DrainServerResponse* resp) override;
+  grpc::Status ReportUnreachable(grpc::ServerContext* ctx, const v1::ReportUnreachableRequest* req,
+                                 v1::ReportUnreachableResponse* resp) override;
 
  private:
   template <typename Fn>

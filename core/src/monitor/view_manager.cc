@@ -7,10 +7,14 @@
 
 #include "dsm/address.h"
 #include "monitor/placement.h"
+#include "monitor/probe.h"
 #include "monitor/reconfigure.h"
 
 namespace pdpm::monitor {
 namespace {
+
+// How long ReportUnreachable waits for a probed server to answer.
+constexpr std::chrono::milliseconds kProbeTimeout{200};
 
 std::string NewClusterUuid() {
   uuid_t id;
@@ -232,6 +236,7 @@ Status ViewManager::Commit(v1::ClusterView next) {
 v1::ServerState ViewManager::LiveState(uint32_t server_id, Clock::time_point now) const {
   auto it = liveness_.find(server_id);
   if (it == liveness_.end()) return v1::SERVER_STATE_DOWN;
+  if (it->second.refused_at > it->second.last_seen) return v1::SERVER_STATE_DOWN;
   auto silent = now - it->second.last_seen;
   if (silent >= options_.down_timeout) return v1::SERVER_STATE_DOWN;
   if (silent >= options_.suspect_timeout) return v1::SERVER_STATE_SUSPECT;
@@ -810,6 +815,41 @@ Status ViewManager::ReportReplica(const v1::ReportReplicaRequest& req,
              {"state", state == v1::REPLICA_STATE_IN_SYNC ? "in_sync" : "syncing"},
              {"epoch", view_.epoch()}});
   resp->set_epoch(view_.epoch());
+  return Status::OK();
+}
+
+Status ViewManager::ReportUnreachable(const v1::ReportUnreachableRequest& req,
+                                      v1::ReportUnreachableResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  std::string address;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const v1::ServerInfo* server = nullptr;
+    PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
+    if (LiveState(req.server_id(), Clock::now()) == v1::SERVER_STATE_DOWN) {
+      resp->set_epoch(view_.epoch());
+      resp->set_confirmed(true);
+      return Status::OK();
+    }
+    address = server->address();
+  }
+  log_.Log(LogLevel::kDebug, "server reported unreachable; probing",
+           {{"server_id", req.server_id()}, {"addr", address}});
+  const auto probed = Clock::now();
+  bool refused = false;
+  Status probe = ProbeRefused(address, kProbeTimeout, &refused);
+  std::lock_guard<std::mutex> lock(mu_);
+  resp->set_epoch(view_.epoch());
+  if (!probe.ok() || !refused) return Status::OK();  // heartbeats decide
+  auto now = Clock::now();
+  Liveness& l = liveness_[req.server_id()];
+  if (l.last_seen > probed) return Status::OK();  // heard from meanwhile: restarted
+  l.refused_at = now;
+  log_.Warn("server refuses connections: down",
+            {{"server_id", req.server_id()}, {"addr", address}});
+  PDPM_RETURN_IF_ERROR(ReconfigureLocked(now));
+  resp->set_epoch(view_.epoch());
+  resp->set_confirmed(true);
   return Status::OK();
 }
 

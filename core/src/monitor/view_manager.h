@@ -64,6 +64,11 @@ class ViewManager {
   Status GetClusterStatus(v1::ClusterStatus* status);
   Status ReportReplica(const v1::ReportReplicaRequest& req, v1::ReportReplicaResponse* resp);
   Status DrainServer(const v1::DrainServerRequest& req, v1::DrainServerResponse* resp);
+  // Someone lost its connection to a server: probes the server's address
+  // (monitor/probe.h, outside the lock) and, when it refuses connections,
+  // declares the server DOWN now and reconfigures.
+  Status ReportUnreachable(const v1::ReportUnreachableRequest& req,
+                           v1::ReportUnreachableResponse* resp);
 
   // Re-evaluates every member's liveness and logs each UP/SUSPECT/DOWN
   // transition, then reconfigures (monitor/reconfigure.h): segments of DOWN
@@ -83,6 +88,9 @@ class ViewManager {
     uint64_t last_heartbeat_unix_ms = 0;
     uint64_t used_bytes = 0;
     v1::ServerState reported = v1::SERVER_STATE_UP;  // last state logged
+    // When a probe found its address refusing connections: DOWN until it
+    // is heard from again.
+    Clock::time_point refused_at;
   };
 
   ViewManager(ViewStore* store, const MonitorOptions& options, const Logger& log);

@@ -3,8 +3,11 @@
 // be: Debian's gRPC is not instrumented) and recovery of the stored view.
 #include "monitor/view_manager.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -163,6 +166,87 @@ TEST_F(ViewManagerTest, RestartedServerReannouncesANewKey) {
   v1::GetSegmentKeysResponse keys;
   ASSERT_TRUE(manager_->GetSegmentKeys(kr, &keys).ok());
   EXPECT_EQ(keys.segments(0).access_key(), 8u);
+}
+
+// A loopback socket bound to a free port, listening or not: its address
+// accepts connections, or refuses them like a dead server's.
+class LoopbackPort {
+ public:
+  explicit LoopbackPort(bool listening) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), len), 0);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    if (listening) {
+      EXPECT_EQ(::listen(fd_, 4), 0);
+    }
+    address_ = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  }
+  ~LoopbackPort() { ::close(fd_); }
+  const std::string& address() const { return address_; }
+
+ private:
+  int fd_ = -1;
+  std::string address_;
+};
+
+TEST_F(ViewManagerTest, UnreachableReportDownsOnlyARefusingServer) {
+  ASSERT_NO_FATAL_FAILURE(Open());
+  LoopbackPort alive(true), dead(false);
+  v1::RegisterServerResponse ra, rd;
+  v1::RegisterServerRequest req = NewServer(1);
+  req.mutable_info()->set_address(alive.address());
+  ASSERT_TRUE(manager_->RegisterServer(req, &ra).ok());
+  req = NewServer(2);
+  req.mutable_info()->set_address(dead.address());
+  ASSERT_TRUE(manager_->RegisterServer(req, &rd).ok());
+  v1::AllocateSegmentRequest a;
+  a.set_cluster_secret(kSecret);
+  a.set_server_id(ra.server_id());
+  a.set_local_index(0);
+  a.set_access_key(7);
+  v1::AllocateSegmentResponse seg;
+  ASSERT_TRUE(manager_->AllocateSegment(a, &seg).ok());
+  ASSERT_EQ(seg.mapping().backups_size(), 1);  // on the refusing server
+
+  v1::ReportUnreachableRequest report;
+  report.set_cluster_secret(kSecret);
+  report.set_server_id(ra.server_id());
+  v1::ReportUnreachableResponse resp;
+  const uint64_t before = manager_->epoch();
+  ASSERT_TRUE(manager_->ReportUnreachable(report, &resp).ok());
+  EXPECT_FALSE(resp.confirmed());  // it accepts connections: alive
+  EXPECT_EQ(resp.epoch(), before);
+
+  report.set_server_id(rd.server_id());
+  ASSERT_TRUE(manager_->ReportUnreachable(report, &resp).ok());
+  EXPECT_TRUE(resp.confirmed());
+  EXPECT_GT(resp.epoch(), before);  // reconfigured before the answer
+  v1::GetMappingRequest mr;
+  v1::GetMappingResponse m;
+  ASSERT_TRUE(manager_->GetMapping(mr, &m).ok());
+  EXPECT_EQ(m.segments(0).backups_size(), 0) << m.DebugString();
+  for (const auto& s : m.servers()) {
+    EXPECT_EQ(s.state(), s.id() == rd.server_id() ? v1::SERVER_STATE_DOWN : v1::SERVER_STATE_UP);
+  }
+
+  // Heard from again: up.
+  v1::HeartbeatRequest hb;
+  hb.set_cluster_secret(kSecret);
+  hb.set_server_id(rd.server_id());
+  v1::HeartbeatResponse hr;
+  ASSERT_TRUE(manager_->Heartbeat(hb, &hr).ok());
+  m.Clear();
+  ASSERT_TRUE(manager_->GetMapping(mr, &m).ok());
+  for (const auto& s : m.servers()) EXPECT_EQ(s.state(), v1::SERVER_STATE_UP);
+
+  report.set_server_id(99);
+  EXPECT_EQ(manager_->ReportUnreachable(report, &resp).code(), StatusCode::kNotFound);
+  report.set_cluster_secret("wrong");
+  EXPECT_EQ(manager_->ReportUnreachable(report, &resp).code(), StatusCode::kPermissionDenied);
 }
 
 TEST_F(ViewManagerTest, OptionsAreValidated) {

@@ -90,6 +90,9 @@ Status ValidateOptions(const RpcOptions& o) {
   if (o.pool_buffers == 0 || o.server_threads == 0) {
     return Status::InvalidArgument("rpc: pool_buffers and server_threads must be positive");
   }
+  if (o.reserved_threads >= o.server_threads) {
+    return Status::InvalidArgument("rpc: reserved_threads must leave a serving thread");
+  }
   return Status::OK();
 }
 
@@ -424,7 +427,13 @@ class RpcServer::Impl {
       unclaimed_.erase(it);
     }
     sc->conn = std::move(conn);
-    Worker* w = workers_[next_worker_.fetch_add(1) % workers_.size()].get();
+    // Connections spread round-robin over the general threads, or over the
+    // reserved ones when bound to a reserved core.
+    const uint64_t general = workers_.size() - options_.reserved_threads;
+    Worker* w =
+        options_.reserved_threads > 0 && sc->conn->core() >= general
+            ? workers_[general + next_reserved_.fetch_add(1) % options_.reserved_threads].get()
+            : workers_[next_worker_.fetch_add(1) % general].get();
     {
       std::lock_guard lock(w->mu);
       w->arrivals.push_back(std::move(sc));
@@ -577,6 +586,7 @@ class RpcServer::Impl {
   std::unique_ptr<BufferPool> pool_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint64_t> next_worker_{0};
+  std::atomic<uint64_t> next_reserved_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::map<uint32_t, std::unique_ptr<ServerConn>> unclaimed_;  // by request key; guarded by mu_

@@ -30,7 +30,12 @@ struct RpcOptions {
   uint32_t max_payload = 1u << 20;  // largest request or reply
   uint32_t pool_buffers = 16;       // bulk buffers per client / per server
   uint32_t server_threads = 1;      // threads a server polls its connections on
-  uint32_t timeout_ms = 2000;       // a call's deadline unless it gives one
+  // The last `reserved_threads` of them serve only connections bound to a
+  // core >= server_threads - reserved_threads, and those connections no
+  // other thread: traffic sent to such a core (e.g. replication between
+  // servers) never waits behind handlers of the other cores.
+  uint32_t reserved_threads = 0;
+  uint32_t timeout_ms = 2000;  // a call's deadline unless it gives one
   // Clients and server threads poll this long before sleeping on the
   // notify fds. Spinning pays only with spare cores; on a busy host
   // sleeping at once is faster.

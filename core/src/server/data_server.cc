@@ -31,6 +31,7 @@ DataServer::~DataServer() {
   sync_stop_ = true;
   sync_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (refresher_.joinable()) refresher_.join();
   if (sync_.joinable()) sync_.join();
   rpc_.reset();
 }
@@ -51,10 +52,10 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
 
   net::TransportOptions to;
   to.backend = options.transport;
-  // One more core than announced: the replication core, serving only
-  // backups' traffic (kReplicaApply, kReplicaAttach), whose handlers never
-  // wait for another server, so two primaries shipping to each other
-  // cannot take each other's serving threads.
+  // One more core than announced: the replication core, where peers send
+  // backups' traffic (kReplicaApply, kReplicaAttach). Its serving thread is
+  // reserved for it and its handlers never wait for another server, so two
+  // primaries shipping to each other cannot take each other's threads.
   to.cores = options.cores + 1;
   to.op_timeout_ms = options.op_timeout_ms;
   to.max_transfer = kMaxRpcPayload;
@@ -63,6 +64,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   PDPM_RETURN_IF_ERROR(s->RecoverSegments());
 
   net::RpcOptions ro = DataPlaneRpcOptions(options.cores + 1, options.op_timeout_ms);
+  ro.reserved_threads = 1;  // the replication core's
   PDPM_RETURN_IF_ERROR(net::RpcServer::Create(s->transport_.get(), ro, &s->rpc_));
   DataServer* self = s.get();
   s->rpc_->Register(kPAllocate, [self](std::span<const uint8_t> r, std::string* out) {
@@ -111,6 +113,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
                        {"tables_owned", s->owned_tables_.size()}});
   s->serving_ = true;
   s->heartbeat_ = std::thread([self] { self->HeartbeatLoop(); });
+  s->refresher_ = std::thread([self] { self->RefreshLoop(); });
   s->sync_ = std::thread([self] { self->SyncLoop(); });
   *out = std::move(s);
   return Status::OK();
@@ -299,6 +302,7 @@ Status DataServer::CreateSegment(SegmentRole role, Segment** out) {
   table.reset();
   std::unique_ptr<Segment> seg;
   PDPM_RETURN_IF_ERROR(OpenSegment(local, role, &seg));
+  seg->first_fill = true;  // no write before its first backups are in sync
   Status s = Announce(seg.get());
   if (!s.ok()) {
     // Not confirmed: give the segment back (it holds nothing).
@@ -367,10 +371,24 @@ void DataServer::HeartbeatLoop() {
     Status s = monitor_->Heartbeat(req, &resp);
     if (!s.ok()) {
       log_.Warn("heartbeat failed", {{"status", s}});
-    } else if (resp.epoch() != known) {
-      s = RefreshMapping();
-      if (!s.ok()) log_.Warn("mapping refresh failed", {{"status", s}});
     }
+    lock.lock();
+    if (s.ok() && resp.epoch() != known) {
+      refresh_wanted_ = true;
+      stop_cv_.notify_all();
+    }
+  }
+}
+
+void DataServer::RefreshLoop() {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  while (true) {
+    stop_cv_.wait(lock, [&] { return stopping_ || refresh_wanted_; });
+    if (stopping_) return;
+    refresh_wanted_ = false;
+    lock.unlock();
+    Status s = RefreshMapping();
+    if (!s.ok()) log_.Warn("mapping refresh failed", {{"status", s}});
     lock.lock();
   }
 }
@@ -413,9 +431,17 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
                             " bytes: more than a segment holds");
   }
   auto try_all = [&](uint32_t* global, uint64_t* offset) {
-    std::shared_lock lock(mu_);
-    for (const auto& [g, seg] : by_global_) {
-      if (seg->role.kind != SegmentKind::kHeap) continue;
+    // Not under mu_: shipping may refresh the mapping (segments are never
+    // freed while the server runs, only retired).
+    std::vector<std::pair<uint32_t, Segment*>> heap;
+    {
+      std::shared_lock lock(mu_);
+      for (const auto& [g, seg] : by_global_) {
+        if (seg->role.kind == SegmentKind::kHeap && AcceptsWritesLocked(seg))
+          heap.emplace_back(g, seg);
+      }
+    }
+    for (const auto& [g, seg] : heap) {
       Status s = Mutate(seg, [&] {
         return seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
                                     offset);
@@ -432,11 +458,16 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
   uint64_t offset = 0;
   Status s = try_all(&global, &offset);
   if (s.code() == StatusCode::kResourceExhausted) {
-    std::lock_guard<std::mutex> grow(grow_mu_);
+    std::lock_guard<std::mutex> creating(new_segment_mu_);
     s = try_all(&global, &offset);  // another thread may have grown it
     if (s.code() == StatusCode::kResourceExhausted) {
-      Segment* seg = nullptr;
-      PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kHeap, 0, 0}, &seg));
+      // A segment whose first fill failed earlier is filled, not replaced.
+      Segment* seg = PendingHeapSegment();
+      if (seg == nullptr) {
+        std::lock_guard<std::mutex> grow(grow_mu_);
+        PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kHeap, 0, 0}, &seg));
+      }
+      PDPM_RETURN_IF_ERROR(FillNewSegment(seg));
       s = Mutate(seg, [&] {
         return seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
                                     &offset);
@@ -486,6 +517,7 @@ Status DataServer::HandlePFree(std::span<const uint8_t> req, std::string* /*repl
 }
 
 Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create, Segment** out) {
+  *out = nullptr;
   uint32_t table;
   {
     std::shared_lock lock(mu_);
@@ -502,25 +534,29 @@ Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create
                                 std::to_string(epoch));
     }
     auto it = by_table_.find(table);
-    if (it != by_table_.end()) {
-      *out = it->second;
-      return Status::OK();
-    }
+    if (it != by_table_.end()) *out = it->second;
   }
+  if (*out != nullptr) return WaitFirstFill(*out);
   if (!create) return Status::NotFound("no such object");
-  std::lock_guard<std::mutex> grow(grow_mu_);
+  std::lock_guard<std::mutex> creating(new_segment_mu_);
   {
     std::shared_lock lock(mu_);
     auto it = by_table_.find(table);
-    if (it != by_table_.end()) {
-      *out = it->second;
-      return Status::OK();
-    }
+    if (it != by_table_.end()) *out = it->second;
   }
-  Segment* seg = nullptr;
-  PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, &seg));
-  *out = seg;
-  return Status::OK();
+  if (*out == nullptr) {
+    std::lock_guard<std::mutex> grow(grow_mu_);
+    Status s = CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, out);
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      // The table moved since this server's last refresh: the client
+      // retries with the new owner.
+      Status r = RefreshMapping();
+      return Status::StaleEpoch(std::string(s.message()) +
+                                (r.ok() ? "" : "; refresh failed: " + r.ToString()));
+    }
+    PDPM_RETURN_IF_ERROR(s);
+  }
+  return FillNewSegment(*out);
 }
 
 Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req, std::string* reply) {

@@ -87,6 +87,9 @@ class DataServer {
     std::atomic<RedoBatch*> capture{nullptr};
     std::set<ReplicaId> attached;     // syncing backups that receive shipping; repl_mu
     std::atomic<bool> fenced{false};  // no longer ours: serve nothing
+    // Created here and not yet taking writes: its first backups fill
+    // (data_server_first_fill.cc).
+    std::atomic<bool> first_fill{false};
   };
 
   DataServer(const ServerOptions& options, const Logger& log);
@@ -104,6 +107,9 @@ class DataServer {
   Status CreateSegment(SegmentRole role, Segment** out);
   Status RefreshMapping();
   void HeartbeatLoop();
+  // Reloads the mapping when the heartbeat saw a new epoch, on its own
+  // thread: a slow reconfiguration (promotion) never delays a heartbeat.
+  void RefreshLoop();
   // The participant's view of this server (tx_participant.h).
   TxHooks MakeTxHooks();
   // Formats a free local segment as the transaction log (never announced).
@@ -125,12 +131,31 @@ class DataServer {
   // Runs `op` (a mutation of seg) with its persists captured, then ships
   // them to every backup; the result is acknowledged only if all took it.
   Status Mutate(Segment* seg, const std::function<Status()>& op);
+  // A backup's server did not answer: the monitor fails it over at once if
+  // it is gone (ViewManager::ReportUnreachable).
+  void ReportUnreachable(uint32_t server);
   // Requires seg->repl_mu.
   Status ShipLocked(Segment* seg, const RedoBatch& batch);
   // Acts on a new placement: promotions, fencing, dropped backups, syncs.
   void Reconcile(const v1::GetMappingResponse& m);
   Status Promote(Segment* seg, const v1::SegmentMapping& sm);
   void SyncLoop();
+  // A new segment's first fill (data_server_first_fill.cc). Whether `seg`
+  // may take writes: not before its first backups are in sync. Requires
+  // mu_ (shared).
+  bool AcceptsWritesLocked(Segment* seg) const;
+  // Fills every backup of the new segment `seg` (retrying, bounded like
+  // shipping); kUnavailable when one is not in sync in time. Requires
+  // new_segment_mu_.
+  Status FillNewSegment(Segment* seg);
+  // Returns once `seg` takes writes (waiting for its creator, or filling
+  // it when the creator gave up).
+  Status WaitFirstFill(Segment* seg);
+  // A heap segment still in its first fill (an earlier fill failed), or
+  // null.
+  Segment* PendingHeapSegment();
+  // SyncBackup unless another thread is filling that backup.
+  Status FillBackupOnce(uint32_t global, ReplicaId backup);
   Status SyncBackup(uint32_t global, ReplicaId backup);
   Status HandleReplicaApply(std::span<const uint8_t> req, std::string* reply);
   Status HandleReplicaAttach(std::span<const uint8_t> req, std::string* reply);
@@ -159,6 +184,9 @@ class DataServer {
 
   // Serialises segment creation (one format + announce at a time).
   std::mutex grow_mu_;
+  // Held while a new segment is created and first filled (not grow_mu_:
+  // a peer's kReplicaAttach takes it).
+  std::mutex new_segment_mu_;
   // Guards the maps below and epoch_; segments themselves are thread-safe.
   mutable std::shared_mutex mu_;
   std::vector<std::unique_ptr<Segment>> segments_;  // by local index; null = free
@@ -182,12 +210,15 @@ class DataServer {
   std::condition_variable stop_cv_;
   bool stopping_ = false;
   std::thread heartbeat_;
+  bool refresh_wanted_ = false;  // guarded by stop_mu_
+  std::thread refresher_;
   Segment* tx_log_ = nullptr;  // guarded by grow_mu_
   std::unique_ptr<TxParticipant> tx_;
   PeerLinks peers_;
   std::mutex sync_mu_;
   std::condition_variable sync_cv_;
   std::set<std::pair<uint32_t, ReplicaId>> sync_wanted_;  // (global, backup); sync_mu_
+  std::set<std::pair<uint32_t, ReplicaId>> filling_;      // fills under way; sync_mu_
   std::atomic<bool> sync_stop_{false};
   std::thread sync_;
   // Last: destroyed first, so no handler runs once members go away.

@@ -203,6 +203,7 @@ Status DataServer::ShipLocked(Segment* seg, const RedoBatch& batch) {
   // drop it.
   auto deadline = Clock::now() + std::chrono::milliseconds(2 * down_timeout_ms_ + 1000);
   std::set<ReplicaId> done;
+  std::set<uint32_t> reported;  // servers reported unreachable
   Status last;
   while (true) {
     if (seg->fenced) return Status::StaleEpoch("segment " + std::to_string(g) + " moved away");
@@ -237,6 +238,9 @@ Status DataServer::ShipLocked(Segment* seg, const RedoBatch& batch) {
       } else {
         all = false;
         last = s.WithContext("backup on server " + std::to_string(id.first));
+        if (s.code() == StatusCode::kUnavailable && reported.insert(id.first).second) {
+          ReportUnreachable(id.first);
+        }
       }
     }
     if (all) return Status::OK();
@@ -250,6 +254,15 @@ Status DataServer::ShipLocked(Segment* seg, const RedoBatch& batch) {
     Status r = RefreshMapping();
     if (!r.ok()) last = r;
   }
+}
+
+void DataServer::ReportUnreachable(uint32_t server) {
+  v1::ReportUnreachableRequest req;
+  req.set_server_id(server);
+  v1::ReportUnreachableResponse resp;
+  Status s = monitor_->ReportUnreachable(req, &resp);
+  if (!s.ok())
+    log_.Warn("cannot report an unreachable backup", {{"server", server}, {"status", s}});
 }
 
 void DataServer::ScheduleSyncs(const v1::SegmentMapping& sm) {
@@ -307,7 +320,11 @@ void DataServer::Reconcile(const v1::GetMappingResponse& m) {
   }
   for (auto& [seg, sm] : promote) {
     Status s = Promote(seg, sm);
-    if (!s.ok()) log_.Error("promotion failed", {{"global", sm.segment()}, {"status", s}});
+    if (!s.ok()) {
+      log_.Error("promotion failed", {{"global", sm.segment()}, {"status", s}});
+    } else {
+      primaries.push_back(sm);  // its new backups fill now, not after the next change
+    }
   }
   for (const auto& sm : primaries) ScheduleSyncs(sm);
 }
@@ -356,7 +373,7 @@ void DataServer::SyncLoop() {
     auto job = *sync_wanted_.begin();
     sync_wanted_.erase(sync_wanted_.begin());
     lock.unlock();
-    Status s = SyncBackup(job.first, job.second);
+    Status s = FillBackupOnce(job.first, job.second);
     if (s.ok()) {
       // The mapping now says in sync: a queued repeat is stale.
       Status r = RefreshMapping();

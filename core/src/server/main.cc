@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "common/cluster_config.h"
 #include "common/daemon_main.h"
 #include "common/file_util.h"
 #include "common/flags.h"
@@ -62,48 +63,31 @@ std::string Trim(std::string s) {
   return s.substr(b);
 }
 
-// The operator's cluster configuration: "key = value" lines, '#' comments.
-// Flags given on the command line win over it.
+// The operator's cluster configuration (common/cluster_config.h). Flags
+// given on the command line win over it.
 Status ApplyConfig(const FlagParser& parser, Flags* f) {
-  std::string text;
-  PDPM_RETURN_IF_ERROR(ReadWholeFile(f->config, &text));
-  std::map<std::string, std::string> kv;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-    pos = nl == std::string::npos ? text.size() : nl + 1;
-    line = Trim(line);
-    if (line.empty() || line[0] == '#') continue;
-    size_t eq = line.find('=');
-    if (eq == std::string::npos) {
-      return Status::InvalidArgument(f->config + ": not a key = value line: " + line);
-    }
-    kv[Trim(line.substr(0, eq))] = Trim(line.substr(eq + 1));
-  }
-  if (kv.count("config_version") && kv["config_version"] != "1") {
-    return Status::NotSupported(f->config + ": config_version " + kv["config_version"]);
-  }
+  ClusterConfig config;
+  PDPM_RETURN_IF_ERROR(ClusterConfig::Load(f->config, &config));
   auto take = [&](const char* key, const char* flag, std::string* out) {
-    if (kv.count(key) && !parser.IsSet(flag)) *out = kv[key];
+    if (config.Has(key) && !parser.IsSet(flag)) *out = config.Get(key);
   };
   take("pm_path", "pm", &f->pm);
   take("transport", "transport", &f->transport);
   take("cluster_key_file", "secret-file", &f->secret_file);
   // Every monitor: the monitor client follows the leader among them.
   take("monitor_endpoints", "monitor", &f->monitor);
-  if (kv.count("pm_size") && !parser.IsSet("pm-size")) {
-    PDPM_RETURN_IF_ERROR(ParseSize(kv["pm_size"], &f->pm_size).WithContext("pm_size"));
+  if (config.Has("pm_size") && !parser.IsSet("pm-size")) {
+    PDPM_RETURN_IF_ERROR(ParseSize(config.Get("pm_size"), &f->pm_size).WithContext("pm_size"));
   }
-  if (kv.count("segment_size") && !parser.IsSet("segment-size")) {
+  if (config.Has("segment_size") && !parser.IsSet("segment-size")) {
     PDPM_RETURN_IF_ERROR(
-        ParseSize(kv["segment_size"], &f->segment_size).WithContext("segment_size"));
+        ParseSize(config.Get("segment_size"), &f->segment_size).WithContext("segment_size"));
   }
-  if (kv.count("server_port") && !parser.IsSet("listen")) {
-    f->listen = "0.0.0.0:" + kv["server_port"];
+  if (config.Has("server_port") && !parser.IsSet("listen")) {
+    f->listen = "0.0.0.0:" + config.Get("server_port");
     const char* ip = Env("POD_IP");
     if (ip != nullptr && *ip != '\0' && !parser.IsSet("advertise")) {
-      f->advertise = std::string(ip) + ":" + kv["server_port"];
+      f->advertise = std::string(ip) + ":" + config.Get("server_port");
     }
   }
   // The operator gives each server PM of its own: a blank one is formatted.

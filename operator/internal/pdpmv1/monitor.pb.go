@@ -1894,6 +1894,110 @@ func (x *ClusterView) GetTables() []*TableAssignment {
 	return nil
 }
 
+type ReportUnreachableRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
+	ServerId      uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"` // the server that could not be reached
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportUnreachableRequest) Reset() {
+	*x = ReportUnreachableRequest{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportUnreachableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportUnreachableRequest) ProtoMessage() {}
+
+func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportUnreachableRequest.ProtoReflect.Descriptor instead.
+func (*ReportUnreachableRequest) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ReportUnreachableRequest) GetClusterSecret() string {
+	if x != nil {
+		return x.ClusterSecret
+	}
+	return ""
+}
+
+func (x *ReportUnreachableRequest) GetServerId() uint32 {
+	if x != nil {
+		return x.ServerId
+	}
+	return 0
+}
+
+type ReportUnreachableResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`         // after any reconfiguration the report caused
+	Confirmed     bool                   `protobuf:"varint,2,opt,name=confirmed,proto3" json:"confirmed,omitempty"` // its address refused a connection: declared DOWN
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportUnreachableResponse) Reset() {
+	*x = ReportUnreachableResponse{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportUnreachableResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportUnreachableResponse) ProtoMessage() {}
+
+func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportUnreachableResponse.ProtoReflect.Descriptor instead.
+func (*ReportUnreachableResponse) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ReportUnreachableResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReportUnreachableResponse) GetConfirmed() bool {
+	if x != nil {
+		return x.Confirmed
+	}
+	return false
+}
+
 var File_pdpm_v1_monitor_proto protoreflect.FileDescriptor
 
 const file_pdpm_v1_monitor_proto_rawDesc = "" +
@@ -2051,7 +2155,13 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\aservers\x18\t \x03(\v2\x13.pdpm.v1.ServerInfoR\aservers\x123\n" +
 	"\bsegments\x18\n" +
 	" \x03(\v2\x17.pdpm.v1.SegmentMappingR\bsegments\x120\n" +
-	"\x06tables\x18\v \x03(\v2\x18.pdpm.v1.TableAssignmentR\x06tables*c\n" +
+	"\x06tables\x18\v \x03(\v2\x18.pdpm.v1.TableAssignmentR\x06tables\"^\n" +
+	"\x18ReportUnreachableRequest\x12%\n" +
+	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12\x1b\n" +
+	"\tserver_id\x18\x02 \x01(\rR\bserverId\"O\n" +
+	"\x19ReportUnreachableResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1c\n" +
+	"\tconfirmed\x18\x02 \x01(\bR\tconfirmed*c\n" +
 	"\fReplicaState\x12\x1d\n" +
 	"\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REPLICA_STATE_IN_SYNC\x10\x01\x12\x19\n" +
@@ -2067,7 +2177,7 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tHEALTH_OK\x10\x01\x12\x13\n" +
 	"\x0fHEALTH_DEGRADED\x10\x02\x12\x0f\n" +
-	"\vHEALTH_DOWN\x10\x032\xc2\x05\n" +
+	"\vHEALTH_DOWN\x10\x032\x9e\x06\n" +
 	"\aMonitor\x12Q\n" +
 	"\x0eRegisterServer\x12\x1e.pdpm.v1.RegisterServerRequest\x1a\x1f.pdpm.v1.RegisterServerResponse\x12B\n" +
 	"\tHeartbeat\x12\x19.pdpm.v1.HeartbeatRequest\x1a\x1a.pdpm.v1.HeartbeatResponse\x12T\n" +
@@ -2078,7 +2188,8 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x0eGetSegmentKeys\x12\x1e.pdpm.v1.GetSegmentKeysRequest\x1a\x1f.pdpm.v1.GetSegmentKeysResponse\x12L\n" +
 	"\x10GetClusterStatus\x12 .pdpm.v1.GetClusterStatusRequest\x1a\x16.pdpm.v1.ClusterStatus\x12N\n" +
 	"\rReportReplica\x12\x1d.pdpm.v1.ReportReplicaRequest\x1a\x1e.pdpm.v1.ReportReplicaResponse\x12H\n" +
-	"\vDrainServer\x12\x1b.pdpm.v1.DrainServerRequest\x1a\x1c.pdpm.v1.DrainServerResponseB#Z!pdpm.io/pdpm/proto/pdpm/v1;pdpmv1b\x06proto3"
+	"\vDrainServer\x12\x1b.pdpm.v1.DrainServerRequest\x1a\x1c.pdpm.v1.DrainServerResponse\x12Z\n" +
+	"\x11ReportUnreachable\x12!.pdpm.v1.ReportUnreachableRequest\x1a\".pdpm.v1.ReportUnreachableResponseB#Z!pdpm.io/pdpm/proto/pdpm/v1;pdpmv1b\x06proto3"
 
 var (
 	file_pdpm_v1_monitor_proto_rawDescOnce sync.Once
@@ -2093,39 +2204,41 @@ func file_pdpm_v1_monitor_proto_rawDescGZIP() []byte {
 }
 
 var file_pdpm_v1_monitor_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pdpm_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_pdpm_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_pdpm_v1_monitor_proto_goTypes = []any{
-	(ReplicaState)(0),               // 0: pdpm.v1.ReplicaState
-	(ServerState)(0),                // 1: pdpm.v1.ServerState
-	(Health)(0),                     // 2: pdpm.v1.Health
-	(*ServerInfo)(nil),              // 3: pdpm.v1.ServerInfo
-	(*RegisterServerRequest)(nil),   // 4: pdpm.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),  // 5: pdpm.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),        // 6: pdpm.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),       // 7: pdpm.v1.HeartbeatResponse
-	(*SegmentReplica)(nil),          // 8: pdpm.v1.SegmentReplica
-	(*SegmentMapping)(nil),          // 9: pdpm.v1.SegmentMapping
-	(*AllocateSegmentRequest)(nil),  // 10: pdpm.v1.AllocateSegmentRequest
-	(*AllocateSegmentResponse)(nil), // 11: pdpm.v1.AllocateSegmentResponse
-	(*FreeSegmentRequest)(nil),      // 12: pdpm.v1.FreeSegmentRequest
-	(*FreeSegmentResponse)(nil),     // 13: pdpm.v1.FreeSegmentResponse
-	(*TableAssignment)(nil),         // 14: pdpm.v1.TableAssignment
-	(*GetMappingRequest)(nil),       // 15: pdpm.v1.GetMappingRequest
-	(*GetMappingResponse)(nil),      // 16: pdpm.v1.GetMappingResponse
-	(*GetSegmentKeysRequest)(nil),   // 17: pdpm.v1.GetSegmentKeysRequest
-	(*GetSegmentKeysResponse)(nil),  // 18: pdpm.v1.GetSegmentKeysResponse
-	(*GetClusterStatusRequest)(nil), // 19: pdpm.v1.GetClusterStatusRequest
-	(*ClusterStatus)(nil),           // 20: pdpm.v1.ClusterStatus
-	(*ReportReplicaRequest)(nil),    // 21: pdpm.v1.ReportReplicaRequest
-	(*ReportReplicaResponse)(nil),   // 22: pdpm.v1.ReportReplicaResponse
-	(*DrainServerRequest)(nil),      // 23: pdpm.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),     // 24: pdpm.v1.DrainServerResponse
-	(*ClusterView)(nil),             // 25: pdpm.v1.ClusterView
-	nil,                             // 26: pdpm.v1.ServerInfo.LabelsEntry
+	(ReplicaState)(0),                 // 0: pdpm.v1.ReplicaState
+	(ServerState)(0),                  // 1: pdpm.v1.ServerState
+	(Health)(0),                       // 2: pdpm.v1.Health
+	(*ServerInfo)(nil),                // 3: pdpm.v1.ServerInfo
+	(*RegisterServerRequest)(nil),     // 4: pdpm.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),    // 5: pdpm.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),          // 6: pdpm.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 7: pdpm.v1.HeartbeatResponse
+	(*SegmentReplica)(nil),            // 8: pdpm.v1.SegmentReplica
+	(*SegmentMapping)(nil),            // 9: pdpm.v1.SegmentMapping
+	(*AllocateSegmentRequest)(nil),    // 10: pdpm.v1.AllocateSegmentRequest
+	(*AllocateSegmentResponse)(nil),   // 11: pdpm.v1.AllocateSegmentResponse
+	(*FreeSegmentRequest)(nil),        // 12: pdpm.v1.FreeSegmentRequest
+	(*FreeSegmentResponse)(nil),       // 13: pdpm.v1.FreeSegmentResponse
+	(*TableAssignment)(nil),           // 14: pdpm.v1.TableAssignment
+	(*GetMappingRequest)(nil),         // 15: pdpm.v1.GetMappingRequest
+	(*GetMappingResponse)(nil),        // 16: pdpm.v1.GetMappingResponse
+	(*GetSegmentKeysRequest)(nil),     // 17: pdpm.v1.GetSegmentKeysRequest
+	(*GetSegmentKeysResponse)(nil),    // 18: pdpm.v1.GetSegmentKeysResponse
+	(*GetClusterStatusRequest)(nil),   // 19: pdpm.v1.GetClusterStatusRequest
+	(*ClusterStatus)(nil),             // 20: pdpm.v1.ClusterStatus
+	(*ReportReplicaRequest)(nil),      // 21: pdpm.v1.ReportReplicaRequest
+	(*ReportReplicaResponse)(nil),     // 22: pdpm.v1.ReportReplicaResponse
+	(*DrainServerRequest)(nil),        // 23: pdpm.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),       // 24: pdpm.v1.DrainServerResponse
+	(*ClusterView)(nil),               // 25: pdpm.v1.ClusterView
+	(*ReportUnreachableRequest)(nil),  // 26: pdpm.v1.ReportUnreachableRequest
+	(*ReportUnreachableResponse)(nil), // 27: pdpm.v1.ReportUnreachableResponse
+	nil,                               // 28: pdpm.v1.ServerInfo.LabelsEntry
 }
 var file_pdpm_v1_monitor_proto_depIdxs = []int32{
 	1,  // 0: pdpm.v1.ServerInfo.state:type_name -> pdpm.v1.ServerState
-	26, // 1: pdpm.v1.ServerInfo.labels:type_name -> pdpm.v1.ServerInfo.LabelsEntry
+	28, // 1: pdpm.v1.ServerInfo.labels:type_name -> pdpm.v1.ServerInfo.LabelsEntry
 	3,  // 2: pdpm.v1.RegisterServerRequest.info:type_name -> pdpm.v1.ServerInfo
 	0,  // 3: pdpm.v1.SegmentReplica.state:type_name -> pdpm.v1.ReplicaState
 	8,  // 4: pdpm.v1.SegmentMapping.primary:type_name -> pdpm.v1.SegmentReplica
@@ -2151,17 +2264,19 @@ var file_pdpm_v1_monitor_proto_depIdxs = []int32{
 	19, // 24: pdpm.v1.Monitor.GetClusterStatus:input_type -> pdpm.v1.GetClusterStatusRequest
 	21, // 25: pdpm.v1.Monitor.ReportReplica:input_type -> pdpm.v1.ReportReplicaRequest
 	23, // 26: pdpm.v1.Monitor.DrainServer:input_type -> pdpm.v1.DrainServerRequest
-	5,  // 27: pdpm.v1.Monitor.RegisterServer:output_type -> pdpm.v1.RegisterServerResponse
-	7,  // 28: pdpm.v1.Monitor.Heartbeat:output_type -> pdpm.v1.HeartbeatResponse
-	11, // 29: pdpm.v1.Monitor.AllocateSegment:output_type -> pdpm.v1.AllocateSegmentResponse
-	13, // 30: pdpm.v1.Monitor.FreeSegment:output_type -> pdpm.v1.FreeSegmentResponse
-	16, // 31: pdpm.v1.Monitor.GetMapping:output_type -> pdpm.v1.GetMappingResponse
-	18, // 32: pdpm.v1.Monitor.GetSegmentKeys:output_type -> pdpm.v1.GetSegmentKeysResponse
-	20, // 33: pdpm.v1.Monitor.GetClusterStatus:output_type -> pdpm.v1.ClusterStatus
-	22, // 34: pdpm.v1.Monitor.ReportReplica:output_type -> pdpm.v1.ReportReplicaResponse
-	24, // 35: pdpm.v1.Monitor.DrainServer:output_type -> pdpm.v1.DrainServerResponse
-	27, // [27:36] is the sub-list for method output_type
-	18, // [18:27] is the sub-list for method input_type
+	26, // 27: pdpm.v1.Monitor.ReportUnreachable:input_type -> pdpm.v1.ReportUnreachableRequest
+	5,  // 28: pdpm.v1.Monitor.RegisterServer:output_type -> pdpm.v1.RegisterServerResponse
+	7,  // 29: pdpm.v1.Monitor.Heartbeat:output_type -> pdpm.v1.HeartbeatResponse
+	11, // 30: pdpm.v1.Monitor.AllocateSegment:output_type -> pdpm.v1.AllocateSegmentResponse
+	13, // 31: pdpm.v1.Monitor.FreeSegment:output_type -> pdpm.v1.FreeSegmentResponse
+	16, // 32: pdpm.v1.Monitor.GetMapping:output_type -> pdpm.v1.GetMappingResponse
+	18, // 33: pdpm.v1.Monitor.GetSegmentKeys:output_type -> pdpm.v1.GetSegmentKeysResponse
+	20, // 34: pdpm.v1.Monitor.GetClusterStatus:output_type -> pdpm.v1.ClusterStatus
+	22, // 35: pdpm.v1.Monitor.ReportReplica:output_type -> pdpm.v1.ReportReplicaResponse
+	24, // 36: pdpm.v1.Monitor.DrainServer:output_type -> pdpm.v1.DrainServerResponse
+	27, // 37: pdpm.v1.Monitor.ReportUnreachable:output_type -> pdpm.v1.ReportUnreachableResponse
+	28, // [28:38] is the sub-list for method output_type
+	18, // [18:28] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -2178,7 +2293,7 @@ func file_pdpm_v1_monitor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pdpm_v1_monitor_proto_rawDesc), len(file_pdpm_v1_monitor_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,15 +25,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Monitor_RegisterServer_FullMethodName   = "/pdpm.v1.Monitor/RegisterServer"
-	Monitor_Heartbeat_FullMethodName        = "/pdpm.v1.Monitor/Heartbeat"
-	Monitor_AllocateSegment_FullMethodName  = "/pdpm.v1.Monitor/AllocateSegment"
-	Monitor_FreeSegment_FullMethodName      = "/pdpm.v1.Monitor/FreeSegment"
-	Monitor_GetMapping_FullMethodName       = "/pdpm.v1.Monitor/GetMapping"
-	Monitor_GetSegmentKeys_FullMethodName   = "/pdpm.v1.Monitor/GetSegmentKeys"
-	Monitor_GetClusterStatus_FullMethodName = "/pdpm.v1.Monitor/GetClusterStatus"
-	Monitor_ReportReplica_FullMethodName    = "/pdpm.v1.Monitor/ReportReplica"
-	Monitor_DrainServer_FullMethodName      = "/pdpm.v1.Monitor/DrainServer"
+	Monitor_RegisterServer_FullMethodName    = "/pdpm.v1.Monitor/RegisterServer"
+	Monitor_Heartbeat_FullMethodName         = "/pdpm.v1.Monitor/Heartbeat"
+	Monitor_AllocateSegment_FullMethodName   = "/pdpm.v1.Monitor/AllocateSegment"
+	Monitor_FreeSegment_FullMethodName       = "/pdpm.v1.Monitor/FreeSegment"
+	Monitor_GetMapping_FullMethodName        = "/pdpm.v1.Monitor/GetMapping"
+	Monitor_GetSegmentKeys_FullMethodName    = "/pdpm.v1.Monitor/GetSegmentKeys"
+	Monitor_GetClusterStatus_FullMethodName  = "/pdpm.v1.Monitor/GetClusterStatus"
+	Monitor_ReportReplica_FullMethodName     = "/pdpm.v1.Monitor/ReportReplica"
+	Monitor_DrainServer_FullMethodName       = "/pdpm.v1.Monitor/DrainServer"
+	Monitor_ReportUnreachable_FullMethodName = "/pdpm.v1.Monitor/ReportUnreachable"
 )
 
 // MonitorClient is the client API for Monitor service.
@@ -59,6 +60,10 @@ type MonitorClient interface {
 	// Planned removal: move a server's segments and tables away; it is
 	// DRAINED (and may leave) once it holds nothing.
 	DrainServer(ctx context.Context, in *DrainServerRequest, opts ...grpc.CallOption) (*DrainServerResponse, error)
+	// A client or server lost its connection to a server: the monitor probes
+	// it and, when its address refuses connections (the process is gone),
+	// declares it DOWN at once and reconfigures (docs/replication.md).
+	ReportUnreachable(ctx context.Context, in *ReportUnreachableRequest, opts ...grpc.CallOption) (*ReportUnreachableResponse, error)
 }
 
 type monitorClient struct {
@@ -159,6 +164,16 @@ func (c *monitorClient) DrainServer(ctx context.Context, in *DrainServerRequest,
 	return out, nil
 }
 
+func (c *monitorClient) ReportUnreachable(ctx context.Context, in *ReportUnreachableRequest, opts ...grpc.CallOption) (*ReportUnreachableResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportUnreachableResponse)
+	err := c.cc.Invoke(ctx, Monitor_ReportUnreachable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MonitorServer is the server API for Monitor service.
 // All implementations must embed UnimplementedMonitorServer
 // for forward compatibility.
@@ -182,6 +197,10 @@ type MonitorServer interface {
 	// Planned removal: move a server's segments and tables away; it is
 	// DRAINED (and may leave) once it holds nothing.
 	DrainServer(context.Context, *DrainServerRequest) (*DrainServerResponse, error)
+	// A client or server lost its connection to a server: the monitor probes
+	// it and, when its address refuses connections (the process is gone),
+	// declares it DOWN at once and reconfigures (docs/replication.md).
+	ReportUnreachable(context.Context, *ReportUnreachableRequest) (*ReportUnreachableResponse, error)
 	mustEmbedUnimplementedMonitorServer()
 }
 
@@ -218,6 +237,9 @@ func (UnimplementedMonitorServer) ReportReplica(context.Context, *ReportReplicaR
 }
 func (UnimplementedMonitorServer) DrainServer(context.Context, *DrainServerRequest) (*DrainServerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DrainServer not implemented")
+}
+func (UnimplementedMonitorServer) ReportUnreachable(context.Context, *ReportUnreachableRequest) (*ReportUnreachableResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportUnreachable not implemented")
 }
 func (UnimplementedMonitorServer) mustEmbedUnimplementedMonitorServer() {}
 func (UnimplementedMonitorServer) testEmbeddedByValue()                 {}
@@ -402,6 +424,24 @@ func _Monitor_DrainServer_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Monitor_ReportUnreachable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportUnreachableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MonitorServer).ReportUnreachable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Monitor_ReportUnreachable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MonitorServer).ReportUnreachable(ctx, req.(*ReportUnreachableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Monitor_ServiceDesc is the grpc.ServiceDesc for Monitor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -444,6 +484,10 @@ var Monitor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DrainServer",
 			Handler:    _Monitor_DrainServer_Handler,
+		},
+		{
+			MethodName: "ReportUnreachable",
+			Handler:    _Monitor_ReportUnreachable_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
