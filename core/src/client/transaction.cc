@@ -193,18 +193,8 @@ void Transaction::AbortAt(const std::vector<uint32_t>& servers) {
     (void)coordinator_->host_->CallServer(s, server::kTxAbort, body, &reply);
 }
 
-Status Transaction::CheckChangesAllowed() const {
-  uint32_t replicas = coordinator_->host_->replica_count();
-  if (replicas == 1) return Status::OK();
-  return Status::NotSupported(
-      "a transaction that changes data needs a cluster of replica count 1 "
-      "in this version; this cluster keeps " +
-      std::to_string(replicas) + " copies (docs/tx.md)");
-}
-
 Status Transaction::CheckAddress(const dsm::GlobalAddress& addr, uint64_t len, bool write) {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
-  if (write) PDPM_RETURN_IF_ERROR(CheckChangesAllowed());
   if (addr.is_null()) return Status::InvalidArgument("the null address");
   PDPM_RETURN_IF_ERROR(addr.descriptor.Validate());
   if (addr.kind() != dsm::SpaceKind::kHeap) {
@@ -352,7 +342,6 @@ Status Transaction::GetObj(const dsm::ObjectId& id, std::string* data) {
 
 Status Transaction::PutObj(const dsm::ObjectId& id, std::string_view data) {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
-  PDPM_RETURN_IF_ERROR(CheckChangesAllowed());
   if (data.size() > kMaxTxObject) {
     return Status::TooLarge("a transactional put of " + std::to_string(data.size()) +
                             " bytes: the limit is 1 MiB");
@@ -367,7 +356,6 @@ Status Transaction::PutObj(const dsm::ObjectId& id, std::string_view data) {
 
 Status Transaction::DelObj(const dsm::ObjectId& id) {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
-  PDPM_RETURN_IF_ERROR(CheckChangesAllowed());
   dsm::TxEntry e;
   e.kind = dsm::TxEntryKind::kDeleteObject;
   e.data = ObjectKey(id);
@@ -398,7 +386,6 @@ Status Transaction::PFree(const dsm::GlobalAddress& addr) {
 
 Status Transaction::PAllocate(uint64_t size, dsm::GlobalAddress* out) {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
-  PDPM_RETURN_IF_ERROR(CheckChangesAllowed());
   if (size == 0) return Status::InvalidArgument("pallocate of 0 bytes");
   uint32_t server = 0;
   PDPM_RETURN_IF_ERROR(coordinator_->host_->PickServer(&server));
