@@ -514,6 +514,7 @@ Status DataServer::HandleReplicaAttach(std::span<const uint8_t> req, std::string
                                 std::to_string(g));
     }
   }
+  tx_->BackupRefilled(static_cast<uint32_t>(g));
   std::lock_guard<std::mutex> grow(grow_mu_);
   Segment* existing;
   {

@@ -589,8 +589,14 @@ Status TxParticipant::CommitRec(Locked& lock, Rec* rec, bool decide, uint32_t pr
     if (rec->r.state == TxState::kLocked) SetState(rec, TxState::kCommitted);
   }
   // A backup's copy gets the values from its primary's shipment
-  // (ApplyShipped), or from its own record when promoted.
+  // (ApplyShipped), or from its own record when promoted; a copy dropped
+  // by the cluster needs neither.
   if (rec->r.kind == TxRecordKind::kBackup && SegmentOf(rec->entries) != promoting) {
+    dsm::PmRange mem;
+    dsm::PAllocator* alloc = nullptr;
+    if (Moved(hooks_.segment(SegmentOf(rec->entries), TxCopy::kBackup, 0, &mem, &alloc))) {
+      SetState(rec, TxState::kApplied);
+    }
     return Status::OK();
   }
   Status s = WithoutLock(lock, rec, [&] { return Apply(*rec); });
@@ -807,6 +813,20 @@ Status TxParticipant::PromoteSegment(uint32_t segment) {
         ResolveRemote(key, static_cast<uint32_t>(holder), (holder >> 32) != 0, segment));
   }
   return Status::OK();
+}
+
+void TxParticipant::BackupRefilled(uint32_t segment) {
+  Locked lock(this);
+  std::vector<Rec*> done;
+  for (auto& [key, list] : recs_) {
+    for (auto& r : list) {
+      if (r->r.kind == TxRecordKind::kBackup && r->r.state == TxState::kCommitted &&
+          SegmentOf(r->entries) == segment) {
+        done.push_back(r.get());
+      }
+    }
+  }
+  for (Rec* r : done) SetState(r, TxState::kApplied);
 }
 
 Status TxParticipant::ApplyShipped(uint32_t segment, uint64_t coordinator, uint64_t tx,

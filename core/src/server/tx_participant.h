@@ -139,6 +139,12 @@ class TxParticipant {
   // as aborted here.
   Status ApplyShipped(uint32_t segment, uint64_t coordinator, uint64_t tx,
                       const std::function<Status()>& apply);
+  // For replication: the copy of `segment` here is about to be filled
+  // again from its primary, whose copy holds every commit it applied.
+  // Committed BACKUP records of `segment` are marked applied (a promotion
+  // must not apply them over newer values); undecided ones stay (their
+  // commit's shipment reaches the filling copy).
+  void BackupRefilled(uint32_t segment);
 
   // The handlers (public for in-process tests); `req` is a whole message.
   Status HandleHello(std::span<const uint8_t> req, std::string* reply);
