@@ -465,11 +465,14 @@ Status Transaction::Commit() {
     }
   }
   // A server where the transaction only allocated takes part too (its
-  // LOCK carries no entries): its blocks follow the outcome.
+  // LOCK carries no entries): its blocks follow the outcome. It holds the
+  // decision only when nothing is written: the holder segment must be a
+  // written one, whose backups get the decision with its commit.
+  const bool writes = !writes_.empty();
   for (const auto& [server, blocks] : allocated_) {
     primaries[server];
     for (const auto& a : blocks) {
-      if (a.segment < holder_key) {
+      if (!writes && a.segment < holder_key) {
         holder_key = a.segment;
         holder = server;
       }
