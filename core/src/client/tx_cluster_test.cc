@@ -15,7 +15,6 @@
 
 #include "client/cluster_harness.h"
 #include "client/tx_bank.h"
-#include "monitor/monitor_client.h"
 #include "server/fsck.h"
 
 namespace pdpm::client {
@@ -77,21 +76,16 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
   bool replicated() const { return GetParam() > 1; }
 
   v1::GetMappingResponse Mapping() {
-    monitor::MonitorClient mc(cluster_.monitor_address(), {cluster_.secret()});
     v1::GetMappingResponse m;
-    Status s = mc.GetMapping(0, &m);
+    Status s = cluster_.GetMapping(&m);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return m;
   }
 
-  // The cluster id of server i (by its announced address).
   uint32_t IdOf(int i) {
-    v1::GetMappingResponse m = Mapping();
-    for (const auto& sv : m.servers()) {
-      if (sv.address() == cluster_.server_address(i)) return sv.id();
-    }
-    ADD_FAILURE() << "server " << i << " is not a member";
-    return 0;
+    uint32_t id = cluster_.ServerId(i);
+    EXPECT_NE(id, 0u) << "server " << i << " is not a member";
+    return id;
   }
 
   // With two copies: waits (bounded) until every segment has an in-sync

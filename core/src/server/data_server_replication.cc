@@ -227,8 +227,7 @@ Status DataServer::ShipLocked(Segment* seg, const RedoBatch& batch, TxTag tag) {
     for (const auto& [id, address] : targets) {
       if (done.count(id)) continue;
       Status s;
-      for (const std::string& msg :
-           batch.Encode({epoch, credential_}, g, kShipMessageBytes, tag)) {
+      for (const std::string& msg : batch.Encode({epoch, credential_}, g, kShipMessageBytes, tag)) {
         std::string reply;
         s = peers_.Call(address, kReplicaApply, msg, &reply);
         if (!s.ok()) break;
