@@ -75,17 +75,11 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
 
   bool replicated() const { return GetParam() > 1; }
 
+  // The monitor's view; empty (no segments) when it cannot be read.
   v1::GetMappingResponse Mapping() {
     v1::GetMappingResponse m;
-    Status s = cluster_.GetMapping(&m);
-    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (!cluster_.GetMapping(&m).ok()) m.Clear();
     return m;
-  }
-
-  uint32_t IdOf(int i) {
-    uint32_t id = cluster_.ServerId(i);
-    EXPECT_NE(id, 0u) << "server " << i << " is not a member";
-    return id;
   }
 
   // With two copies: waits (bounded) until every segment has an in-sync
@@ -380,7 +374,8 @@ TEST_P(TxClusterTest, BankInvariantWithAServerKilledAndRestarted) {
   StartBank(3, 200, &bank);
   WaitForProgress(0, 40);
   WaitReplicated();  // a segment whose backup is still filling has no copy to fail over to
-  uint32_t killed = IdOf(1);
+  uint32_t killed = cluster_.ServerId(1);
+  ASSERT_NE(killed, 0u);
   cluster_.KillServer(1);
   CheckPm(1, /*clean=*/false);
   if (replicated()) {
