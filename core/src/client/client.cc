@@ -159,7 +159,6 @@ class ClientImpl final : public Client, public TxHost {
   }
 
   uint64_t segment_size() const override { return Snapshot()->segment_size; }
-  uint32_t replica_count() const override { return Snapshot()->replica_count; }
 
   Status PickServer(uint32_t* server) override {
     auto m = Snapshot();

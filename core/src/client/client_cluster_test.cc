@@ -470,21 +470,16 @@ class ReplicatedClusterTest : public ClusterFixture {
   ReplicatedClusterTest() : ClusterFixture(ReplicatedOptions()) {}
 
   v1::GetMappingResponse Mapping() {
-    monitor::MonitorClient mc(cluster_.monitor_address(), {cluster_.secret()});
     v1::GetMappingResponse m;
-    Status s = mc.GetMapping(0, &m);
+    Status s = cluster_.GetMapping(&m);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return m;
   }
 
-  // The cluster id of server i (by its announced address).
   uint32_t IdOf(int i) {
-    v1::GetMappingResponse m = Mapping();
-    for (const auto& s : m.servers()) {
-      if (s.address() == cluster_.server_address(i)) return s.id();
-    }
-    ADD_FAILURE() << "server " << i << " is not a member";
-    return 0;
+    uint32_t id = cluster_.ServerId(i);
+    EXPECT_NE(id, 0u) << "server " << i << " is not a member";
+    return id;
   }
 
   // Waits (bounded, against a hang) until every segment has a primary and

@@ -261,4 +261,18 @@ Status LocalCluster::StopServer(int i) {
   return Status::OK();
 }
 
+Status LocalCluster::GetMapping(v1::GetMappingResponse* out) const {
+  monitor::MonitorClient mc(monitor_address_, {secret_});
+  return mc.GetMapping(0, out);
+}
+
+uint32_t LocalCluster::ServerId(int i) const {
+  v1::GetMappingResponse m;
+  if (!GetMapping(&m).ok()) return 0;
+  for (const auto& s : m.servers()) {
+    if (s.address() == server_address(i)) return s.id();
+  }
+  return 0;
+}
+
 }  // namespace pdpm::client

@@ -26,6 +26,7 @@
 
 #include "client/client.h"
 #include "common/status.h"
+#include "monitor/monitor_client.h"
 #include "net/test_peer.h"
 
 namespace pdpm::client {
@@ -107,6 +108,11 @@ class LocalCluster {
   std::string server_log(int i) const { return dir_ + "/server" + std::to_string(i) + ".log"; }
   // The data address server i announced (its port file); "" before it ran.
   std::string server_address(int i) const;
+  // The monitor's current view.
+  Status GetMapping(v1::GetMappingResponse* out) const;
+  // The cluster id of server i (by its announced address); 0 when it is
+  // not a member.
+  uint32_t ServerId(int i) const;
 
  private:
   Status WaitForFile(const std::string& path, ChildProcess* proc, const std::string& log,

@@ -193,18 +193,8 @@ void Transaction::AbortAt(const std::vector<uint32_t>& servers) {
     (void)coordinator_->host_->CallServer(s, server::kTxAbort, body, &reply);
 }
 
-Status Transaction::CheckChangesAllowed() const {
-  uint32_t replicas = coordinator_->host_->replica_count();
-  if (replicas == 1) return Status::OK();
-  return Status::NotSupported(
-      "a transaction that changes data needs a cluster of replica count 1 "
-      "in this version; this cluster keeps " +
-      std::to_string(replicas) + " copies (docs/tx.md)");
-}
-
 Status Transaction::CheckAddress(const dsm::GlobalAddress& addr, uint64_t len, bool write) {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
-  if (write) PDPM_RETURN_IF_ERROR(CheckChangesAllowed());
   if (addr.is_null()) return Status::InvalidArgument("the null address");
   PDPM_RETURN_IF_ERROR(addr.descriptor.Validate());
   if (addr.kind() != dsm::SpaceKind::kHeap) {
@@ -352,7 +342,6 @@ Status Transaction::GetObj(const dsm::ObjectId& id, std::string* data) {
 
 Status Transaction::PutObj(const dsm::ObjectId& id, std::string_view data) {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
-  PDPM_RETURN_IF_ERROR(CheckChangesAllowed());
   if (data.size() > kMaxTxObject) {
     return Status::TooLarge("a transactional put of " + std::to_string(data.size()) +
                             " bytes: the limit is 1 MiB");
@@ -367,7 +356,6 @@ Status Transaction::PutObj(const dsm::ObjectId& id, std::string_view data) {
 
 Status Transaction::DelObj(const dsm::ObjectId& id) {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
-  PDPM_RETURN_IF_ERROR(CheckChangesAllowed());
   dsm::TxEntry e;
   e.kind = dsm::TxEntryKind::kDeleteObject;
   e.data = ObjectKey(id);
@@ -398,7 +386,6 @@ Status Transaction::PFree(const dsm::GlobalAddress& addr) {
 
 Status Transaction::PAllocate(uint64_t size, dsm::GlobalAddress* out) {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
-  PDPM_RETURN_IF_ERROR(CheckChangesAllowed());
   if (size == 0) return Status::InvalidArgument("pallocate of 0 bytes");
   uint32_t server = 0;
   PDPM_RETURN_IF_ERROR(coordinator_->host_->PickServer(&server));
@@ -478,11 +465,14 @@ Status Transaction::Commit() {
     }
   }
   // A server where the transaction only allocated takes part too (its
-  // LOCK carries no entries): its blocks follow the outcome.
+  // LOCK carries no entries): its blocks follow the outcome. It holds the
+  // decision only when nothing is written: the holder segment must be a
+  // written one, whose backups get the decision with its commit.
+  const bool writes = !writes_.empty();
   for (const auto& [server, blocks] : allocated_) {
     primaries[server];
     for (const auto& a : blocks) {
-      if (a.segment < holder_key) {
+      if (!writes && a.segment < holder_key) {
         holder_key = a.segment;
         holder = server;
       }

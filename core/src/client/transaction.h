@@ -74,8 +74,6 @@ class TxHost {
   virtual uint64_t segment_size() const = 0;
   // A live server, round-robin.
   virtual Status PickServer(uint32_t* server) = 0;
-  // The cluster's replica count (1: no backups).
-  virtual uint32_t replica_count() const = 0;
 };
 
 class TxCoordinator;
@@ -116,9 +114,6 @@ class Transaction {
   // Reads the version words of [offset, offset+len) of `segment` on its primary.
   Status ReadVersions(uint32_t server, uint32_t segment, uint64_t offset, uint64_t len,
                       std::vector<std::pair<uint32_t, uint64_t>>* out);
-  // kNotSupported on a replicated cluster: writes, allocations and frees
-  // inside transactions do not reach backups in this version.
-  Status CheckChangesAllowed() const;
   Status CheckAddress(const dsm::GlobalAddress& addr, uint64_t len, bool write);
   // Reads one version word, failing the transaction when it is locked.
   Status ReadVersion(uint32_t server, uint32_t slot, uint64_t* word);

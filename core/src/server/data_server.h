@@ -114,6 +114,10 @@ class DataServer {
   TxHooks MakeTxHooks();
   // Formats a free local segment as the transaction log (never announced).
   Status CreateTxLogSegment(Segment** out);
+  // The copy of heap segment `global` the participant asks for (epoch 0:
+  // any): a primary (kStaleEpoch when routed by an older epoch) or a
+  // backup; kNotFound when not held here.
+  Status TxSegment(uint32_t global, TxCopy copy, uint64_t epoch, Segment** out);
 
   // Replication (data_server_replication.cc, docs/replication.md).
   // Opens a recovered or promoted primary's allocator (and table) with the
@@ -130,12 +134,14 @@ class DataServer {
   Status ClassifyRecovered(const std::atomic<bool>* stop);
   // Runs `op` (a mutation of seg) with its persists captured, then ships
   // them to every backup; the result is acknowledged only if all took it.
-  Status Mutate(Segment* seg, const std::function<Status()>& op);
+  // `tag`: the transaction whose commit `op` applies (shipped even when
+  // `op` persisted nothing).
+  Status Mutate(Segment* seg, const std::function<Status()>& op, TxTag tag = {});
   // A backup's server did not answer: the monitor fails it over at once if
   // it is gone (ViewManager::ReportUnreachable).
   void ReportUnreachable(uint32_t server);
   // Requires seg->repl_mu.
-  Status ShipLocked(Segment* seg, const RedoBatch& batch);
+  Status ShipLocked(Segment* seg, const RedoBatch& batch, TxTag tag = {});
   // Acts on a new placement: promotions, fencing, dropped backups, syncs.
   void Reconcile(const v1::GetMappingResponse& m);
   Status Promote(Segment* seg, const v1::SegmentMapping& sm);

@@ -175,7 +175,7 @@ Status DataServer::ClassifyRecovered(const std::atomic<bool>* stop) {
   return Status::OK();
 }
 
-Status DataServer::Mutate(Segment* seg, const std::function<Status()>& op) {
+Status DataServer::Mutate(Segment* seg, const std::function<Status()>& op, TxTag tag) {
   std::lock_guard<std::mutex> lock(seg->repl_mu);
   if (seg->fenced) {
     return Status::StaleEpoch("segment " + std::to_string(seg->role.global) +
@@ -192,12 +192,12 @@ Status DataServer::Mutate(Segment* seg, const std::function<Status()>& op) {
   seg->capture.store(&batch, std::memory_order_release);
   Status s = op();
   seg->capture.store(nullptr, std::memory_order_release);
-  PDPM_RETURN_IF_ERROR(ShipLocked(seg, batch));
+  PDPM_RETURN_IF_ERROR(ShipLocked(seg, batch, tag));
   return s;
 }
 
-Status DataServer::ShipLocked(Segment* seg, const RedoBatch& batch) {
-  if (batch.empty()) return Status::OK();
+Status DataServer::ShipLocked(Segment* seg, const RedoBatch& batch, TxTag tag) {
+  if (batch.empty() && !tag) return Status::OK();
   const uint32_t g = seg->role.global;
   // Bounded: long enough for the monitor to declare a dead backup DOWN and
   // drop it.
@@ -228,7 +228,7 @@ Status DataServer::ShipLocked(Segment* seg, const RedoBatch& batch) {
     for (const auto& [id, address] : targets) {
       if (done.count(id)) continue;
       Status s;
-      for (const std::string& msg : batch.Encode({epoch, credential_}, g, kShipMessageBytes)) {
+      for (const std::string& msg : batch.Encode({epoch, credential_}, g, kShipMessageBytes, tag)) {
         std::string reply;
         s = peers_.Call(address, kReplicaApply, msg, &reply);
         if (!s.ok()) break;
@@ -340,10 +340,10 @@ Status DataServer::Promote(Segment* seg, const v1::SegmentMapping& sm) {
                               std::to_string(seg->local) + " is not a complete copy");
   }
   seg->role = role;
-  // Committed transactions whose values only the backup records hold reach
-  // the copy before the allocator and table open on it.
-  PDPM_RETURN_IF_ERROR(tx_->PromoteSegment(g).WithContext("promote segment " + std::to_string(g)));
   PDPM_RETURN_IF_ERROR(OpenPrimary(seg).WithContext("promote segment " + std::to_string(g)));
+  // Committed transactions whose values only the BACKUP records hold reach
+  // the copy (frees through the allocator just opened) before it serves.
+  PDPM_RETURN_IF_ERROR(tx_->PromoteSegment(g).WithContext("promote segment " + std::to_string(g)));
   seg->backup = false;
   {
     std::unique_lock l(mu_);
@@ -530,6 +530,7 @@ Status DataServer::HandleReplicaAttach(std::span<const uint8_t> req, std::string
                                 std::to_string(g));
     }
   }
+  tx_->BackupRefilled(static_cast<uint32_t>(g));
   std::lock_guard<std::mutex> grow(grow_mu_);
   Segment* existing;
   {
@@ -565,8 +566,9 @@ Status DataServer::HandleReplicaApply(std::span<const uint8_t> req, std::string*
   RequestHeader h;
   uint32_t g = 0;
   std::vector<ApplyRange> ranges;
+  TxTag tag;
   PDPM_RETURN_IF_ERROR(d.Header(&h));
-  PDPM_RETURN_IF_ERROR(DecodeApply(&d, &g, &ranges));
+  PDPM_RETURN_IF_ERROR(DecodeApply(&d, &g, &ranges, &tag));
   PDPM_RETURN_IF_ERROR(CheckHeader(h));
   Segment* seg;
   {
@@ -595,11 +597,16 @@ Status DataServer::HandleReplicaApply(std::span<const uint8_t> req, std::string*
     return Status::StaleEpoch("segment " + std::to_string(g) + " is no longer a backup here");
   }
   auto persist = space_->device().persist_fn();
-  for (const ApplyRange& r : ranges) {
-    std::memcpy(seg->base + r.offset, r.bytes.data(), r.bytes.size());
-    persist(seg->base + r.offset, r.bytes.size());
-  }
-  return Status::OK();
+  auto apply = [&] {
+    for (const ApplyRange& r : ranges) {
+      std::memcpy(seg->base + r.offset, r.bytes.data(), r.bytes.size());
+      persist(seg->base + r.offset, r.bytes.size());
+    }
+    return Status::OK();
+  };
+  // A transaction's commit: its BACKUP record of g is marked applied.
+  if (tag) return tx_->ApplyShipped(g, tag.coordinator, tag.tx, apply);
+  return apply();
 }
 
 Status DataServer::HandleHeapWrite(std::span<const uint8_t> req, std::string* /*reply*/) {

@@ -25,28 +25,69 @@ Status DataServer::CreateTxLogSegment(Segment** out) {
   return Status::OK();
 }
 
+Status DataServer::TxSegment(uint32_t global, TxCopy copy, uint64_t epoch, Segment** out) {
+  std::shared_lock lock(mu_);
+  if (copy == TxCopy::kBackup) {
+    auto it = backups_.find(global);
+    if (it == backups_.end() || it->second->fenced) {
+      return Status::NotFound("no backup copy of segment " + std::to_string(global) + " here");
+    }
+    *out = it->second;
+    return Status::OK();
+  }
+  auto it = by_global_.find(global);
+  if (it == by_global_.end() || it->second->role.kind != SegmentKind::kHeap) {
+    return Status::NotFound("heap segment " + std::to_string(global) + " is not on this server");
+  }
+  if (epoch != 0 && epoch < it->second->placement_epoch) {
+    return Status::StaleEpoch("segment " + std::to_string(global) + " placed in epoch " +
+                              std::to_string(it->second->placement_epoch));
+  }
+  *out = it->second;
+  return Status::OK();
+}
+
 TxHooks DataServer::MakeTxHooks() {
   TxHooks h;
   h.check = [this](const RequestHeader& header) { return CheckHeader(header); };
   h.segment = [this](uint32_t global, TxCopy copy, uint64_t epoch, dsm::PmRange* mem,
                      dsm::PAllocator** alloc) {
-    if (copy == TxCopy::kBackup) {
-      // Backup replicas are not kept by this version (docs/tx.md).
-      return Status::NotFound("no backup copy of segment " + std::to_string(global) + " here");
-    }
-    std::shared_lock lock(mu_);
-    auto it = by_global_.find(global);
-    if (it == by_global_.end() || it->second->role.kind != SegmentKind::kHeap) {
-      return Status::NotFound("heap segment " + std::to_string(global) + " is not on this server");
-    }
-    if (epoch != 0 && epoch < it->second->placement_epoch) {
-      return Status::StaleEpoch("segment " + std::to_string(global) + " placed in epoch " +
-                                std::to_string(it->second->placement_epoch));
-    }
-    std::span<char> m = space_->segment(it->second->local);
+    Segment* seg = nullptr;
+    PDPM_RETURN_IF_ERROR(TxSegment(global, copy, epoch, &seg));
+    std::span<char> m = space_->segment(seg->local);
     *mem = dsm::PmRange{m.data(), m.size(), space_->device().persist_fn()};
-    *alloc = it->second->alloc.get();
+    *alloc = seg->alloc.get();
     return Status::OK();
+  };
+  h.mutate = [this](uint32_t global, TxCopy copy, TxTag tag, const TxMutation& op) {
+    Segment* seg = nullptr;
+    PDPM_RETURN_IF_ERROR(TxSegment(global, copy, 0, &seg));
+    std::span<char> m = space_->segment(seg->local);
+    if (copy == TxCopy::kBackup) {
+      // Being promoted (Promote holds its replication lock and opened its
+      // allocator): written directly, the backups left are filled again.
+      return op(dsm::PmRange{m.data(), m.size(), space_->device().persist_fn()}, seg->alloc.get());
+    }
+    // A commit at the primary: its bytes reach every backup, with the
+    // transaction named, before the versions unlock.
+    return Mutate(
+        seg,
+        [&] {
+          return op(dsm::PmRange{m.data(), m.size(), seg->persist}, seg->alloc.get());
+        },
+        tag);
+  };
+  h.mutate_object = [this](const dsm::ObjectId& id, bool create, TxTag tag,
+                           const std::function<Status(dsm::ObjectStoreTable*)>& op) {
+    uint64_t epoch;
+    {
+      std::shared_lock lock(mu_);
+      epoch = epoch_;
+    }
+    Segment* seg = nullptr;
+    PDPM_RETURN_IF_ERROR(TableFor(id, epoch, create, &seg));
+    return Mutate(
+        seg, [&] { return op(seg->table.get()); }, tag);
   };
   h.log_segment = [this](bool create, dsm::PmRange* mem, dsm::PAllocator** alloc) {
     std::lock_guard<std::mutex> grow(grow_mu_);

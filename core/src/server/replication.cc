@@ -9,22 +9,28 @@ void RedoBatch::Add(uint64_t offset, const void* p, size_t n) {
 }
 
 std::vector<std::string> RedoBatch::Encode(const RequestHeader& h, uint32_t global,
-                                           size_t max_bytes) const {
+                                           size_t max_bytes, TxTag tag) const {
   std::vector<std::string> out;
   std::string msg;
   uint64_t count = 0;
-  size_t count_at = 0;
+  size_t tag_at = 0, count_at = 0;
   auto start = [&] {
     msg.clear();
     Encoder e(&msg);
     e.Header(h);
-    e.U64(global);
+    e.U64(global | (uint64_t{kReplicaApplyVersion} << 32));
+    tag_at = msg.size();
+    e.U64(0);
+    e.U64(0);
     count_at = msg.size();
     e.U64(0);
     count = 0;
   };
+  auto put = [&](size_t at, uint64_t v) {
+    for (int i = 0; i < 8; i++) msg[at + i] = static_cast<char>(v >> (8 * i));
+  };
   auto finish = [&] {
-    for (int i = 0; i < 8; i++) msg[count_at + i] = static_cast<char>(count >> (8 * i));
+    put(count_at, count);
     out.push_back(std::move(msg));
   };
   start();
@@ -44,16 +50,32 @@ std::vector<std::string> RedoBatch::Encode(const RequestHeader& h, uint32_t glob
       done += n;
     } while (done < r.bytes.size());
   }
-  if (count > 0) finish();
+  if (count > 0 || tag) {
+    put(tag_at, tag.coordinator);
+    put(tag_at + 8, tag.tx);
+    finish();
+  }
   return out;
 }
 
-Status DecodeApply(Decoder* d, uint32_t* global, std::vector<ApplyRange>* ranges) {
+Status DecodeApply(Decoder* d, uint32_t* global, std::vector<ApplyRange>* ranges, TxTag* tag) {
   uint64_t g = 0, count = 0;
+  TxTag t;
   PDPM_RETURN_IF_ERROR(d->U64(&g));
+  uint64_t version = g >> 32;
+  g &= 0xffffffffu;
+  if (version != 0 && version != kReplicaApplyVersion) {
+    return Status::InvalidArgument("replica apply: unknown format version " +
+                                   std::to_string(version));
+  }
+  if (version == kReplicaApplyVersion) {
+    PDPM_RETURN_IF_ERROR(d->U64(&t.coordinator));
+    PDPM_RETURN_IF_ERROR(d->U64(&t.tx));
+  }
   PDPM_RETURN_IF_ERROR(d->U64(&count));
-  if (g == 0 || g > 0xffffffffull) return Status::InvalidArgument("replica apply: bad segment");
+  if (g == 0) return Status::InvalidArgument("replica apply: bad segment");
   *global = static_cast<uint32_t>(g);
+  if (tag != nullptr) *tag = t;
   std::string_view rest = d->Rest();
   size_t pos = 0;
   auto u64 = [&](uint64_t* v) {

@@ -9,8 +9,12 @@
 // (the PM layer's persist order), so a backup that a crash leaves
 // mid-batch holds a state recovery handles.
 //
-// kReplicaApply body (after the 32-byte request header):
-//   u64 global segment | u64 range count | (u64 offset | u64 length | bytes)*
+// kReplicaApply body (after the 32-byte request header), format version 2:
+//   u64 (global segment | version << 32) | u64 coordinator | u64 tx |
+//   u64 range count | (u64 offset | u64 length | bytes)*
+// (coordinator, tx) names the transaction whose commit the batch applies
+// (0, 0: none); only the last message of a batch carries it. Version 1
+// (version bits 0) had no coordinator and tx words.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +36,16 @@ namespace pdpm::server {
 // A backup copy: (server id, local segment index).
 using ReplicaId = std::pair<uint32_t, uint32_t>;
 
+inline constexpr uint32_t kReplicaApplyVersion = 2;
+
+// The transaction whose commit a batch applies (docs/tx.md): a backup marks
+// its BACKUP record of the segment applied once the batch is in.
+struct TxTag {
+  uint64_t coordinator = 0;
+  uint64_t tx = 0;
+  explicit operator bool() const { return coordinator != 0; }
+};
+
 class RedoBatch {
  public:
   struct Range {
@@ -43,8 +57,10 @@ class RedoBatch {
   const std::vector<Range>& ranges() const { return ranges_; }
 
   // kReplicaApply messages for `global`, each at most `max_bytes` of
-  // ranges (a range longer than that is split).
-  std::vector<std::string> Encode(const RequestHeader& h, uint32_t global, size_t max_bytes) const;
+  // ranges (a range longer than that is split); the last carries `tag`.
+  // An empty batch is one message when tagged, none otherwise.
+  std::vector<std::string> Encode(const RequestHeader& h, uint32_t global, size_t max_bytes,
+                                  TxTag tag = {}) const;
 
  private:
   std::vector<Range> ranges_;
@@ -55,7 +71,8 @@ struct ApplyRange {
   uint64_t offset = 0;
   std::string_view bytes;
 };
-Status DecodeApply(Decoder* d, uint32_t* global, std::vector<ApplyRange>* ranges);
+Status DecodeApply(Decoder* d, uint32_t* global, std::vector<ApplyRange>* ranges,
+                   TxTag* tag = nullptr);
 
 // Where a peer server takes replication traffic: its data address and its
 // replication core (the one past the cores it serves clients on).

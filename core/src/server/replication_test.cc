@@ -60,5 +60,45 @@ TEST(RedoBatchTest, DamagedMessagesAreRefused) {
   EXPECT_EQ(DecodeApply(&d, &g, &ranges).code(), StatusCode::kInvalidArgument);
 }
 
+TEST(RedoBatchTest, OnlyTheLastMessageCarriesTheTransaction) {
+  RedoBatch b;
+  std::string big(3000, 'y');
+  b.Add(0, big.data(), big.size());
+  std::vector<std::string> msgs = b.Encode({7, 9}, 3, 1024, TxTag{11, 12});
+  ASSERT_GT(msgs.size(), 1u);
+  for (size_t i = 0; i < msgs.size(); i++) {
+    Decoder d({reinterpret_cast<const uint8_t*>(msgs[i].data()), msgs[i].size()});
+    RequestHeader h;
+    ASSERT_TRUE(d.Header(&h).ok());
+    uint32_t g = 0;
+    std::vector<ApplyRange> ranges;
+    TxTag tag;
+    ASSERT_TRUE(DecodeApply(&d, &g, &ranges, &tag).ok());
+    bool last = i + 1 == msgs.size();
+    EXPECT_EQ(static_cast<bool>(tag), last);
+    if (last) {
+      EXPECT_EQ(tag.coordinator, 11u);
+      EXPECT_EQ(tag.tx, 12u);
+    }
+  }
+  // A commit that persisted nothing still tells the backups; an untagged
+  // empty batch is not sent.
+  EXPECT_EQ(RedoBatch().Encode({7, 9}, 3, 1024, TxTag{11, 12}).size(), 1u);
+  EXPECT_TRUE(RedoBatch().Encode({7, 9}, 3, 1024).empty());
+}
+
+TEST(RedoBatchTest, UnknownFormatVersionIsRefused) {
+  RedoBatch b;
+  b.Add(0, "0123456789", 10);
+  std::string msg = b.Encode({7, 9}, 5, 1 << 20).at(0);
+  msg[kRequestHeaderSize + 4] = 9;  // version byte of the segment word
+  Decoder d({reinterpret_cast<const uint8_t*>(msg.data()), msg.size()});
+  RequestHeader h;
+  ASSERT_TRUE(d.Header(&h).ok());
+  uint32_t g;
+  std::vector<ApplyRange> ranges;
+  EXPECT_EQ(DecodeApply(&d, &g, &ranges).code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pdpm::server

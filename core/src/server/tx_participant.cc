@@ -37,6 +37,52 @@ std::span<const uint8_t> Bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
+// The segment a BACKUP record covers (one per record, docs/tx.md).
+uint32_t SegmentOf(const std::vector<TxEntry>& entries) {
+  return entries.empty() ? 0 : entries.front().segment;
+}
+
+// A segment's copy is gone from this server (fenced, or moved).
+bool Moved(const Status& s) {
+  return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kStaleEpoch;
+}
+
+// One entry of a heap segment's part of a commit.
+Status ApplyHeapEntry(const TxEntry& e, const dsm::PmRange& mem, dsm::PAllocator* alloc,
+                      const Logger& log, uint64_t tx) {
+  switch (e.kind) {
+    case TxEntryKind::kWrite:
+      std::memcpy(mem.base + e.offset, e.data.data(), e.data.size());
+      mem.persist(mem.base + e.offset, e.data.size());
+      return Status::OK();
+    case TxEntryKind::kFree: {
+      if (alloc == nullptr) return Status::Internal("a transactional free without an allocator");
+      Status s = alloc->Free(e.offset, dsm::BlockOwner::kHeap);
+      // Already free: applied before a crash.
+      if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) {
+        log.Warn("transactional free failed", {{"tx", tx}, {"status", s}});
+      }
+      return Status::OK();
+    }
+    default: return Status::Internal("not a heap entry");
+  }
+}
+
+// One entry of an object-store table's part of a commit.
+Status ApplyObjectEntry(const TxEntry& e, dsm::ObjectStoreTable* table) {
+  dsm::ObjectId id = ObjectIdOf(e);
+  Status s;
+  switch (e.kind) {
+    case TxEntryKind::kPutObject:
+      return table->Put(id, std::string_view(e.data).substr(dsm::kTxObjectIdSize));
+    case TxEntryKind::kDeleteObject:
+      s = table->Delete(id);
+      // Deleted already: applied before a crash (or never there).
+      return s.code() == StatusCode::kNotFound ? Status::OK() : s;
+    default: return Status::Internal("not an object entry");
+  }
+}
+
 }  // namespace
 
 // Holds mu_ and sweeps the records trimmed meanwhile when released.
@@ -44,11 +90,31 @@ class TxParticipant::Locked {
  public:
   explicit Locked(TxParticipant* p) : p_(p), lock_(p->mu_) {}
   ~Locked() { p_->Sweep(); }
+  std::unique_lock<std::mutex>& lock() { return lock_; }
 
  private:
   TxParticipant* p_;
-  std::lock_guard<std::mutex> lock_;
+  std::unique_lock<std::mutex> lock_;
 };
+
+Status TxParticipant::WithoutLock(Locked& lock, Rec* rec, const std::function<Status()>& fn) {
+  rec->working = true;
+  busy_++;
+  lock.lock().unlock();
+  Status s = fn();
+  lock.lock().lock();
+  rec->working = false;
+  busy_--;
+  idle_cv_.notify_all();
+  return s;
+}
+
+void TxParticipant::WaitIdle(Locked& lock, Rec* rec) {
+  if (!rec->working) return;
+  busy_++;  // the records the caller holds pointers to stay
+  idle_cv_.wait(lock.lock(), [&] { return !rec->working; });
+  busy_--;
+}
 
 TxParticipant::TxParticipant(TxHooks hooks, net::Transport* transport, const Logger& log,
                              TxParticipantOptions options)
@@ -129,18 +195,8 @@ Status TxParticipant::OpenLog(bool create) {
       recs_[{rec->coordinator, rec->r.tx}].push_back(std::move(rec));
     }
   }
-  // Decided but not applied: apply now (idempotent: values are absolute).
-  std::vector<Rec*> decided;
-  for (auto& [key, list] : recs_) {
-    for (auto& rec : list) {
-      if (rec->r.state == TxState::kCommitted) decided.push_back(rec.get());
-    }
-  }
-  for (Rec* rec : decided) PDPM_RETURN_IF_ERROR(CommitRec(rec, false));
-  log_.Info("transaction log opened", {{"areas", count},
-                                       {"coordinators", by_coordinator_.size()},
-                                       {"in_doubt", in_doubt},
-                                       {"applied_at_start", decided.size()}});
+  log_.Info("transaction log opened",
+            {{"areas", count}, {"coordinators", by_coordinator_.size()}, {"in_doubt", in_doubt}});
   return Status::OK();
 }
 
@@ -165,6 +221,22 @@ Status TxParticipant::Recover() {
     PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(versions_.get(), uint64_t{n} * 8,
                                                     net::kRemoteRead, {}, &versions_region_));
     if (s.ok()) PDPM_RETURN_IF_ERROR(OpenLog(false));
+    // Decided but not applied: apply now (idempotent: values are absolute).
+    // A failure leaves the record to the resolver (a backup unreachable),
+    // or drops it (its segment moved away: the new primary resolves it).
+    std::vector<Rec*> decided;
+    for (auto& [key, list] : recs_) {
+      for (auto& rec : list) {
+        if (rec->r.state == TxState::kCommitted) decided.push_back(rec.get());
+      }
+    }
+    for (Rec* rec : decided) {
+      Status c = CommitRec(lock, rec, false);
+      if (!c.ok()) {
+        log_.Warn("cannot apply a committed transaction at start",
+                  {{"tx", rec->r.tx}, {"status", c}});
+      }
+    }
   }
   resolver_ = std::thread([this] { ResolverLoop(); });
   return Status::OK();
@@ -336,55 +408,91 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   }
   Area* area = nullptr;
   Status s = AreaFor(coordinator, &area);
-  if (s.ok()) {
-    // Lazy truncation, piggybacked on this request.
-    Truncate(coordinator, truncate);
-    uint16_t flags =
-        (holder ? dsm::kTxRecordHolder : 0) | (holder_is_table ? dsm::kTxRecordHolderIsTable : 0);
-    s = area->log->Append(role == kTxRolePrimary ? TxRecordKind::kLock : TxRecordKind::kBackup,
-                          flags, tx, holder_segment, body, &rec->r);
-  }
   if (!s.ok()) {
     for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
     return s;
   }
-  rec->area = area;
-  rec->since = Clock::now();
-  area->by_offset[rec->r.offset] = rec.get();
-  recs_[{coordinator, tx}].push_back(std::move(rec));
+  // Lazy truncation, piggybacked on this request.
+  Truncate(coordinator, truncate);
+  uint16_t flags =
+      (holder ? dsm::kTxRecordHolder : 0) | (holder_is_table ? dsm::kTxRecordHolderIsTable : 0);
+  if (role == kTxRolePrimary) {
+    s = area->log->Append(TxRecordKind::kLock, flags, tx, holder_segment, body, &rec->r);
+    if (!s.ok()) {
+      for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
+      return s;
+    }
+    AddRec(area, std::move(rec));
+    return Status::OK();
+  }
+  // At a backup, one record per segment: each is marked applied by its own
+  // segment's shipment.
+  std::map<uint32_t, std::vector<TxEntry>> by_segment;
+  for (auto& e : rec->entries) by_segment[e.segment].push_back(std::move(e));
+  for (auto& [segment, part] : by_segment) {
+    auto one = std::make_unique<Rec>();
+    one->entries = std::move(part);
+    one->coordinator = coordinator;
+    std::string part_body;
+    dsm::EncodeTxEntries(one->entries, &part_body);
+    PDPM_RETURN_IF_ERROR(
+        area->log->Append(TxRecordKind::kBackup, flags, tx, holder_segment, part_body, &one->r));
+    AddRec(area, std::move(one));
+  }
   return Status::OK();
 }
 
-Status TxParticipant::Apply(Rec* rec) {
-  TxCopy copy = rec->r.kind == TxRecordKind::kLock ? TxCopy::kPrimary : TxCopy::kBackup;
-  for (const auto& e : rec->entries) {
-    if (dsm::IsObjectEntry(e)) {
-      dsm::ObjectStoreTable* table = nullptr;
-      dsm::ObjectId id = ObjectIdOf(e);
-      bool put = e.kind == TxEntryKind::kPutObject;
-      Status t = hooks_.object_table(id, 0, put, &table);
-      if (!put && t.code() == StatusCode::kNotFound) continue;  // no table: nothing to delete
-      PDPM_RETURN_IF_ERROR(t.WithContext("apply transaction " + std::to_string(rec->r.tx)));
-      Status s = put ? table->Put(id, std::string_view(e.data).substr(dsm::kTxObjectIdSize))
-                     : table->Delete(id);
-      // Deleted already: applied before a crash (or never there).
-      if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
-      continue;
+void TxParticipant::AddRec(Area* area, std::unique_ptr<Rec> rec) {
+  rec->area = area;
+  rec->since = Clock::now();
+  area->by_offset[rec->r.offset] = rec.get();
+  Key key{rec->coordinator, rec->r.tx};
+  recs_[key].push_back(std::move(rec));
+}
+
+Status TxParticipant::Apply(const Rec& rec) {
+  const TxCopy copy = rec.r.kind == TxRecordKind::kLock ? TxCopy::kPrimary : TxCopy::kBackup;
+  const TxTag tag{rec.coordinator, rec.r.tx};
+  const std::string what = "apply transaction " + std::to_string(rec.r.tx);
+  // One replicated mutation per heap segment, the holder's first: once its
+  // backups have the commit, a failover of any other part finds it decided.
+  std::map<uint32_t, std::vector<const TxEntry*>> heap;
+  std::vector<const TxEntry*> objects;
+  for (const auto& e : rec.entries) {
+    switch (e.kind) {
+      case TxEntryKind::kWrite:
+      case TxEntryKind::kFree: heap[e.segment].push_back(&e); break;
+      case TxEntryKind::kPutObject:
+      case TxEntryKind::kDeleteObject: objects.push_back(&e); break;
+      default: return Status::Corruption(what + ": unknown entry kind");
     }
-    dsm::PmRange mem;
-    dsm::PAllocator* alloc = nullptr;
-    PDPM_RETURN_IF_ERROR(hooks_.segment(e.segment, copy, 0, &mem, &alloc)
-                             .WithContext("apply transaction " + std::to_string(rec->r.tx)));
-    if (e.kind == TxEntryKind::kWrite) {
-      std::memcpy(mem.base + e.offset, e.data.data(), e.data.size());
-      mem.persist(mem.base + e.offset, e.data.size());
-    } else {
-      Status s = alloc->Free(e.offset, dsm::BlockOwner::kHeap);
-      // Already free: applied before a crash.
-      if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) {
-        log_.Warn("transactional free failed", {{"tx", rec->r.tx}, {"status", s}});
-      }
-    }
+  }
+  std::vector<uint32_t> order;
+  bool holder_heap = (rec.r.flags & dsm::kTxRecordHolderIsTable) == 0;
+  if (holder_heap && heap.count(rec.r.holder_segment) != 0) order.push_back(rec.r.holder_segment);
+  for (const auto& [segment, entries] : heap) {
+    if (!holder_heap || segment != rec.r.holder_segment) order.push_back(segment);
+  }
+  for (uint32_t segment : order) {
+    const auto& entries = heap[segment];
+    PDPM_RETURN_IF_ERROR(hooks_
+                             .mutate(segment, copy, tag,
+                                     [&](const dsm::PmRange& mem, dsm::PAllocator* alloc) {
+                                       for (const TxEntry* e : entries) {
+                                         PDPM_RETURN_IF_ERROR(
+                                             ApplyHeapEntry(*e, mem, alloc, log_, rec.r.tx));
+                                       }
+                                       return Status::OK();
+                                     })
+                             .WithContext(what));
+  }
+  for (const TxEntry* e : objects) {
+    bool put = e->kind == TxEntryKind::kPutObject;
+    Status s = hooks_.mutate_object(ObjectIdOf(*e), put, tag, [&](dsm::ObjectStoreTable* table) {
+      return ApplyObjectEntry(*e, table);
+    });
+    if (!put && s.code() == StatusCode::kNotFound) continue;  // no table: nothing to delete
+    PDPM_RETURN_IF_ERROR(s.WithContext(what));
   }
   return Status::OK();
 }
@@ -401,8 +509,13 @@ bool TxParticipant::Terminal(const Rec& rec) const {
   switch (rec.r.state) {
     case TxState::kTruncated:
     case TxState::kAborted: return true;
-    // The holder's record answers RESOLVE until its coordinator truncates it.
-    case TxState::kApplied: return (rec.r.flags & dsm::kTxRecordHolder) == 0;
+    // The holder's record answers RESOLVE until its coordinator truncates
+    // it; so does a BACKUP record of the holder segment, for a promotion.
+    case TxState::kApplied:
+      return (rec.r.flags & dsm::kTxRecordHolder) == 0 &&
+             !(rec.r.kind == TxRecordKind::kBackup &&
+               (rec.r.flags & dsm::kTxRecordHolderIsTable) == 0 &&
+               SegmentOf(rec.entries) == rec.r.holder_segment);
     default: return false;
   }
 }
@@ -448,6 +561,7 @@ void TxParticipant::Truncate(uint64_t coordinator, const std::vector<uint64_t>& 
 }
 
 void TxParticipant::Sweep() {
+  if (busy_ > 0) return;  // another thread holds record pointers
   for (Rec* r : swept_) {
     auto list = recs_.find({r->coordinator, r->r.tx});
     if (list == recs_.end()) continue;
@@ -459,7 +573,8 @@ void TxParticipant::Sweep() {
   swept_.clear();
 }
 
-Status TxParticipant::CommitRec(Rec* rec, bool decide) {
+Status TxParticipant::CommitRec(Locked& lock, Rec* rec, bool decide, uint32_t promoting) {
+  WaitIdle(lock, rec);
   switch (rec->r.state) {
     case TxState::kAborted: return Status::Aborted("transaction aborted (resolved meanwhile)");
     case TxState::kApplied:
@@ -473,27 +588,53 @@ Status TxParticipant::CommitRec(Rec* rec, bool decide) {
   if (decide || rec->r.kind == TxRecordKind::kBackup) {
     if (rec->r.state == TxState::kLocked) SetState(rec, TxState::kCommitted);
   }
-  PDPM_RETURN_IF_ERROR(Apply(rec));
+  // A backup's copy gets the values from its primary's shipment
+  // (ApplyShipped), or from its own record when promoted; a copy dropped
+  // by the cluster needs neither.
+  if (rec->r.kind == TxRecordKind::kBackup && SegmentOf(rec->entries) != promoting) {
+    dsm::PmRange mem;
+    dsm::PAllocator* alloc = nullptr;
+    if (Moved(hooks_.segment(SegmentOf(rec->entries), TxCopy::kBackup, 0, &mem, &alloc))) {
+      SetState(rec, TxState::kApplied);
+    }
+    return Status::OK();
+  }
+  Status s = WithoutLock(lock, rec, [&] { return Apply(*rec); });
+  if (!s.ok() && Moved(s)) {
+    // The copy here was fenced: the segment's new primary applies the
+    // transaction from its BACKUP record (or decided it aborted).
+    log_.Warn("committed transaction dropped: its segment moved away",
+              {{"tx", rec->r.tx}, {"status", s}});
+    Unlock(rec, true);
+    SetState(rec, TxState::kTruncated);
+    return s;
+  }
+  PDPM_RETURN_IF_ERROR(s);
   Unlock(rec, true);
   SetState(rec, TxState::kApplied);
   return Status::OK();
 }
 
-void TxParticipant::AbortRec(Rec* rec) {
+void TxParticipant::AbortRec(Locked& lock, Rec* rec) {
+  WaitIdle(lock, rec);
   if (rec->r.state != TxState::kLocked) return;
   if (rec->r.kind == TxRecordKind::kAlloc) {
     // Free the block first: a crash before the state store frees it again
     // at recovery (a double free, ignored).
-    for (const auto& e : rec->entries) {
-      dsm::PmRange mem;
-      dsm::PAllocator* alloc = nullptr;
-      Status s = hooks_.segment(e.segment, TxCopy::kPrimary, 0, &mem, &alloc);
-      if (s.ok()) s = alloc->Free(e.offset, dsm::BlockOwner::kHeap);
-      if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) {
-        log_.Warn("cannot free a block of an aborted transaction",
-                  {{"tx", rec->r.tx}, {"status", s}});
+    (void)WithoutLock(lock, rec, [&] {
+      for (const auto& e : rec->entries) {
+        Status s = hooks_.mutate(e.segment, TxCopy::kPrimary, {},
+                                 [&](const dsm::PmRange&, dsm::PAllocator* alloc) {
+                                   return alloc->Free(e.offset, dsm::BlockOwner::kHeap);
+                                 });
+        if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) {
+          log_.Warn("cannot free a block of an aborted transaction",
+                    {{"tx", rec->r.tx}, {"status", s}});
+        }
       }
-    }
+      return Status::OK();
+    });
+    if (rec->r.state != TxState::kLocked) return;
   }
   Unlock(rec, false);
   SetState(rec, TxState::kAborted);
@@ -519,7 +660,7 @@ Status TxParticipant::HandleCommit(std::span<const uint8_t> req, std::string* /*
     return decide != 0 ? Status::Aborted("no lock record of the transaction (resolved meanwhile)")
                        : Status::NotFound("no record of transaction " + std::to_string(tx));
   }
-  for (Rec* r : list) PDPM_RETURN_IF_ERROR(CommitRec(r, decide != 0));
+  for (Rec* r : list) PDPM_RETURN_IF_ERROR(CommitRec(lock, r, decide != 0));
   return Status::OK();
 }
 
@@ -533,7 +674,7 @@ Status TxParticipant::HandleAbort(std::span<const uint8_t> req, std::string* /*r
       return Status::FailedPrecondition("abort of a committed transaction");
     }
   }
-  for (Rec* r : list) AbortRec(r);
+  for (Rec* r : list) AbortRec(lock, r);
   return Status::OK();
 }
 
@@ -567,7 +708,7 @@ Status TxParticipant::HandleResolve(std::span<const uint8_t> req, std::string* r
   // Not decided here: decide abort, durably, so that a late coordinator
   // fails to commit.
   if (outcome == kTxOutcomeAbort) {
-    for (Rec* r : list) AbortRec(r);
+    for (Rec* r : list) AbortRec(lock, r);
   }
   Encoder(reply).U64(outcome);
   return Status::OK();
@@ -593,27 +734,28 @@ Status TxParticipant::HandleAlloc(std::span<const uint8_t> req, std::string* rep
   std::string body;
   dsm::EncodeTxEntries(rec->entries, &body);
   rec->coordinator = coordinator;
-  Locked lock(this);
-  Area* area = nullptr;
-  Status s = AreaFor(coordinator, &area);
-  if (s.ok()) s = area->log->Append(TxRecordKind::kAlloc, 0, tx, 0, body, &rec->r);
-  if (!s.ok()) {
-    dsm::PmRange mem;
-    dsm::PAllocator* alloc = nullptr;
-    if (hooks_.segment(a.segment, TxCopy::kPrimary, 0, &mem, &alloc).ok()) {
-      (void)alloc->Free(a.offset, dsm::BlockOwner::kHeap);
+  Status s;
+  {
+    Locked lock(this);
+    Area* area = nullptr;
+    s = AreaFor(coordinator, &area);
+    if (s.ok()) s = area->log->Append(TxRecordKind::kAlloc, 0, tx, 0, body, &rec->r);
+    if (s.ok()) {
+      AddRec(area, std::move(rec));
+      Encoder(reply).Address(a);
+      return Status::OK();
     }
-    return s;
   }
-  rec->area = area;
-  rec->since = Clock::now();
-  area->by_offset[rec->r.offset] = rec.get();
-  recs_[{coordinator, tx}].push_back(std::move(rec));
-  Encoder(reply).Address(a);
-  return Status::OK();
+  // Not logged: the block goes back (outside mu_: the free is shipped).
+  (void)hooks_.mutate(a.segment, TxCopy::kPrimary, {},
+                      [&](const dsm::PmRange&, dsm::PAllocator* alloc) {
+                        return alloc->Free(a.offset, dsm::BlockOwner::kHeap);
+                      });
+  return s;
 }
 
-Status TxParticipant::ResolveRemote(Key key, uint32_t holder, bool holder_is_table) {
+Status TxParticipant::ResolveRemote(Key key, uint32_t holder, bool holder_is_table,
+                                    uint32_t promoting) {
   std::string req, reply;
   Encoder e(&req);
   e.U64(key.first);
@@ -627,9 +769,9 @@ Status TxParticipant::ResolveRemote(Key key, uint32_t holder, bool holder_is_tab
   for (Rec* r : RecordsOf(key)) {
     if (r->r.state != TxState::kLocked) continue;
     if (outcome == kTxOutcomeCommit) {
-      PDPM_RETURN_IF_ERROR(CommitRec(r, false));
+      PDPM_RETURN_IF_ERROR(CommitRec(lock, r, false, promoting));
     } else {
-      AbortRec(r);
+      AbortRec(lock, r);
     }
   }
   log_.Info("transaction resolved",
@@ -646,18 +788,20 @@ Status TxParticipant::PromoteSegment(uint32_t segment) {
     std::vector<Rec*> todo;
     for (auto& [key, list] : recs_) {
       for (auto& r : list) {
-        if (r->r.kind != TxRecordKind::kBackup) continue;
-        bool touches = std::any_of(r->entries.begin(), r->entries.end(),
-                                   [&](const TxEntry& e) { return e.segment == segment; });
-        if (touches) todo.push_back(r.get());
+        if (r->r.kind == TxRecordKind::kBackup && SegmentOf(r->entries) == segment) {
+          todo.push_back(r.get());
+        }
       }
     }
     for (Rec* r : todo) {
+      // Committed and never marked applied: the primary's shipment did not
+      // come, and no later commit of these bytes can have overtaken it (a
+      // later writer locks only after this commit's shipment).
       if (r->r.state == TxState::kCommitted) {
-        PDPM_RETURN_IF_ERROR(CommitRec(r, false));
+        PDPM_RETURN_IF_ERROR(CommitRec(lock, r, false, segment));
       } else if (r->r.state == TxState::kLocked) {
         if (r->r.holder_segment == segment && (r->r.flags & dsm::kTxRecordHolderIsTable) == 0) {
-          AbortRec(r);  // this server now holds the decision: none was made
+          AbortRec(lock, r);  // this server now holds the decision: none reached it
         } else {
           ask.push_back({{r->coordinator, r->r.tx}, HolderOf(r->r)});
         }
@@ -665,7 +809,43 @@ Status TxParticipant::PromoteSegment(uint32_t segment) {
     }
   }
   for (const auto& [key, holder] : ask) {
-    PDPM_RETURN_IF_ERROR(ResolveRemote(key, static_cast<uint32_t>(holder), (holder >> 32) != 0));
+    PDPM_RETURN_IF_ERROR(
+        ResolveRemote(key, static_cast<uint32_t>(holder), (holder >> 32) != 0, segment));
+  }
+  return Status::OK();
+}
+
+void TxParticipant::BackupRefilled(uint32_t segment) {
+  Locked lock(this);
+  std::vector<Rec*> done;
+  for (auto& [key, list] : recs_) {
+    for (auto& r : list) {
+      if (r->r.kind == TxRecordKind::kBackup && r->r.state == TxState::kCommitted &&
+          SegmentOf(r->entries) == segment) {
+        done.push_back(r.get());
+      }
+    }
+  }
+  for (Rec* r : done) SetState(r, TxState::kApplied);
+}
+
+Status TxParticipant::ApplyShipped(uint32_t segment, uint64_t coordinator, uint64_t tx,
+                                   const std::function<Status()>& apply) {
+  Locked lock(this);
+  std::vector<Rec*> mine;
+  for (Rec* r : RecordsOf({coordinator, tx})) {
+    if (r->r.kind != TxRecordKind::kBackup || SegmentOf(r->entries) != segment) continue;
+    if (r->r.state == TxState::kAborted) {
+      return Status::FailedPrecondition("transaction " + std::to_string(tx) +
+                                        " was resolved as aborted at this backup");
+    }
+    mine.push_back(r);
+  }
+  PDPM_RETURN_IF_ERROR(apply());
+  for (Rec* r : mine) {
+    if (r->r.state == TxState::kLocked || r->r.state == TxState::kCommitted) {
+      SetState(r, TxState::kApplied);
+    }
   }
   return Status::OK();
 }
@@ -679,10 +859,16 @@ void TxParticipant::ResolverLoop() {
       Locked lock(this);
       Clock::time_point deadline =
           Clock::now() - std::chrono::milliseconds(options_.lock_timeout_ms);
-      std::vector<Rec*> local, allocs;
+      std::vector<Rec*> local, allocs, unapplied;
       for (auto& [key, list] : recs_) {
         for (auto& r : list) {
-          if (r->r.state != TxState::kLocked || r->since > deadline) continue;
+          if (r->since > deadline || r->working) continue;
+          // Decided here, but its commit failed (a backup did not take the
+          // shipment in time): applied again.
+          if (r->r.state == TxState::kCommitted && r->r.kind == TxRecordKind::kLock) {
+            unapplied.push_back(r.get());
+          }
+          if (r->r.state != TxState::kLocked) continue;
           if (r->r.kind == TxRecordKind::kAlloc) {
             allocs.push_back(r.get());
           } else if ((r->r.flags & dsm::kTxRecordHolder) != 0) {
@@ -697,7 +883,11 @@ void TxParticipant::ResolverLoop() {
       for (Rec* r : local) {
         log_.Info("transaction aborted after the lock timeout",
                   {{"coordinator", r->coordinator}, {"tx", r->r.tx}});
-        AbortRec(r);
+        AbortRec(lock, r);
+      }
+      for (Rec* r : unapplied) {
+        Status s = CommitRec(lock, r, false);
+        if (!s.ok()) log_.Warn("cannot apply a committed transaction yet", {{"status", s}});
       }
       // A block follows its transaction's LOCK record here; without one
       // (never locked here, or aborted) it is freed.
@@ -708,9 +898,9 @@ void TxParticipant::ResolverLoop() {
         }
         if (fate == TxState::kLocked) continue;  // decided with the LOCK record
         if (fate == TxState::kCommitted || fate == TxState::kApplied) {
-          (void)CommitRec(r, false);
+          (void)CommitRec(lock, r, false);
         } else {
-          AbortRec(r);
+          AbortRec(lock, r);
         }
       }
     }

@@ -42,10 +42,15 @@
 #include "net/rpc.h"
 #include "net/transport.h"
 #include "server/protocol.h"
+#include "server/replication.h"
 
 namespace pdpm::server {
 
 enum class TxCopy { kPrimary, kBackup };
+
+// A change of one segment's PM: its memory (the persist of a primary's is
+// captured for shipping) and its allocator.
+using TxMutation = std::function<Status(const dsm::PmRange& mem, dsm::PAllocator* alloc)>;
 
 // What the participant needs from its server.
 struct TxHooks {
@@ -62,6 +67,17 @@ struct TxHooks {
   std::function<Status(const dsm::ObjectId& id, uint64_t epoch, bool create,
                        dsm::ObjectStoreTable** out)>
       object_table;
+  // Runs `op` on global heap segment `segment` held here as `copy`. At a
+  // primary it is one replicated mutation: its persists reach every backup
+  // (the last shipment tagged `tag`) before it returns. At a backup — only
+  // while it is being promoted — it runs directly (no shipping: the backups
+  // left are filled again). kNotFound / kStaleEpoch: not held here (moved).
+  std::function<Status(uint32_t segment, TxCopy copy, TxTag tag, const TxMutation& op)> mutate;
+  // The same for the object-store table of object `id` (created when
+  // `create`), held here as a primary.
+  std::function<Status(const dsm::ObjectId& id, bool create, TxTag tag,
+                       const std::function<Status(dsm::ObjectStoreTable*)>& op)>
+      mutate_object;
   // Allocates `size` heap bytes here (as kPAllocate does): the block's
   // global address.
   std::function<Status(uint64_t size, dsm::GlobalAddress* out)> allocate;
@@ -108,11 +124,27 @@ class TxParticipant {
   void RegisterRpcs(net::RpcServer* rpc);
 
   // For replication: called when this server becomes the primary of
-  // global segment `segment`, before it serves it. Applies every
-  // committed backup record of `segment`, and resolves the undecided ones
-  // with their decision holders (deciding abort itself when it is now the
-  // holder). Errors: kUnavailable when a holder cannot be asked (retry).
+  // global segment `segment` (its allocator open), before it serves it.
+  // Applies every committed BACKUP record of `segment` not marked applied,
+  // and resolves the undecided ones with their decision holders (deciding
+  // abort itself when it is now the holder). Errors: kUnavailable when a
+  // holder cannot be asked (retry).
   Status PromoteSegment(uint32_t segment);
+
+  // For replication, at a backup of `segment`: a shipped batch that
+  // applies the commit of transaction (coordinator, tx). `apply` writes its
+  // bytes; then the BACKUP record of the transaction for `segment` is
+  // marked applied (a later promotion does not apply it again).
+  // kFailedPrecondition (nothing written) when that record was resolved
+  // as aborted here.
+  Status ApplyShipped(uint32_t segment, uint64_t coordinator, uint64_t tx,
+                      const std::function<Status()>& apply);
+  // For replication: the copy of `segment` here is about to be filled
+  // again from its primary, whose copy holds every commit it applied.
+  // Committed BACKUP records of `segment` are marked applied (a promotion
+  // must not apply them over newer values); undecided ones stay (their
+  // commit's shipment reaches the filling copy).
+  void BackupRefilled(uint32_t segment);
 
   // The handlers (public for in-process tests); `req` is a whole message.
   Status HandleHello(std::span<const uint8_t> req, std::string* reply);
@@ -133,6 +165,7 @@ class TxParticipant {
     Area* area = nullptr;
     uint64_t coordinator = 0;
     Clock::time_point since;
+    bool working = false;  // applied or aborted by a thread that released mu_
   };
   struct Area {
     std::unique_ptr<dsm::TxLogArea> log;
@@ -140,15 +173,23 @@ class TxParticipant {
     Clock::time_point last_active;
   };
   using Key = std::pair<uint64_t, uint64_t>;  // coordinator, tx
+  static constexpr uint32_t kNoSegment = ~0u;
   class Locked;
 
-  Status OpenLog(bool create);  // requires mu_
+  Status OpenLog(bool create);                        // requires mu_
+  void AddRec(Area* area, std::unique_ptr<Rec> rec);  // requires mu_
   // Decodes header | coordinator | tx [| extra] and checks the header.
   Status ParseTxRequest(std::span<const uint8_t> req, uint64_t* coordinator, uint64_t* tx,
                         uint64_t* extra);
   Status AreaFor(uint64_t coordinator, Area** out);  // requires mu_
   std::vector<uint32_t> SlotsOf(const std::vector<dsm::TxEntry>& entries) const;
-  Status Apply(Rec* rec);  // requires mu_
+  // Writes the record's entries through the mutate hooks (mu_ released).
+  Status Apply(const Rec& rec);
+  // Runs `fn` with mu_ released (it ships to backups, whose handlers take
+  // their own server's mu_), `rec` marked working and no record swept.
+  Status WithoutLock(Locked& lock, Rec* rec, const std::function<Status()>& fn);
+  // Waits until no other thread works on `rec`.
+  void WaitIdle(Locked& lock, Rec* rec);
   void Unlock(Rec* rec, bool bump);
   // Requires mu_. Persists the state and trims the area; trimmed records
   // leave the index at the next Sweep (when mu_ is released).
@@ -159,10 +200,14 @@ class TxParticipant {
   // Marks the done records of `txs` truncated (requires mu_).
   void Truncate(uint64_t coordinator, const std::vector<uint64_t>& txs);
   bool Terminal(const Rec& rec) const;
-  Status CommitRec(Rec* rec, bool decide);  // requires mu_
-  void AbortRec(Rec* rec);                  // requires mu_
+  // Commits `rec` (deciding when `decide`). A BACKUP record is only marked
+  // committed (the primary's shipment brings its values), except that of
+  // segment `promoting`, which is applied.
+  Status CommitRec(Locked& lock, Rec* rec, bool decide, uint32_t promoting = kNoSegment);
+  void AbortRec(Locked& lock, Rec* rec);
   // Asks the holder and carries out its answer; `rec` is looked up again.
-  Status ResolveRemote(Key key, uint32_t holder, bool holder_is_table);
+  Status ResolveRemote(Key key, uint32_t holder, bool holder_is_table,
+                       uint32_t promoting = kNoSegment);
   void ResolverLoop();
 
   const TxHooks hooks_;
@@ -182,6 +227,8 @@ class TxParticipant {
   std::map<uint64_t, Area*> by_coordinator_;
   std::map<Key, std::vector<std::unique_ptr<Rec>>> recs_;
   std::vector<Rec*> swept_;
+  uint32_t busy_ = 0;  // threads that released mu_ while working: no sweep
+  std::condition_variable idle_cv_;
   std::function<void(const void*, size_t)> persist_;
 
   std::mutex stop_mu_;
