@@ -21,6 +21,12 @@
 namespace pdpm::pdkvs {
 namespace {
 
+#define ASSERT_OK(expr)                          \
+  do {                                           \
+    const Status status_ = (expr);               \
+    ASSERT_TRUE(status_.ok()) << status_.ToString(); \
+  } while (0)
+
 using client::LocalCluster;
 using client::LocalClusterOptions;
 
@@ -43,11 +49,11 @@ bool ChecksumOk(const std::string& v) {
 LocalClusterOptions KvClusterOptions() {
   LocalClusterOptions o;
   o.replicas = 2;
-  o.tables = 4;
   o.pm_size = (8 * 128 + 2) * (1ull << 20);  // backups and re-replication
-  o.heartbeat_ms = 50;
-  o.suspect_ms = 250;
-  o.down_ms = 500;
+  // Quick failover, yet no false one on a loaded machine.
+  o.heartbeat_ms = 100;
+  o.suspect_ms = 1000;
+  o.down_ms = 2000;
   return o;
 }
 
@@ -141,58 +147,58 @@ TEST_F(KvClusterTest, EveryOperationAndItsErrors) {
   std::string v;
   SetResult r;
   EXPECT_EQ(kv->Get("absent", &v).code(), StatusCode::kNotFound);
-  ASSERT_TRUE(kv->Set("a", "1", {}, &r).ok());
+  ASSERT_OK(kv->Set("a", "1", {}, &r));
   EXPECT_TRUE(r.applied);
-  ASSERT_TRUE(kv->Get("a", &v).ok());
+  ASSERT_OK(kv->Get("a", &v));
   EXPECT_EQ(v, "1");
   // Conditions and the old value.
   SetOptions nx{.condition = SetOptions::Condition::kIfAbsent, .want_old = true};
-  ASSERT_TRUE(kv->Set("a", "2", nx, &r).ok());
+  ASSERT_OK(kv->Set("a", "2", nx, &r));
   EXPECT_FALSE(r.applied);
   EXPECT_EQ(r.old_value, "1");
   SetOptions xx{.condition = SetOptions::Condition::kIfPresent};
-  ASSERT_TRUE(kv->Set("b", "2", xx, &r).ok());
+  ASSERT_OK(kv->Set("b", "2", xx, &r));
   EXPECT_FALSE(r.applied);
   SetOptions get{.want_old = true};
-  ASSERT_TRUE(kv->Set("a", "3", get, &r).ok());
+  ASSERT_OK(kv->Set("a", "3", get, &r));
   EXPECT_TRUE(r.applied);
   EXPECT_EQ(r.old_value, "1");
   // Empty key and value are keys and values.
-  ASSERT_TRUE(kv->Set("", "", {}, &r).ok());
-  ASSERT_TRUE(kv->Get("", &v).ok());
+  ASSERT_OK(kv->Set("", "", {}, &r));
+  ASSERT_OK(kv->Get("", &v));
   EXPECT_EQ(v, "");
   // Delete, GetDelete, Exists.
   bool exists = false;
-  ASSERT_TRUE(kv->Exists("a", &exists).ok());
+  ASSERT_OK(kv->Exists("a", &exists));
   EXPECT_TRUE(exists);
-  ASSERT_TRUE(kv->GetDelete("a", &v).ok());
+  ASSERT_OK(kv->GetDelete("a", &v));
   EXPECT_EQ(v, "3");
   EXPECT_EQ(kv->GetDelete("a", &v).code(), StatusCode::kNotFound);
-  ASSERT_TRUE(kv->Exists("a", &exists).ok());
+  ASSERT_OK(kv->Exists("a", &exists));
   EXPECT_FALSE(exists);
   EXPECT_EQ(kv->Delete("a").code(), StatusCode::kNotFound);
-  ASSERT_TRUE(kv->Delete("").ok());
+  ASSERT_OK(kv->Delete(""));
   // Integers.
   int64_t n = 0;
-  ASSERT_TRUE(kv->IncrBy("n", 5, &n).ok());
+  ASSERT_OK(kv->IncrBy("n", 5, &n));
   EXPECT_EQ(n, 5);
-  ASSERT_TRUE(kv->IncrBy("n", -7, &n).ok());
+  ASSERT_OK(kv->IncrBy("n", -7, &n));
   EXPECT_EQ(n, -2);
-  ASSERT_TRUE(kv->Set("s", "x1", {}, &r).ok());
+  ASSERT_OK(kv->Set("s", "x1", {}, &r));
   EXPECT_EQ(kv->IncrBy("s", 1, &n).code(), StatusCode::kInvalidArgument);
-  ASSERT_TRUE(kv->Set("big", std::to_string(INT64_MAX), {}, &r).ok());
+  ASSERT_OK(kv->Set("big", std::to_string(INT64_MAX), {}, &r));
   EXPECT_EQ(kv->IncrBy("big", 1, &n).code(), StatusCode::kOutOfRange);
   // Strings.
   uint64_t len = 0;
-  ASSERT_TRUE(kv->Append("s", "yz", &len).ok());
+  ASSERT_OK(kv->Append("s", "yz", &len));
   EXPECT_EQ(len, 4u);
-  ASSERT_TRUE(kv->GetRange("s", 1, -2, &v).ok());
+  ASSERT_OK(kv->GetRange("s", 1, -2, &v));
   EXPECT_EQ(v, "1y");
-  ASSERT_TRUE(kv->GetRange("absent", 0, -1, &v).ok());
+  ASSERT_OK(kv->GetRange("absent", 0, -1, &v));
   EXPECT_EQ(v, "");
-  ASSERT_TRUE(kv->SetRange("p", 3, "ab", &len).ok());
+  ASSERT_OK(kv->SetRange("p", 3, "ab", &len));
   EXPECT_EQ(len, 5u);
-  ASSERT_TRUE(kv->Get("p", &v).ok());
+  ASSERT_OK(kv->Get("p", &v));
   EXPECT_EQ(v, std::string("\0\0\0ab", 5));
   // Limits: nothing changes.
   const std::string long_key(kMaxKeySize + 1, 'k');
@@ -202,34 +208,34 @@ TEST_F(KvClusterTest, EveryOperationAndItsErrors) {
   EXPECT_EQ(kv->Set("p", huge, {}, &r).code(), StatusCode::kTooLarge);
   EXPECT_EQ(kv->SetRange("p", server::kKvMaxValueSize, "x", &len).code(),
             StatusCode::kOutOfRange);
-  ASSERT_TRUE(kv->Get("p", &v).ok());
+  ASSERT_OK(kv->Get("p", &v));
   EXPECT_EQ(v.size(), 5u);
   // Expiry.
   uint64_t at = 0;
   bool changed = false;
   SetOptions ex{.expiry = SetOptions::Expiry::kSet, .expire_at_ms = NowMs() + 400};
-  ASSERT_TRUE(kv->Set("e", "1", ex, &r).ok());
-  ASSERT_TRUE(kv->GetExpiry("e", &at).ok());
+  ASSERT_OK(kv->Set("e", "1", ex, &r));
+  ASSERT_OK(kv->GetExpiry("e", &at));
   EXPECT_EQ(at, ex.expire_at_ms);
   SetOptions keep{.expiry = SetOptions::Expiry::kKeep};
-  ASSERT_TRUE(kv->Set("e", "2", keep, &r).ok());
-  ASSERT_TRUE(kv->GetExpiry("e", &at).ok());
+  ASSERT_OK(kv->Set("e", "2", keep, &r));
+  ASSERT_OK(kv->GetExpiry("e", &at));
   EXPECT_EQ(at, ex.expire_at_ms);
-  ASSERT_TRUE(kv->SetExpiry("p", NowMs() + 60000, &changed).ok());
+  ASSERT_OK(kv->SetExpiry("p", NowMs() + 60000, &changed));
   EXPECT_TRUE(changed);
-  ASSERT_TRUE(kv->SetExpiry("p", 0, &changed).ok());
+  ASSERT_OK(kv->SetExpiry("p", 0, &changed));
   EXPECT_TRUE(changed);
-  ASSERT_TRUE(kv->GetExpiry("p", &at).ok());
+  ASSERT_OK(kv->GetExpiry("p", &at));
   EXPECT_EQ(at, 0u);
-  ASSERT_TRUE(kv->SetExpiry("absent", NowMs() + 1000, &changed).ok());
+  ASSERT_OK(kv->SetExpiry("absent", NowMs() + 1000, &changed));
   EXPECT_FALSE(changed);
   EXPECT_EQ(kv->GetExpiry("absent", &at).code(), StatusCode::kNotFound);
-  ASSERT_TRUE(kv->SetExpiry("s", NowMs() - 1, &changed).ok());  // the past deletes
+  ASSERT_OK(kv->SetExpiry("s", NowMs() - 1, &changed));  // the past deletes
   EXPECT_TRUE(changed);
   EXPECT_EQ(kv->Get("s", &v).code(), StatusCode::kNotFound);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(kv->Get("e", &v).code(), StatusCode::kNotFound);
-  ASSERT_TRUE(kv->Exists("e", &exists).ok());
+  ASSERT_OK(kv->Exists("e", &exists));
   EXPECT_FALSE(exists);
 }
 
@@ -240,17 +246,17 @@ TEST_F(KvClusterTest, MultiKeyOperationsScanCountAndFlushSpanVnodes) {
   for (int i = 0; i < 300; i++) want["key" + std::to_string(i)] = "value" + std::to_string(i);
   for (const auto& [k, v] : want) pairs.emplace_back(k, v);
   bool applied = false;
-  ASSERT_TRUE(kv->MultiPut(pairs, /*if_none_exist=*/false, &applied).ok());
+  ASSERT_OK(kv->MultiPut(pairs, /*if_none_exist=*/false, &applied));
   EXPECT_TRUE(applied);
   ExpectAll(kv, want);
   // MSETNX: one existing key stops all.
   std::vector<std::pair<std::string_view, std::string_view>> nx = {{"new1", "x"}, {"key7", "y"}};
-  ASSERT_TRUE(kv->MultiPut(nx, /*if_none_exist=*/true, &applied).ok());
+  ASSERT_OK(kv->MultiPut(nx, /*if_none_exist=*/true, &applied));
   EXPECT_FALSE(applied);
   std::string v;
   EXPECT_EQ(kv->Get("new1", &v).code(), StatusCode::kNotFound);
   std::vector<std::optional<std::string>> got;
-  ASSERT_TRUE(kv->MultiGet({"key1", "nope", "key2"}, &got).ok());
+  ASSERT_OK(kv->MultiGet({"key1", "nope", "key2"}, &got));
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got[0], "value1");
   EXPECT_FALSE(got[1].has_value());
@@ -272,13 +278,13 @@ TEST_F(KvClusterTest, MultiKeyOperationsScanCountAndFlushSpanVnodes) {
     for (const auto& [k, unused] : want) EXPECT_EQ(seen.count(k), 1u) << k;
   }
   uint64_t n = 0;
-  ASSERT_TRUE(kv->Count(&n).ok());
+  ASSERT_OK(kv->Count(&n));
   EXPECT_EQ(n, want.size());
-  ASSERT_TRUE(kv->Flush().ok());
-  ASSERT_TRUE(kv->Count(&n).ok());
+  ASSERT_OK(kv->Flush());
+  ASSERT_OK(kv->Count(&n));
   EXPECT_EQ(n, 0u);
   KvScanPage page;
-  ASSERT_TRUE(kv->Scan(0, 100, &page).ok());
+  ASSERT_OK(kv->Scan(0, 100, &page));
   EXPECT_TRUE(page.keys.empty());
   EXPECT_EQ(page.next_cursor, 0u);
 }
@@ -289,14 +295,13 @@ TEST_F(KvClusterTest, ConcurrentWritersKeepTheirLastValues) {
   constexpr int kThreads = 4, kOps = 300;
   std::vector<std::map<std::string, std::string>> last(kThreads);
   std::atomic<int> failures{0};
+  // Two clients (each with its own connections), two threads on each.
+  std::unique_ptr<ClusterKvStore> second;
+  ASSERT_OK(OpenStore(&second));
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; t++) {
     threads.emplace_back([&, t] {
-      std::unique_ptr<ClusterKvStore> kv;
-      if (!OpenStore(&kv).ok()) {
-        failures++;
-        return;
-      }
+      KvStore* kv = t % 2 == 0 ? kv_.get() : second.get();
       for (int i = 0; i < kOps; i++) {
         const std::string key = "t" + std::to_string(t) + "-" + std::to_string(i % 37);
         const std::string value = Checked(key + "@" + std::to_string(i));
@@ -315,7 +320,7 @@ TEST_F(KvClusterTest, ConcurrentWritersKeepTheirLastValues) {
   EXPECT_EQ(failures.load(), 0);
   for (int t = 0; t < kThreads; t++) ExpectAll(kv_.get(), last[t]);
   std::string v;
-  ASSERT_TRUE(kv_->Get("shared-counter", &v).ok());
+  ASSERT_OK(kv_->Get("shared-counter", &v));
   EXPECT_EQ(v, std::to_string(kThreads * ((kOps + 2) / 3)));
 }
 
@@ -326,14 +331,12 @@ TEST_F(KvClusterTest, KillDuringWritesLosesNothing) {
   constexpr int kThreads = 3, kOps = 500;
   std::vector<std::map<std::string, std::string>> last(kThreads);
   std::atomic<int> done_ops{0}, failures{0};
+  std::unique_ptr<ClusterKvStore> second;
+  ASSERT_OK(OpenStore(&second));
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; t++) {
     threads.emplace_back([&, t] {
-      std::unique_ptr<ClusterKvStore> kv;
-      if (!OpenStore(&kv).ok()) {
-        failures++;
-        return;
-      }
+      KvStore* kv = t == 0 ? kv_.get() : second.get();
       for (int i = 0; i < kOps; i++) {
         const std::string key = "w" + std::to_string(t) + "-" + std::to_string(i % 64);
         const std::string value = Checked(std::string(100 + i % 400, 'a' + t) + std::to_string(i));
@@ -364,7 +367,7 @@ TEST_F(KvClusterTest, KillDuringWritesLosesNothing) {
   KvScanPage page;
   uint64_t cursor = 0, keys = 0;
   do {
-    ASSERT_TRUE(kv_->Scan(cursor, 100, &page).ok());
+    ASSERT_OK(kv_->Scan(cursor, 100, &page));
     for (const std::string& k : page.keys) {
       std::string v;
       ASSERT_TRUE(kv_->Get(k, &v).ok()) << k;
@@ -375,10 +378,11 @@ TEST_F(KvClusterTest, KillDuringWritesLosesNothing) {
   } while (cursor != 0);
   EXPECT_EQ(keys, uint64_t{kThreads} * 64);
   // Back as a fresh backup; then everything checks clean.
-  ASSERT_TRUE(cluster_.StartServer(1).ok());
+  ASSERT_OK(cluster_.StartServer(1));
   WaitReplicated();
   for (int t = 0; t < kThreads; t++) ExpectAll(kv_.get(), last[t]);
   kv_.reset();
+  second.reset();
   StopAndCheckAll();
 }
 
@@ -394,24 +398,24 @@ TEST_F(KvClusterTest, WholeClusterRestartKeepsEveryKey) {
       o.expiry = SetOptions::Expiry::kSet;
       o.expire_at_ms = NowMs() + 3600 * 1000;
     }
-    ASSERT_TRUE(kv_->Set(key, want[key], o, &r).ok());
+    ASSERT_OK(kv_->Set(key, want[key], o, &r));
   }
   int64_t n = 0;
-  ASSERT_TRUE(kv_->IncrBy("r0-counter", 41, &n).ok());
+  ASSERT_OK(kv_->IncrBy("r0-counter", 41, &n));
   want["r0-counter"] = "41";
   WaitReplicated();
-  for (int i = 0; i < 3; i++) ASSERT_TRUE(cluster_.StopServer(i).ok());
-  for (int i = 0; i < 3; i++) ASSERT_TRUE(cluster_.StartServer(i).ok());
+  for (int i = 0; i < 3; i++) ASSERT_OK(cluster_.StopServer(i));
+  for (int i = 0; i < 3; i++) ASSERT_OK(cluster_.StartServer(i));
   ExpectAll(kv_.get(), want);
   uint64_t at = 0;
-  ASSERT_TRUE(kv_->GetExpiry("r10", &at).ok());
+  ASSERT_OK(kv_->GetExpiry("r10", &at));
   EXPECT_GT(at, NowMs());
   WaitReplicated();
   for (int i = 0; i < 3; i++) cluster_.KillServer(i);
-  for (int i = 0; i < 3; i++) ASSERT_TRUE(cluster_.StartServer(i).ok());
+  for (int i = 0; i < 3; i++) ASSERT_OK(cluster_.StartServer(i));
   ExpectAll(kv_.get(), want);
   uint64_t count = 0;
-  ASSERT_TRUE(kv_->Count(&count).ok());
+  ASSERT_OK(kv_->Count(&count));
   EXPECT_EQ(count, want.size());
   kv_.reset();
   StopAndCheckAll();
