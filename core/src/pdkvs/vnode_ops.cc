@@ -107,26 +107,27 @@ Status VnodeGetRange(CcehIndex* index, std::string_view key, int64_t start, int6
   return Status::OK();
 }
 
-Status VnodeSetRange(CcehIndex* index, std::string_view key, uint64_t offset,
-                     std::string_view data, uint64_t max_value_size, uint64_t* length) {
+Status VnodeSetRange(CcehIndex* index, std::string_view key, uint64_t offset, std::string_view data,
+                     uint64_t max_value_size, uint64_t* length) {
   if (offset > max_value_size || data.size() > max_value_size - offset) {
     return Status::OutOfRange("string exceeds maximum allowed size");
   }
-  return index->Update(
-      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
-        const uint64_t old_len = old == nullptr ? 0 : old->size();
-        if (data.empty()) {
-          *length = old_len;
-          return Status::OK();
-        }
-        m->kind = Mutation::kPut;
-        if (old != nullptr) m->value.assign(*old);
-        if (m->value.size() < offset + data.size()) m->value.resize(offset + data.size(), '\0');
-        m->value.replace(offset, data.size(), data);
-        m->meta = old_meta;
-        *length = m->value.size();
-        return Status::OK();
-      });
+  return index->Update(key,
+                       [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+                         const uint64_t old_len = old == nullptr ? 0 : old->size();
+                         if (data.empty()) {
+                           *length = old_len;
+                           return Status::OK();
+                         }
+                         m->kind = Mutation::kPut;
+                         if (old != nullptr) m->value.assign(*old);
+                         if (m->value.size() < offset + data.size())
+                           m->value.resize(offset + data.size(), '\0');
+                         m->value.replace(offset, data.size(), data);
+                         m->meta = old_meta;
+                         *length = m->value.size();
+                         return Status::OK();
+                       });
 }
 
 Status VnodeGetExpiry(CcehIndex* index, std::string_view key, uint64_t* expire_at_ms) {
@@ -140,19 +141,19 @@ Status VnodeGetExpiry(CcehIndex* index, std::string_view key, uint64_t* expire_a
 Status VnodeSetExpiry(CcehIndex* index, std::string_view key, uint64_t expire_at_ms,
                       uint64_t now_ms, bool* changed) {
   *changed = false;
-  return index->Update(
-      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
-        if (old == nullptr || (expire_at_ms == 0 && old_meta.expire_at_ms == 0))
-          return Status::OK();
-        *changed = true;
-        if (expire_at_ms != 0 && expire_at_ms <= now_ms) {
-          m->kind = Mutation::kDelete;
-          return Status::OK();
-        }
-        m->kind = Mutation::kSetExpiry;
-        m->meta.expire_at_ms = expire_at_ms;
-        return Status::OK();
-      });
+  return index->Update(key,
+                       [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+                         if (old == nullptr || (expire_at_ms == 0 && old_meta.expire_at_ms == 0))
+                           return Status::OK();
+                         *changed = true;
+                         if (expire_at_ms != 0 && expire_at_ms <= now_ms) {
+                           m->kind = Mutation::kDelete;
+                           return Status::OK();
+                         }
+                         m->kind = Mutation::kSetExpiry;
+                         m->meta.expire_at_ms = expire_at_ms;
+                         return Status::OK();
+                       });
 }
 
 Status VnodeFlush(CcehIndex* index) {

@@ -24,8 +24,8 @@ Status VnodeAppend(CcehIndex* index, std::string_view key, std::string_view suff
                    uint64_t max_value_size, uint64_t* length);
 Status VnodeGetRange(CcehIndex* index, std::string_view key, int64_t start, int64_t end,
                      std::string* value);
-Status VnodeSetRange(CcehIndex* index, std::string_view key, uint64_t offset,
-                     std::string_view data, uint64_t max_value_size, uint64_t* length);
+Status VnodeSetRange(CcehIndex* index, std::string_view key, uint64_t offset, std::string_view data,
+                     uint64_t max_value_size, uint64_t* length);
 Status VnodeGetExpiry(CcehIndex* index, std::string_view key, uint64_t* expire_at_ms);
 // `now_ms`: the clock the index expires items by.
 Status VnodeSetExpiry(CcehIndex* index, std::string_view key, uint64_t expire_at_ms,

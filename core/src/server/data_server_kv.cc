@@ -94,8 +94,7 @@ Status RunKv(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::
     }
     case kKvIncrBy: {
       int64_t result = 0;
-      PDPM_RETURN_IF_ERROR(
-          pdkvs::VnodeIncrBy(index, r.key, static_cast<int64_t>(r.arg0), &result));
+      PDPM_RETURN_IF_ERROR(pdkvs::VnodeIncrBy(index, r.key, static_cast<int64_t>(r.arg0), &result));
       e.U64(static_cast<uint64_t>(result));
       return Status::OK();
     }
@@ -193,8 +192,9 @@ Status DataServer::OpenVnode(Segment* seg) {
   dsm::PAllocator* alloc = seg->alloc.get();
   std::vector<pdkvs::CcehIndex*> indexes;
   if (const uint64_t header = alloc->GetRoot(kKvRootSlot); header != 0) {
-    PDPM_RETURN_IF_ERROR(pdkvs::CcehIndex::Open(alloc, header, {}, &seg->kv)
-                             .WithContext("pDKVS vnode of table " + std::to_string(seg->role.table)));
+    PDPM_RETURN_IF_ERROR(
+        pdkvs::CcehIndex::Open(alloc, header, {}, &seg->kv)
+            .WithContext("pDKVS vnode of table " + std::to_string(seg->role.table)));
     indexes.push_back(seg->kv.get());
   }
   // Vnode items and index blocks are owned kKvStore, the object table's

@@ -49,7 +49,7 @@ struct KvRequest {
   uint64_t arg0 = 0;
   // kKvSet expiry / kKvGetRange end / kKvScan count.
   uint64_t arg1 = 0;
-  std::vector<std::string_view> keys;                               // kKvMultiGet
+  std::vector<std::string_view> keys;                                // kKvMultiGet
   std::vector<std::pair<std::string_view, std::string_view>> pairs;  // kKvMultiPut
 };
 

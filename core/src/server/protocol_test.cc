@@ -105,8 +105,8 @@ TEST(ProtocolTest, KvRequestsRoundTripAndRefuseTruncation) {
   KvRequest get;
   get.table = 2;
   get.keys = {"x", "yy"};
-  for (auto [method, req] : {std::pair{kKvSet, set}, std::pair{kKvMultiPut, put},
-                             std::pair{kKvMultiGet, get}}) {
+  for (auto [method, req] :
+       {std::pair{kKvSet, set}, std::pair{kKvMultiPut, put}, std::pair{kKvMultiGet, get}}) {
     std::string msg;
     Encoder e(&msg);
     EncodeKvRequest(method, req, &e);

@@ -64,8 +64,7 @@ Status ClusterKvStore::KeyCall(uint16_t method, KvRequest r, std::string* reply)
       reply);
 }
 
-Status ClusterKvStore::VnodeCall(uint16_t method, uint32_t table, KvRequest r,
-                                 std::string* reply) {
+Status ClusterKvStore::VnodeCall(uint16_t method, uint32_t table, KvRequest r, std::string* reply) {
   return client_->TableCall(
       [&](uint32_t table_count, uint32_t* out) {
         if (table > table_count) return Status::OutOfRange("no table " + std::to_string(table));

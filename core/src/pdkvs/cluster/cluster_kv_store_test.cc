@@ -21,9 +21,9 @@
 namespace pdpm::pdkvs {
 namespace {
 
-#define ASSERT_OK(expr)                          \
-  do {                                           \
-    const Status status_ = (expr);               \
+#define ASSERT_OK(expr)                              \
+  do {                                               \
+    const Status status_ = (expr);                   \
     ASSERT_TRUE(status_.ok()) << status_.ToString(); \
   } while (0)
 
@@ -43,7 +43,8 @@ std::string Checked(const std::string& body) {
 
 bool ChecksumOk(const std::string& v) {
   const size_t colon = v.find(':');
-  return colon != std::string::npos && v.substr(0, colon) == std::to_string(Crc32c(v.substr(colon + 1)));
+  return colon != std::string::npos &&
+         v.substr(0, colon) == std::to_string(Crc32c(v.substr(colon + 1)));
 }
 
 LocalClusterOptions KvClusterOptions() {
@@ -206,8 +207,7 @@ TEST_F(KvClusterTest, EveryOperationAndItsErrors) {
   EXPECT_EQ(kv->Get(long_key, &v).code(), StatusCode::kTooLarge);
   const std::string huge(server::kKvMaxValueSize + 1, 'v');
   EXPECT_EQ(kv->Set("p", huge, {}, &r).code(), StatusCode::kTooLarge);
-  EXPECT_EQ(kv->SetRange("p", server::kKvMaxValueSize, "x", &len).code(),
-            StatusCode::kOutOfRange);
+  EXPECT_EQ(kv->SetRange("p", server::kKvMaxValueSize, "x", &len).code(), StatusCode::kOutOfRange);
   ASSERT_OK(kv->Get("p", &v));
   EXPECT_EQ(v.size(), 5u);
   // Expiry.
