@@ -48,62 +48,63 @@ Status ClusterKvStore::Open(const client::ClientOptions& options,
   return Status::OK();
 }
 
-Status ClusterKvStore::KeyCall(uint16_t method, KvRequest r, std::string* reply) {
-  const uint64_t hash = HashKey(r.key);
+Status ClusterKvStore::Send(uint16_t method, const client::Client::TableRoute& route, KvRequest* r,
+                            std::string* reply) {
   return client_->TableCall(
-      [&](uint32_t table_count, uint32_t* table) {
-        *table = monitor::TableForKey(hash, table_count);
-        return Status::OK();
-      },
-      method,
+      route, method,
       [&](uint32_t table, std::string* body) {
-        r.table = table;
+        r->table = table;
         Encoder e(body);
-        server::EncodeKvRequest(method, r, &e);
+        server::EncodeKvRequest(method, *r, &e);
       },
       reply);
 }
 
-Status ClusterKvStore::VnodeCall(uint16_t method, uint32_t table, KvRequest r, std::string* reply) {
-  return client_->TableCall(
+Status ClusterKvStore::KeyCall(uint16_t method, KvRequest r, std::string* reply) {
+  const uint64_t hash = HashKey(r.key);
+  return Send(
+      method,
+      [&](uint32_t table_count, uint32_t* table) {
+        *table = monitor::TableForKey(hash, table_count);
+        return Status::OK();
+      },
+      &r, reply);
+}
+
+Status ClusterKvStore::VnodeCall(uint16_t method, uint32_t table, std::string* reply) {
+  KvRequest r;
+  return Send(
+      method,
       [&](uint32_t table_count, uint32_t* out) {
         if (table > table_count) return Status::OutOfRange("no table " + std::to_string(table));
         *out = table;
         return Status::OK();
       },
-      method,
-      [&](uint32_t t, std::string* body) {
-        r.table = t;
-        Encoder e(body);
-        server::EncodeKvRequest(method, r, &e);
-      },
-      reply);
+      &r, reply);
 }
 
-Status ClusterKvStore::GroupCall(uint16_t method, const std::vector<std::string_view>& all,
-                                 const std::vector<size_t>& keys, KvRequest r,
-                                 std::vector<size_t>* sent, std::string* reply) {
-  uint32_t count = 0;
-  return client_->TableCall(
+Status ClusterKvStore::GroupCall(uint16_t method, const std::vector<std::string_view>& keys,
+                                 const std::vector<size_t>& pending, const KvPairs* pairs,
+                                 KvRequest* r, std::vector<size_t>* sent, std::string* reply) {
+  return Send(
+      method,
       [&](uint32_t table_count, uint32_t* table) {
-        count = table_count;
-        *table = monitor::TableForKey(HashKey(all[keys.front()]), table_count);
+        *table = monitor::TableForKey(HashKey(keys[pending.front()]), table_count);
+        sent->clear();
+        r->keys.clear();
+        r->pairs.clear();
+        for (size_t i : pending) {
+          if (monitor::TableForKey(HashKey(keys[i]), table_count) != *table) continue;
+          sent->push_back(i);
+          if (pairs != nullptr) {
+            r->pairs.push_back((*pairs)[i]);
+          } else {
+            r->keys.push_back(keys[i]);
+          }
+        }
         return Status::OK();
       },
-      method,
-      [&](uint32_t table, std::string* body) {
-        sent->clear();
-        r.table = table;
-        r.keys.clear();
-        for (size_t i : keys) {
-          if (monitor::TableForKey(HashKey(all[i]), count) != table) continue;
-          sent->push_back(i);
-          r.keys.push_back(all[i]);
-        }
-        Encoder e(body);
-        server::EncodeKvRequest(method, r, &e);
-      },
-      reply);
+      r, reply);
 }
 
 std::shared_ptr<const ClusterKvStore::ResidueMap> ClusterKvStore::Residues(uint32_t table_count) {
@@ -238,7 +239,8 @@ Status ClusterKvStore::MultiGet(const std::vector<std::string_view>& keys,
   while (!pending.empty()) {
     std::vector<size_t> sent;
     std::string reply;
-    PDPM_RETURN_IF_ERROR(GroupCall(server::kKvMultiGet, keys, pending, {}, &sent, &reply));
+    KvRequest r;
+    PDPM_RETURN_IF_ERROR(GroupCall(server::kKvMultiGet, keys, pending, nullptr, &r, &sent, &reply));
     Decoder d = ReplyDecoder(reply);
     uint64_t answered = 0;
     PDPM_RETURN_IF_ERROR(d.U64(&answered));
@@ -277,7 +279,6 @@ Status ClusterKvStore::MultiPut(
   for (const auto& p : pairs) keys.push_back(p.first);
   std::vector<size_t> pending(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pending[i] = i;
-  std::vector<std::vector<size_t>> groups;
   if (if_none_exist) {
     // Across vnodes the check precedes the writes (see the header); within
     // one vnode the server repeats it atomically with them.
@@ -290,26 +291,9 @@ Status ClusterKvStore::MultiPut(
   while (!pending.empty()) {
     std::vector<size_t> sent;
     std::string reply;
-    Status s = client_->TableCall(
-        [&](uint32_t table_count, uint32_t* table) {
-          *table = monitor::TableForKey(HashKey(keys[pending.front()]), table_count);
-          sent.clear();
-          for (size_t i : pending) {
-            if (monitor::TableForKey(HashKey(keys[i]), table_count) == *table) sent.push_back(i);
-          }
-          return Status::OK();
-        },
-        server::kKvMultiPut,
-        [&](uint32_t table, std::string* body) {
-          KvRequest r;
-          r.table = table;
-          r.arg0 = if_none_exist ? 1 : 0;
-          for (size_t i : sent) r.pairs.push_back(pairs[i]);
-          Encoder e(body);
-          server::EncodeKvRequest(server::kKvMultiPut, r, &e);
-        },
-        &reply);
-    PDPM_RETURN_IF_ERROR(s);
+    KvRequest r;
+    r.arg0 = if_none_exist ? 1 : 0;
+    PDPM_RETURN_IF_ERROR(GroupCall(server::kKvMultiPut, keys, pending, &pairs, &r, &sent, &reply));
     uint64_t done = 0;
     PDPM_RETURN_IF_ERROR(ReplyU64(reply, &done));
     if (done == 0) return Status::OK();  // a key of this vnode appeared meanwhile
@@ -420,7 +404,7 @@ Status ClusterKvStore::Count(uint64_t* count) {
   *count = 0;
   for (uint32_t table = 1;; ++table) {
     std::string reply;
-    Status s = VnodeCall(server::kKvCount, table, {}, &reply);
+    Status s = VnodeCall(server::kKvCount, table, &reply);
     if (s.code() == StatusCode::kOutOfRange) return Status::OK();
     PDPM_RETURN_IF_ERROR(s);
     uint64_t n = 0;
@@ -432,7 +416,7 @@ Status ClusterKvStore::Count(uint64_t* count) {
 Status ClusterKvStore::Flush() {
   for (uint32_t table = 1;; ++table) {
     std::string reply;
-    Status s = VnodeCall(server::kKvFlush, table, {}, &reply);
+    Status s = VnodeCall(server::kKvFlush, table, &reply);
     if (s.code() == StatusCode::kOutOfRange) return Status::OK();
     PDPM_RETURN_IF_ERROR(s);
   }

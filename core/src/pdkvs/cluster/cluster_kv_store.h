@@ -61,15 +61,20 @@ class ClusterKvStore final : public KvStore {
 
  private:
   explicit ClusterKvStore(std::unique_ptr<client::Client> client);
+  using KvPairs = std::vector<std::pair<std::string_view, std::string_view>>;
+  // Request `*r` to the table `route` picks (client::Client::TableCall).
+  Status Send(uint16_t method, const client::Client::TableRoute& route, server::KvRequest* r,
+              std::string* reply);
   // Request `r` about the key r.key, routed to its table.
   Status KeyCall(uint16_t method, server::KvRequest r, std::string* reply);
-  // Request `r` to table `table` (1-based; kOutOfRange past the last).
-  Status VnodeCall(uint16_t method, uint32_t table, server::KvRequest r, std::string* reply);
-  // Request `r` with the keys of `keys` (indexes into `all`) that share the
-  // table of the first under the current table count: *sent names them.
-  Status GroupCall(uint16_t method, const std::vector<std::string_view>& all,
-                   const std::vector<size_t>& keys, server::KvRequest r, std::vector<size_t>* sent,
-                   std::string* reply);
+  // A body-less request to table `table` (1-based; kOutOfRange past the last).
+  Status VnodeCall(uint16_t method, uint32_t table, std::string* reply);
+  // Request `*r` carrying the keys of `pending` (indexes into `keys`) that
+  // share the table of the first under the current table count — as keys,
+  // or with `pairs` as those pairs; *sent names them in order.
+  Status GroupCall(uint16_t method, const std::vector<std::string_view>& keys,
+                   const std::vector<size_t>& pending, const KvPairs* pairs, server::KvRequest* r,
+                   std::vector<size_t>* sent, std::string* reply);
   // Where key residues go for one table count (cached).
   struct ResidueMap {
     std::vector<uint32_t> table;  // by residue
