@@ -16,6 +16,23 @@ bool IsKvSingleKey(uint16_t method) {
   }
 }
 
+bool IsKvIdempotent(uint16_t method, const KvRequest& r) {
+  switch (method) {
+    case kKvGet:
+    case kKvExists:
+    case kKvGetRange:
+    case kKvSetRange:
+    case kKvMultiGet:
+    case kKvScan:
+    case kKvGetExpiry:
+    case kKvCount:
+    case kKvFlush: return true;
+    case kKvSet: return (r.arg0 & (kKvSetConditionMask | kKvSetWantOld)) == 0;
+    case kKvMultiPut: return r.arg0 == 0;
+    default: return false;
+  }
+}
+
 void EncodeKvRequest(uint16_t method, const KvRequest& r, Encoder* e) {
   e->U64(r.table);
   if (IsKvSingleKey(method)) e->Str(r.key);

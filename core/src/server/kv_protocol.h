@@ -58,6 +58,12 @@ bool IsKvMethod(uint16_t method);
 // Whether the request names one key (KvRequest::key).
 bool IsKvSingleKey(uint16_t method);
 
+// Whether running the request twice answers and leaves what running it
+// once does (reads, a plain set, set-range, a plain multi-put, flush): only
+// such a request is sent again when its first sending may have reached
+// the server.
+bool IsKvIdempotent(uint16_t method, const KvRequest& r);
+
 // Appends the body of `method` (after the request header).
 void EncodeKvRequest(uint16_t method, const KvRequest& r, Encoder* e);
 // Decodes the body of `method` from `d` (positioned after the header) to

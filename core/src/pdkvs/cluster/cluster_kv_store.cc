@@ -57,7 +57,7 @@ Status ClusterKvStore::Send(uint16_t method, const client::Client::TableRoute& r
         Encoder e(body);
         server::EncodeKvRequest(method, *r, &e);
       },
-      reply);
+      server::IsKvIdempotent(method, *r), reply);
 }
 
 Status ClusterKvStore::KeyCall(uint16_t method, KvRequest r, std::string* reply) {
@@ -322,20 +322,15 @@ Status ClusterKvStore::Scan(uint64_t cursor, size_t count, KvScanPage* page) {
     r.arg0 = pos;
     r.arg1 = std::clamp<uint64_t>(count - std::min(count, page->keys.size()), 1,
                                   server::kKvMaxScanCount);
-    PDPM_RETURN_IF_ERROR(client_->TableCall(
+    PDPM_RETURN_IF_ERROR(Send(
+        server::kKvScan,
         [&](uint32_t table_count, uint32_t* out) {
           map = Residues(table_count);
           table = map->table[pos & monitor::kKeyResidueMask];
           *out = table;
           return Status::OK();
         },
-        server::kKvScan,
-        [&](uint32_t t, std::string* body) {
-          r.table = t;
-          Encoder e(body);
-          server::EncodeKvRequest(server::kKvScan, r, &e);
-        },
-        &reply));
+        &r, &reply));
     Decoder d = ReplyDecoder(reply);
     uint64_t next = 0, done = 0, n = 0;
     PDPM_RETURN_IF_ERROR(d.U64(&next));
