@@ -9,7 +9,10 @@
 // - Values are limited to server::kKvMaxValueSize (64 MiB - 64 KiB), one
 //   RPC; larger ones fail with kTooLarge.
 // - A request whose server fails waits (ClientOptions::failover_wait_ms)
-//   for the promotion of a backup, then runs there; kUnavailable after.
+//   for the promotion of a backup, then runs there; kUnavailable after. A
+//   request that may have reached the failed server is sent again only if
+//   it is idempotent (server::IsKvIdempotent); any other fails with
+//   kUnavailable, its outcome unknown.
 // - Multi-key operations are atomic per vnode: MultiPut of keys of one
 //   vnode (and MultiGet of them) is one step; MultiPut across vnodes is one
 //   step per vnode (if_none_exist is checked before the first), not one
