@@ -298,6 +298,24 @@ class ClientImpl final : public Client, public TxHost {
     return d.Done();
   }
 
+  Status TableCall(const TableRoute& route, uint16_t method, const TableBody& body, bool idempotent,
+                   std::string* reply) override {
+    uint32_t table = 0;
+    return Call(
+        [&](const Mapping& m, uint32_t* server) {
+          if (m.table_count == 0) return Status::Unavailable("the cluster has no table map");
+          PDPM_RETURN_IF_ERROR(route(m.table_count, &table));
+          return TableOwner(m, table, server);
+        },
+        method,
+        [&](Encoder& e) {
+          std::string b;
+          body(table, &b);
+          e.Bytes(b);
+        },
+        reply, idempotent);
+  }
+
   Status DelObj(const ObjectId& id) override {
     std::string reply;
     return ObjectCall(
@@ -391,7 +409,11 @@ class ClientImpl final : public Client, public TxHost {
   // An RPC routed by `route`, refreshed and retried once when the server
   // refuses the epoch or the route (kStaleEpoch) or cannot be reached
   // (the server may have restarted elsewhere).
-  Status Call(const Route& route, uint16_t method, const Body& body, std::string* reply) {
+  // `idempotent` false: a request that may have reached the server (its
+  // connection failed or timed out after sending) is not sent again — its
+  // outcome is unknown and the caller gets kUnavailable.
+  Status Call(const Route& route, uint16_t method, const Body& body, std::string* reply,
+              bool idempotent = true) {
     Status s;
     const auto deadline = FailoverDeadline();
     for (int attempt = 0;; attempt++) {
@@ -408,18 +430,23 @@ class ClientImpl final : public Client, public TxHost {
       e.Header({m->epoch, credential_});
       body(e);
       ConnRef ref;
+      bool maybe_applied = false;
       s = GetConn(*m, server, &ref);
       if (s.ok()) {
         reply->clear();
         s = ref.conn->rpc->Call(method, {reinterpret_cast<const uint8_t*>(req.data()), req.size()},
                                 reply);
-        if (IsConnectionFailure(s)) ref.conn->rpc.reset();
+        if (IsConnectionFailure(s)) {
+          ref.conn->rpc.reset();
+          maybe_applied = true;
+        }
       }
       if (s.code() == StatusCode::kTimeout) {
         s = Status::Unavailable("server " + std::to_string(server) + ": " +
                                 std::string(s.message()));
       }
-      bool retry = s.code() == StatusCode::kStaleEpoch || s.code() == StatusCode::kUnavailable;
+      bool retry = s.code() == StatusCode::kStaleEpoch ||
+                   (s.code() == StatusCode::kUnavailable && (idempotent || !maybe_applied));
       if (!retry || !MayRetry(*m, attempt, deadline)) break;
       if (ref.lock.owns_lock()) ref.lock.unlock();
       if (s.code() == StatusCode::kUnavailable) ReportUnreachable(*m, server);
@@ -457,9 +484,13 @@ class ClientImpl final : public Client, public TxHost {
                             uint32_t* server) {
     if (m.table_count == 0) return Status::Unavailable("the cluster has no table map");
     *table = monitor::TableForObject(id.hi, id.lo, m.table_count);
-    auto it = m.table_owner.find(*table);
+    return TableOwner(m, *table, server);
+  }
+
+  static Status TableOwner(const Mapping& m, uint32_t table, uint32_t* server) {
+    auto it = m.table_owner.find(table);
     if (it == m.table_owner.end() || it->second == 0) {
-      return Status::Unavailable("table " + std::to_string(*table) + " has no server");
+      return Status::Unavailable("table " + std::to_string(table) + " has no server");
     }
     *server = it->second;
     return Status::OK();
