@@ -280,6 +280,24 @@ class ClientImpl final : public Client, public TxHost {
     return d.Done();
   }
 
+  Status TableCall(const TableRoute& route, uint16_t method, const TableBody& body,
+                   std::string* reply) override {
+    uint32_t table = 0;
+    return Call(
+        [&](const Mapping& m, uint32_t* server) {
+          if (m.table_count == 0) return Status::Unavailable("the cluster has no table map");
+          PDPM_RETURN_IF_ERROR(route(m.table_count, &table));
+          return TableOwner(m, table, server);
+        },
+        method,
+        [&](Encoder& e) {
+          std::string b;
+          body(table, &b);
+          e.Bytes(b);
+        },
+        reply);
+  }
+
   Status DelObj(const ObjectId& id) override {
     std::string reply;
     return ObjectCall(
@@ -419,9 +437,13 @@ class ClientImpl final : public Client, public TxHost {
                             uint32_t* server) {
     if (m.table_count == 0) return Status::Unavailable("the cluster has no table map");
     *table = monitor::TableForObject(id.hi, id.lo, m.table_count);
-    auto it = m.table_owner.find(*table);
+    return TableOwner(m, *table, server);
+  }
+
+  static Status TableOwner(const Mapping& m, uint32_t table, uint32_t* server) {
+    auto it = m.table_owner.find(table);
     if (it == m.table_owner.end() || it->second == 0) {
-      return Status::Unavailable("table " + std::to_string(*table) + " has no server");
+      return Status::Unavailable("table " + std::to_string(table) + " has no server");
     }
     *server = it->second;
     return Status::OK();

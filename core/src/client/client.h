@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -106,6 +107,19 @@ class Client {
 
   // Starts a transaction over heap data (client/transaction.h, docs/tx.md).
   virtual Status TxBegin(std::unique_ptr<Transaction>* out) = 0;
+
+  // For services built on the object-store tables (pDKVS, docs/pdkvs.md):
+  // sends data-plane RPC `method` (server/protocol.h) to the server owning
+  // table `*table` that `route` picks from the cluster's table count; `body`
+  // appends the request body after the header, for that table. The epoch
+  // and failover handling are the object operations': a kStaleEpoch refusal
+  // refreshes the mapping and routes again; with replication a dead
+  // server's request waits (failover_wait_ms) for its backup's promotion.
+  // A `route` error is returned as it is.
+  using TableRoute = std::function<Status(uint32_t table_count, uint32_t* table)>;
+  using TableBody = std::function<void(uint32_t table, std::string* body)>;
+  virtual Status TableCall(const TableRoute& route, uint16_t method, const TableBody& body,
+                           std::string* reply) = 0;
 
   // The epoch of the cached mapping.
   virtual uint64_t epoch() const = 0;

@@ -135,4 +135,10 @@ uint32_t TableForObject(uint64_t id_hi, uint64_t id_lo, uint32_t table_count) {
   return static_cast<uint32_t>(bucket) + 1;
 }
 
+uint32_t TableForKey(uint64_t key_hash, uint32_t table_count) {
+  // A constant high word keeps keys' digests apart from small object ids'.
+  constexpr uint64_t kKeyDomain = 0x7064'6b76'7300'0000;  // "pdkvs"
+  return TableForObject(kKeyDomain, key_hash & kKeyResidueMask, table_count);
+}
+
 }  // namespace pdpm::monitor

@@ -50,4 +50,12 @@ bool BalanceTables(std::vector<TableSlot>* tables, const std::vector<uint32_t>& 
 // tables take. table_count must be > 0.
 uint32_t TableForObject(uint64_t id_hi, uint64_t id_lo, uint32_t table_count);
 
+// The table (1..table_count) a pDKVS key belongs to, from its hash
+// (pdkvs::HashKey): jump consistent hashing of the hash's low 16 bits, its
+// residue. Every table thus holds the keys of a fixed set of residues, so a
+// hash position names its table by its low bits (the scan cursor of the
+// distributed store, docs/pdkvs.md). table_count must be > 0.
+inline constexpr uint64_t kKeyResidueMask = 0xffff;
+uint32_t TableForKey(uint64_t key_hash, uint32_t table_count);
+
 }  // namespace pdpm::monitor

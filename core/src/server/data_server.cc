@@ -76,6 +76,11 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
       return self->HandleObject(m, r, out);
     });
   }
+  for (uint16_t m = kKvGet; m <= kKvFlush; ++m) {
+    s->rpc_->Register(m, [self, m](std::span<const uint8_t> r, std::string* out) {
+      return self->HandleKv(m, r, out);
+    });
+  }
   s->tx_ = std::make_unique<TxParticipant>(s->MakeTxHooks(), s->transport_.get(),
                                            log.WithComponent("tx"));
   s->tx_->RegisterRpcs(s->rpc_.get());
@@ -488,6 +493,15 @@ Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create
     std::shared_lock lock(mu_);
     if (table_count_ == 0) return Status::Unavailable("no table map yet");
     table = monitor::TableForObject(id.hi, id.lo, table_count_);
+  }
+  Status s = TableSegment(table, epoch, create, out);
+  if (s.code() == StatusCode::kNotFound) return Status::NotFound("no such object");
+  return s;
+}
+
+Status DataServer::TableSegment(uint32_t table, uint64_t epoch, bool create, Segment** out) {
+  {
+    std::shared_lock lock(mu_);
     auto owned = owned_tables_.find(table);
     if (owned == owned_tables_.end()) {
       return Status::StaleEpoch("table " + std::to_string(table) +
@@ -504,7 +518,7 @@ Status DataServer::TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create
       return Status::OK();
     }
   }
-  if (!create) return Status::NotFound("no such object");
+  if (!create) return Status::NotFound("table " + std::to_string(table) + " holds nothing");
   std::lock_guard<std::mutex> grow(grow_mu_);
   {
     std::shared_lock lock(mu_);

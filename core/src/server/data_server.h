@@ -32,6 +32,7 @@
 #include "monitor/monitor_client.h"
 #include "net/rpc.h"
 #include "net/transport.h"
+#include "pdkvs/cceh.h"
 #include "pm/pm_space.h"
 #include "server/protocol.h"
 #include "server/replication.h"
@@ -77,6 +78,7 @@ class DataServer {
     uint64_t placement_epoch = 0;
     std::unique_ptr<dsm::PAllocator> alloc;        // primaries only
     std::unique_ptr<dsm::ObjectStoreTable> table;  // kTable primaries only
+    std::unique_ptr<pdkvs::CcehIndex> kv;  // kTable primaries: the pDKVS vnode once made; repl_mu
     std::unique_ptr<net::MemoryRegion> region;
     // Replication (docs/replication.md).
     char* base = nullptr;
@@ -144,6 +146,14 @@ class DataServer {
   // The table segment of `id`'s table after the ownership and epoch checks;
   // creates it when `create` (else kNotFound when there is none).
   Status TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create, Segment** out);
+  // The same for table number `table`.
+  Status TableSegment(uint32_t table, uint64_t epoch, bool create, Segment** out);
+
+  // pDKVS (data_server_kv.cc, docs/pdkvs.md "Distributed store").
+  Status HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply);
+  // Reopens the vnode of a table segment being opened as primary (if it
+  // has one) and frees the blocks of vnode items no index reaches.
+  Status OpenVnode(Segment* seg);
 
   const ServerOptions options_;
   const Logger log_;

@@ -64,6 +64,7 @@ Status DataServer::OpenPrimary(Segment* seg) {
                                   {"objects", rec.objects},
                                   {"reclaimed_blocks", rec.reclaimed_blocks},
                                   {"repaired_links", rec.repaired_links}});
+    PDPM_RETURN_IF_ERROR(OpenVnode(seg));
   }
   return Status::OK();
 }

@@ -4,6 +4,8 @@
 #include <memory>
 
 #include "dsm/chunk.h"
+#include "dsm/pallocator.h"
+#include "pdkvs/cceh.h"
 #include "pm/pm_device.h"
 #include "pm/pm_space.h"
 
@@ -69,6 +71,31 @@ void CheckTxLog(std::span<const char> seg, dsm::TxLogCheck* out) {
   dsm::CheckTxLogRegion(seg.data() + region, area_size, static_cast<uint32_t>(count), out);
 }
 
+// The pDKVS vnode of a table segment (root slot kKvRootSlot), if it has one:
+// its findings join the segment's report.
+void CheckVnode(std::span<char> seg, dsm::SegmentCheckReport* out) {
+  dsm::RegionHeader h;
+  std::memcpy(&h, seg.data() + dsm::kRegionHeaderOffset, sizeof(h));
+  const uint64_t header = h.roots[kKvRootSlot];
+  if (header == 0) return;
+  // Opening the allocator only reads PM (it rebuilds its free lists in
+  // memory); the check never persists.
+  dsm::PmRange range{seg.data(), seg.size(), [](const void*, size_t) {}};
+  std::unique_ptr<dsm::PAllocator> alloc;
+  Status s = dsm::PAllocator::Open(range, dsm::PAllocatorOptions{}, &alloc);
+  if (!s.ok()) {
+    out->violations.push_back("pDKVS vnode: cannot open the region: " + s.ToString());
+    return;
+  }
+  pdkvs::CcehCheckReport r = pdkvs::CcehIndex::Check(alloc.get(), header);
+  for (const auto& v : r.violations) out->violations.push_back("pDKVS vnode: " + v);
+  if (r.interrupted_splits > 0 || r.stale_slots > 0) {
+    out->repairable.push_back("pDKVS vnode: " + std::to_string(r.interrupted_splits) +
+                              " interrupted splits, " + std::to_string(r.stale_slots) +
+                              " stale slots");
+  }
+}
+
 }  // namespace
 
 Status CheckServerPm(const std::string& path, PmCheckReport* report) {
@@ -91,6 +118,7 @@ Status CheckServerPm(const std::string& path, PmCheckReport* report) {
     f.report = dsm::CheckSegment(seg.data(), seg.size(),
                                  f.role.kind == SegmentKind::kTable ? kObjectRootSlot : -1);
     if (f.role.kind == SegmentKind::kTxLog) CheckTxLog(seg, &f.tx_log);
+    if (f.role.kind == SegmentKind::kTable && f.report.ok()) CheckVnode(seg, &f.report);
     report->segments.push_back(std::move(f));
   }
   return Status::OK();

@@ -1,7 +1,9 @@
 // The offline checker of a server's PM (what `pdpm fsck` runs): opens the
 // PM read-only in spirit (it never writes), finds every segment in use from
-// its role word (segment_role.h) and runs dsm::CheckSegment on it, and on a
-// transaction-log segment dsm::CheckTxLogRegion on its log region. The PM
+// its role word (segment_role.h) and runs dsm::CheckSegment on it, on a
+// table segment's pDKVS vnode pdkvs::CcehIndex::Check (its findings join
+// the segment's report), and on a transaction-log segment
+// dsm::CheckTxLogRegion on its log region. The PM
 // must not be open in a running server (the device lock refuses it with
 // kFailedPrecondition).
 #pragma once

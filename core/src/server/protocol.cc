@@ -94,6 +94,15 @@ Status Decoder::Address(dsm::GlobalAddress* a) {
   return Status::OK();
 }
 
+Status Decoder::Str(std::string_view* s) {
+  uint64_t len = 0;
+  PDPM_RETURN_IF_ERROR(U64(&len));
+  if (len > in_.size() - pos_) return Status::InvalidArgument("rpc message too short");
+  *s = std::string_view(reinterpret_cast<const char*>(in_.data()) + pos_, len);
+  pos_ += len;
+  return Status::OK();
+}
+
 std::string_view Decoder::Rest() {
   std::string_view rest(reinterpret_cast<const char*>(in_.data()) + pos_, in_.size() - pos_);
   pos_ = in_.size();

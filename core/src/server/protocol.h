@@ -19,6 +19,7 @@
 //   kObjSize    16-byte id                     -> u64 size
 //   kDelObj     16-byte id                     -> empty
 //   kTx*        transactions: docs/tx.md
+//   kKv*        pDKVS vnode operations: docs/pdkvs.md ("Distributed store")
 // A decoder refuses a short, long or unknown-version message with
 // kInvalidArgument.
 #pragma once
@@ -68,6 +69,24 @@ enum Method : uint16_t {
   kReplicaApply = 0x301,   // primary -> backup: u64 segment | redo ranges -> empty
   kHeapWrite = 0x302,      // client -> primary: 16-byte address | data -> empty
   kReplicaAttach = 0x303,  // primary -> backup: u64 segment | u64 local -> u64 key
+  // pDKVS: operations on the vnode (the CCEH index) of a table
+  // (server/data_server_kv.cc, docs/pdkvs.md "Distributed store").
+  kKvGet = 0x401,
+  kKvSet = 0x402,
+  kKvGetDelete = 0x403,
+  kKvDelete = 0x404,
+  kKvExists = 0x405,
+  kKvIncrBy = 0x406,
+  kKvAppend = 0x407,
+  kKvGetRange = 0x408,
+  kKvSetRange = 0x409,
+  kKvMultiGet = 0x40a,
+  kKvMultiPut = 0x40b,
+  kKvScan = 0x40c,
+  kKvGetExpiry = 0x40d,
+  kKvSetExpiry = 0x40e,
+  kKvCount = 0x40f,
+  kKvFlush = 0x410,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It
@@ -89,6 +108,11 @@ class Encoder {
   void Id(const dsm::ObjectId& id);
   void Address(const dsm::GlobalAddress& a);
   void Bytes(std::string_view data) { out_->append(data); }
+  // u64 length | bytes.
+  void Str(std::string_view data) {
+    U64(data.size());
+    Bytes(data);
+  }
 
  private:
   std::string* out_;
@@ -103,6 +127,8 @@ class Decoder {
   Status U64(uint64_t* v);
   Status Id(dsm::ObjectId* id);
   Status Address(dsm::GlobalAddress* a);
+  // u64 length | bytes; the view borrows the message.
+  Status Str(std::string_view* s);
   // The rest of the message.
   std::string_view Rest();
   // kInvalidArgument unless the whole message was consumed.

@@ -3,12 +3,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "server/kv_protocol.h"
 #include "server/protocol.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pdpm::server;
   if (size == 0) return 0;
-  uint8_t shape = data[0] % 4;
+  // Shapes 0..3: object and heap requests; 4..19: the pDKVS requests.
+  uint8_t shape = data[0] % 20;
   pdpm::server::Decoder d({data + 1, size - 1});
   RequestHeader h;
   if (!d.Header(&h).ok()) return 0;
@@ -26,9 +28,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (d.Id(&id).ok() && d.U64(&v).ok()) (void)d.Rest();
       (void)d.Done();
       break;
-    default:
+    case 3:
       if (d.Id(&id).ok() && d.U64(&v).ok() && d.U64(&v).ok()) (void)d.Done();
       break;
+    default: {
+      KvRequest r;
+      (void)DecodeKvRequest(static_cast<uint16_t>(kKvGet + (shape - 4)), &d, &r);
+      break;
+    }
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "server/kv_protocol.h"
 #include "server/segment_role.h"
 
 namespace pdpm::server {
@@ -88,6 +89,69 @@ TEST(SegmentRoleTest, EncodeDecode) {
   std::string blank(8192, '\0');
   ASSERT_TRUE(ReadSegmentRole({blank.data(), blank.size()}, &out).ok());
   EXPECT_EQ(out.kind, SegmentKind::kFree);
+}
+
+TEST(ProtocolTest, KvRequestsRoundTripAndRefuseTruncation) {
+  KvRequest set;
+  set.table = 3;
+  set.key = "key";
+  set.value = "value";
+  set.arg0 = kKvSetWantOld | (2 << kKvSetExpiryShift) | 1;
+  set.arg1 = 12345;
+  KvRequest put;
+  put.table = 1;
+  put.arg0 = 1;
+  put.pairs = {{"a", "1"}, {"", ""}};
+  KvRequest get;
+  get.table = 2;
+  get.keys = {"x", "yy"};
+  for (auto [method, req] : {std::pair{kKvSet, set}, std::pair{kKvMultiPut, put},
+                             std::pair{kKvMultiGet, get}}) {
+    std::string msg;
+    Encoder e(&msg);
+    EncodeKvRequest(method, req, &e);
+    KvRequest got;
+    Decoder d(Span(msg));
+    ASSERT_TRUE(DecodeKvRequest(method, &d, &got).ok()) << method;
+    EXPECT_EQ(got.table, req.table);
+    EXPECT_EQ(got.key, req.key);
+    EXPECT_EQ(got.value, req.value);
+    EXPECT_EQ(got.arg0, req.arg0);
+    EXPECT_EQ(got.arg1, req.arg1);
+    EXPECT_EQ(got.keys, req.keys);
+    EXPECT_EQ(got.pairs, req.pairs);
+    for (size_t cut = 0; cut < msg.size(); cut++) {
+      std::string prefix = msg.substr(0, cut);
+      Decoder short_d(Span(prefix));
+      KvRequest r;
+      EXPECT_EQ(DecodeKvRequest(method, &short_d, &r).code(), StatusCode::kInvalidArgument)
+          << method << " cut " << cut;
+    }
+    std::string longer = msg + "x";
+    Decoder long_d(Span(longer));
+    KvRequest r;
+    EXPECT_EQ(DecodeKvRequest(method, &long_d, &r).code(), StatusCode::kInvalidArgument);
+  }
+  // Unknown set flags, table 0, a non-KV method.
+  for (uint64_t flags : {uint64_t{3}, uint64_t{3} << kKvSetExpiryShift, uint64_t{1} << 5}) {
+    KvRequest bad = set;
+    bad.arg0 = flags;
+    std::string msg;
+    Encoder e(&msg);
+    EncodeKvRequest(kKvSet, bad, &e);
+    Decoder d(Span(msg));
+    KvRequest r;
+    EXPECT_EQ(DecodeKvRequest(kKvSet, &d, &r).code(), StatusCode::kInvalidArgument) << flags;
+  }
+  std::string msg;
+  Encoder e(&msg);
+  KvRequest zero;
+  EncodeKvRequest(kKvCount, zero, &e);
+  Decoder d(Span(msg));
+  KvRequest r;
+  EXPECT_EQ(DecodeKvRequest(kKvCount, &d, &r).code(), StatusCode::kInvalidArgument);
+  Decoder other(Span(msg));
+  EXPECT_EQ(DecodeKvRequest(kPutObj, &other, &r).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 // A segment whose region header is absent (no region magic) or whose role
 // word is 0 is free: its content is garbage that a Format overwrites.
 // The object-store table of a kind-2 segment sits in root slot
-// kObjectRootSlot.
+// kObjectRootSlot, the header of its pDKVS vnode (a CCEH index, created by
+// the first key written; 0 until then) in kKvRootSlot.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 namespace pdpm::server {
 
 inline constexpr int kObjectRootSlot = 0;
+inline constexpr int kKvRootSlot = 1;
 inline constexpr int kRoleSlot = 15;
 
 enum class SegmentKind : uint8_t { kFree = 0, kHeap = 1, kTable = 2, kTxLog = 3 };

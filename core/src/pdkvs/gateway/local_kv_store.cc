@@ -5,6 +5,8 @@
 #include <chrono>
 #include <mutex>
 
+#include "pdkvs/vnode_ops.h"
+
 namespace pdpm::pdkvs {
 namespace {
 
@@ -97,53 +99,13 @@ Status LocalKvStore::Get(std::string_view key, std::string* value) {
 
 Status LocalKvStore::Set(std::string_view key, std::string_view value, const SetOptions& options,
                          SetResult* result) {
-  PDPM_RETURN_IF_ERROR(CheckItemSize(key, value.size()));
   std::shared_lock lock(multi_mu_);
-  result->applied = false;
-  result->old_value.reset();
-  CcehIndex* index = VnodeOf(key);
-  if (!options.want_old) {
-    PutOptions put;
-    switch (options.condition) {
-      case SetOptions::Condition::kAlways: put.mode = PutMode::kAlways; break;
-      case SetOptions::Condition::kIfAbsent: put.mode = PutMode::kIfAbsent; break;
-      case SetOptions::Condition::kIfPresent: put.mode = PutMode::kIfPresent; break;
-    }
-    put.keep_ttl = options.expiry == SetOptions::Expiry::kKeep;
-    if (options.expiry == SetOptions::Expiry::kSet) put.meta.expire_at_ms = options.expire_at_ms;
-    Status s = index->Put(key, value, put);
-    if ((s.code() == StatusCode::kAlreadyExists && put.mode == PutMode::kIfAbsent) ||
-        (s.code() == StatusCode::kNotFound && put.mode == PutMode::kIfPresent)) {
-      return Status::OK();
-    }
-    result->applied = s.ok();
-    return s;
-  }
-  return index->Update(
-      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
-        if (old != nullptr) result->old_value.emplace(*old);
-        if ((options.condition == SetOptions::Condition::kIfAbsent && old != nullptr) ||
-            (options.condition == SetOptions::Condition::kIfPresent && old == nullptr)) {
-          return Status::OK();
-        }
-        m->kind = Mutation::kPut;
-        m->value.assign(value);
-        if (options.expiry == SetOptions::Expiry::kKeep)
-          m->meta.expire_at_ms = old_meta.expire_at_ms;
-        if (options.expiry == SetOptions::Expiry::kSet) m->meta.expire_at_ms = options.expire_at_ms;
-        result->applied = true;
-        return Status::OK();
-      });
+  return VnodeSet(VnodeOf(key), key, value, options, result);
 }
 
 Status LocalKvStore::GetDelete(std::string_view key, std::string* value) {
   std::shared_lock lock(multi_mu_);
-  return VnodeOf(key)->Update(key, [&](const std::string_view* old, const ItemMeta&, Mutation* m) {
-    if (old == nullptr) return Status::NotFound("no such key");
-    value->assign(*old);
-    m->kind = Mutation::kDelete;
-    return Status::OK();
-  });
+  return VnodeGetDelete(VnodeOf(key), key, value);
 }
 
 Status LocalKvStore::Delete(std::string_view key) {
@@ -158,79 +120,24 @@ Status LocalKvStore::Exists(std::string_view key, bool* exists) {
 
 Status LocalKvStore::IncrBy(std::string_view key, int64_t delta, int64_t* result) {
   std::shared_lock lock(multi_mu_);
-  return VnodeOf(key)->Update(
-      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
-        int64_t v = 0;
-        if (old != nullptr && !ParseDecimalInt64(*old, &v)) {
-          return Status::InvalidArgument("value is not an integer or out of range");
-        }
-        if ((delta > 0 && v > INT64_MAX - delta) || (delta < 0 && v < INT64_MIN - delta)) {
-          return Status::OutOfRange("increment or decrement would overflow");
-        }
-        *result = v + delta;
-        m->kind = Mutation::kPut;
-        m->value = std::to_string(*result);
-        m->meta = old_meta;
-        return Status::OK();
-      });
+  return VnodeIncrBy(VnodeOf(key), key, delta, result);
 }
 
 Status LocalKvStore::Append(std::string_view key, std::string_view suffix, uint64_t* length) {
   std::shared_lock lock(multi_mu_);
-  return VnodeOf(key)->Update(
-      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
-        const uint64_t old_len = old == nullptr ? 0 : old->size();
-        PDPM_RETURN_IF_ERROR(CheckItemSize(key, old_len + suffix.size()));
-        m->kind = Mutation::kPut;
-        m->value.reserve(old_len + suffix.size());
-        if (old != nullptr) m->value.assign(*old);
-        m->value.append(suffix);
-        m->meta = old_meta;
-        *length = m->value.size();
-        return Status::OK();
-      });
+  return VnodeAppend(VnodeOf(key), key, suffix, kMaxValueSize, length);
 }
 
 Status LocalKvStore::GetRange(std::string_view key, int64_t start, int64_t end,
                               std::string* value) {
-  value->clear();
-  std::string whole;
-  Status s = Get(key, &whole);
-  if (s.code() == StatusCode::kNotFound) return Status::OK();
-  PDPM_RETURN_IF_ERROR(s);
-  const int64_t len = static_cast<int64_t>(whole.size());
-  if (start < 0 && end < 0 && start > end) return Status::OK();
-  if (start < 0) start = len + start;
-  if (end < 0) end = len + end;
-  if (start < 0) start = 0;
-  if (end < 0) end = 0;
-  if (end >= len) end = len - 1;
-  if (start > end || len == 0) return Status::OK();
-  value->assign(whole, static_cast<size_t>(start), static_cast<size_t>(end - start + 1));
-  return Status::OK();
+  std::shared_lock lock(multi_mu_);
+  return VnodeGetRange(VnodeOf(key), key, start, end, value);
 }
 
 Status LocalKvStore::SetRange(std::string_view key, uint64_t offset, std::string_view data,
                               uint64_t* length) {
-  if (offset > kMaxValueSize || data.size() > kMaxValueSize - offset) {
-    return Status::OutOfRange("string exceeds maximum allowed size");
-  }
   std::shared_lock lock(multi_mu_);
-  return VnodeOf(key)->Update(
-      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
-        const uint64_t old_len = old == nullptr ? 0 : old->size();
-        if (data.empty()) {
-          *length = old_len;
-          return Status::OK();
-        }
-        m->kind = Mutation::kPut;
-        if (old != nullptr) m->value.assign(*old);
-        if (m->value.size() < offset + data.size()) m->value.resize(offset + data.size(), '\0');
-        m->value.replace(offset, data.size(), data);
-        m->meta = old_meta;
-        *length = m->value.size();
-        return Status::OK();
-      });
+  return VnodeSetRange(VnodeOf(key), key, offset, data, kMaxValueSize, length);
 }
 
 Status LocalKvStore::MultiGet(const std::vector<std::string_view>& keys,
@@ -304,31 +211,14 @@ Status LocalKvStore::Scan(uint64_t cursor, size_t count, KvScanPage* page) {
 }
 
 Status LocalKvStore::GetExpiry(std::string_view key, uint64_t* expire_at_ms) {
-  std::string value;
-  ItemMeta meta;
   std::shared_lock lock(multi_mu_);
-  PDPM_RETURN_IF_ERROR(VnodeOf(key)->Get(key, &value, &meta));
-  *expire_at_ms = meta.expire_at_ms;
-  return Status::OK();
+  return VnodeGetExpiry(VnodeOf(key), key, expire_at_ms);
 }
 
 Status LocalKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) {
-  *changed = false;
   const uint64_t now = NowMs();
   std::shared_lock lock(multi_mu_);
-  return VnodeOf(key)->Update(
-      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
-        if (old == nullptr || (expire_at_ms == 0 && old_meta.expire_at_ms == 0))
-          return Status::OK();
-        *changed = true;
-        if (expire_at_ms != 0 && expire_at_ms <= now) {
-          m->kind = Mutation::kDelete;
-          return Status::OK();
-        }
-        m->kind = Mutation::kSetExpiry;
-        m->meta.expire_at_ms = expire_at_ms;
-        return Status::OK();
-      });
+  return VnodeSetExpiry(VnodeOf(key), key, expire_at_ms, now, changed);
 }
 
 Status LocalKvStore::Count(uint64_t* count) {
@@ -339,17 +229,7 @@ Status LocalKvStore::Count(uint64_t* count) {
 
 Status LocalKvStore::Flush() {
   std::unique_lock lock(multi_mu_);
-  for (auto& index : indexes_) {
-    ScanPage page;
-    do {
-      // Deleting restarts every page at 0: what was returned is gone.
-      PDPM_RETURN_IF_ERROR(index->Scan(0, 1024, &page));
-      for (const std::string& key : page.keys) {
-        Status s = index->Delete(key);
-        if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
-      }
-    } while (!page.keys.empty());
-  }
+  for (auto& index : indexes_) PDPM_RETURN_IF_ERROR(VnodeFlush(index.get()));
   return Status::OK();
 }
 

@@ -1,0 +1,86 @@
+// ClusterKvStore: the distributed pDKVS, a KvStore whose vnodes are the
+// object-store tables of a pDSM cluster (docs/pdkvs.md "Distributed
+// store"). A key lives in table monitor::TableForKey(HashKey(key)); each
+// operation is an RPC to the table's owner, which applies it to the
+// table's CCEH index and ships the change to every backup before it
+// answers, so an acknowledged write survives the loss of its server.
+//
+// Beyond the KvStore contract (kv_store.h):
+// - Values are limited to server::kKvMaxValueSize (64 MiB - 64 KiB), one
+//   RPC; larger ones fail with kTooLarge.
+// - A request whose server fails waits (ClientOptions::failover_wait_ms)
+//   for the promotion of a backup, then runs there; kUnavailable after.
+// - Multi-key operations are atomic per vnode: MultiPut of keys of one
+//   vnode (and MultiGet of them) is one step; MultiPut across vnodes is one
+//   step per vnode (if_none_exist is checked before the first), not one
+//   atomic step. Flush and Count visit the vnodes in turn.
+// - A scan cursor is a hash position whose low 16 bits name its vnode;
+//   cursors stay valid while the cluster's table count does.
+//
+// Thread-safe: one store may be shared by many threads.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "client/client.h"
+#include "pdkvs/gateway/kv_store.h"
+#include "server/kv_protocol.h"
+
+namespace pdpm::pdkvs {
+
+class ClusterKvStore final : public KvStore {
+ public:
+  // Connects to the cluster (client::Client::Open).
+  static Status Open(const client::ClientOptions& options, std::unique_ptr<ClusterKvStore>* out);
+  ~ClusterKvStore() override;
+
+  Status Get(std::string_view key, std::string* value) override;
+  Status Set(std::string_view key, std::string_view value, const SetOptions& options,
+             SetResult* result) override;
+  Status GetDelete(std::string_view key, std::string* value) override;
+  Status Delete(std::string_view key) override;
+  Status Exists(std::string_view key, bool* exists) override;
+  Status IncrBy(std::string_view key, int64_t delta, int64_t* result) override;
+  Status Append(std::string_view key, std::string_view suffix, uint64_t* length) override;
+  Status GetRange(std::string_view key, int64_t start, int64_t end, std::string* value) override;
+  Status SetRange(std::string_view key, uint64_t offset, std::string_view data,
+                  uint64_t* length) override;
+  Status MultiGet(const std::vector<std::string_view>& keys,
+                  std::vector<std::optional<std::string>>* values) override;
+  Status MultiPut(const std::vector<std::pair<std::string_view, std::string_view>>& pairs,
+                  bool if_none_exist, bool* applied) override;
+  Status Scan(uint64_t cursor, size_t count, KvScanPage* page) override;
+  Status GetExpiry(std::string_view key, uint64_t* expire_at_ms) override;
+  Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
+  Status Count(uint64_t* count) override;
+  Status Flush() override;
+
+  client::Client* client() { return client_.get(); }
+
+ private:
+  explicit ClusterKvStore(std::unique_ptr<client::Client> client);
+  // Request `r` about the key r.key, routed to its table.
+  Status KeyCall(uint16_t method, server::KvRequest r, std::string* reply);
+  // Request `r` to table `table` (1-based; kOutOfRange past the last).
+  Status VnodeCall(uint16_t method, uint32_t table, server::KvRequest r, std::string* reply);
+  // Request `r` with the keys of `keys` (indexes into `all`) that share the
+  // table of the first under the current table count: *sent names them.
+  Status GroupCall(uint16_t method, const std::vector<std::string_view>& all,
+                   const std::vector<size_t>& keys, server::KvRequest r, std::vector<size_t>* sent,
+                   std::string* reply);
+  // Where key residues go for one table count (cached).
+  struct ResidueMap {
+    std::vector<uint32_t> table;  // by residue
+    std::vector<uint64_t> least;  // by table: its least residue (index 0 unused)
+  };
+  std::shared_ptr<const ResidueMap> Residues(uint32_t table_count);
+
+  std::unique_ptr<client::Client> client_;
+  std::mutex residue_mu_;
+  uint32_t residue_count_ = 0;  // table count of residues_
+  std::shared_ptr<const ResidueMap> residues_;
+};
+
+}  // namespace pdpm::pdkvs

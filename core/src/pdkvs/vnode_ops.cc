@@ -1,0 +1,171 @@
+#include "pdkvs/vnode_ops.h"
+
+namespace pdpm::pdkvs {
+
+Status VnodeSet(CcehIndex* index, std::string_view key, std::string_view value,
+                const SetOptions& options, SetResult* result) {
+  PDPM_RETURN_IF_ERROR(CheckItemSize(key, value.size()));
+  result->applied = false;
+  result->old_value.reset();
+  if (!options.want_old) {
+    PutOptions put;
+    switch (options.condition) {
+      case SetOptions::Condition::kAlways: put.mode = PutMode::kAlways; break;
+      case SetOptions::Condition::kIfAbsent: put.mode = PutMode::kIfAbsent; break;
+      case SetOptions::Condition::kIfPresent: put.mode = PutMode::kIfPresent; break;
+    }
+    put.keep_ttl = options.expiry == SetOptions::Expiry::kKeep;
+    if (options.expiry == SetOptions::Expiry::kSet) put.meta.expire_at_ms = options.expire_at_ms;
+    Status s = index->Put(key, value, put);
+    if ((s.code() == StatusCode::kAlreadyExists && put.mode == PutMode::kIfAbsent) ||
+        (s.code() == StatusCode::kNotFound && put.mode == PutMode::kIfPresent)) {
+      return Status::OK();
+    }
+    result->applied = s.ok();
+    return s;
+  }
+  return index->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        if (old != nullptr) result->old_value.emplace(*old);
+        if ((options.condition == SetOptions::Condition::kIfAbsent && old != nullptr) ||
+            (options.condition == SetOptions::Condition::kIfPresent && old == nullptr)) {
+          return Status::OK();
+        }
+        m->kind = Mutation::kPut;
+        m->value.assign(value);
+        if (options.expiry == SetOptions::Expiry::kKeep)
+          m->meta.expire_at_ms = old_meta.expire_at_ms;
+        if (options.expiry == SetOptions::Expiry::kSet) m->meta.expire_at_ms = options.expire_at_ms;
+        result->applied = true;
+        return Status::OK();
+      });
+}
+
+Status VnodeGetDelete(CcehIndex* index, std::string_view key, std::string* value) {
+  return index->Update(key, [&](const std::string_view* old, const ItemMeta&, Mutation* m) {
+    if (old == nullptr) return Status::NotFound("no such key");
+    value->assign(*old);
+    m->kind = Mutation::kDelete;
+    return Status::OK();
+  });
+}
+
+Status VnodeIncrBy(CcehIndex* index, std::string_view key, int64_t delta, int64_t* result) {
+  return index->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        int64_t v = 0;
+        if (old != nullptr && !ParseDecimalInt64(*old, &v)) {
+          return Status::InvalidArgument("value is not an integer or out of range");
+        }
+        if ((delta > 0 && v > INT64_MAX - delta) || (delta < 0 && v < INT64_MIN - delta)) {
+          return Status::OutOfRange("increment or decrement would overflow");
+        }
+        *result = v + delta;
+        m->kind = Mutation::kPut;
+        m->value = std::to_string(*result);
+        m->meta = old_meta;
+        return Status::OK();
+      });
+}
+
+Status VnodeAppend(CcehIndex* index, std::string_view key, std::string_view suffix,
+                   uint64_t max_value_size, uint64_t* length) {
+  return index->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        const uint64_t old_len = old == nullptr ? 0 : old->size();
+        PDPM_RETURN_IF_ERROR(CheckItemSize(key, old_len + suffix.size()));
+        if (old_len + suffix.size() > max_value_size) {
+          return Status::TooLarge("value of " + std::to_string(old_len + suffix.size()) +
+                                  " bytes: the limit is " + std::to_string(max_value_size));
+        }
+        m->kind = Mutation::kPut;
+        m->value.reserve(old_len + suffix.size());
+        if (old != nullptr) m->value.assign(*old);
+        m->value.append(suffix);
+        m->meta = old_meta;
+        *length = m->value.size();
+        return Status::OK();
+      });
+}
+
+Status VnodeGetRange(CcehIndex* index, std::string_view key, int64_t start, int64_t end,
+                     std::string* value) {
+  value->clear();
+  std::string whole;
+  Status s = index->Get(key, &whole);
+  if (s.code() == StatusCode::kNotFound) return Status::OK();
+  PDPM_RETURN_IF_ERROR(s);
+  const int64_t len = static_cast<int64_t>(whole.size());
+  if (start < 0 && end < 0 && start > end) return Status::OK();
+  if (start < 0) start = len + start;
+  if (end < 0) end = len + end;
+  if (start < 0) start = 0;
+  if (end < 0) end = 0;
+  if (end >= len) end = len - 1;
+  if (start > end || len == 0) return Status::OK();
+  value->assign(whole, static_cast<size_t>(start), static_cast<size_t>(end - start + 1));
+  return Status::OK();
+}
+
+Status VnodeSetRange(CcehIndex* index, std::string_view key, uint64_t offset,
+                     std::string_view data, uint64_t max_value_size, uint64_t* length) {
+  if (offset > max_value_size || data.size() > max_value_size - offset) {
+    return Status::OutOfRange("string exceeds maximum allowed size");
+  }
+  return index->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        const uint64_t old_len = old == nullptr ? 0 : old->size();
+        if (data.empty()) {
+          *length = old_len;
+          return Status::OK();
+        }
+        m->kind = Mutation::kPut;
+        if (old != nullptr) m->value.assign(*old);
+        if (m->value.size() < offset + data.size()) m->value.resize(offset + data.size(), '\0');
+        m->value.replace(offset, data.size(), data);
+        m->meta = old_meta;
+        *length = m->value.size();
+        return Status::OK();
+      });
+}
+
+Status VnodeGetExpiry(CcehIndex* index, std::string_view key, uint64_t* expire_at_ms) {
+  std::string value;
+  ItemMeta meta;
+  PDPM_RETURN_IF_ERROR(index->Get(key, &value, &meta));
+  *expire_at_ms = meta.expire_at_ms;
+  return Status::OK();
+}
+
+Status VnodeSetExpiry(CcehIndex* index, std::string_view key, uint64_t expire_at_ms,
+                      uint64_t now_ms, bool* changed) {
+  *changed = false;
+  return index->Update(
+      key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        if (old == nullptr || (expire_at_ms == 0 && old_meta.expire_at_ms == 0))
+          return Status::OK();
+        *changed = true;
+        if (expire_at_ms != 0 && expire_at_ms <= now_ms) {
+          m->kind = Mutation::kDelete;
+          return Status::OK();
+        }
+        m->kind = Mutation::kSetExpiry;
+        m->meta.expire_at_ms = expire_at_ms;
+        return Status::OK();
+      });
+}
+
+Status VnodeFlush(CcehIndex* index) {
+  ScanPage page;
+  do {
+    // Deleting restarts every page at 0: what was returned is gone.
+    PDPM_RETURN_IF_ERROR(index->Scan(0, 1024, &page));
+    for (const std::string& key : page.keys) {
+      Status s = index->Delete(key);
+      if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+    }
+  } while (!page.keys.empty());
+  return Status::OK();
+}
+
+}  // namespace pdpm::pdkvs

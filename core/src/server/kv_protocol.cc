@@ -1,0 +1,117 @@
+#include "server/kv_protocol.h"
+
+namespace pdpm::server {
+bool IsKvMethod(uint16_t method) {
+  return method >= kKvGet && method <= kKvFlush;
+}
+
+bool IsKvSingleKey(uint16_t method) {
+  switch (method) {
+    case kKvMultiGet:
+    case kKvMultiPut:
+    case kKvScan:
+    case kKvCount:
+    case kKvFlush: return false;
+    default: return IsKvMethod(method);
+  }
+}
+
+void EncodeKvRequest(uint16_t method, const KvRequest& r, Encoder* e) {
+  e->U64(r.table);
+  if (IsKvSingleKey(method)) e->Str(r.key);
+  switch (method) {
+    case kKvSet:
+      e->Str(r.value);
+      e->U64(r.arg0);
+      e->U64(r.arg1);
+      break;
+    case kKvAppend: e->Str(r.value); break;
+    case kKvIncrBy:
+    case kKvSetExpiry: e->U64(r.arg0); break;
+    case kKvGetRange:
+    case kKvScan:
+      e->U64(r.arg0);
+      e->U64(r.arg1);
+      break;
+    case kKvSetRange:
+      e->U64(r.arg0);
+      e->Str(r.value);
+      break;
+    case kKvMultiGet:
+      e->U64(r.keys.size());
+      for (std::string_view k : r.keys) e->Str(k);
+      break;
+    case kKvMultiPut:
+      e->U64(r.arg0);
+      e->U64(r.pairs.size());
+      for (const auto& [k, v] : r.pairs) {
+        e->Str(k);
+        e->Str(v);
+      }
+      break;
+    default: break;
+  }
+}
+
+Status DecodeKvRequest(uint16_t method, Decoder* d, KvRequest* r) {
+  if (!IsKvMethod(method)) return Status::InvalidArgument("not a pDKVS method");
+  uint64_t table = 0;
+  PDPM_RETURN_IF_ERROR(d->U64(&table));
+  if (table == 0 || table > 0xffffff) {
+    return Status::InvalidArgument("pDKVS request for table " + std::to_string(table));
+  }
+  r->table = static_cast<uint32_t>(table);
+  if (IsKvSingleKey(method)) PDPM_RETURN_IF_ERROR(d->Str(&r->key));
+  switch (method) {
+    case kKvSet: {
+      PDPM_RETURN_IF_ERROR(d->Str(&r->value));
+      PDPM_RETURN_IF_ERROR(d->U64(&r->arg0));
+      PDPM_RETURN_IF_ERROR(d->U64(&r->arg1));
+      const uint64_t condition = r->arg0 & kKvSetConditionMask;
+      const uint64_t expiry = (r->arg0 >> kKvSetExpiryShift) & 0x3;
+      if (condition == 3 || expiry == 3 || (r->arg0 & ~uint64_t{0x1f}) != 0) {
+        return Status::InvalidArgument("pDKVS set flags " + std::to_string(r->arg0));
+      }
+      break;
+    }
+    case kKvAppend: PDPM_RETURN_IF_ERROR(d->Str(&r->value)); break;
+    case kKvIncrBy:
+    case kKvSetExpiry: PDPM_RETURN_IF_ERROR(d->U64(&r->arg0)); break;
+    case kKvGetRange:
+    case kKvScan:
+      PDPM_RETURN_IF_ERROR(d->U64(&r->arg0));
+      PDPM_RETURN_IF_ERROR(d->U64(&r->arg1));
+      break;
+    case kKvSetRange:
+      PDPM_RETURN_IF_ERROR(d->U64(&r->arg0));
+      PDPM_RETURN_IF_ERROR(d->Str(&r->value));
+      break;
+    case kKvMultiGet: {
+      uint64_t n = 0;
+      PDPM_RETURN_IF_ERROR(d->U64(&n));
+      for (uint64_t i = 0; i < n; ++i) {
+        std::string_view k;
+        PDPM_RETURN_IF_ERROR(d->Str(&k));  // fails before n outgrows the message
+        r->keys.push_back(k);
+      }
+      break;
+    }
+    case kKvMultiPut: {
+      uint64_t n = 0;
+      PDPM_RETURN_IF_ERROR(d->U64(&r->arg0));
+      if (r->arg0 > 1) return Status::InvalidArgument("pDKVS multi-put flag");
+      PDPM_RETURN_IF_ERROR(d->U64(&n));
+      for (uint64_t i = 0; i < n; ++i) {
+        std::string_view k, v;
+        PDPM_RETURN_IF_ERROR(d->Str(&k));
+        PDPM_RETURN_IF_ERROR(d->Str(&v));
+        r->pairs.emplace_back(k, v);
+      }
+      break;
+    }
+    default: break;
+  }
+  return d->Done();
+}
+
+}  // namespace pdpm::server

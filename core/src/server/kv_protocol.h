@@ -1,0 +1,67 @@
+// The bodies of the pDKVS data-plane requests (protocol.h kKv*), format
+// version 1 of docs/pdkvs.md ("Distributed store"). After the request
+// header every body starts with u64 table (the vnode), then:
+//   kKvGet, kKvGetDelete, kKvDelete, kKvExists, kKvGetExpiry   key
+//   kKvSet        key | value | u64 flags | u64 expire_at_ms
+//                 flags: bits 0-1 condition (0 always, 1 if absent,
+//                 2 if present), bits 2-3 expiry (0 clear, 1 keep, 2 set),
+//                 bit 4 want_old; other bits 0
+//   kKvIncrBy     key | u64 delta (two's complement)
+//   kKvAppend     key | value (the suffix)
+//   kKvGetRange   key | u64 start | u64 end (two's complement)
+//   kKvSetRange   key | u64 offset | value (the data)
+//   kKvSetExpiry  key | u64 expire_at_ms
+//   kKvMultiGet   u64 n | n keys
+//   kKvMultiPut   u64 if_none_exist (0/1) | u64 n | n (key | value)
+//   kKvScan       u64 cursor | u64 count
+//   kKvCount, kKvFlush  nothing
+// where key and value are u64 length | bytes. Replies: docs/pdkvs.md.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "server/protocol.h"
+
+namespace pdpm::server {
+
+// The largest value of the distributed store: a request carrying a key and
+// its value fits one RPC (kMaxRpcPayload), as does the reply carrying it.
+inline constexpr uint64_t kKvMaxValueSize = (64ull << 20) - (64ull << 10);
+// Keys a scan page returns at most (a reply stays within kMaxRpcPayload).
+inline constexpr uint64_t kKvMaxScanCount = 512;
+
+inline constexpr uint64_t kKvSetConditionMask = 0x3;
+inline constexpr uint64_t kKvSetExpiryShift = 2;
+inline constexpr uint64_t kKvSetWantOld = 1u << 4;
+
+// A decoded pDKVS request; views borrow the message.
+struct KvRequest {
+  uint32_t table = 0;
+  std::string_view key;
+  std::string_view value;  // kKvSet value, kKvAppend suffix, kKvSetRange data
+  // kKvSet flags / kKvIncrBy delta / kKvGetRange start / kKvSetRange offset
+  // / kKvSetExpiry expiry / kKvMultiPut if_none_exist / kKvScan cursor.
+  uint64_t arg0 = 0;
+  // kKvSet expiry / kKvGetRange end / kKvScan count.
+  uint64_t arg1 = 0;
+  std::vector<std::string_view> keys;                               // kKvMultiGet
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;  // kKvMultiPut
+};
+
+// Whether `method` is a pDKVS request.
+bool IsKvMethod(uint16_t method);
+// Whether the request names one key (KvRequest::key).
+bool IsKvSingleKey(uint16_t method);
+
+// Appends the body of `method` (after the request header).
+void EncodeKvRequest(uint16_t method, const KvRequest& r, Encoder* e);
+// Decodes the body of `method` from `d` (positioned after the header) to
+// its end; kInvalidArgument for a short, long or malformed body.
+Status DecodeKvRequest(uint16_t method, Decoder* d, KvRequest* r);
+
+}  // namespace pdpm::server
