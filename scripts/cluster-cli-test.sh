@@ -84,7 +84,7 @@ check_all() {
 monitor_port=$(free_ports 1)
 server_port=$(free_ports 3)
 gateway_port=$(free_ports 1)
-up_flags=(--dir "$dir" --pm-size 256MiB --segment-size 32MiB --monitor-port "$monitor_port"
+up_flags=(--dir "$dir" --pm-size 512MiB --segment-size 64MiB --tables 4 --monitor-port "$monitor_port"
           --server-port "$server_port" --gateway-port "$gateway_port" --timeout 20s)
 
 step "bad input before any cluster exists"
@@ -97,8 +97,9 @@ expect_fail 2 "bad object id" "$pdpm" obj get 0123456789abcdef0123456789abcdeg -
 expect_fail 2 "unknown obj command \"copy\"" "$pdpm" obj copy 1 --dir "$dir"
 expect_fail 2 "unknown flag|--frob" "$pdpm" up --frob 1 --dir "$dir"
 expect_fail 2 "--servers must be" "$pdpm" up "${up_flags[@]}" --servers 0
-expect_fail 2 "the gateway and server 1 would share port" "$pdpm" up "${up_flags[@]}" \
-  --gateway-port "$server_port"
+expect_fail 2 "the gateway and server 1 would share port" "$pdpm" up --dir "$dir" \
+  --monitor-port "$monitor_port" --server-port "$server_port" --gateway-port "$server_port"
+expect_fail 2 "--segment-size must be at least 64MiB" "$pdpm" up --dir "$dir" --segment-size 32MiB
 expect_fail 2 "unknown kv command \"frob\"" "$pdpm" kv frob --dir "$dir"
 expect_fail 2 "usage: pdpm kv get <key>" "$pdpm" kv get --dir "$dir"
 expect_fail 2 "--nx and --xx" "$pdpm" kv put k v --nx --xx --dir "$dir"
@@ -237,7 +238,7 @@ step "down"
 step "up --ha: three etcd members, three monitors, the status names the leader"
 dir=$work/ha
 ha_monitor_port=$(free_ports 3)
-ha_flags=(--dir "$dir" --ha --pm-size 256MiB --segment-size 32MiB
+ha_flags=(--dir "$dir" --ha --pm-size 512MiB --segment-size 64MiB --tables 4
           --monitor-port "$ha_monitor_port" --server-port "$(free_ports 3)"
           --etcd-port "$(free_ports 6)" --gateway-port "$(free_ports 1)" --timeout 60s)
 "$pdpm" up "${ha_flags[@]}" >"$work/up.out" || die "up --ha: $(cat "$work/up.out")"

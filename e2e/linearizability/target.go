@@ -209,7 +209,7 @@ func (c *clusterTarget) start() error {
 	c.monitor = &daemon{name: "pdpm-monitor", args: []string{c.bin.monitor, "--embedded",
 		"--dir", filepath.Join(c.dir, "monitor"), "--listen", monitorAddr,
 		"--port-file", filepath.Join(c.dir, "monitor.addr"), "--secret-file", secret,
-		"--segment-size", "16MiB", "--replicas", "2", "--heartbeat-interval", "50ms",
+		"--segment-size", "64MiB", "--tables", "8", "--replicas", "2", "--heartbeat-interval", "50ms",
 		"--suspect-timeout", "300ms", "--down-timeout", "800ms"},
 		addrFile: filepath.Join(c.dir, "monitor.addr")}
 	if err := c.monitor.start(c.dir); err != nil {
@@ -222,7 +222,7 @@ func (c *clusterTarget) start() error {
 		}
 		addrFile := filepath.Join(c.dir, fmt.Sprintf("server-%d.addr", i))
 		d := &daemon{name: fmt.Sprintf("pdpm-server %d", i), args: []string{c.bin.server,
-			"--pm", filepath.Join(c.dir, fmt.Sprintf("server-%d.pm", i)), "--pm-size", "128MiB",
+			"--pm", filepath.Join(c.dir, fmt.Sprintf("server-%d.pm", i)), "--pm-size", "512MiB",
 			"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--monitor", monitorAddr,
 			"--secret-file", secret, "--port-file", addrFile}, addrFile: addrFile}
 		// The first start formats the new PM file; restarts recover it.

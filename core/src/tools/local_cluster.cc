@@ -149,8 +149,11 @@ std::string MonitorList(const ClusterConfig& config) {
 
 Status ClusterConfig::Validate() const {
   if (servers < 1 || servers > 64) return Status::InvalidArgument("--servers must be 1..64");
-  if (segment_size < (1ULL << 20)) {
-    return Status::InvalidArgument("--segment-size must be at least 1MiB");
+  // A table segment holds 4 MiB allocator chunks, one at least per size
+  // class in use (object index and pages, pDKVS index, items of every
+  // size): a few chunks fill at once.
+  if (segment_size < (64ULL << 20)) {
+    return Status::InvalidArgument("--segment-size must be at least 64MiB");
   }
   if (pm_size < 2 * segment_size) {
     return Status::InvalidArgument("--pm-size must hold at least two segments of --segment-size (" +
@@ -204,8 +207,8 @@ std::string ClusterConfig::Serialize() const {
          "\nserver-port=" + std::to_string(server_port) + "\ntransport=" + transport +
          "\nha=" + (ha ? "1" : "0") + "\netcd-port=" + std::to_string(etcd_port) +
          "\nreplicas=" + std::to_string(replicas) +
-         "\ngateway-port=" + std::to_string(gateway_port) +
-         "\ntables=" + std::to_string(tables) + "\n";
+         "\ngateway-port=" + std::to_string(gateway_port) + "\ntables=" + std::to_string(tables) +
+         "\n";
 }
 
 Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {

@@ -8,9 +8,9 @@
 // and .log per daemon. A highly available cluster (`--ha`) has instead
 // three etcd members (etcd-<i>/ their data) and three monitors sharing the
 // view in etcd (monitor-<i>.addr). The pDKVS gateway (pdkvs-gateway, the
-// Redis protocol) starts once the cluster is healthy (gateway.addr). Up() on a directory whose daemons were stopped or
-// killed brings the same cluster back with its data: PM files are
-// formatted only when they do not exist yet.
+// Redis protocol) starts once the cluster is healthy (gateway.addr). Up() on a directory whose
+// daemons were stopped or killed brings the same cluster back with its data: PM files are formatted
+// only when they do not exist yet.
 #pragma once
 
 #include <chrono>
@@ -103,7 +103,7 @@ class LocalCluster {
   DaemonSpec ServerDaemon(const ClusterConfig& config, uint32_t index) const;  // from 1
   // Only for a config with a gateway port.
   DaemonSpec GatewayDaemon(const ClusterConfig& config) const;
-  std::string ServerPmFile(uint32_t index) const;                              // index from 1
+  std::string ServerPmFile(uint32_t index) const;  // index from 1
   std::string ServerAddress(const ClusterConfig& config, uint32_t index) const;
 
  private:

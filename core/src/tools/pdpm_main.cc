@@ -23,6 +23,7 @@
 #include "monitor/monitor_client.h"
 #include "pdkvs/cluster/cluster_kv_store.h"
 #include "server/fsck.h"
+#include "server/kv_protocol.h"
 #include "tools/local_cluster.h"
 #include "tools/object_id.h"
 
@@ -413,8 +414,8 @@ int Kv(CommandLine& cl) {
   const std::string& verb = args[0];
   const size_t want = verb == "scan" ? 1 : verb == "put" ? 0 : 2;
   if (verb != "get" && verb != "put" && verb != "del" && verb != "scan") {
-    return BadCommandLine(Status::InvalidArgument("unknown kv command \"" + verb +
-                                                  "\": want get, put, del or scan"));
+    return BadCommandLine(
+        Status::InvalidArgument("unknown kv command \"" + verb + "\": want get, put, del or scan"));
   }
   if ((want != 0 && args.size() != want) || (verb == "put" && args.size() < 2)) {
     std::string usage = verb == "scan" ? "" : verb == "put" ? " <key> [value]" : " <key>";
@@ -429,7 +430,7 @@ int Kv(CommandLine& cl) {
     if (args.size() == 3) {
       value = args[2];
     } else {
-      s = ReadAll(0, "stdin", pdkvs::kMaxValueSize, "value", &value);
+      s = ReadAll(0, "stdin", server::kKvMaxValueSize, "value", &value);
       if (!s.ok()) return Fail(s);
     }
   }
@@ -453,10 +454,10 @@ int Kv(CommandLine& cl) {
     if (if_present) set.condition = pdkvs::SetOptions::Condition::kIfPresent;
     if (ttl.count() > 0) {
       set.expiry = pdkvs::SetOptions::Expiry::kSet;
-      set.expire_at_ms = static_cast<uint64_t>(
-          std::chrono::duration_cast<milliseconds>(
-              std::chrono::system_clock::now().time_since_epoch() + ttl)
-              .count());
+      set.expire_at_ms =
+          static_cast<uint64_t>(std::chrono::duration_cast<milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch() + ttl)
+                                    .count());
     }
     pdkvs::SetResult result;
     s = store->Set(key, value, set, &result);

@@ -44,8 +44,7 @@ uint64_t NowMs() {
 
 extern "C" {
 
-int pdkvs_open(const char* monitor, const char* secret, const char* transport,
-               pdkvs_store** out) {
+int pdkvs_open(const char* monitor, const char* secret, const char* transport, pdkvs_store** out) {
   if (monitor == nullptr || out == nullptr) return PDPM_INVALID_ARGUMENT;
   pdpm::client::ClientOptions o;
   o.monitor = monitor;
@@ -66,8 +65,7 @@ void pdkvs_close(pdkvs_store* s) {
 }
 
 int pdkvs_get(pdkvs_store* s, const void* key, size_t key_len, void** value, size_t* value_len) {
-  if (s == nullptr || (key == nullptr && key_len > 0) || value == nullptr ||
-      value_len == nullptr) {
+  if (s == nullptr || (key == nullptr && key_len > 0) || value == nullptr || value_len == nullptr) {
     return PDPM_INVALID_ARGUMENT;
   }
   std::string v;
@@ -140,8 +138,8 @@ int pdkvs_mput(pdkvs_store* s, size_t n, const void* const* keys, const size_t* 
                const void* const* values, const size_t* value_lens, int if_none_exist,
                int* applied) {
   if (s == nullptr || applied == nullptr ||
-      (n > 0 && (keys == nullptr || key_lens == nullptr || values == nullptr ||
-                 value_lens == nullptr))) {
+      (n > 0 &&
+       (keys == nullptr || key_lens == nullptr || values == nullptr || value_lens == nullptr))) {
     return PDPM_INVALID_ARGUMENT;
   }
   std::vector<std::pair<std::string_view, std::string_view>> pairs;

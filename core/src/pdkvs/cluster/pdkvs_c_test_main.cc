@@ -13,7 +13,7 @@ TEST(PdkvsCAbiTest, EveryCallAndErrorCodes) {
   client::LocalClusterOptions o;
   o.servers = 3;
   o.replicas = 2;
-  o.segment_size = 16ull << 20;
+  o.segment_size = 64ull << 20;
   o.pm_size = 8 * o.segment_size;  // tables and their copies, the transaction log
   client::LocalCluster cluster(o);
   Status s = cluster.Start();
@@ -21,8 +21,8 @@ TEST(PdkvsCAbiTest, EveryCallAndErrorCodes) {
   char err[512] = {};
   const char* transport =
       net::testing::TestBackend() == net::BackendKind::kVerbs ? "verbs" : nullptr;
-  EXPECT_EQ(pdkvs_c_abi_test(cluster.monitor_address().c_str(), cluster.secret().c_str(),
-                             transport, err, sizeof(err)),
+  EXPECT_EQ(pdkvs_c_abi_test(cluster.monitor_address().c_str(), cluster.secret().c_str(), transport,
+                             err, sizeof(err)),
             0)
       << err;
 }

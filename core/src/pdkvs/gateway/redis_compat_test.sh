@@ -49,7 +49,7 @@ while True:
         for s in held: s.close()
 PY
   }
-  "$pdpm" up --dir "$dir/cluster" --pm-size 256MiB --segment-size 16MiB --tables 8 \
+  "$pdpm" up --dir "$dir/cluster" --pm-size 512MiB --segment-size 64MiB --tables 8 \
     --monitor-port "$(free_ports 1)" --server-port "$(free_ports 3)" --gateway-port 0 \
     --timeout 60s >"$dir/up.log" 2>&1 || { cat "$dir/up.log"; exit 1; }
   store=(--monitor "$(cat "$dir/cluster/monitor.addr")" --secret-file "$dir/cluster/cluster.secret")
