@@ -64,12 +64,14 @@ test-operator: deps
 	scripts/operator-test.sh
 
 # pDKVS linearizability (e2e/linearizability, docs/pdkvs.md): concurrent
-# Redis clients while pdkvs-gateway is killed and restarted, the history
-# checked with porcupine.
+# Redis clients while pdkvs-gateway, or a PM server of the cluster behind
+# the gateways, is killed and restarted; the history checked with porcupine.
 test-kv-linearizability: build
 	cd e2e/linearizability && \
 	  PDKVS_GATEWAY=$(CURDIR)/build/release/src/pdkvs/gateway/pdkvs-gateway \
-	  go test -count=1 -timeout 5m -v ./...
+	  PDPM_MONITOR=$(CURDIR)/build/release/src/monitor/pdpm-monitor \
+	  PDPM_SERVER=$(CURDIR)/build/release/src/server/pdpm-server \
+	  go test -count=1 -timeout 8m -v ./...
 
 # The pm, net and pdkvs suites inside a QEMU guest with soft-RoCE and an
 # emulated NVDIMM (e2e/hw). Fails loudly where QEMU cannot run unless

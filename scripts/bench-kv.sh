@@ -2,9 +2,10 @@
 # make bench-kv: redis-benchmark (50 clients, 16 B keys, 64 B and 1 KiB
 # values, -P 1 and -P 16, SET and GET), then pdkvs-loadgen (YCSB A, B and C
 # with uniform and zipfian keys, ETC and SYS; docs/pdkvs.md), against the
-# pDKVS gateway (local store on a PM file in memory) and against
-# redis-server 7 without persistence, in the same run. Prints BENCH lines
-# (ref redis).
+# pDKVS gateway of a local PDPM cluster (`pdpm up`: three servers on PM
+# files in memory, every segment on two of them, a write acknowledged once
+# durable on both) and against redis-server 7 without persistence, in the
+# same run. Prints BENCH lines (ref redis).
 # usage: scripts/bench-kv.sh BUILD_DIR [REQUESTS]
 # env: LOADGEN_RECORDS (default 100000), LOADGEN_OPS (run phase, default
 # 50000), LOADGEN_SECONDS (run phase bound, default 20), LOADGEN_ROUNDS
@@ -16,18 +17,37 @@ records=${LOADGEN_RECORDS:-100000}
 ops=${LOADGEN_OPS:-50000}
 seconds=${LOADGEN_SECONDS:-20}
 rounds=${LOADGEN_ROUNDS:-3}
-gateway=$build/src/pdkvs/gateway/pdkvs-gateway
+pdpm=$build/src/tools/pdpm
 loadgen=$build/src/pdkvs/loadgen/pdkvs-loadgen
 dir=$(mktemp -d "${PDPM_BENCH_PM_DIR:-/dev/shm}/pdkvs-bench.XXXXXX")
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-rport=$(free_port)
+# free_ports N: the first of N consecutive ports that are free now.
+free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+n = int(sys.argv[1])
+while True:
+    first = socket.socket(); first.bind(("127.0.0.1", 0)); base = first.getsockname()[1]
+    held = [first]
+    try:
+        for p in range(base + 1, base + n):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); held.append(s)
+        print(base)
+        break
+    except OSError:
+        pass
+    finally:
+        for s in held: s.close()
+PY
+}
+rport=$(free_ports 1)
 redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" >/dev/null &
 rpid=$!
-coproc GW { exec "$gateway" --listen 127.0.0.1:0 --pm "$dir/kv.pm" --pm-size 4GiB 2>"$dir/gw.log"; }
-gpid=$GW_PID
-trap 'kill $rpid $gpid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
-read -r line <&"${GW[0]}"
-gport=${line#port=}
+trap '"$pdpm" down --dir "$dir/cluster" >/dev/null 2>&1 || true; kill $rpid 2>/dev/null || true
+      wait 2>/dev/null || true; rm -rf "$dir"' EXIT
+"$pdpm" up --dir "$dir/cluster" --replicas 2 --pm-size 3GiB --segment-size 256MiB \
+  --monitor-port "$(free_ports 1)" --server-port "$(free_ports 3)" \
+  --gateway-port "$(free_ports 1)" --timeout 60s >/dev/null
+gport=$(sed 's/.*://' "$dir/cluster/gateway.addr")
 for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
 
 # Requests per second of one redis-benchmark run.

@@ -2,7 +2,8 @@
 # End-to-end test of the `pdpm` CLI on a temporary directory: up, status,
 # object round trips (binary, empty, several MiB, stdin/stdout), down, up
 # again, kill -9 of every daemon then up, a drained server leaving, fsck,
-# and the errors of bad input; then `up --ha` (three etcd members, three
+# pDKVS through `pdpm kv` and through the gateway (redis-cli), and the
+# errors of bad input; then `up --ha` (three etcd members, three
 # monitors), kill -9 of the leader monitor, down and up again. Every step
 # checks exit codes and data byte for byte.
 #
@@ -75,12 +76,16 @@ check_all() {
       die "object ${ids[$f]} ($f) lost or changed"
   done
   expect_fail 1 "not_found" "$pdpm" obj get 99 --dir "$dir"
+  [[ $("$pdpm" kv get greeting --dir "$dir") == hello ]] || die "key greeting lost or changed"
+  "$pdpm" kv get blob --dir "$dir" | cmp - "$work/small" || die "key blob lost or changed"
+  [[ $(redis-cli -p "$gateway_port" get counter) == 42 ]] || die "key counter lost or changed"
 }
 
 monitor_port=$(free_ports 1)
 server_port=$(free_ports 3)
-up_flags=(--dir "$dir" --pm-size 256MiB --segment-size 32MiB --monitor-port "$monitor_port"
-          --server-port "$server_port" --timeout 20s)
+gateway_port=$(free_ports 1)
+up_flags=(--dir "$dir" --pm-size 512MiB --segment-size 64MiB --tables 4 --monitor-port "$monitor_port"
+          --server-port "$server_port" --gateway-port "$gateway_port" --timeout 20s)
 
 step "bad input before any cluster exists"
 expect_fail 2 "unknown command \"frob\"" "$pdpm" frob
@@ -92,6 +97,13 @@ expect_fail 2 "bad object id" "$pdpm" obj get 0123456789abcdef0123456789abcdeg -
 expect_fail 2 "unknown obj command \"copy\"" "$pdpm" obj copy 1 --dir "$dir"
 expect_fail 2 "unknown flag|--frob" "$pdpm" up --frob 1 --dir "$dir"
 expect_fail 2 "--servers must be" "$pdpm" up "${up_flags[@]}" --servers 0
+expect_fail 2 "the gateway and server 1 would share port" "$pdpm" up --dir "$dir" \
+  --monitor-port "$monitor_port" --server-port "$server_port" --gateway-port "$server_port"
+expect_fail 2 "--segment-size must be at least 64MiB" "$pdpm" up --dir "$dir" --segment-size 32MiB
+expect_fail 2 "unknown kv command \"frob\"" "$pdpm" kv frob --dir "$dir"
+expect_fail 2 "usage: pdpm kv get <key>" "$pdpm" kv get --dir "$dir"
+expect_fail 2 "--nx and --xx" "$pdpm" kv put k v --nx --xx --dir "$dir"
+expect_fail 1 "no PDPM cluster in" "$pdpm" kv get k --dir "$dir"
 "$pdpm" help >/dev/null
 "$pdpm" help up | grep -q -- "--pm-size" || die "pdpm help up does not list --pm-size"
 
@@ -114,6 +126,7 @@ wait "$blocker" 2>/dev/null || true
 step "up, refuse a second up, status"
 "$pdpm" up "${up_flags[@]}" >"$work/up.out"
 grep -q "PDPM is up: 3 servers" "$work/up.out" || die "up did not say it is up: $(cat "$work/up.out")"
+grep -q "redis-cli -p $gateway_port" "$work/up.out" || die "up names no gateway: $(cat "$work/up.out")"
 [[ $(stat -c %a "$dir/cluster.secret") == 600 ]] || die "cluster.secret is not mode 0600"
 secret=$(cat "$dir/cluster.secret")
 expect_fail 1 "already running in" "$pdpm" up "${up_flags[@]}"
@@ -140,11 +153,31 @@ expect_fail 1 "too_large" "$pdpm" obj put 9 "$work/huge" --dir "$dir"
 rm "$work/huge"
 expect_fail 2 "usage: pdpm obj del" "$pdpm" obj del 1 extra --dir "$dir"
 expect_fail 1 "was created with --servers 3; drop the flag" "$pdpm" up "${up_flags[@]}" --servers 4
+
+step "pDKVS: pdpm kv and the gateway see the same keys"
+"$pdpm" kv put greeting hello --dir "$dir"
+[[ $("$pdpm" kv get greeting --dir "$dir") == hello ]] || die "kv get greeting"
+[[ $(redis-cli -p "$gateway_port" get greeting) == hello ]] || die "redis-cli get greeting"
+"$pdpm" kv put blob --dir "$dir" <"$work/small"
+"$pdpm" kv get blob --dir "$dir" | cmp - "$work/small" || die "binary value through stdin/stdout"
+[[ $(redis-cli -p "$gateway_port" set counter 41) == OK ]] || die "redis-cli set counter"
+[[ $(redis-cli -p "$gateway_port" incr counter) == 42 ]] || die "redis-cli incr counter"
+expect_fail 1 "already_exists" "$pdpm" kv put greeting other --nx --dir "$dir"
+expect_fail 1 "not_found" "$pdpm" kv put absent v --xx --dir "$dir"
+"$pdpm" kv put doomed x --dir "$dir"
+"$pdpm" kv del doomed --dir "$dir"
+expect_fail 1 "not_found" "$pdpm" kv get doomed --dir "$dir"
+expect_fail 1 "not_found" "$pdpm" kv del doomed --dir "$dir"
+"$pdpm" kv put brief x --ttl 200ms --dir "$dir"
+sleep 0.3
+expect_fail 1 "not_found" "$pdpm" kv get brief --dir "$dir"
+[[ $("$pdpm" kv scan --count 1 --dir "$dir" | sort | tr '\n' ' ') == "blob counter greeting " ]] ||
+  die "kv scan: $("$pdpm" kv scan --dir "$dir")"
 check_all
 
 step "down, fsck, up again: data still there"
 "$pdpm" down --dir "$dir" >"$work/down.out"
-[[ $(grep -c "^stopped" "$work/down.out") == 4 ]] || die "down: $(cat "$work/down.out")"
+[[ $(grep -c "^stopped" "$work/down.out") == 5 ]] || die "down: $(cat "$work/down.out")"
 [[ -z $(ls "$dir"/*.pid 2>/dev/null) ]] || die "down left pid files"
 expect_fail 1 "not running|no PDPM cluster is running" "$pdpm" status --dir "$dir"
 expect_fail 1 "no PDPM cluster is running" "$pdpm" obj get 7 --dir "$dir"
@@ -205,9 +238,9 @@ step "down"
 step "up --ha: three etcd members, three monitors, the status names the leader"
 dir=$work/ha
 ha_monitor_port=$(free_ports 3)
-ha_flags=(--dir "$dir" --ha --pm-size 256MiB --segment-size 32MiB
+ha_flags=(--dir "$dir" --ha --pm-size 512MiB --segment-size 64MiB --tables 4
           --monitor-port "$ha_monitor_port" --server-port "$(free_ports 3)"
-          --etcd-port "$(free_ports 6)" --timeout 60s)
+          --etcd-port "$(free_ports 6)" --gateway-port "$(free_ports 1)" --timeout 60s)
 "$pdpm" up "${ha_flags[@]}" >"$work/up.out" || die "up --ha: $(cat "$work/up.out")"
 grep -q "monitors at .*,.*,.* (view in etcd)" "$work/up.out" || die "up --ha: $(cat "$work/up.out")"
 [[ $(ls "$dir"/etcd-*.pid "$dir"/monitor-*.pid | wc -l) == 6 ]] || die "not 3 etcd + 3 monitors"
@@ -232,15 +265,17 @@ done
 [[ -n $now && $now != "$leader" ]] || die "no new leader 30 s after killing $leader"
 "$pdpm" obj get 7 --dir "$dir" | cmp - "$work/small" || die "object 7 after the failover"
 put_get 9 "$work/small"
+"$pdpm" kv put after-failover yes --dir "$dir"
 
 step "down, up again on the same directory: the HA cluster comes back with its data"
 "$pdpm" down --dir "$dir" >"$work/down.out"
-[[ $(grep -c "^stopped" "$work/down.out") == 8 ]] || die "down --ha: $(cat "$work/down.out")"
+[[ $(grep -c "^stopped" "$work/down.out") == 9 ]] || die "down --ha: $(cat "$work/down.out")"
 "$pdpm" up --dir "$dir" --timeout 60s >"$work/up.out" || die "up again: $(cat "$work/up.out")"
 grep -q "(view in etcd)" "$work/up.out" || die "up again is not HA: $(cat "$work/up.out")"
 for id in 7 9; do
   "$pdpm" obj get $id --dir "$dir" | cmp - "$work/small" || die "object $id after up again"
 done
 "$pdpm" obj get 8 --dir "$dir" | cmp - "$work/big" || die "object 8 after up again"
+[[ $("$pdpm" kv get after-failover --dir "$dir") == yes ]] || die "key after-failover lost"
 "$pdpm" down --dir "$dir" >/dev/null
 echo "PASS"

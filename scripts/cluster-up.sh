@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What `make up` runs after building: starts the local cluster with
 # `pdpm up` (unless it already runs) and shows it working — a file stored
-# as an object, read back and compared, then `pdpm status`.
+# as an object, read back and compared; a key written with `pdpm kv` and
+# read through the Redis protocol; then `pdpm status`.
 #
 #   scripts/cluster-up.sh <build dir>      (PDPM_DIR overrides the cluster directory)
 set -euo pipefail
@@ -30,6 +31,17 @@ cmp "$tmp/sample" "$tmp/back"
 echo "read back identical ($(stat -c %s "$tmp/back") bytes)"
 echo "\$ pdpm obj del $id"
 "$pdpm" obj del "$id" "${dir_flag[@]}"
+echo "\$ pdpm kv put greeting \"hello from pDKVS\""
+"$pdpm" kv put greeting "hello from pDKVS" "${dir_flag[@]}"
+dir=${PDPM_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/pdpm}
+if [[ -e $dir/gateway.addr ]]; then
+  port=$(sed 's/.*://' "$dir/gateway.addr")
+  echo "\$ redis-cli -p $port get greeting"
+  redis-cli -p "$port" get greeting
+else
+  echo "\$ pdpm kv get greeting"
+  "$pdpm" kv get greeting "${dir_flag[@]}"
+fi
 # The second copy of a new segment fills in the background: give it (at
 # most 30 s) before showing the status.
 for _ in $(seq 60); do

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// Run parameters: 6 clients on 4 keys for about 7.5 s, the victim killed
+// Run parameters: 6 clients on 4 keys for several seconds, a victim killed
 // and restarted 3 times. Each client issues at most clientRate operations
 // a second, so that the history (at most about 90,000 operations) stays
 // small enough for the checker to finish in seconds on any machine, and
@@ -22,7 +23,6 @@ const (
 	clientRate   = 2000
 	kills        = 3
 	upTime       = 1500 * time.Millisecond // traffic between restarts
-	downTime     = 200 * time.Millisecond  // victim down: clients see refusals
 	checkTimeout = 60 * time.Second
 )
 
@@ -88,9 +88,9 @@ func TestCheckerRejectsNonLinearizableHistories(t *testing.T) {
 	checkerRejectsBadHistories(t)
 }
 
-// runWithKills drives numClients clients against target while victim is
-// killed and restarted, and returns the recorded history.
-func runWithKills(t *testing.T, target Target, victim int) []porcupine.Operation {
+// runWithKills drives numClients clients against target while victims[k]
+// is killed and restarted in round k, and returns the recorded history.
+func runWithKills(t *testing.T, target Target, victims []int) []porcupine.Operation {
 	t.Helper()
 	ctx := context.Background()
 	rec := newRecorder()
@@ -108,15 +108,18 @@ func runWithKills(t *testing.T, target Target, victim int) []porcupine.Operation
 				testKeys, clientRate, stop)
 		}(i)
 	}
-	name := target.Victims()[victim]
 	var faultErr error
+	var killedAt []int64
 	for k := 0; k < kills && faultErr == nil; k++ {
+		victim := victims[k%len(victims)]
+		name := target.Victims()[victim]
 		time.Sleep(upTime)
+		killedAt = append(killedAt, rec.now())
 		if faultErr = target.Kill(victim); faultErr != nil {
 			faultErr = fmt.Errorf("kill %s: %v", name, faultErr)
 			break
 		}
-		time.Sleep(downTime)
+		time.Sleep(target.DownTime())
 		if faultErr = target.Restart(victim); faultErr != nil {
 			faultErr = fmt.Errorf("restart %s: %v", name, faultErr)
 		}
@@ -138,14 +141,32 @@ func runWithKills(t *testing.T, target Target, victim int) []porcupine.Operation
 		total.indeterminate += stats[i].indeterminate
 		total.notSent += stats[i].notSent
 	}
-	t.Logf("%d clients, %d kills of %s: %d operations completed, %d indeterminate, %d not sent",
-		numClients, kills, name, total.completed, total.indeterminate, total.notSent)
+	t.Logf("%d clients, %d kills: %d operations completed, %d indeterminate, %d not sent",
+		numClients, kills, total.completed, total.indeterminate, total.notSent)
 	if total.completed < 1000 {
 		t.Fatalf("only %d operations completed: the run proves little", total.completed)
 	}
-	if total.indeterminate+total.notSent < kills {
-		t.Fatalf("%d kills of %s failed only %d operations: the faults missed the traffic",
-			kills, name, total.indeterminate+total.notSent)
+	if target.ClientsSeeFaults() {
+		if total.indeterminate+total.notSent < kills {
+			t.Fatalf("%d kills failed only %d operations: the faults missed the traffic",
+				kills, total.indeterminate+total.notSent)
+		}
+	} else {
+		// Clients wait through a fault: every kill must have caught
+		// operations in flight, which then completed.
+		history := rec.history()
+		for k, at := range killedAt {
+			spanning := 0
+			for _, o := range history {
+				if o.Call < at && at < o.Return && o.Return != never {
+					spanning++
+				}
+			}
+			if spanning == 0 {
+				t.Fatalf("kill %d caught no operation in flight: the faults missed the traffic", k+1)
+			}
+			t.Logf("kill %d: %d operations in flight completed after it", k+1, spanning)
+		}
 	}
 	// Once everything is up again, one last read of every key.
 	final := newClient(addrs[0], 2)
@@ -200,6 +221,49 @@ func TestGatewayKillRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer target.Close()
-	checkHistory(t, runWithKills(t, target, 0))
+	defer closeTarget(t, target)
+	checkHistory(t, runWithKills(t, target, []int{0}))
+}
+
+// TestClusterServerKill: two gateways on a PDPM cluster of three servers
+// with two copies of every segment; each round kills another server with
+// SIGKILL (its vnodes move to their backups while clients wait) and
+// restarts it on its PM file.
+func TestClusterServerKill(t *testing.T) {
+	checkerRejectsBadHistories(t)
+	bin := clusterBinaries{monitor: os.Getenv("PDPM_MONITOR"), server: os.Getenv("PDPM_SERVER"),
+		gateway: os.Getenv("PDKVS_GATEWAY")}
+	if bin.monitor == "" || bin.server == "" || bin.gateway == "" {
+		t.Fatal("PDPM_MONITOR, PDPM_SERVER and PDKVS_GATEWAY must name the binaries " +
+			"(make test-kv-linearizability sets them)")
+	}
+	pmDir := os.Getenv("PDPM_TEST_PM_DIR")
+	if pmDir == "" {
+		pmDir = "/dev/shm"
+	}
+	target, err := startCluster(bin, pmDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeTarget(t, target)
+	checkHistory(t, runWithKills(t, target, []int{0, 1, 2}))
+}
+
+// closeTarget stops the target, first printing its logs' last lines when
+// the test failed.
+func closeTarget(t *testing.T, target Target) {
+	if t.Failed() {
+		for _, path := range target.Logs() {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				continue
+			}
+			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+			if len(lines) > 20 {
+				lines = lines[len(lines)-20:]
+			}
+			t.Logf("last lines of %s:\n%s", filepath.Base(path), strings.Join(lines, "\n"))
+		}
+	}
+	target.Close()
 }

@@ -136,12 +136,24 @@ std::vector<monitor::EtcdMember> EtcdMembers(const ClusterConfig& config) {
   return members;
 }
 
+// Every monitor's address, comma-separated.
+std::string MonitorList(const ClusterConfig& config) {
+  std::string monitors;
+  for (uint32_t m = 0; m < config.monitors(); ++m) {
+    monitors += (m ? "," : "") + config.host + ":" + std::to_string(config.monitor_port + m);
+  }
+  return monitors;
+}
+
 }  // namespace
 
 Status ClusterConfig::Validate() const {
   if (servers < 1 || servers > 64) return Status::InvalidArgument("--servers must be 1..64");
-  if (segment_size < (1ULL << 20)) {
-    return Status::InvalidArgument("--segment-size must be at least 1MiB");
+  // A table segment holds 4 MiB allocator chunks, one at least per size
+  // class in use (object index and pages, pDKVS index, items of every
+  // size): a few chunks fill at once.
+  if (segment_size < (64ULL << 20)) {
+    return Status::InvalidArgument("--segment-size must be at least 64MiB");
   }
   if (pm_size < 2 * segment_size) {
     return Status::InvalidArgument("--pm-size must hold at least two segments of --segment-size (" +
@@ -150,37 +162,34 @@ Status ClusterConfig::Validate() const {
   if (monitor_port > 65535 || server_port == 0 || server_port + servers - 1 > 65535) {
     return Status::InvalidArgument("--monitor-port and --server-port must be ports (1..65535)");
   }
-  if (!ha && monitor_port >= server_port && monitor_port < server_port + servers) {
-    return Status::InvalidArgument(
-        "--monitor-port " + std::to_string(monitor_port) + " collides with the server ports " +
-        std::to_string(server_port) + ".." + std::to_string(server_port + servers - 1));
-  }
-  if (ha) {
-    // Every port the HA daemons use, each once.
-    std::map<uint32_t, std::string> used;
-    auto claim = [&](uint32_t port, const std::string& what) -> Status {
-      if (port == 0 || port > 65535) {
-        return Status::InvalidArgument(what + " would use port " + std::to_string(port) +
-                                       ", not a port (1..65535)");
-      }
-      auto [it, fresh] = used.emplace(port, what);
-      if (!fresh) {
-        return Status::InvalidArgument(
-            what + " and " + it->second + " would share port " + std::to_string(port) +
-            "; choose other --monitor-port, --server-port or --etcd-port");
-      }
-      return Status::OK();
-    };
-    for (uint32_t i = 0; i < kHaMembers; ++i) {
-      std::string n = std::to_string(i + 1);
-      PDPM_RETURN_IF_ERROR(claim(monitor_port + i, "monitor " + n));
-      PDPM_RETURN_IF_ERROR(claim(etcd_port + 2 * i, "etcd member " + n));
-      PDPM_RETURN_IF_ERROR(claim(etcd_port + 2 * i + 1, "etcd member " + n + " (peers)"));
+  // Every port the daemons use, each once.
+  std::map<uint32_t, std::string> used;
+  auto claim = [&](uint32_t port, const std::string& what) -> Status {
+    if (port == 0 || port > 65535) {
+      return Status::InvalidArgument(what + " would use port " + std::to_string(port) +
+                                     ", not a port (1..65535)");
     }
-    for (uint32_t i = 0; i < servers; ++i) {
-      PDPM_RETURN_IF_ERROR(claim(server_port + i, "server " + std::to_string(i + 1)));
+    auto [it, fresh] = used.emplace(port, what);
+    if (!fresh) {
+      return Status::InvalidArgument(
+          what + " and " + it->second + " would share port " + std::to_string(port) +
+          "; choose other --monitor-port, --server-port, --etcd-port or --gateway-port");
+    }
+    return Status::OK();
+  };
+  for (uint32_t i = 0; i < monitors(); ++i) {
+    std::string n = ha ? " " + std::to_string(i + 1) : "";
+    PDPM_RETURN_IF_ERROR(claim(monitor_port + i, "monitor" + n));
+    if (ha) {
+      PDPM_RETURN_IF_ERROR(claim(etcd_port + 2 * i, "etcd member" + n));
+      PDPM_RETURN_IF_ERROR(claim(etcd_port + 2 * i + 1, "etcd member" + n + " (peers)"));
     }
   }
+  for (uint32_t i = 0; i < servers; ++i) {
+    PDPM_RETURN_IF_ERROR(claim(server_port + i, "server " + std::to_string(i + 1)));
+  }
+  if (gateway_port != 0) PDPM_RETURN_IF_ERROR(claim(gateway_port, "the gateway"));
+  if (tables > 4096) return Status::InvalidArgument("--tables must be 1..4096");
   if (transport != "tcp" && transport != "verbs") {
     return Status::InvalidArgument("--transport must be tcp or verbs");
   }
@@ -197,7 +206,9 @@ std::string ClusterConfig::Serialize() const {
          "\nmonitor-port=" + std::to_string(monitor_port) +
          "\nserver-port=" + std::to_string(server_port) + "\ntransport=" + transport +
          "\nha=" + (ha ? "1" : "0") + "\netcd-port=" + std::to_string(etcd_port) +
-         "\nreplicas=" + std::to_string(replicas) + "\n";
+         "\nreplicas=" + std::to_string(replicas) +
+         "\ngateway-port=" + std::to_string(gateway_port) + "\ntables=" + std::to_string(tables) +
+         "\n";
 }
 
 Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
@@ -245,6 +256,17 @@ Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
     PDPM_RETURN_IF_ERROR(ParseUint("replicas", kv["replicas"], &v));
     c.replicas = static_cast<uint32_t>(v);
   }
+  c.tables = 0;
+  if (kv.count("tables")) {
+    PDPM_RETURN_IF_ERROR(ParseUint("tables", kv["tables"], &v));
+    if (v == 0) return Status::Corruption("cluster.conf: tables=0");
+    c.tables = static_cast<uint32_t>(v);
+  }
+  // Absent in directories made before the gateway: they get the default.
+  if (kv.count("gateway-port")) {
+    PDPM_RETURN_IF_ERROR(ParseUint("gateway-port", kv["gateway-port"], &v));
+    c.gateway_port = static_cast<uint32_t>(v);
+  }
   PDPM_RETURN_IF_ERROR(c.Validate().WithContext("cluster.conf"));
   *out = c;
   return Status::OK();
@@ -262,6 +284,8 @@ std::vector<std::string> ClusterConfig::Differences(const ClusterConfig& o) cons
   if (ha != o.ha) keys.push_back("ha");
   if (etcd_port != o.etcd_port) keys.push_back("etcd-port");
   if (replicas != o.replicas) keys.push_back("replicas");
+  if (gateway_port != o.gateway_port) keys.push_back("gateway-port");
+  if (tables != o.tables) keys.push_back("tables");
   return keys;
 }
 
@@ -269,6 +293,7 @@ LocalCluster::LocalCluster(std::string dir)
     : dir_(std::move(dir)),
       monitor_binary_(FindBinary("pdpm-monitor", PDPM_MONITOR_BINARY)),
       server_binary_(FindBinary("pdpm-server", PDPM_SERVER_BINARY)),
+      gateway_binary_(FindBinary("pdkvs-gateway", PDKVS_GATEWAY_BINARY)),
       etcd_binary_(FindInPath("etcd")) {}
 
 Status LocalCluster::LoadConfig(ClusterConfig* config) const {
@@ -320,6 +345,8 @@ std::vector<DaemonSpec> LocalCluster::EtcdDaemons(const ClusterConfig& config) c
 
 std::vector<DaemonSpec> LocalCluster::MonitorDaemons(const ClusterConfig& config) const {
   std::vector<DaemonSpec> daemons;
+  std::vector<std::string> tables;
+  if (config.tables != 0) tables = {"--tables", std::to_string(config.tables)};
   if (!config.ha) {
     std::string monitor_address = config.host + ":" + std::to_string(config.monitor_port);
     daemons.push_back(
@@ -331,6 +358,7 @@ std::vector<DaemonSpec> LocalCluster::MonitorDaemons(const ClusterConfig& config
          Path("monitor"),
          Path("monitor.pid"),
          Path("monitor.log")});
+    daemons.back().argv.insert(daemons.back().argv.end(), tables.begin(), tables.end());
     return daemons;
   }
   std::string etcd = monitor::EtcdClientEndpoints(EtcdMembers(config));
@@ -345,15 +373,13 @@ std::vector<DaemonSpec> LocalCluster::MonitorDaemons(const ClusterConfig& config
          MonitorAddressFile(config, i),
          Path("monitor-" + n + ".pid"),
          Path("monitor-" + n + ".log")});
+    daemons.back().argv.insert(daemons.back().argv.end(), tables.begin(), tables.end());
   }
   return daemons;
 }
 
 DaemonSpec LocalCluster::ServerDaemon(const ClusterConfig& config, uint32_t i) const {
-  std::string monitors;
-  for (uint32_t m = 0; m < config.monitors(); ++m) {
-    monitors += (m ? "," : "") + config.host + ":" + std::to_string(config.monitor_port + m);
-  }
+  std::string monitors = MonitorList(config);
   std::string n = std::to_string(i);
   return {"server " + n,
           {server_binary_, "--pm", ServerPmFile(i), "--pm-size", std::to_string(config.pm_size),
@@ -364,10 +390,22 @@ DaemonSpec LocalCluster::ServerDaemon(const ClusterConfig& config, uint32_t i) c
           Path("server-" + n + ".log")};
 }
 
+DaemonSpec LocalCluster::GatewayDaemon(const ClusterConfig& config) const {
+  return {"gateway",
+          {gateway_binary_, "--monitor", MonitorList(config), "--secret-file",
+           Path("cluster.secret"), "--transport", config.transport, "--listen",
+           config.host + ":" + std::to_string(config.gateway_port), "--port-file",
+           Path("gateway.addr")},
+          Path("gateway.addr"),
+          Path("gateway.pid"),
+          Path("gateway.log")};
+}
+
 std::vector<DaemonSpec> LocalCluster::Daemons(const ClusterConfig& config) const {
   std::vector<DaemonSpec> daemons = EtcdDaemons(config);
   for (DaemonSpec& d : MonitorDaemons(config)) daemons.push_back(std::move(d));
   for (uint32_t i = 1; i <= config.servers; ++i) daemons.push_back(ServerDaemon(config, i));
+  if (config.gateway_port != 0) daemons.push_back(GatewayDaemon(config));
   return daemons;
 }
 
@@ -440,7 +478,8 @@ Status LocalCluster::Up(const ClusterConfig& config, const UpOptions& options,
   }
   PDPM_RETURN_IF_ERROR(EnsureSecret());
   if (!config.ha) PDPM_RETURN_IF_ERROR(MakeDirs(Path("monitor"), 0700));
-  for (const char* binary : {monitor_binary_.c_str(), server_binary_.c_str()}) {
+  for (const char* binary :
+       {monitor_binary_.c_str(), server_binary_.c_str(), gateway_binary_.c_str()}) {
     if (::access(binary, X_OK) != 0) {
       return Status::NotFound(std::string(binary) + " is not there or not executable (build it)");
     }
@@ -475,6 +514,7 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
     address_files.push_back(MonitorAddressFile(config, i));
   }
   for (uint32_t i = 1; i <= config.servers; ++i) address_files.push_back(ServerAddressFile(i));
+  address_files.push_back(Path("gateway.addr"));
   for (const std::string& file : address_files) {
     if (::unlink(file.c_str()) != 0 && errno != ENOENT) {
       return Status::FromErrno("remove " + file, errno);
@@ -558,7 +598,8 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
         return Status::FromErrno("remove " + FormatPendingMarker(i), errno);
       }
     }
-    return Status::OK();
+    if (config.gateway_port == 0) return Status::OK();
+    return StartGateway(config, deadline, progress, started);
   }
   std::string after =
       "after " + std::to_string(options.timeout.count() / 1000.0).substr(0, 4) + "s";
@@ -589,6 +630,38 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
   return Status(StatusCode::kTimeout, "cluster not healthy " + after + ": " +
                                           v1::Health_Name(status.health()) + " " +
                                           status.message());
+}
+
+Status LocalCluster::StartGateway(const ClusterConfig& config, steady_clock::time_point deadline,
+                                  std::ostream& progress,
+                                  std::vector<std::pair<DaemonSpec, pid_t>>* started) {
+  DaemonSpec spec = GatewayDaemon(config);
+  pid_t pid = 0;
+  PDPM_RETURN_IF_ERROR(StartDaemon(spec, &pid));
+  started->emplace_back(spec, pid);
+  std::string address;
+  while (!GatewayAddress(&address).ok()) {
+    PDPM_RETURN_IF_ERROR(CheckStarted(*started));
+    if (steady_clock::now() >= deadline) {
+      return DaemonFailed(StatusCode::kTimeout, spec, "did not start serving in time");
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  progress << "gateway  " << address << "  (pid " << pid << ", Redis protocol)\n";
+  return Status::OK();
+}
+
+Status LocalCluster::GatewayAddress(std::string* address) const {
+  ClusterConfig config;
+  PDPM_RETURN_IF_ERROR(LoadConfig(&config));
+  std::string text;
+  if (config.gateway_port == 0 || RunningPid(GatewayDaemon(config)) == 0 ||
+      !ReadWholeFile(Path("gateway.addr"), &text).ok() || text.empty() || text.back() != '\n') {
+    return Status::FailedPrecondition("no pDKVS gateway is running in " + dir_);
+  }
+  text.pop_back();
+  *address = text;
+  return Status::OK();
 }
 
 Status LocalCluster::StartEtcd(const ClusterConfig& config, steady_clock::time_point deadline,

@@ -7,9 +7,10 @@
 // monitor/ (the view), monitor.addr, server-<i>.pm (PM files), and a .pid
 // and .log per daemon. A highly available cluster (`--ha`) has instead
 // three etcd members (etcd-<i>/ their data) and three monitors sharing the
-// view in etcd (monitor-<i>.addr). Up() on a directory whose daemons were stopped or
-// killed brings the same cluster back with its data: PM files are
-// formatted only when they do not exist yet.
+// view in etcd (monitor-<i>.addr). The pDKVS gateway (pdkvs-gateway, the
+// Redis protocol) starts once the cluster is healthy (gateway.addr). Up() on a directory whose
+// daemons were stopped or killed brings the same cluster back with its data: PM files are formatted
+// only when they do not exist yet.
 #pragma once
 
 #include <chrono>
@@ -45,6 +46,12 @@ struct ClusterConfig {
   // Copies of every segment. A cluster.conf written before replication
   // existed has no key: those clusters keep 1.
   uint32_t replicas = 2;
+  // Object-store tables, which are also the pDKVS vnodes: each fills a
+  // segment (and its copies) once used, so a small local cluster wants few.
+  // 0 (a cluster.conf written before the key existed): the monitor's own.
+  uint32_t tables = 16;
+  // The pDKVS gateway's Redis-protocol port; 0: no gateway.
+  uint32_t gateway_port = 7379;
 
   Status Validate() const;
   std::string Serialize() const;  // key=value lines
@@ -85,13 +92,18 @@ class LocalCluster {
   Status MonitorAddress(std::string* address) const;
   Status Secret(std::string* secret) const;
 
-  // The etcd members (HA only), the monitors, then the servers of `config`:
-  // the order they start in.
+  // The gateway's address (kFailedPrecondition when it does not run).
+  Status GatewayAddress(std::string* address) const;
+
+  // The etcd members (HA only), the monitors, the servers of `config`, then
+  // the gateway: the order they start in.
   std::vector<DaemonSpec> Daemons(const ClusterConfig& config) const;
   std::vector<DaemonSpec> EtcdDaemons(const ClusterConfig& config) const;
   std::vector<DaemonSpec> MonitorDaemons(const ClusterConfig& config) const;
   DaemonSpec ServerDaemon(const ClusterConfig& config, uint32_t index) const;  // from 1
-  std::string ServerPmFile(uint32_t index) const;                              // index from 1
+  // Only for a config with a gateway port.
+  DaemonSpec GatewayDaemon(const ClusterConfig& config) const;
+  std::string ServerPmFile(uint32_t index) const;  // index from 1
   std::string ServerAddress(const ClusterConfig& config, uint32_t index) const;
 
  private:
@@ -107,6 +119,9 @@ class LocalCluster {
   // Starts the daemons and waits for health; fills `started`.
   Status StartAll(const ClusterConfig& config, const UpOptions& options, std::ostream& progress,
                   std::vector<std::pair<DaemonSpec, pid_t>>* started);
+  // Starts the gateway and waits until it serves.
+  Status StartGateway(const ClusterConfig& config, std::chrono::steady_clock::time_point deadline,
+                      std::ostream& progress, std::vector<std::pair<DaemonSpec, pid_t>>* started);
   // Starts the etcd members and waits until they serve.
   Status StartEtcd(const ClusterConfig& config, std::chrono::steady_clock::time_point deadline,
                    std::ostream& progress, std::vector<std::pair<DaemonSpec, pid_t>>* started);
@@ -114,6 +129,7 @@ class LocalCluster {
   std::string dir_;
   std::string monitor_binary_;
   std::string server_binary_;
+  std::string gateway_binary_;
   std::string etcd_binary_;  // "" when no etcd is installed
 };
 

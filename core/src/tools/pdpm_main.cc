@@ -1,6 +1,7 @@
 // pdpm: the command-line tool of PDPM (docs/cli.md).
 //
-//   pdpm up | down | status | obj put|get|del | fsck | server drain   [--dir DIR] [flags]
+//   pdpm up | down | status | obj put|get|del | kv get|put|del|scan | fsck |
+//        server drain   [--dir DIR] [flags]
 //
 // Every failure is one line "pdpm: <what>" on stderr (a failing daemon's
 // log tail follows it, indented) and a non-zero exit: 1 for errors, 2 for
@@ -20,7 +21,9 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "monitor/monitor_client.h"
+#include "pdkvs/cluster/cluster_kv_store.h"
 #include "server/fsck.h"
+#include "server/kv_protocol.h"
 #include "tools/local_cluster.h"
 #include "tools/object_id.h"
 
@@ -40,14 +43,19 @@ constexpr const char* kUsage =
     "  obj put <id> [file]   store an object from the file (stdin when none)\n"
     "  obj get <id> [file]   write an object to the file (stdout when none)\n"
     "  obj del <id>          delete an object\n"
+    "  kv put <key> [value]  set a pDKVS key (value from stdin when none)\n"
+    "  kv get <key>          print a key's value\n"
+    "  kv del <key>          delete a key\n"
+    "  kv scan               list the keys\n"
     "  fsck                  check the PM of the stopped servers offline\n"
     "  server drain <id>     move a server's data away; it is DRAINED and may leave\n"
     "  help [command]        this text, or the flags of one command\n"
     "\n"
     "DIR defaults to $XDG_DATA_HOME/pdpm (~/.local/share/pdpm). Object ids are\n"
-    "32 hex digits or a decimal number.\n";
+    "32 hex digits or a decimal number. The cluster's pDKVS also speaks the Redis\n"
+    "protocol (its gateway's port is in `pdpm up`'s output).\n";
 
-constexpr const char* kSwitches[] = {"--ha"};
+constexpr const char* kSwitches[] = {"--ha", "--nx", "--xx"};
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "pdpm: %s\n", s.ToString().c_str());
@@ -141,6 +149,11 @@ int Up(CommandLine& cl) {
               "(default 2379)");
   p.AddUint32("replicas", &requested.replicas,
               "copies of every segment, on distinct servers (new cluster; default 2)");
+  p.AddUint32("tables", &requested.tables,
+              "object-store tables = pDKVS vnodes, each filling a segment once used "
+              "(new cluster; default 16)");
+  p.AddUint32("gateway-port", &requested.gateway_port,
+              "port of the pDKVS gateway (Redis protocol); 0: none (new cluster; default 7379)");
   p.AddDuration("timeout", &timeout, "how long to wait for a healthy cluster (default 30s)");
   Status s = cl.Parse(0, 0, " [flags]");
   if (cl.help_shown()) return 0;
@@ -188,11 +201,20 @@ int Up(CommandLine& cl) {
             << "  pdpm status" << dir_flag << "\n"
             << "  pdpm obj put 1 FILE" << dir_flag << "     # store FILE as object 1\n"
             << "  pdpm obj get 1 COPY" << dir_flag << "     # read it back\n"
-            << "  pdpm down" << dir_flag << "\n"
+            << "  pdpm kv put greeting hello" << dir_flag << "\n"
+            << "  pdpm kv get greeting" << dir_flag << "\n";
+  std::string gateway;
+  if (cluster.GatewayAddress(&gateway).ok()) {
+    std::string port = gateway.substr(gateway.rfind(':') + 1);
+    std::cout << "  redis-cli -p " << port << " get greeting      # the Redis protocol\n";
+  }
+  std::cout << "  pdpm down" << dir_flag << "\n"
             << "\n"
             << "Programs using libpdpm connect to "
             << (config.ha ? "the monitors at " : "the monitor at ") << address
-            << " with the secret in " << cl.dir() << "/cluster.secret.\n";
+            << " with the secret in " << cl.dir() << "/cluster.secret";
+  if (!gateway.empty()) std::cout << "; Redis clients to the gateway at " << gateway;
+  std::cout << ".\n";
   return 0;
 }
 
@@ -279,8 +301,10 @@ int StatusCommand(CommandLine& cl) {
   return 0;
 }
 
-// Reads all of fd, failing with kTooLarge beyond `limit` bytes.
-Status ReadAll(int fd, const std::string& name, uint64_t limit, std::string* out) {
+// Reads all of fd, failing with kTooLarge beyond `limit` bytes (`what`
+// names the limit: "object", "value").
+Status ReadAll(int fd, const std::string& name, uint64_t limit, const std::string& what,
+               std::string* out) {
   out->clear();
   char buf[1 << 16];
   while (true) {
@@ -290,8 +314,8 @@ Status ReadAll(int fd, const std::string& name, uint64_t limit, std::string* out
     if (n == 0) return Status::OK();
     out->append(buf, static_cast<size_t>(n));
     if (out->size() > limit) {
-      return Status::TooLarge(name + " is larger than the largest object (" + HumanBytes(limit) +
-                              ")");
+      return Status::TooLarge(name + " is larger than the largest " + what + " (" +
+                              HumanBytes(limit) + ")");
     }
   }
 }
@@ -306,14 +330,18 @@ Status WriteAll(int fd, const std::string& name, std::string_view data) {
   return Status::OK();
 }
 
-Status OpenClient(const std::string& dir, std::unique_ptr<client::Client>* out) {
+Status ClientOptionsFor(const std::string& dir, client::ClientOptions* options) {
   LocalCluster cluster(dir);
   ClusterConfig config;
   PDPM_RETURN_IF_ERROR(cluster.LoadConfig(&config));
+  PDPM_RETURN_IF_ERROR(cluster.MonitorAddress(&options->monitor));
+  PDPM_RETURN_IF_ERROR(cluster.Secret(&options->cluster_secret));
+  return net::ParseBackendKind(config.transport, &options->transport);
+}
+
+Status OpenClient(const std::string& dir, std::unique_ptr<client::Client>* out) {
   client::ClientOptions options;
-  PDPM_RETURN_IF_ERROR(cluster.MonitorAddress(&options.monitor));
-  PDPM_RETURN_IF_ERROR(cluster.Secret(&options.cluster_secret));
-  PDPM_RETURN_IF_ERROR(net::ParseBackendKind(config.transport, &options.transport));
+  PDPM_RETURN_IF_ERROR(ClientOptionsFor(dir, &options));
   return client::Client::Open(options, out).WithContext("cannot connect to the cluster");
 }
 
@@ -340,11 +368,11 @@ int Obj(CommandLine& cl) {
   std::string data;
   if (verb == "put") {
     if (file.empty()) {
-      s = ReadAll(0, "stdin", client::kMaxObjectSize, &data);
+      s = ReadAll(0, "stdin", client::kMaxObjectSize, "object", &data);
     } else {
       int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) return Fail(Status::FromErrno("open " + file, errno));
-      s = ReadAll(fd, file, client::kMaxObjectSize, &data);
+      s = ReadAll(fd, file, client::kMaxObjectSize, "object", &data);
       ::close(fd);
     }
     if (!s.ok()) return Fail(s);
@@ -366,6 +394,97 @@ int Obj(CommandLine& cl) {
   if (!s.ok()) return Fail(s.WithContext("get " + what));
   s = file.empty() ? WriteAll(1, "stdout", data) : WriteFileAtomically(file, data, 0644);
   return s.ok() ? 0 : Fail(s);
+}
+
+// `pdpm kv get|put|del|scan`: the cluster's pDKVS through the C++ client
+// (pdkvs::ClusterKvStore), not through the gateway.
+int Kv(CommandLine& cl) {
+  bool if_absent = false, if_present = false;
+  milliseconds ttl{0};
+  uint64_t count = 100;
+  FlagParser& p = cl.parser();
+  p.AddBool("nx", &if_absent, "put: only when the key is absent");
+  p.AddBool("xx", &if_present, "put: only when the key is present");
+  p.AddDuration("ttl", &ttl, "put: the key expires after this long (default never)");
+  p.AddUint64("count", &count, "scan: keys asked for per round trip (default 100)");
+  Status s = cl.Parse(1, 3, " get|put|del|scan [key] [value] [flags]");
+  if (cl.help_shown()) return 0;
+  if (!s.ok()) return BadCommandLine(s);
+  const std::vector<std::string>& args = cl.positional();
+  const std::string& verb = args[0];
+  const size_t want = verb == "scan" ? 1 : verb == "put" ? 0 : 2;
+  if (verb != "get" && verb != "put" && verb != "del" && verb != "scan") {
+    return BadCommandLine(
+        Status::InvalidArgument("unknown kv command \"" + verb + "\": want get, put, del or scan"));
+  }
+  if ((want != 0 && args.size() != want) || (verb == "put" && args.size() < 2)) {
+    std::string usage = verb == "scan" ? "" : verb == "put" ? " <key> [value]" : " <key>";
+    return BadCommandLine(Status::InvalidArgument("usage: pdpm kv " + verb + usage + " [flags]"));
+  }
+  if (if_absent && if_present) {
+    return BadCommandLine(Status::InvalidArgument("--nx and --xx exclude each other"));
+  }
+  if (count == 0) return BadCommandLine(Status::InvalidArgument("--count must be at least 1"));
+  std::string value;
+  if (verb == "put") {
+    if (args.size() == 3) {
+      value = args[2];
+    } else {
+      s = ReadAll(0, "stdin", server::kKvMaxValueSize, "value", &value);
+      if (!s.ok()) return Fail(s);
+    }
+  }
+  client::ClientOptions options;
+  s = ClientOptionsFor(cl.dir(), &options);
+  std::unique_ptr<pdkvs::ClusterKvStore> store;
+  if (s.ok()) s = pdkvs::ClusterKvStore::Open(options, &store);
+  if (!s.ok()) return Fail(s.WithContext("cannot connect to the cluster"));
+  const std::string key = args.size() > 1 ? args[1] : "";
+  if (verb == "get") {
+    s = store->Get(key, &value);
+    if (!s.ok()) return Fail(s.WithContext("get " + key));
+    // A terminal gets a line; a pipe or file the exact bytes.
+    if (::isatty(1)) value.push_back('\n');
+    s = WriteAll(1, "stdout", value);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (verb == "put") {
+    pdkvs::SetOptions set;
+    if (if_absent) set.condition = pdkvs::SetOptions::Condition::kIfAbsent;
+    if (if_present) set.condition = pdkvs::SetOptions::Condition::kIfPresent;
+    if (ttl.count() > 0) {
+      set.expiry = pdkvs::SetOptions::Expiry::kSet;
+      set.expire_at_ms =
+          static_cast<uint64_t>(std::chrono::duration_cast<milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch() + ttl)
+                                    .count());
+    }
+    pdkvs::SetResult result;
+    s = store->Set(key, value, set, &result);
+    if (!s.ok()) return Fail(s.WithContext("put " + key));
+    if (!result.applied) {
+      return Fail(if_absent ? Status::AlreadyExists("put " + key + ": the key exists (--nx)")
+                            : Status::NotFound("put " + key + ": no such key (--xx)"));
+    }
+    return 0;
+  }
+  if (verb == "del") {
+    s = store->Delete(key);
+    return s.ok() ? 0 : Fail(s.WithContext("delete " + key));
+  }
+  uint64_t cursor = 0;
+  do {
+    pdkvs::KvScanPage page;
+    s = store->Scan(cursor, count, &page);
+    if (!s.ok()) return Fail(s.WithContext("scan"));
+    for (std::string& k : page.keys) {
+      k.push_back('\n');
+      s = WriteAll(1, "stdout", k);
+      if (!s.ok()) return Fail(s);
+    }
+    cursor = page.next_cursor;
+  } while (cursor != 0);
+  return 0;
 }
 
 int Fsck(CommandLine& cl) {
@@ -464,6 +583,7 @@ int Dispatch(const std::string& command, CommandLine& cl) {
   if (command == "down") return Down(cl);
   if (command == "status") return StatusCommand(cl);
   if (command == "obj") return Obj(cl);
+  if (command == "kv") return Kv(cl);
   if (command == "fsck") return Fsck(cl);
   std::fprintf(stderr, "pdpm: unknown command \"%s\" (`pdpm help` lists the commands)\n",
                command.c_str());

@@ -1,14 +1,15 @@
-// pdkvs-gateway: serves a pDKVS store over the Redis protocol. With --pm the
-// store is a LocalKvStore on that PM source. Stops on SIGINT / SIGTERM.
+// pdkvs-gateway: serves a pDKVS store over the Redis protocol: with
+// --monitor the distributed store of a PDPM cluster (ClusterKvStore), with
+// --pm a LocalKvStore on that PM source. Stops on SIGINT / SIGTERM.
 #include <signal.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
+#include "common/file_util.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "pdkvs/cluster/cluster_kv_store.h"
 #include "pdkvs/gateway/gateway.h"
 #include "pdkvs/gateway/local_kv_store.h"
 
@@ -29,31 +30,68 @@ Status ParseListen(const std::string& listen, GatewayConfig* config) {
   return Status::OK();
 }
 
-Status ReadPassword(const std::string& file, std::string* password) {
-  std::ifstream in(file);
-  if (!in) return Status::NotFound("--password-file: cannot read " + file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *password = ss.str();
-  while (!password->empty() && (password->back() == '\n' || password->back() == '\r')) {
-    password->pop_back();
+// The first line of `file` (a password or the cluster secret).
+Status ReadSecretFile(const std::string& flag, const std::string& file, std::string* secret) {
+  PDPM_RETURN_IF_ERROR(ReadWholeFile(file, secret).WithContext("--" + flag));
+  while (!secret->empty() && (secret->back() == '\n' || secret->back() == '\r')) {
+    secret->pop_back();
   }
-  if (password->empty()) return Status::InvalidArgument("--password-file: empty password");
+  if (secret->empty()) return Status::InvalidArgument("--" + flag + ": " + file + " is empty");
+  return Status::OK();
+}
+
+// The store the flags name: exactly one of --monitor and --pm.
+struct StoreFlags {
+  std::string monitor, secret_file, transport = "tcp";
+  std::string pm_path;
+  uint64_t pm_size = 1ull << 30;
+  uint32_t vnodes = 8;
+};
+
+Status OpenStore(const StoreFlags& f, uint32_t threads, const Logger& log,
+                 std::unique_ptr<KvStore>* out) {
+  if (!f.monitor.empty()) {
+    client::ClientOptions options;
+    options.monitor = f.monitor;
+    PDPM_RETURN_IF_ERROR(ReadSecretFile("secret-file", f.secret_file, &options.cluster_secret));
+    PDPM_RETURN_IF_ERROR(net::ParseBackendKind(f.transport, &options.transport));
+    std::unique_ptr<ClusterKvStore> store;
+    PDPM_RETURN_IF_ERROR(ClusterKvStore::Open(options, &store));
+    log.Info("store: the PDPM cluster", {{"monitor", f.monitor}});
+    *out = std::move(store);
+    return Status::OK();
+  }
+  LocalKvStoreOptions options;
+  options.create_size = f.pm_size;
+  options.vnodes = f.vnodes;
+  options.cores = static_cast<int>(threads);
+  std::unique_ptr<LocalKvStore> store;
+  PDPM_RETURN_IF_ERROR(LocalKvStore::Open(f.pm_path, options, &store));
+  log.Info("store: local", {{"pm", f.pm_path}, {"vnodes", store->vnodes()}});
+  *out = std::move(store);
   return Status::OK();
 }
 
 int Main(int argc, char** argv) {
   Logger log("pdkvs-gateway");
-  std::string listen = "127.0.0.1:6379", pm_path, password_file;
-  uint64_t pm_size = 1ull << 30, max_bulk = 512ull << 20, max_args = 1 << 20;
-  uint32_t threads = 2, vnodes = 8;
+  std::string listen = "127.0.0.1:6379", password_file, port_file;
+  StoreFlags store_flags;
+  uint64_t max_bulk = 512ull << 20, max_args = 1 << 20;
+  uint32_t threads = 2;
   uint64_t max_clients = 10000;
   bool enable_flushdb = false;
   FlagParser flags("pdkvs-gateway");
   flags.AddString("listen", &listen, "HOST:PORT to serve the Redis protocol on (port 0: any)");
-  flags.AddString("pm", &pm_path, "PM source (devdax, DAX file or file) of the local store");
-  flags.AddSize("pm-size", &pm_size, "size of the PM file when it is created");
-  flags.AddUint32("vnodes", &vnodes, "vnodes of a new local store (1..15)");
+  flags.AddString("monitor", &store_flags.monitor,
+                  "the PDPM cluster's monitor host:port (every monitor's, comma-separated)");
+  flags.AddString("secret-file", &store_flags.secret_file,
+                  "with --monitor: file holding the cluster secret");
+  flags.AddString("transport", &store_flags.transport, "with --monitor: tcp or verbs");
+  flags.AddString("pm", &store_flags.pm_path,
+                  "instead of --monitor: PM source (devdax, DAX file or file) of a local store");
+  flags.AddSize("pm-size", &store_flags.pm_size, "size of the PM file when it is created");
+  flags.AddUint32("vnodes", &store_flags.vnodes, "vnodes of a new local store (1..15)");
+  flags.AddString("port-file", &port_file, "write the bound host:port here once serving");
   flags.AddString("password-file", &password_file,
                   "file holding the password clients AUTH with (else $PDKVS_PASSWORD)");
   flags.AddBool("enable-flushdb", &enable_flushdb, "allow FLUSHDB");
@@ -68,8 +106,15 @@ int Main(int argc, char** argv) {
   }
   GatewayConfig config;
   s = ParseListen(listen, &config);
-  if (s.ok() && pm_path.empty()) s = Status::InvalidArgument("--pm is required");
-  if (s.ok() && !password_file.empty()) s = ReadPassword(password_file, &config.password);
+  if (s.ok() && store_flags.pm_path.empty() == store_flags.monitor.empty()) {
+    s = Status::InvalidArgument("give either --monitor (a PDPM cluster) or --pm (a local store)");
+  }
+  if (s.ok() && !store_flags.monitor.empty() && store_flags.secret_file.empty()) {
+    s = Status::InvalidArgument("--monitor needs --secret-file");
+  }
+  if (s.ok() && !password_file.empty()) {
+    s = ReadSecretFile("password-file", password_file, &config.password);
+  }
   if (s.ok() && password_file.empty()) {
     // Single-threaded here, and nothing changes the environment.
     if (const char* env = getenv("PDKVS_PASSWORD")) {  // NOLINT(concurrency-mt-unsafe)
@@ -92,14 +137,10 @@ int Main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  LocalKvStoreOptions store_options;
-  store_options.create_size = pm_size;
-  store_options.vnodes = vnodes;
-  store_options.cores = static_cast<int>(threads);
-  std::unique_ptr<LocalKvStore> store;
-  s = LocalKvStore::Open(pm_path, store_options, &store);
+  std::unique_ptr<KvStore> store;
+  s = OpenStore(store_flags, threads, log, &store);
   if (!s.ok()) {
-    log.Error("cannot open the pDKVS store", {{"pm", pm_path}, {"error", s}});
+    log.Error("cannot open the pDKVS store", {{"error", s}});
     return 1;
   }
   std::unique_ptr<Gateway> gateway;
@@ -108,13 +149,15 @@ int Main(int argc, char** argv) {
     log.Error("cannot start the gateway", {{"error", s}});
     return 1;
   }
-  uint64_t keys = 0;
-  (void)store->Count(&keys);
-  log.Info("serving", {{"listen", config.bind + ":" + std::to_string(gateway->port())},
-                       {"pm", pm_path},
-                       {"vnodes", store->vnodes()},
-                       {"keys", keys},
-                       {"auth", !config.password.empty()}});
+  const std::string bound = config.bind + ":" + std::to_string(gateway->port());
+  log.Info("serving", {{"listen", bound}, {"auth", !config.password.empty()}});
+  if (!port_file.empty()) {
+    s = WriteFileAtomically(port_file, bound + "\n", 0644);
+    if (!s.ok()) {
+      log.Error("cannot write the port file", {{"error", s}});
+      return 1;
+    }
+  }
   // The port on stdout, for scripts that asked for port 0.
   printf("port=%d\n", gateway->port());
   fflush(stdout);

@@ -4,7 +4,10 @@ answer: exactly, or TTLs within a tolerance, SCAN by its set of keys, INFO /
 CLIENT LIST / COMMAND DOCS / HELLO by shape. Then kill -9 of the gateway
 and a restart: every acknowledged key is still there.
 
-usage: redis_compat_test.py GATEWAY_BINARY PM_FILE REDIS_PORT"""
+The gateway's store is given by its flags: a local store (--pm FILE
+--pm-size 256MiB) or a PDPM cluster (--monitor ADDR --secret-file F).
+
+usage: redis_compat_test.py GATEWAY_BINARY REDIS_PORT STORE_FLAGS..."""
 import os
 import signal
 import socket
@@ -155,12 +158,12 @@ def raw(port, data, read_until_close=False):
 expected_len = [0]
 
 
-def start_gateway(binary, pm, extra_env=None, extra_args=()):
+def start_gateway(binary, store, extra_env=None):
     env = dict(os.environ)
     env.pop("PDKVS_PASSWORD", None)
     env.update(extra_env or {})
-    p = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--pm", pm, "--pm-size", "256MiB",
-                          "--enable-flushdb", *extra_args], stdout=subprocess.PIPE, env=env)
+    p = subprocess.Popen([binary, "--listen", "127.0.0.1:0", *store, "--enable-flushdb"],
+                         stdout=subprocess.PIPE, env=env)
     children.append(p)
     line = p.stdout.readline().decode()
     if not line.startswith("port="):
@@ -169,8 +172,8 @@ def start_gateway(binary, pm, extra_env=None, extra_args=()):
 
 
 def main():
-    binary, pm, redis_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    gw, gw_port = start_gateway(binary, pm)
+    binary, redis_port, store = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    gw, gw_port = start_gateway(binary, store)
     clients = {port: redis.Redis(port=port, protocol=2) for port in (gw_port, redis_port)}
     for c in clients.values():
         c.response_callbacks.clear()  # compare what the servers sent
@@ -234,7 +237,7 @@ def main():
                              "--appendonly", "no", "--requirepass", "s3cret"],
                             stdout=subprocess.DEVNULL)
     children.append(red2)
-    gw, gw_port = start_gateway(binary, pm, {"PDKVS_PASSWORD": "s3cret"})
+    gw, gw_port = start_gateway(binary, store, {"PDKVS_PASSWORD": "s3cret"})
     time.sleep(0.3)
     auth_raw = (b"GET y\r\nHELLO 3\r\nAUTH wrong\r\nAUTH default wrong\r\nAUTH a b c\r\n"
                 b"AUTH s3cret\r\nEXISTS nothere\r\nQUIT\r\n")
@@ -277,7 +280,7 @@ def main():
     c.close()
     gw.send_signal(signal.SIGKILL)
     gw.wait()
-    gw, gw_port = start_gateway(binary, pm, {"PDKVS_PASSWORD": "s3cret"})
+    gw, gw_port = start_gateway(binary, store, {"PDKVS_PASSWORD": "s3cret"})
     c = redis.Redis(port=gw_port, password="s3cret")
     values = c.mget([f"durable:{i}" for i in range(2000)])
     lost = [i for i, v in enumerate(values) if v != (f"value-{i}" * (1 + i % 7)).encode()]
