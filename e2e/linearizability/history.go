@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,7 +58,14 @@ func classify(err error) (outcome, error) {
 	}
 	var replyErr redis.Error
 	if errors.As(err, &replyErr) {
-		// An error reply is a wrong answer here: every value is an integer.
+		// The gateway's word for a request whose server failed while it was
+		// in flight (it may or may not have been applied, so it was not
+		// sent again): an open operation, like a lost connection.
+		if strings.HasPrefix(replyErr.Error(), "ERR unavailable") {
+			return indeterminate, nil
+		}
+		// Any other error reply is a wrong answer here: every value is an
+		// integer.
 		return completed, fmt.Errorf("error reply: %v", err)
 	}
 	var netErr *net.OpError
