@@ -21,24 +21,7 @@ pdpm=$build/src/tools/pdpm
 loadgen=$build/src/pdkvs/loadgen/pdkvs-loadgen
 dir=$(mktemp -d "${PDPM_BENCH_PM_DIR:-/dev/shm}/pdkvs-bench.XXXXXX")
 # free_ports N: the first of N consecutive ports that are free now.
-free_ports() {
-  python3 - "$1" <<'PY'
-import socket, sys
-n = int(sys.argv[1])
-while True:
-    first = socket.socket(); first.bind(("127.0.0.1", 0)); base = first.getsockname()[1]
-    held = [first]
-    try:
-        for p in range(base + 1, base + n):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); held.append(s)
-        print(base)
-        break
-    except OSError:
-        pass
-    finally:
-        for s in held: s.close()
-PY
-}
+free_ports() { "$(dirname "$0")/free-ports" "$1"; }
 rport=$(free_ports 1)
 redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" >/dev/null &
 rpid=$!

@@ -30,24 +30,7 @@ die() {
   exit 1
 }
 # free_ports N: the first of N consecutive ports that are free now.
-free_ports() {
-  python3 - "$1" <<'PY'
-import socket, sys
-n = int(sys.argv[1])
-while True:
-    first = socket.socket(); first.bind(("127.0.0.1", 0)); base = first.getsockname()[1]
-    held = [first]
-    try:
-        for p in range(base + 1, base + n):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); held.append(s)
-        print(base)
-        break
-    except OSError:
-        pass
-    finally:
-        for s in held: s.close()
-PY
-}
+free_ports() { "$(dirname "$0")/free-ports" "$1"; }
 
 # expect_fail <exit code> <stderr pattern> <command...>: the command fails
 # with that code and its stderr's first line is one "pdpm: ..." line

@@ -31,24 +31,7 @@ for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; slee
 store=(--pm "$dir/kv.pm" --pm-size 256MiB)
 if [[ -n $pdpm ]]; then
   # free_ports N: the first of N consecutive ports that are free now.
-  free_ports() {
-    python3 - "$1" <<'PY'
-import socket, sys
-n = int(sys.argv[1])
-while True:
-    first = socket.socket(); first.bind(("127.0.0.1", 0)); base = first.getsockname()[1]
-    held = [first]
-    try:
-        for p in range(base + 1, base + n):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); held.append(s)
-        print(base)
-        break
-    except OSError:
-        pass
-    finally:
-        for s in held: s.close()
-PY
-  }
+  free_ports() { "$here/../../../../scripts/free-ports" "$1"; }
   "$pdpm" up --dir "$dir/cluster" --pm-size 512MiB --segment-size 64MiB --tables 8 \
     --monitor-port "$(free_ports 1)" --server-port "$(free_ports 3)" --gateway-port 0 \
     --timeout 60s >"$dir/up.log" 2>&1 || { cat "$dir/up.log"; exit 1; }
