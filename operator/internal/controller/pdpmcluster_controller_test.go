@@ -138,12 +138,17 @@ func TestCreateMakesAllChildren(t *testing.T) {
 		t.Errorf("server image %s", s.Image)
 	}
 
-	cur := getCluster(t, c)
+	// The status is written after the children: wait for it.
+	var cur *pdpmv1alpha1.PDPMCluster
+	eventually(t, func() error {
+		cur = getCluster(t, c)
+		if cur.Status.ClusterKeyFingerprint != fingerprint(key) {
+			return fmt.Errorf("status fingerprint %q, key %s", cur.Status.ClusterKeyFingerprint, fingerprint(key))
+		}
+		return nil
+	})
 	if !slices.Contains(cur.Finalizers, Finalizer) {
 		t.Errorf("no finalizer: %v", cur.Finalizers)
-	}
-	if cur.Status.ClusterKeyFingerprint != fingerprint(key) {
-		t.Errorf("status fingerprint %s, key %s", cur.Status.ClusterKeyFingerprint, fingerprint(key))
 	}
 	waitEvents(t, ns, "ClusterKeyGenerated", 1)
 	waitEvents(t, ns, "Created", 8)
