@@ -467,7 +467,10 @@ class ClientImpl final : public Client, public TxHost {
   // timeouts. Once per server and epoch; best effort (the heartbeats decide
   // otherwise).
   void ReportUnreachable(const Mapping& m, uint32_t server) {
-    if (m.replica_count == 1) return;
+    // The monitor confirms a report with a TCP connect to the data address
+    // (monitor/probe.h), which on verbs is rdma_cm's port and refuses even
+    // a live server: there the heartbeat timeouts decide alone.
+    if (m.replica_count == 1 || options_.transport != net::BackendKind::kTcp) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
       uint64_t& last = reported_[server];
