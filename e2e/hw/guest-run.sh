@@ -98,6 +98,16 @@ while read -r label binary workdir filter; do
   if [ $rc -eq 0 ]; then
     echo "HW-RESULT $label $name PASS ${took}s"
   else
+    # Killed by the timeout: the logs of the clusters it left say where
+    # the processes stood.
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+      for log in /dev/shm/pdpm-cluster-*/*.log /tmp/pdpm-cluster-*/*.log; do
+        [ -f "$log" ] || continue
+        echo "--- $log"
+        tail -c 3000 "$log"
+      done | sed 's/^/  | /'
+    fi
+    rm -rf /dev/shm/pdpm-cluster-* /tmp/pdpm-cluster-*
     echo "HW-RESULT $label $name FAIL rc=$rc ${took}s"
     status=1
   fi

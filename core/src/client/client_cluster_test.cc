@@ -82,9 +82,18 @@ class ClusterFixture : public ::testing::Test {
     }
   }
 
+  // Waits for every load to finish; one still running after the deadline
+  // fails the test with the logs of the loads and the cluster.
   void FinishLoad(std::vector<ChildProcess>* procs) {
+    const uint32_t deadline_ms = net::testing::ScaledMs(60000);
     for (size_t w = 0; w < procs->size(); w++) {
-      int ws = (*procs)[w].Wait();
+      int ws = 0;
+      if (!(*procs)[w].WaitFor(deadline_ms, &ws)) {
+        ADD_FAILURE() << "load " << w << " still running after " << deadline_ms << " ms:\n"
+                      << FileTail(LoadLog(static_cast<int>(w))) << "\n"
+                      << cluster_.LogTails();
+        continue;  // destruction kills it
+      }
       EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
           << "load " << w << " status " << ws << ":\n"
           << FileTail(LoadLog(static_cast<int>(w)));

@@ -110,6 +110,15 @@ bool ChildProcess::Exited(int* wait_status) {
   return false;
 }
 
+bool ChildProcess::WaitFor(uint32_t timeout_ms, int* wait_status) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!Exited(wait_status)) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 LocalCluster::LocalCluster(LocalClusterOptions options)
     : options_(options), servers_(static_cast<size_t>(options.servers)) {
   std::string base = "/tmp";
@@ -244,6 +253,13 @@ std::string LocalCluster::server_address(int i) const {
   std::string s = ReadAll(dir_ + "/server" + std::to_string(i) + ".port");
   while (!s.empty() && s.back() == '\n') s.pop_back();
   return s;
+}
+
+std::string LocalCluster::LogTails() const {
+  std::string out = "--- monitor.log\n" + FileTail(dir_ + "/monitor.log");
+  for (int i = 0; i < options_.servers; i++)
+    out += "--- server" + std::to_string(i) + ".log\n" + FileTail(server_log(i));
+  return out;
 }
 
 void LocalCluster::KillServer(int i) {

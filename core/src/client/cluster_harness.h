@@ -48,6 +48,9 @@ class ChildProcess {
   void Signal(int sig);
   // Waits for exit; returns the wait status.
   int Wait();
+  // Waits at most `timeout_ms` for exit: true and its wait status if it
+  // exited, false if it still runs.
+  bool WaitFor(uint32_t timeout_ms, int* wait_status);
   // Whether it has exited (reaps it then).
   bool Exited(int* wait_status);
 
@@ -106,6 +109,9 @@ class LocalCluster {
   // Server i's PM: a device of PDPM_TEST_SERVER_PM or a file.
   const std::string& pm_path(int i) const { return pm_paths_[i]; }
   std::string server_log(int i) const { return dir_ + "/server" + std::to_string(i) + ".log"; }
+  // The tails of the monitor's and every server's log (for the message of
+  // a test that timed out: where the cluster stood).
+  std::string LogTails() const;
   // The data address server i announced (its port file); "" before it ran.
   std::string server_address(int i) const;
   // The monitor's current view.
