@@ -94,7 +94,7 @@ while read -r label binary workdir filter; do
     /^\[----------\]/ || /^$/ { next }
     /^\[ RUN      \]/ { if (failed) print; next }
     /^\[       OK \]/ { ms = $0; sub(/.*\(/, "", ms); if (failed || ms + 0 >= 1000) print; next }
-    { print }' /tmp/out | sed 's/^/  | /' | tail -400
+    { print }' /tmp/out | sed 's/^/  | /' | tail -1500
   if [ $rc -eq 0 ]; then
     echo "HW-RESULT $label $name PASS ${took}s"
   else

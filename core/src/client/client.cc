@@ -451,7 +451,10 @@ class ClientImpl final : public Client, public TxHost {
       if (ref.lock.owns_lock()) ref.lock.unlock();
       if (s.code() == StatusCode::kUnavailable) ReportUnreachable(*m, server);
       Status r = RefreshMapping();
-      if (!r.ok() && m->replica_count == 1) break;
+      if (!r.ok() && m->replica_count == 1) {
+        s = WithReloadFailure(s, r);
+        break;
+      }
       // Without replication an unreachable server is retried only if it
       // moved meanwhile; with it, until a backup takes over.
       if (s.code() == StatusCode::kUnavailable && m->replica_count == 1 && !Moved(*m, server)) {
@@ -459,6 +462,13 @@ class ClientImpl final : public Client, public TxHost {
       }
     }
     return s;
+  }
+
+  // `failed`, with why the mapping that might have routed around it could
+  // not be reloaded.
+  static Status WithReloadFailure(const Status& failed, const Status& reload) {
+    return Status(failed.code(),
+                  std::string(failed.message()) + "; mapping not reloaded: " + reload.ToString());
   }
 
   // With replication, a server this client cannot reach is reported to the
@@ -591,7 +601,10 @@ class ClientImpl final : public Client, public TxHost {
       // new keys, or the cluster is moving the segment. Reload and retry.
       if (s.code() == StatusCode::kUnavailable) ReportUnreachable(*m, failed);
       Status r = RefreshMapping();
-      if (!r.ok() && m->replica_count == 1) break;
+      if (!r.ok() && m->replica_count == 1) {
+        s = WithReloadFailure(s, r);
+        break;
+      }
       if (s.code() == StatusCode::kUnavailable && m->replica_count == 1 && !Moved(*m, failed)) {
         break;
       }

@@ -1,5 +1,6 @@
 #include "client/cluster_harness.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -52,6 +54,29 @@ const char* Env(const char* name) {
 std::string FileTail(const std::string& path, size_t bytes) {
   std::string s = ReadAll(path);
   return s.size() > bytes ? s.substr(s.size() - bytes) : s;
+}
+
+std::string ProcessStacks(pid_t pid) {
+  const std::string p = std::to_string(pid);
+  std::string out;
+  if (FILE* gdb = ::popen(("gdb -batch -nx -p " + p + " -ex 'thread apply all bt' 2>&1").c_str(), "r");
+      gdb != nullptr) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), gdb)) > 0) out.append(buf, n);
+    if (::pclose(gdb) == 0) return out;
+  }
+  // No gdb: where each thread waits in the kernel.
+  out = "(no gdb) threads of " + p + ", wait channels:";
+  std::string tasks = "/proc/" + p + "/task/";
+  if (DIR* d = ::opendir(tasks.c_str()); d != nullptr) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      out += " " + std::string(e->d_name) + ":" + ReadAll(tasks + e->d_name + "/wchan");
+    }
+    ::closedir(d);
+  }
+  return out;
 }
 
 ChildProcess::~ChildProcess() {

@@ -137,6 +137,11 @@ class LocalCluster {
   std::vector<ChildProcess> servers_;
 };
 
+// Every thread's stack of a running process, from gdb where it is
+// installed, else every thread's kernel wait channel (for the message of a
+// test whose process missed its deadline).
+std::string ProcessStacks(pid_t pid);
+
 // The last `bytes` of a file (for failure messages).
 std::string FileTail(const std::string& path, size_t bytes = 2000);
 
