@@ -78,7 +78,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
       return self->HandleObject(m, r, out);
     });
   }
-  for (uint16_t m = kKvGet; m <= kKvFlush; ++m) {
+  for (uint16_t m = kKvGet; m <= kKvLast; ++m) {
     s->rpc_->Register(m, [self, m](std::span<const uint8_t> r, std::string* out) {
       return self->HandleKv(m, r, out);
     });

@@ -7,6 +7,12 @@
 // expired item frees it (a PM write that must reach the backups like any
 // other), and the segment's mutation lock also orders the vnode's creation
 // with its use. Multi-key requests of one vnode are therefore atomic.
+//
+// Multi-puts across vnodes are pDSM transactions (docs/tx.md, pDKVS
+// entries): a key a transaction has locked makes every operation on it
+// wait until the transaction is resolved, and every write bumps the key's
+// version word, which kKvVersions reports (docs/pdkvs.md).
+#include <thread>
 #include <unordered_set>
 
 #include "monitor/placement.h"
@@ -38,6 +44,26 @@ pdkvs::SetOptions DecodeSetOptions(uint64_t flags, uint64_t expire_at_ms) {
   o.want_old = (flags & kKvSetWantOld) != 0;
   return o;
 }
+
+// Requests that change keys they name (their version words are bumped).
+bool WritesKeys(uint16_t method) {
+  switch (method) {
+    case kKvSet:
+    case kKvGetDelete:
+    case kKvDelete:
+    case kKvIncrBy:
+    case kKvAppend:
+    case kKvSetRange:
+    case kKvSetExpiry:
+    case kKvMultiPut: return true;
+    default: return false;
+  }
+}
+
+// How long an operation waits for a transaction holding one of its keys:
+// past the lock timeout after which a dead coordinator's transaction is
+// resolved, with room for a failover of its decision holder.
+constexpr auto kKeyLockWait = std::chrono::seconds(20);
 
 uint64_t NowMs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -232,25 +258,101 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
                                 " belongs to another table in epoch " + std::to_string(epoch_));
     }
   }
+  std::vector<std::string_view> keys = r.keys;
+  if (IsKvSingleKey(method)) keys.push_back(r.key);
+  for (const auto& p : r.pairs) keys.push_back(p.first);
   Segment* seg = nullptr;
-  Status s = TableSegment(r.table, h.epoch, MayCreate(method), &seg);
+  Status s = TableSegment(r.table, h.epoch, MayCreate(method) && method != kKvVersions, &seg);
+  if (method == kKvVersions) {
+    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+    Encoder e(reply);
+    e.U64(keys.size());
+    for (std::string_view k : keys) e.U64(tx_->KvVersion(r.table, k));
+    return Status::OK();
+  }
   if (s.code() == StatusCode::kNotFound) return AnswerEmpty(method, r, reply);
   PDPM_RETURN_IF_ERROR(s);
-  return Mutate(seg, [&]() -> Status {
-    if (seg->kv == nullptr) {
-      if (!MayCreate(method)) return AnswerEmpty(method, r, reply);
-      // The vnode's creation commits when its header reaches the root slot;
-      // a crash before leaves blocks that OpenVnode reclaims.
-      uint64_t header = 0;
-      std::unique_ptr<pdkvs::CcehIndex> index;
-      PDPM_RETURN_IF_ERROR(pdkvs::CcehIndex::Create(seg->alloc.get(), {}, &header, &index));
-      PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kKvRootSlot, header));
-      seg->kv = std::move(index);
+  const auto deadline = std::chrono::steady_clock::now() + kKeyLockWait;
+  for (;;) {
+    bool locked = false;
+    s = Mutate(seg, [&]() -> Status {
+      // A key a transaction locked: its outcome first (checked under the
+      // mutation, which the transaction's LOCK check and commit also take).
+      for (std::string_view k : keys) locked = locked || tx_->KvLocked(r.table, k);
+      if (locked) return Status::OK();
+      if (seg->kv == nullptr) {
+        if (!MayCreate(method)) return AnswerEmpty(method, r, reply);
+        PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
+      }
+      Status st = RunKv(method, r, seg->kv.get(), reply);
+      if (!st.ok()) {
+        reply->clear();
+        return st;
+      }
+      if (WritesKeys(method)) {
+        for (std::string_view k : keys) tx_->KvWritten(r.table, k);
+      }
+      return st;
+    });
+    if (!locked) return s;
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Status::Unavailable("a key is locked by a transaction not yet resolved");
     }
-    Status st = RunKv(method, r, seg->kv.get(), reply);
-    if (!st.ok()) reply->clear();
-    return st;
-  });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+Status DataServer::EnsureVnode(Segment* seg) {
+  if (seg->kv != nullptr) return Status::OK();
+  // The vnode's creation commits when its header reaches the root slot; a
+  // crash before leaves blocks that OpenVnode reclaims.
+  uint64_t header = 0;
+  std::unique_ptr<pdkvs::CcehIndex> index;
+  PDPM_RETURN_IF_ERROR(pdkvs::CcehIndex::Create(seg->alloc.get(), {}, &header, &index));
+  PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kKvRootSlot, header));
+  seg->kv = std::move(index);
+  return Status::OK();
+}
+
+Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t epoch, TxTag tag,
+                        bool create, const std::vector<std::string_view>& keys,
+                        const std::function<Status(pdkvs::CcehIndex*)>& op) {
+  Segment* seg = nullptr;
+  if (copy == TxCopy::kBackup) {
+    // Being promoted: Promote opened its allocator and vnode and holds its
+    // replication lock; written directly (the backups left are refilled).
+    PDPM_RETURN_IF_ERROR(TxSegment(segment, copy, 0, &seg));
+    if (seg->role.kind != SegmentKind::kTable || seg->alloc == nullptr) {
+      return Status::FailedPrecondition("segment " + std::to_string(segment) +
+                                        " is not a table being promoted");
+    }
+    if (create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
+    return op(seg->kv.get());
+  }
+  {
+    std::shared_lock lock(mu_);
+    if (table_count_ == 0) return Status::Unavailable("no table map yet");
+    for (std::string_view k : keys) {
+      if (monitor::TableForKey(pdkvs::HashKey(k), table_count_) != table) {
+        return Status::StaleEpoch("a key of table " + std::to_string(table) +
+                                  " belongs to another table in epoch " + std::to_string(epoch_));
+      }
+    }
+    if (epoch == 0) epoch = epoch_;  // applying a logged record
+  }
+  PDPM_RETURN_IF_ERROR(TableSegment(table, epoch, false, &seg));
+  if (seg->role.global != segment) {
+    return Status::StaleEpoch("table " + std::to_string(table) + " is in segment " +
+                              std::to_string(seg->role.global) + ", not " +
+                              std::to_string(segment));
+  }
+  return Mutate(
+      seg,
+      [&]() -> Status {
+        if (create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
+        return op(seg->kv.get());
+      },
+      tag);
 }
 
 }  // namespace pdpm::server

@@ -12,6 +12,7 @@
 //   kKvSetRange   key | u64 offset | value (the data)
 //   kKvSetExpiry  key | u64 expire_at_ms
 //   kKvMultiGet   u64 n | n keys
+//   kKvVersions   u64 n | n keys (reply: u64 n | n version words)
 //   kKvMultiPut   u64 if_none_exist (0/1) | u64 n | n (key | value)
 //   kKvScan       u64 cursor | u64 count
 //   kKvCount, kKvFlush  nothing
@@ -49,7 +50,7 @@ struct KvRequest {
   uint64_t arg0 = 0;
   // kKvSet expiry / kKvGetRange end / kKvScan count.
   uint64_t arg1 = 0;
-  std::vector<std::string_view> keys;                                // kKvMultiGet
+  std::vector<std::string_view> keys;                                // kKvMultiGet, kKvVersions
   std::vector<std::pair<std::string_view, std::string_view>> pairs;  // kKvMultiPut
 };
 

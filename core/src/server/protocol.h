@@ -89,6 +89,8 @@ enum Method : uint16_t {
   kKvSetExpiry = 0x40e,
   kKvCount = 0x40f,
   kKvFlush = 0x410,
+  kKvVersions = 0x411,  // the version words of keys (consistent multi-vnode reads)
+  kKvLast = kKvVersions,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It

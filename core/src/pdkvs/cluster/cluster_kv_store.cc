@@ -1,6 +1,10 @@
 #include "pdkvs/cluster/cluster_kv_store.h"
 
 #include <algorithm>
+#include <chrono>
+#include <random>
+#include <set>
+#include <thread>
 
 #include "monitor/placement.h"
 #include "pdkvs/item.h"
@@ -35,8 +39,8 @@ Status CheckValueSize(std::string_view key, uint64_t value_len) {
 
 }  // namespace
 
-ClusterKvStore::ClusterKvStore(std::unique_ptr<client::Client> client)
-    : client_(std::move(client)) {}
+ClusterKvStore::ClusterKvStore(std::unique_ptr<client::Client> client, uint32_t failover_wait_ms)
+    : client_(std::move(client)), failover_wait_ms_(failover_wait_ms) {}
 
 ClusterKvStore::~ClusterKvStore() = default;
 
@@ -44,7 +48,7 @@ Status ClusterKvStore::Open(const client::ClientOptions& options,
                             std::unique_ptr<ClusterKvStore>* out) {
   std::unique_ptr<client::Client> client;
   PDPM_RETURN_IF_ERROR(client::Client::Open(options, &client));
-  out->reset(new ClusterKvStore(std::move(client)));
+  out->reset(new ClusterKvStore(std::move(client), options.failover_wait_ms));
   return Status::OK();
 }
 
@@ -234,6 +238,61 @@ Status ClusterKvStore::MultiGet(const std::vector<std::string_view>& keys,
                                 std::vector<std::optional<std::string>>* values) {
   values->assign(keys.size(), std::nullopt);
   for (std::string_view key : keys) PDPM_RETURN_IF_ERROR(CheckItemSize(key, 0));
+  std::set<uint32_t> tables;
+  const uint32_t table_count = client_->table_count();
+  for (std::string_view key : keys) tables.insert(monitor::TableForKey(HashKey(key), table_count));
+  if (tables.size() <= 1) return MultiGetOnce(keys, values);
+  // Across vnodes: the version words of every key before and after the
+  // reads. Unchanged and unlocked, each value was current from its first
+  // word's read to its second's, so all were at once, between the last
+  // read and the first validation; a write meanwhile (it bumps the word)
+  // or a multi-put in progress (it locks it) makes the reads go again.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(failover_wait_ms_);
+  for (;;) {
+    std::vector<uint64_t> before, after;
+    PDPM_RETURN_IF_ERROR(Versions(keys, &before));
+    PDPM_RETURN_IF_ERROR(MultiGetOnce(keys, values));
+    PDPM_RETURN_IF_ERROR(Versions(keys, &after));
+    bool stable = before == after;
+    for (uint64_t v : before) stable = stable && (v & dsm::kTxVersionLock) == 0;
+    if (stable) return Status::OK();
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Status::Aborted("multi-get: the keys kept changing during the reads");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+Status ClusterKvStore::Versions(const std::vector<std::string_view>& keys,
+                                std::vector<uint64_t>* out) {
+  out->assign(keys.size(), 0);
+  std::vector<size_t> pending(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) pending[i] = i;
+  while (!pending.empty()) {
+    std::vector<size_t> sent;
+    std::string reply;
+    KvRequest r;
+    PDPM_RETURN_IF_ERROR(GroupCall(server::kKvVersions, keys, pending, nullptr, &r, &sent, &reply));
+    Decoder d = ReplyDecoder(reply);
+    uint64_t n = 0;
+    PDPM_RETURN_IF_ERROR(d.U64(&n));
+    if (n != sent.size()) {
+      return Status::Corruption("versions reply of " + std::to_string(n) + " words");
+    }
+    for (size_t i : sent) PDPM_RETURN_IF_ERROR(d.U64(&(*out)[i]));
+    PDPM_RETURN_IF_ERROR(d.Done());
+    std::vector<size_t> rest;
+    std::set_difference(pending.begin(), pending.end(), sent.begin(), sent.end(),
+                        std::back_inserter(rest));
+    pending = std::move(rest);
+  }
+  return Status::OK();
+}
+
+Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
+                                    std::vector<std::optional<std::string>>* values) {
+  values->assign(keys.size(), std::nullopt);
   std::vector<size_t> pending(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pending[i] = i;
   while (!pending.empty()) {
@@ -275,35 +334,81 @@ Status ClusterKvStore::MultiPut(
     *applied = true;
     return Status::OK();
   }
-  std::vector<std::string_view> keys;
-  for (const auto& p : pairs) keys.push_back(p.first);
-  std::vector<size_t> pending(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) pending[i] = i;
-  if (if_none_exist) {
-    // Across vnodes the check precedes the writes (see the header); within
-    // one vnode the server repeats it atomically with them.
-    std::vector<std::optional<std::string>> found;
-    PDPM_RETURN_IF_ERROR(MultiGet(keys, &found));
-    for (const auto& v : found) {
-      if (v.has_value()) return Status::OK();
-    }
+  const uint32_t table_count = client_->table_count();
+  std::vector<uint32_t> tables;
+  for (const auto& p : pairs) tables.push_back(monitor::TableForKey(HashKey(p.first), table_count));
+  if (std::any_of(tables.begin(), tables.end(), [&](uint32_t t) { return t != tables.front(); })) {
+    return TxMultiPut(pairs, tables, if_none_exist, applied);
   }
-  while (!pending.empty()) {
-    std::vector<size_t> sent;
-    std::string reply;
-    KvRequest r;
-    r.arg0 = if_none_exist ? 1 : 0;
-    PDPM_RETURN_IF_ERROR(GroupCall(server::kKvMultiPut, keys, pending, &pairs, &r, &sent, &reply));
-    uint64_t done = 0;
-    PDPM_RETURN_IF_ERROR(ReplyU64(reply, &done));
-    if (done == 0) return Status::OK();  // a key of this vnode appeared meanwhile
-    std::vector<size_t> rest;
-    std::set_difference(pending.begin(), pending.end(), sent.begin(), sent.end(),
-                        std::back_inserter(rest));
-    pending = std::move(rest);
-  }
-  *applied = true;
+  // One vnode: one request, if_none_exist checked by the server in the
+  // same step. Should the cluster's table count split the keys when the
+  // request is routed, they go as a transaction instead.
+  KvRequest r;
+  r.arg0 = if_none_exist ? 1 : 0;
+  bool split = false;
+  std::string reply;
+  Status s = Send(
+      server::kKvMultiPut,
+      [&](uint32_t count, uint32_t* table) {
+        *table = monitor::TableForKey(HashKey(pairs.front().first), count);
+        r.pairs.clear();
+        for (size_t i = 0; i < pairs.size(); ++i) {
+          tables[i] = monitor::TableForKey(HashKey(pairs[i].first), count);
+          split = split || tables[i] != *table;
+          r.pairs.push_back(pairs[i]);
+        }
+        return split ? Status::Aborted("the keys span vnodes") : Status::OK();
+      },
+      &r, &reply);
+  if (split) return TxMultiPut(pairs, tables, if_none_exist, applied);
+  PDPM_RETURN_IF_ERROR(s);
+  uint64_t done = 0;
+  PDPM_RETURN_IF_ERROR(ReplyU64(reply, &done));
+  *applied = done != 0;
   return Status::OK();
+}
+
+Status ClusterKvStore::TxMultiPut(const KvPairs& pairs, const std::vector<uint32_t>& tables,
+                                  bool if_none_exist, bool* applied) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(failover_wait_ms_);
+  std::minstd_rand random(std::random_device{}());
+  uint32_t backoff_us = 100;
+  Status s;
+  for (;;) {
+    std::unique_ptr<client::Transaction> tx;
+    PDPM_RETURN_IF_ERROR(client_->TxBegin(&tx));
+    s = Status::OK();
+    for (size_t i = 0; i < pairs.size() && s.ok(); ++i) {
+      s = tx->KvPut(tables[i], pairs[i].first, pairs[i].second, if_none_exist);
+      if (s.code() == StatusCode::kNotFound) {
+        // The table holds nothing yet: an empty multi-put creates its
+        // segment (and vnode); the mapping then names it.
+        std::string reply;
+        PDPM_RETURN_IF_ERROR(VnodeCall(server::kKvMultiPut, tables[i], &reply));
+        PDPM_RETURN_IF_ERROR(client_->RefreshMapping());
+        s = Status::Aborted("a table segment was created");
+      }
+    }
+    if (s.ok()) s = tx->Commit();
+    if (s.ok()) {
+      *applied = true;
+      return Status::OK();
+    }
+    if (s.code() == StatusCode::kAlreadyExists) return Status::OK();  // *applied stays false
+    if (tx->outcome_unknown() && if_none_exist) {
+      // Run again it would find its own keys: the outcome stays unknown.
+      return s;
+    }
+    // A conflict, a failover or a stale route: nothing was applied (or, for
+    // a plain multi-put of unknown outcome, running it again is the same).
+    const bool retry = s.code() == StatusCode::kAborted || s.code() == StatusCode::kUnavailable ||
+                       s.code() == StatusCode::kStaleEpoch || s.code() == StatusCode::kNotFound;
+    if (!retry || std::chrono::steady_clock::now() > deadline) return s;
+    if (s.code() != StatusCode::kAborted) (void)client_->RefreshMapping();
+    std::this_thread::sleep_for(std::chrono::microseconds(random() % backoff_us));
+    backoff_us = std::min<uint32_t>(backoff_us * 2, 50000);
+  }
 }
 
 // The cursor is a hash position p inside the vnode of its residue
