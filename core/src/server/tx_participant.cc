@@ -663,7 +663,7 @@ void TxParticipant::Sweep() {
   swept_.clear();
 }
 
-Status TxParticipant::CommitRec(Locked& lock, Rec* rec, bool decide, uint32_t promoting) {
+Status TxParticipant::CommitRec(Locked& lock, Rec* rec, bool decide, uint64_t promoting) {
   WaitIdle(lock, rec);
   switch (rec->r.state) {
     case TxState::kAborted: return Status::Aborted("transaction aborted (resolved meanwhile)");
@@ -845,7 +845,7 @@ Status TxParticipant::HandleAlloc(std::span<const uint8_t> req, std::string* rep
 }
 
 Status TxParticipant::ResolveRemote(Key key, uint32_t holder, bool holder_is_table,
-                                    uint32_t promoting) {
+                                    uint64_t promoting) {
   std::string req, reply;
   Encoder e(&req);
   e.U64(key.first);

@@ -195,7 +195,8 @@ class TxParticipant {
     Clock::time_point last_active;
   };
   using Key = std::pair<uint64_t, uint64_t>;  // coordinator, tx
-  static constexpr uint32_t kNoSegment = ~0u;
+  // Not a global segment (object segments number down from 2^32 - 1).
+  static constexpr uint64_t kNoSegment = ~0ull;
   class Locked;
 
   Status OpenLog(bool create);                        // requires mu_
@@ -229,11 +230,11 @@ class TxParticipant {
   // Commits `rec` (deciding when `decide`). A BACKUP record is only marked
   // committed (the primary's shipment brings its values), except that of
   // segment `promoting`, which is applied.
-  Status CommitRec(Locked& lock, Rec* rec, bool decide, uint32_t promoting = kNoSegment);
+  Status CommitRec(Locked& lock, Rec* rec, bool decide, uint64_t promoting = kNoSegment);
   void AbortRec(Locked& lock, Rec* rec);
   // Asks the holder and carries out its answer; `rec` is looked up again.
   Status ResolveRemote(Key key, uint32_t holder, bool holder_is_table,
-                       uint32_t promoting = kNoSegment);
+                       uint64_t promoting = kNoSegment);
   void ResolverLoop();
 
   const TxHooks hooks_;
