@@ -12,7 +12,7 @@
 // entries): a key a transaction has locked makes every operation on it
 // wait until the transaction is resolved, and every write bumps the key's
 // version word, which kKvVersions reports (docs/pdkvs.md).
-#include <thread>
+#include <cstring>
 #include <unordered_set>
 
 #include "monitor/placement.h"
@@ -60,11 +60,6 @@ bool WritesKeys(uint16_t method) {
   }
 }
 
-// How long an operation waits for a transaction holding one of its keys:
-// past the lock timeout after which a dead coordinator's transaction is
-// resolved, with room for a failover of its decision holder.
-constexpr auto kKeyLockWait = std::chrono::seconds(20);
-
 uint64_t NowMs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
@@ -81,6 +76,7 @@ Status AnswerEmpty(uint16_t method, const KvRequest& r, std::string* reply) {
     case kKvGetRange:
     case kKvFlush: return Status::OK();
     case kKvMultiGet:
+    case kKvMultiGetVersioned:
       e.U64(r.keys.size());
       for (size_t i = 0; i < r.keys.size(); ++i) e.U64(0);
       return Status::OK();
@@ -90,6 +86,17 @@ Status AnswerEmpty(uint16_t method, const KvRequest& r, std::string* reply) {
       e.U64(0);
       return Status::OK();
     default: return Status::NotFound("no such key");
+  }
+}
+
+// Appends to a multi-get's reply (kKvMultiGetVersioned) the version word of
+// each answered key.
+void AppendVersions(const TxParticipant& tx, const KvRequest& r, std::string* reply) {
+  uint64_t answered = 0;
+  std::memcpy(&answered, reply->data(), sizeof(answered));
+  Encoder e(reply);
+  for (uint64_t i = 0; i < answered && i < r.keys.size(); ++i) {
+    e.U64(tx.KvVersion(r.table, r.keys[i]));
   }
 }
 
@@ -140,7 +147,8 @@ Status RunKv(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::
       e.U64(length);
       return Status::OK();
     }
-    case kKvMultiGet: {
+    case kKvMultiGet:
+    case kKvMultiGetVersioned: {
       // As many answers as one reply carries; the client asks again for the
       // rest.
       std::string answers;
@@ -270,36 +278,41 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
     for (std::string_view k : keys) e.U64(tx_->KvVersion(r.table, k));
     return Status::OK();
   }
-  if (s.code() == StatusCode::kNotFound) return AnswerEmpty(method, r, reply);
-  PDPM_RETURN_IF_ERROR(s);
-  const auto deadline = std::chrono::steady_clock::now() + kKeyLockWait;
-  for (;;) {
-    bool locked = false;
-    s = Mutate(seg, [&]() -> Status {
-      // A key a transaction locked: its outcome first (checked under the
-      // mutation, which the transaction's LOCK check and commit also take).
-      for (std::string_view k : keys) locked = locked || tx_->KvLocked(r.table, k);
-      if (locked) return Status::OK();
-      if (seg->kv == nullptr) {
-        if (!MayCreate(method)) return AnswerEmpty(method, r, reply);
-        PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
-      }
-      Status st = RunKv(method, r, seg->kv.get(), reply);
-      if (!st.ok()) {
-        reply->clear();
-        return st;
-      }
-      if (WritesKeys(method)) {
-        for (std::string_view k : keys) tx_->KvWritten(r.table, k);
-      }
-      return st;
-    });
-    if (!locked) return s;
-    if (std::chrono::steady_clock::now() > deadline) {
-      return Status::Unavailable("a key is locked by a transaction not yet resolved");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (s.code() == StatusCode::kNotFound) {
+    PDPM_RETURN_IF_ERROR(AnswerEmpty(method, r, reply));
+    if (method == kKvMultiGetVersioned) AppendVersions(*tx_, r, reply);
+    return Status::OK();
   }
+  PDPM_RETURN_IF_ERROR(s);
+  bool locked = false;
+  s = Mutate(seg, [&]() -> Status {
+    // A key a transaction locked: its outcome first (checked under the
+    // mutation, which the transaction's LOCK check and commit also take).
+    // The client asks again; waiting here would hold a serving thread the
+    // transaction's commit may need.
+    for (std::string_view k : keys) locked = locked || tx_->KvLocked(r.table, k);
+    if (locked) return Status::OK();
+    if (seg->kv == nullptr) {
+      if (!MayCreate(method)) {
+        PDPM_RETURN_IF_ERROR(AnswerEmpty(method, r, reply));
+        if (method == kKvMultiGetVersioned) AppendVersions(*tx_, r, reply);
+        return Status::OK();
+      }
+      PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
+    }
+    Status st = RunKv(method, r, seg->kv.get(), reply);
+    if (!st.ok()) {
+      reply->clear();
+      return st;
+    }
+    if (WritesKeys(method)) {
+      for (std::string_view k : keys) tx_->KvWritten(r.table, k);
+    }
+    if (method == kKvMultiGetVersioned) AppendVersions(*tx_, r, reply);
+    return st;
+  });
+  if (locked) return Status::Aborted(kKvKeyLockedMessage);
+  return s;
 }
 
 Status DataServer::EnsureVnode(Segment* seg) {

@@ -8,6 +8,7 @@ bool IsKvMethod(uint16_t method) {
 bool IsKvSingleKey(uint16_t method) {
   switch (method) {
     case kKvMultiGet:
+    case kKvMultiGetVersioned:
     case kKvVersions:
     case kKvMultiPut:
     case kKvScan:
@@ -24,6 +25,7 @@ bool IsKvIdempotent(uint16_t method, const KvRequest& r) {
     case kKvGetRange:
     case kKvSetRange:
     case kKvMultiGet:
+    case kKvMultiGetVersioned:
     case kKvVersions:
     case kKvScan:
     case kKvGetExpiry:
@@ -57,6 +59,7 @@ void EncodeKvRequest(uint16_t method, const KvRequest& r, Encoder* e) {
       e->Str(r.value);
       break;
     case kKvMultiGet:
+    case kKvMultiGetVersioned:
     case kKvVersions:
       e->U64(r.keys.size());
       for (std::string_view k : r.keys) e->Str(k);
@@ -107,6 +110,7 @@ Status DecodeKvRequest(uint16_t method, Decoder* d, KvRequest* r) {
       PDPM_RETURN_IF_ERROR(d->Str(&r->value));
       break;
     case kKvMultiGet:
+    case kKvMultiGetVersioned:
     case kKvVersions: {
       uint64_t n = 0;
       PDPM_RETURN_IF_ERROR(d->U64(&n));

@@ -54,14 +54,29 @@ Status ClusterKvStore::Open(const client::ClientOptions& options,
 
 Status ClusterKvStore::Send(uint16_t method, const client::Client::TableRoute& route, KvRequest* r,
                             std::string* reply) {
-  return client_->TableCall(
-      route, method,
-      [&](uint32_t table, std::string* body) {
-        r->table = table;
-        Encoder e(body);
-        server::EncodeKvRequest(method, *r, &e);
-      },
-      server::IsKvIdempotent(method, *r), reply);
+  std::chrono::steady_clock::time_point deadline{};
+  uint32_t backoff_us = 100;
+  for (;;) {
+    Status s = client_->TableCall(
+        route, method,
+        [&](uint32_t table, std::string* body) {
+          r->table = table;
+          Encoder e(body);
+          server::EncodeKvRequest(method, *r, &e);
+        },
+        server::IsKvIdempotent(method, *r), reply);
+    // A key locked by a multi-put in progress: refused, nothing done; the
+    // lock goes within the participants' lock timeout (or a failover).
+    if (s.code() != StatusCode::kAborted) return s;
+    const auto now = std::chrono::steady_clock::now();
+    if (deadline == std::chrono::steady_clock::time_point{}) {
+      deadline = now + std::chrono::milliseconds(failover_wait_ms_);
+    } else if (now > deadline) {
+      return Status::Unavailable(std::string(s.message()) + ", still after the failover wait");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+    backoff_us = std::min<uint32_t>(backoff_us * 2, 5000);
+  }
 }
 
 Status ClusterKvStore::KeyCall(uint16_t method, KvRequest r, std::string* reply) {
@@ -241,18 +256,18 @@ Status ClusterKvStore::MultiGet(const std::vector<std::string_view>& keys,
   std::set<uint32_t> tables;
   const uint32_t table_count = client_->table_count();
   for (std::string_view key : keys) tables.insert(monitor::TableForKey(HashKey(key), table_count));
-  if (tables.size() <= 1) return MultiGetOnce(keys, values);
-  // Across vnodes: the version words of every key before and after the
-  // reads. Unchanged and unlocked, each value was current from its first
-  // word's read to its second's, so all were at once, between the last
-  // read and the first validation; a write meanwhile (it bumps the word)
-  // or a multi-put in progress (it locks it) makes the reads go again.
+  if (tables.size() <= 1) return MultiGetOnce(keys, values, nullptr);
+  // Across vnodes: each vnode's values come with their keys' version
+  // words (read in the same step), which are read again after the last
+  // vnode. Unchanged and unlocked, each value was current from its read to
+  // its second word's, so all were at once, between the last read and the
+  // first validation; a write meanwhile (it bumps the word) or a multi-put
+  // in progress (it locks it) makes the reads go again.
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(failover_wait_ms_);
   for (;;) {
     std::vector<uint64_t> before, after;
-    PDPM_RETURN_IF_ERROR(Versions(keys, &before));
-    PDPM_RETURN_IF_ERROR(MultiGetOnce(keys, values));
+    PDPM_RETURN_IF_ERROR(MultiGetOnce(keys, values, &before));
     PDPM_RETURN_IF_ERROR(Versions(keys, &after));
     bool stable = before == after;
     for (uint64_t v : before) stable = stable && (v & dsm::kTxVersionLock) == 0;
@@ -291,15 +306,18 @@ Status ClusterKvStore::Versions(const std::vector<std::string_view>& keys,
 }
 
 Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
-                                    std::vector<std::optional<std::string>>* values) {
+                                    std::vector<std::optional<std::string>>* values,
+                                    std::vector<uint64_t>* versions) {
   values->assign(keys.size(), std::nullopt);
+  if (versions != nullptr) versions->assign(keys.size(), 0);
+  const uint16_t method = versions != nullptr ? server::kKvMultiGetVersioned : server::kKvMultiGet;
   std::vector<size_t> pending(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pending[i] = i;
   while (!pending.empty()) {
     std::vector<size_t> sent;
     std::string reply;
     KvRequest r;
-    PDPM_RETURN_IF_ERROR(GroupCall(server::kKvMultiGet, keys, pending, nullptr, &r, &sent, &reply));
+    PDPM_RETURN_IF_ERROR(GroupCall(method, keys, pending, nullptr, &r, &sent, &reply));
     Decoder d = ReplyDecoder(reply);
     uint64_t answered = 0;
     PDPM_RETURN_IF_ERROR(d.U64(&answered));
@@ -313,6 +331,9 @@ Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
       std::string_view v;
       PDPM_RETURN_IF_ERROR(d.Str(&v));
       (*values)[sent[i]].emplace(v);
+    }
+    for (uint64_t i = 0; versions != nullptr && i < answered; ++i) {
+      PDPM_RETURN_IF_ERROR(d.U64(&(*versions)[sent[i]]));
     }
     PDPM_RETURN_IF_ERROR(d.Done());
     // The answered keys leave; the rest (other vnodes, or beyond one reply)

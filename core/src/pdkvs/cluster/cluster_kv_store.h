@@ -97,9 +97,11 @@ class ClusterKvStore final : public KvStore {
                     bool* applied);
   // The version words of `keys` (kKvVersions), by index.
   Status Versions(const std::vector<std::string_view>& keys, std::vector<uint64_t>* out);
-  // MultiGet without validation (one step per vnode).
+  // MultiGet without validation (one step per vnode); with `versions`,
+  // each key's version word read in the same step.
   Status MultiGetOnce(const std::vector<std::string_view>& keys,
-                      std::vector<std::optional<std::string>>* values);
+                      std::vector<std::optional<std::string>>* values,
+                      std::vector<uint64_t>* versions);
 
   std::unique_ptr<client::Client> client_;
   const uint32_t failover_wait_ms_;
