@@ -166,7 +166,14 @@ class ClientImpl final : public Client, public TxHost {
   Status CallServer(uint32_t server, uint16_t method, const std::string& body,
                     std::string* reply) override {
     return Call(
-        [&](const Mapping&, uint32_t* out) {
+        [&](const Mapping& m, uint32_t* out) {
+          // A server the cluster declared down will not answer: its
+          // segments moved, so the caller routes again (a transaction
+          // aborts) rather than wait out the failover here.
+          auto it = m.servers.find(server);
+          if (it != m.servers.end() && !it->second.up) {
+            return Status::Unavailable("server " + std::to_string(server) + " is down");
+          }
           *out = server;
           return Status::OK();
         },
