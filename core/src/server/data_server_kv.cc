@@ -90,11 +90,14 @@ Status AnswerEmpty(uint16_t method, const KvRequest& r, std::string* reply) {
 }
 
 // Appends to a multi-get's reply (kKvMultiGetVersioned) the version word of
-// each answered key.
-void AppendVersions(const TxParticipant& tx, const KvRequest& r, std::string* reply) {
+// each answered key, after this server's id (words of two servers are
+// never equal for the client: a vnode that moved meanwhile reads again).
+void AppendVersions(const TxParticipant& tx, uint32_t server, const KvRequest& r,
+                    std::string* reply) {
   uint64_t answered = 0;
   std::memcpy(&answered, reply->data(), sizeof(answered));
   Encoder e(reply);
+  e.U64(server);
   for (uint64_t i = 0; i < answered && i < r.keys.size(); ++i) {
     e.U64(tx.KvVersion(r.table, r.keys[i]));
   }
@@ -274,13 +277,14 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
   if (method == kKvVersions) {
     if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
     Encoder e(reply);
+    e.U64(server_id_);
     e.U64(keys.size());
     for (std::string_view k : keys) e.U64(tx_->KvVersion(r.table, k));
     return Status::OK();
   }
   if (s.code() == StatusCode::kNotFound) {
     PDPM_RETURN_IF_ERROR(AnswerEmpty(method, r, reply));
-    if (method == kKvMultiGetVersioned) AppendVersions(*tx_, r, reply);
+    if (method == kKvMultiGetVersioned) AppendVersions(*tx_, server_id_, r, reply);
     return Status::OK();
   }
   PDPM_RETURN_IF_ERROR(s);
@@ -295,7 +299,7 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
     if (seg->kv == nullptr) {
       if (!MayCreate(method)) {
         PDPM_RETURN_IF_ERROR(AnswerEmpty(method, r, reply));
-        if (method == kKvMultiGetVersioned) AppendVersions(*tx_, r, reply);
+        if (method == kKvMultiGetVersioned) AppendVersions(*tx_, server_id_, r, reply);
         return Status::OK();
       }
       PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
@@ -308,7 +312,7 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
     if (WritesKeys(method)) {
       for (std::string_view k : keys) tx_->KvWritten(r.table, k);
     }
-    if (method == kKvMultiGetVersioned) AppendVersions(*tx_, r, reply);
+    if (method == kKvMultiGetVersioned) AppendVersions(*tx_, server_id_, r, reply);
     return st;
   });
   if (locked) return Status::Aborted(kKvKeyLockedMessage);

@@ -12,9 +12,10 @@
 //   kKvSetRange   key | u64 offset | value (the data)
 //   kKvSetExpiry  key | u64 expire_at_ms
 //   kKvMultiGet   u64 n | n keys
-//   kKvVersions   u64 n | n keys (reply: u64 n | n version words)
-//   kKvMultiGetVersioned  as kKvMultiGet (reply: kKvMultiGet's, then a
-//                 version word per answered key)
+//   kKvVersions   u64 n | n keys (reply: u64 server id | u64 n | n
+//                 version words)
+//   kKvMultiGetVersioned  as kKvMultiGet (reply: kKvMultiGet's, then u64
+//                 server id and a version word per answered key)
 //   kKvMultiPut   u64 if_none_exist (0/1) | u64 n | n (key | value)
 //   kKvScan       u64 cursor | u64 count
 //   kKvCount, kKvFlush  nothing

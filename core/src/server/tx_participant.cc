@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <set>
 
 #include "pdkvs/item.h"
@@ -212,6 +213,11 @@ Status TxParticipant::Recover() {
       PDPM_RETURN_IF_ERROR(alloc->SetRoot(kTxStartCountSlot, generation_));
     } else if (s.code() != StatusCode::kNotFound) {
       return s;
+    } else {
+      // No log, so no start count: a random generation, so that words read
+      // before this start (pDKVS keys, heap data) almost surely differ.
+      std::random_device rd;
+      generation_ = (uint64_t{rd()} % ((1u << 23) - 1)) + 1;
     }
     uint32_t n = options_.version_slots;
     if (n == 0 || (n & (n - 1)) != 0)

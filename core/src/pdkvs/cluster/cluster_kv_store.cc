@@ -266,11 +266,11 @@ Status ClusterKvStore::MultiGet(const std::vector<std::string_view>& keys,
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(failover_wait_ms_);
   for (;;) {
-    std::vector<uint64_t> before, after;
+    std::vector<KeyVersion> before, after;
     PDPM_RETURN_IF_ERROR(MultiGetOnce(keys, values, &before));
     PDPM_RETURN_IF_ERROR(Versions(keys, &after));
     bool stable = before == after;
-    for (uint64_t v : before) stable = stable && (v & dsm::kTxVersionLock) == 0;
+    for (const KeyVersion& v : before) stable = stable && (v.word & dsm::kTxVersionLock) == 0;
     if (stable) return Status::OK();
     if (std::chrono::steady_clock::now() > deadline) {
       return Status::Aborted("multi-get: the keys kept changing during the reads");
@@ -280,8 +280,8 @@ Status ClusterKvStore::MultiGet(const std::vector<std::string_view>& keys,
 }
 
 Status ClusterKvStore::Versions(const std::vector<std::string_view>& keys,
-                                std::vector<uint64_t>* out) {
-  out->assign(keys.size(), 0);
+                                std::vector<KeyVersion>* out) {
+  out->assign(keys.size(), {});
   std::vector<size_t> pending(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pending[i] = i;
   while (!pending.empty()) {
@@ -290,12 +290,16 @@ Status ClusterKvStore::Versions(const std::vector<std::string_view>& keys,
     KvRequest r;
     PDPM_RETURN_IF_ERROR(GroupCall(server::kKvVersions, keys, pending, nullptr, &r, &sent, &reply));
     Decoder d = ReplyDecoder(reply);
-    uint64_t n = 0;
+    uint64_t server = 0, n = 0;
+    PDPM_RETURN_IF_ERROR(d.U64(&server));
     PDPM_RETURN_IF_ERROR(d.U64(&n));
     if (n != sent.size()) {
       return Status::Corruption("versions reply of " + std::to_string(n) + " words");
     }
-    for (size_t i : sent) PDPM_RETURN_IF_ERROR(d.U64(&(*out)[i]));
+    for (size_t i : sent) {
+      (*out)[i].server = server;
+      PDPM_RETURN_IF_ERROR(d.U64(&(*out)[i].word));
+    }
     PDPM_RETURN_IF_ERROR(d.Done());
     std::vector<size_t> rest;
     std::set_difference(pending.begin(), pending.end(), sent.begin(), sent.end(),
@@ -307,9 +311,9 @@ Status ClusterKvStore::Versions(const std::vector<std::string_view>& keys,
 
 Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
                                     std::vector<std::optional<std::string>>* values,
-                                    std::vector<uint64_t>* versions) {
+                                    std::vector<KeyVersion>* versions) {
   values->assign(keys.size(), std::nullopt);
-  if (versions != nullptr) versions->assign(keys.size(), 0);
+  if (versions != nullptr) versions->assign(keys.size(), {});
   const uint16_t method = versions != nullptr ? server::kKvMultiGetVersioned : server::kKvMultiGet;
   std::vector<size_t> pending(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pending[i] = i;
@@ -332,8 +336,11 @@ Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
       PDPM_RETURN_IF_ERROR(d.Str(&v));
       (*values)[sent[i]].emplace(v);
     }
+    uint64_t server = 0;
+    if (versions != nullptr) PDPM_RETURN_IF_ERROR(d.U64(&server));
     for (uint64_t i = 0; versions != nullptr && i < answered; ++i) {
-      PDPM_RETURN_IF_ERROR(d.U64(&(*versions)[sent[i]]));
+      (*versions)[sent[i]].server = server;
+      PDPM_RETURN_IF_ERROR(d.U64(&(*versions)[sent[i]].word));
     }
     PDPM_RETURN_IF_ERROR(d.Done());
     // The answered keys leave; the rest (other vnodes, or beyond one reply)

@@ -95,13 +95,19 @@ class ClusterKvStore final : public KvStore {
   // pair i): one transaction, run again on conflicts and failovers.
   Status TxMultiPut(const KvPairs& pairs, const std::vector<uint32_t>& tables, bool if_none_exist,
                     bool* applied);
+  // A key's version word and the server it is of.
+  struct KeyVersion {
+    uint64_t server = 0;
+    uint64_t word = 0;
+    bool operator==(const KeyVersion&) const = default;
+  };
   // The version words of `keys` (kKvVersions), by index.
-  Status Versions(const std::vector<std::string_view>& keys, std::vector<uint64_t>* out);
+  Status Versions(const std::vector<std::string_view>& keys, std::vector<KeyVersion>* out);
   // MultiGet without validation (one step per vnode); with `versions`,
   // each key's version word read in the same step.
   Status MultiGetOnce(const std::vector<std::string_view>& keys,
                       std::vector<std::optional<std::string>>* values,
-                      std::vector<uint64_t>* versions);
+                      std::vector<KeyVersion>* versions);
 
   std::unique_ptr<client::Client> client_;
   const uint32_t failover_wait_ms_;
