@@ -279,42 +279,8 @@ Status ClusterKvStore::MultiGet(const std::vector<std::string_view>& keys,
   }
 }
 
-Status ClusterKvStore::Versions(const std::vector<std::string_view>& keys,
-                                std::vector<KeyVersion>* out) {
-  out->assign(keys.size(), {});
-  std::vector<size_t> pending(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) pending[i] = i;
-  while (!pending.empty()) {
-    std::vector<size_t> sent;
-    std::string reply;
-    KvRequest r;
-    PDPM_RETURN_IF_ERROR(GroupCall(server::kKvVersions, keys, pending, nullptr, &r, &sent, &reply));
-    Decoder d = ReplyDecoder(reply);
-    uint64_t server = 0, n = 0;
-    PDPM_RETURN_IF_ERROR(d.U64(&server));
-    PDPM_RETURN_IF_ERROR(d.U64(&n));
-    if (n != sent.size()) {
-      return Status::Corruption("versions reply of " + std::to_string(n) + " words");
-    }
-    for (size_t i : sent) {
-      (*out)[i].server = server;
-      PDPM_RETURN_IF_ERROR(d.U64(&(*out)[i].word));
-    }
-    PDPM_RETURN_IF_ERROR(d.Done());
-    std::vector<size_t> rest;
-    std::set_difference(pending.begin(), pending.end(), sent.begin(), sent.end(),
-                        std::back_inserter(rest));
-    pending = std::move(rest);
-  }
-  return Status::OK();
-}
-
-Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
-                                    std::vector<std::optional<std::string>>* values,
-                                    std::vector<KeyVersion>* versions) {
-  values->assign(keys.size(), std::nullopt);
-  if (versions != nullptr) versions->assign(keys.size(), {});
-  const uint16_t method = versions != nullptr ? server::kKvMultiGetVersioned : server::kKvMultiGet;
+Status ClusterKvStore::ForEachGroup(uint16_t method, const std::vector<std::string_view>& keys,
+                                    const GroupReader& read) {
   std::vector<size_t> pending(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pending[i] = i;
   while (!pending.empty()) {
@@ -324,24 +290,7 @@ Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
     PDPM_RETURN_IF_ERROR(GroupCall(method, keys, pending, nullptr, &r, &sent, &reply));
     Decoder d = ReplyDecoder(reply);
     uint64_t answered = 0;
-    PDPM_RETURN_IF_ERROR(d.U64(&answered));
-    if (answered == 0 || answered > sent.size()) {
-      return Status::Corruption("multi-get reply of " + std::to_string(answered) + " answers");
-    }
-    for (uint64_t i = 0; i < answered; ++i) {
-      uint64_t present = 0;
-      PDPM_RETURN_IF_ERROR(d.U64(&present));
-      if (present == 0) continue;
-      std::string_view v;
-      PDPM_RETURN_IF_ERROR(d.Str(&v));
-      (*values)[sent[i]].emplace(v);
-    }
-    uint64_t server = 0;
-    if (versions != nullptr) PDPM_RETURN_IF_ERROR(d.U64(&server));
-    for (uint64_t i = 0; versions != nullptr && i < answered; ++i) {
-      (*versions)[sent[i]].server = server;
-      PDPM_RETURN_IF_ERROR(d.U64(&(*versions)[sent[i]].word));
-    }
+    PDPM_RETURN_IF_ERROR(read(sent, &d, &answered));
     PDPM_RETURN_IF_ERROR(d.Done());
     // The answered keys leave; the rest (other vnodes, or beyond one reply)
     // go again.
@@ -351,6 +300,57 @@ Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
     pending = std::move(rest);
   }
   return Status::OK();
+}
+
+Status ClusterKvStore::Versions(const std::vector<std::string_view>& keys,
+                                std::vector<KeyVersion>* out) {
+  out->assign(keys.size(), {});
+  return ForEachGroup(
+      server::kKvVersions, keys,
+      [&](const std::vector<size_t>& sent, Decoder* d, uint64_t* answered) {
+        uint64_t server = 0;
+        PDPM_RETURN_IF_ERROR(d->U64(&server));
+        PDPM_RETURN_IF_ERROR(d->U64(answered));
+        if (*answered != sent.size()) {
+          return Status::Corruption("versions reply of " + std::to_string(*answered) + " words");
+        }
+        for (size_t i : sent) {
+          (*out)[i].server = server;
+          PDPM_RETURN_IF_ERROR(d->U64(&(*out)[i].word));
+        }
+        return Status::OK();
+      });
+}
+
+Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
+                                    std::vector<std::optional<std::string>>* values,
+                                    std::vector<KeyVersion>* versions) {
+  values->assign(keys.size(), std::nullopt);
+  if (versions != nullptr) versions->assign(keys.size(), {});
+  const uint16_t method = versions != nullptr ? server::kKvMultiGetVersioned : server::kKvMultiGet;
+  return ForEachGroup(
+      method, keys, [&](const std::vector<size_t>& sent, Decoder* d, uint64_t* answered) {
+        PDPM_RETURN_IF_ERROR(d->U64(answered));
+        if (*answered == 0 || *answered > sent.size()) {
+          return Status::Corruption("multi-get reply of " + std::to_string(*answered) + " answers");
+        }
+        for (uint64_t i = 0; i < *answered; ++i) {
+          uint64_t present = 0;
+          PDPM_RETURN_IF_ERROR(d->U64(&present));
+          if (present == 0) continue;
+          std::string_view v;
+          PDPM_RETURN_IF_ERROR(d->Str(&v));
+          (*values)[sent[i]].emplace(v);
+        }
+        if (versions == nullptr) return Status::OK();
+        uint64_t server = 0;
+        PDPM_RETURN_IF_ERROR(d->U64(&server));
+        for (uint64_t i = 0; i < *answered; ++i) {
+          (*versions)[sent[i]].server = server;
+          PDPM_RETURN_IF_ERROR(d->U64(&(*versions)[sent[i]].word));
+        }
+        return Status::OK();
+      });
 }
 
 Status ClusterKvStore::MultiPut(

@@ -30,6 +30,7 @@
 // Thread-safe: one store may be shared by many threads.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -101,6 +102,13 @@ class ClusterKvStore final : public KvStore {
     uint64_t word = 0;
     bool operator==(const KeyVersion&) const = default;
   };
+  // Sends `method` with the keys of each vnode in turn (GroupCall); `read`
+  // decodes a reply whose first `*answered` keys of `sent` it answered (the
+  // rest go again).
+  using GroupReader = std::function<Status(const std::vector<size_t>& sent, server::Decoder* d,
+                                           uint64_t* answered)>;
+  Status ForEachGroup(uint16_t method, const std::vector<std::string_view>& keys,
+                      const GroupReader& read);
   // The version words of `keys` (kKvVersions), by index.
   Status Versions(const std::vector<std::string_view>& keys, std::vector<KeyVersion>* out);
   // MultiGet without validation (one step per vnode); with `versions`,
