@@ -9,9 +9,10 @@
 // with its use. Multi-key requests of one vnode are therefore atomic.
 //
 // Multi-puts across vnodes are pDSM transactions (docs/tx.md, pDKVS
-// entries): a key a transaction has locked makes every operation on it
-// wait until the transaction is resolved, and every write bumps the key's
-// version word, which kKvVersions reports (docs/pdkvs.md).
+// entries): a request naming a key a transaction has locked is refused
+// (kAborted, kKvKeyLockedMessage; the client asks again) until the
+// transaction is resolved, and every write bumps the key's version word,
+// which kKvVersions and kKvMultiGetVersioned report (docs/pdkvs.md).
 #include <cstring>
 #include <unordered_set>
 

@@ -160,8 +160,8 @@ class TxParticipant {
 
   // pDKVS keys and transactions (docs/pdkvs.md): a key of table `table`
   // put by a transaction is locked from its LOCK to its commit or abort.
-  // Operations on the key wait meanwhile; every write of it bumps its
-  // version word (so a reader spanning vnodes can validate).
+  // The store's requests on the key are refused meanwhile; every write of
+  // it bumps its version word (so a reader spanning vnodes can validate).
   bool KvLocked(uint32_t table, std::string_view key) const;
   // The key's version word (lock bit included); 0 before Recover.
   uint64_t KvVersion(uint32_t table, std::string_view key) const;
