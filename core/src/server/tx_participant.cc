@@ -567,7 +567,9 @@ Status TxParticipant::CheckKvEntries(const std::vector<TxEntry>& entries, uint64
   for (const auto& e : entries) {
     if (dsm::IsKvEntry(e)) by_segment[e.segment].push_back(&e);
   }
-  for (const auto& [segment, part] : by_segment) {
+  for (const auto& group : by_segment) {
+    const uint32_t segment = group.first;
+    const std::vector<const TxEntry*>& part = group.second;  // captured below
     const auto table = static_cast<uint32_t>(part.front()->offset);
     std::vector<std::string_view> keys;
     for (const TxEntry* e : part) {

@@ -363,8 +363,10 @@ Status ClusterKvStore::MultiPut(
     return Status::OK();
   }
   const uint32_t table_count = client_->table_count();
-  std::vector<uint32_t> tables;
-  for (const auto& p : pairs) tables.push_back(monitor::TableForKey(HashKey(p.first), table_count));
+  std::vector<uint32_t> tables(pairs.size());
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    tables[i] = monitor::TableForKey(HashKey(pairs[i].first), table_count);
+  }
   if (std::any_of(tables.begin(), tables.end(), [&](uint32_t t) { return t != tables.front(); })) {
     return TxMultiPut(pairs, tables, if_none_exist, applied);
   }

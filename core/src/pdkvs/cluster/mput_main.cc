@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
     at = comma + 1;
   }
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  pairs.reserve(names.size());
   for (const auto& k : names) pairs.emplace_back(k, value);
   bool applied = false;
   s = kv->MultiPut(pairs, nx, &applied);
