@@ -49,6 +49,7 @@ struct Mapping {
   std::map<uint32_t, Server> servers;
   std::unordered_map<uint32_t, Seg> segments;
   std::map<uint32_t, uint32_t> table_owner;
+  std::map<uint32_t, uint32_t> table_segment;  // table -> its global segment
 };
 
 bool IsConnectionFailure(const Status& s) {
@@ -94,6 +95,9 @@ class ClientImpl final : public Client, public TxHost {
                               s.state() == v1::SERVER_STATE_UP};
       }
       for (const auto& t : resp.tables()) m->table_owner[t.table()] = t.server_id();
+      for (const auto& sm : resp.segments()) {
+        if (sm.table() != 0) m->table_segment[sm.table()] = static_cast<uint32_t>(sm.segment());
+      }
       m->replica_count = std::max(1u, resp.replica_count());
       for (const auto& s : keys.segments()) {
         Mapping::Seg& seg = m->segments[static_cast<uint32_t>(s.segment())];
@@ -114,6 +118,7 @@ class ClientImpl final : public Client, public TxHost {
   }
 
   uint64_t epoch() const override { return Snapshot()->epoch; }
+  uint32_t table_count() const override { return Snapshot()->table_count; }
 
   Status TxBegin(std::unique_ptr<Transaction>* out) override {
     {
@@ -140,6 +145,16 @@ class ClientImpl final : public Client, public TxHost {
     return Status::NotFound("segment " + std::to_string(segment) + " not mapped");
   }
 
+  Status RouteTable(uint32_t table, uint32_t* segment) override {
+    auto m = Snapshot();
+    auto it = m->table_segment.find(table);
+    if (it == m->table_segment.end()) {
+      return Status::NotFound("table " + std::to_string(table) + " has no segment");
+    }
+    *segment = it->second;
+    return Status::OK();
+  }
+
   Status ReadRegion(uint32_t server, uint32_t key, uint64_t offset, void* buf,
                     uint64_t len) override {
     auto m = Snapshot();
@@ -151,7 +166,14 @@ class ClientImpl final : public Client, public TxHost {
   Status CallServer(uint32_t server, uint16_t method, const std::string& body,
                     std::string* reply) override {
     return Call(
-        [&](const Mapping&, uint32_t* out) {
+        [&](const Mapping& m, uint32_t* out) {
+          // A server the cluster declared down will not answer: its
+          // segments moved, so the caller routes again (a transaction
+          // aborts) rather than wait out the failover here.
+          auto it = m.servers.find(server);
+          if (it != m.servers.end() && !it->second.up) {
+            return Status::Unavailable("server " + std::to_string(server) + " is down");
+          }
           *out = server;
           return Status::OK();
         },

@@ -141,6 +141,8 @@ class Client {
 
   // The epoch of the cached mapping.
   virtual uint64_t epoch() const = 0;
+  // The cluster's object-store table count in the cached mapping (0: none).
+  virtual uint32_t table_count() const = 0;
   // Reloads mapping and keys from the monitor.
   virtual Status RefreshMapping() = 0;
 

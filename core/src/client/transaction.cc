@@ -363,6 +363,19 @@ Status Transaction::DelObj(const dsm::ObjectId& id) {
   return Status::OK();
 }
 
+Status Transaction::KvPut(uint32_t table, std::string_view key, std::string_view value,
+                          bool if_absent) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  if (table == 0) return Status::InvalidArgument("a key-value put of table 0");
+  if (key.size() + value.size() > server::kMaxRpcPayload / 2) {
+    return Status::TooLarge("a transactional key-value put over 32 MiB");
+  }
+  uint32_t segment = 0;
+  PDPM_RETURN_IF_ERROR(coordinator_->host_->RouteTable(table, &segment));
+  writes_.push_back(dsm::MakeKvEntry(if_absent, segment, table, key, value));
+  return Status::OK();
+}
+
 Status Transaction::Write(const dsm::GlobalAddress& addr, const void* buf, uint64_t len) {
   PDPM_RETURN_IF_ERROR(CheckAddress(addr, len, true));
   dsm::TxEntry e;
@@ -459,6 +472,7 @@ Status Transaction::Commit() {
       locked.insert({server, dsm::TxObjectSlot(id.hi, id.lo, info.slots)});
       continue;
     }
+    if (dsm::IsKvEntry(w)) continue;  // its word is never in the read set
     auto [first, last] = Granules(w.offset, w.kind == dsm::TxEntryKind::kWrite ? w.data.size() : 1);
     for (uint64_t g = first; g <= last; g++) {
       locked.insert({server, dsm::TxVersionSlot(w.segment, g, info.slots)});
@@ -558,6 +572,7 @@ Status Transaction::Commit() {
     // The holder may or may not have decided: the participants resolve it
     // with the holder, all or nothing. Allocations stay (they may be used).
     finished_ = true;
+    outcome_unknown_ = true;
     return Status::Unavailable("commit outcome unknown (resolved by the participants): " +
                                std::string(s.message()));
   }

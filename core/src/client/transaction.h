@@ -30,6 +30,8 @@
 //     its table's server); the non-transactional object calls do not.
 //   * Heap writes outside transactions racing transactional access to the
 //     same bytes are undefined.
+//   * KvPut: pDKVS sets (puts if absent) logged and applied like the
+//     objects, locking the key at its vnode's server.
 //   * A Transaction is used by one thread; destroying it unfinished aborts it.
 #pragma once
 
@@ -70,6 +72,9 @@ class TxHost {
                             std::string* reply) = 0;
   // The table of object `id` and the server owning it.
   virtual Status RouteObject(const dsm::ObjectId& id, uint32_t* table, uint32_t* server) = 0;
+  // The global segment of object-store table `table` in the cached
+  // mapping; kNotFound when it has none (yet).
+  virtual Status RouteTable(uint32_t table, uint32_t* segment) = 0;
   virtual Status RefreshMapping() = 0;
   virtual uint64_t segment_size() const = 0;
   // A live server, round-robin.
@@ -98,7 +103,17 @@ class Transaction {
   Status GetObj(const dsm::ObjectId& id, std::string* data);
   Status PutObj(const dsm::ObjectId& id, std::string_view data);
   Status DelObj(const dsm::ObjectId& id);
+  // pDKVS (docs/pdkvs.md): sets `key` (of table `table`: the caller routes
+  // it) to `value` in its vnode at commit. With `if_absent` the LOCK fails
+  // — and Commit with it — with kAlreadyExists when the key exists; that
+  // holds until the commit (the key is locked). kNotFound when the table
+  // has no segment yet (a first write to the table creates it).
+  Status KvPut(uint32_t table, std::string_view key, std::string_view value, bool if_absent);
   Status Commit();
+  // After a Commit that failed with kUnavailable: true when the failure
+  // came after LOCK and VALIDATE (the outcome is unknown to the client,
+  // the participants resolve it), false when the transaction aborted.
+  bool outcome_unknown() const { return outcome_unknown_; }
   void Abort();
   uint64_t id() const { return id_; }
 
@@ -123,6 +138,7 @@ class Transaction {
   TxCoordinator* coordinator_;
   uint64_t id_;
   bool finished_ = false;
+  bool outcome_unknown_ = false;
   std::map<Slot, uint64_t> read_set_;
   std::vector<dsm::TxEntry> writes_;                               // in program order; frees too
   std::map<uint32_t, std::vector<dsm::GlobalAddress>> allocated_;  // by server

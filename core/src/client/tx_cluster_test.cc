@@ -16,6 +16,7 @@
 #include "client/cluster_harness.h"
 #include "client/tx_bank.h"
 #include "server/fsck.h"
+#include "server/tx_participant.h"
 
 namespace pdpm::client {
 namespace {
@@ -393,6 +394,12 @@ TEST_P(TxClusterTest, BankInvariantWithAServerKilledAndRestarted) {
   FinishBank(&bank);
   ExpectInvariant();
   WaitReplicated();
+  // Transactions whose coordinator gave up at the dead server (a failed
+  // decision: outcome unknown) are resolved by their participants after
+  // the lock timeout, as are the records the restarted server found: only
+  // then is none in doubt.
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(server::TxParticipantOptions{}.lock_timeout_ms + 1000));
   StopAndCheckAll(/*exact_heap=*/false);
 }
 

@@ -40,7 +40,9 @@ uint32_t RecordCrc(const char* rec, uint32_t body_len) {
 bool ReadRecord(const char* base, uint64_t size, uint64_t pos, uint64_t seq, TxRecord* r) {
   if (pos + kTxRecordHeaderSize > size) return false;
   const char* p = base + pos;
-  if (Load<uint32_t>(p) != kTxRecordMagic || static_cast<uint8_t>(p[4]) != kTxLogVersion) {
+  const auto version = static_cast<uint8_t>(p[4]);
+  if (Load<uint32_t>(p) != kTxRecordMagic || version < kTxRecordVersionOldest ||
+      version > kTxRecordVersion) {
     return false;
   }
   uint32_t body_len = Load<uint32_t>(p + 36);
@@ -117,6 +119,31 @@ bool IsObjectEntry(const TxEntry& e) {
   return e.kind == TxEntryKind::kPutObject || e.kind == TxEntryKind::kDeleteObject;
 }
 
+bool IsKvEntry(const TxEntry& e) {
+  return e.kind == TxEntryKind::kKvPut || e.kind == TxEntryKind::kKvPutIfAbsent;
+}
+
+TxEntry MakeKvEntry(bool if_absent, uint32_t segment, uint32_t table, std::string_view key,
+                    std::string_view value) {
+  TxEntry e;
+  e.kind = if_absent ? TxEntryKind::kKvPutIfAbsent : TxEntryKind::kKvPut;
+  e.segment = segment;
+  e.offset = table;
+  e.data.resize(4);
+  Store<uint32_t>(e.data.data(), static_cast<uint32_t>(key.size()));
+  e.data.append(key);
+  e.data.append(value);
+  return e;
+}
+
+std::string_view KvEntryKey(const TxEntry& e) {
+  return std::string_view(e.data).substr(4, Load<uint32_t>(e.data.data()));
+}
+
+std::string_view KvEntryValue(const TxEntry& e) {
+  return std::string_view(e.data).substr(4 + Load<uint32_t>(e.data.data()));
+}
+
 void EncodeTxEntries(const std::vector<TxEntry>& entries, std::string* out) {
   for (const auto& e : entries) {
     char h[24] = {};
@@ -158,6 +185,13 @@ Status DecodeTxEntries(std::string_view body, bool on_pm, std::vector<TxEntry>* 
         break;
       case TxEntryKind::kDeleteObject:
         if (len != kTxObjectIdSize) return bad("a delete without an object id");
+        break;
+      case TxEntryKind::kKvPut:
+      case TxEntryKind::kKvPutIfAbsent:
+        if (len < 4 || Load<uint32_t>(body.data() + pos) > len - 4) {
+          return bad("a key-value put with a bad key length");
+        }
+        if (e.offset == 0 || e.offset > UINT32_MAX) return bad("a key-value put of no table");
         break;
       default: return bad("unknown entry kind");
     }
@@ -250,7 +284,7 @@ Status TxLogArea::Append(TxRecordKind kind, uint16_t flags, uint64_t tx, uint32_
     char* p = base_ + at;
     std::memset(p, 0, kTxRecordHeaderSize);
     Store<uint32_t>(p, kTxRecordMagic);
-    p[4] = static_cast<char>(kTxLogVersion);
+    p[4] = static_cast<char>(kTxRecordVersion);
     p[5] = static_cast<char>(k);
     Store<uint16_t>(p + 6, f);
     Store<uint64_t>(p + 8, static_cast<uint64_t>(TxState::kLocked));

@@ -27,10 +27,16 @@
 //
 // Body of a LOCK or BACKUP record (and of the LOCK request), or of an ALLOC
 // record (one free entry naming the block): entries
-//   kind u8 (1 write, 2 free, 3 put object, 4 delete object) | reserved 3 |
+//   kind u8 (1 write, 2 free, 3 put object, 4 delete object, 5 pDKVS put,
+//   6 pDKVS put if absent) | reserved 3 |
 //   segment u32 | offset u64 | length u32 | reserved u32 | data (length bytes)
 // Writes carry the bytes; a free none; object entries have segment and
-// offset 0 and data = object id hi u64 | lo u64 | content (puts only).
+// offset 0 and data = object id hi u64 | lo u64 | content (puts only);
+// pDKVS entries name the table segment (segment) and the table (offset),
+// data = key length u32 | key | value.
+//
+// Record versions: 2 (written now) adds the pDKVS entry kinds; records of
+// version 1 are read as before.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +52,10 @@
 
 namespace pdpm::dsm {
 
-inline constexpr uint32_t kTxLogVersion = 1;
+inline constexpr uint32_t kTxLogVersion = 1;  // of the area header
+// Of a record: 2 added the pDKVS entry kinds; 1 is still read.
+inline constexpr uint8_t kTxRecordVersion = 2;
+inline constexpr uint8_t kTxRecordVersionOldest = 1;
 inline constexpr uint64_t kTxAreaMagic = 0x524158544d504450ull;  // "PDPMTXAR"
 inline constexpr uint32_t kTxRecordMagic = 0x52585450;           // "PTXR"
 inline constexpr uint64_t kTxAreaHeaderSize = 64;
@@ -81,16 +90,32 @@ enum class TxState : uint64_t {
 };
 std::string_view TxStateName(TxState s);
 
-enum class TxEntryKind : uint8_t { kWrite = 1, kFree = 2, kPutObject = 3, kDeleteObject = 4 };
+enum class TxEntryKind : uint8_t {
+  kWrite = 1,
+  kFree = 2,
+  kPutObject = 3,
+  kDeleteObject = 4,
+  kKvPut = 5,          // a pDKVS key set in a vnode (docs/pdkvs.md)
+  kKvPutIfAbsent = 6,  // the same, refused at LOCK when the key exists
+};
 
 struct TxEntry {
   TxEntryKind kind = TxEntryKind::kWrite;
-  uint32_t segment = 0;
-  uint64_t offset = 0;
-  std::string data;  // kWrite: the bytes; objects: id (16 bytes) then content
+  uint32_t segment = 0;  // pDKVS: the table segment
+  uint64_t offset = 0;   // pDKVS: the table
+  // kWrite: the bytes; objects: id (16 bytes) then content; pDKVS: key
+  // length u32, key, value.
+  std::string data;
 };
 inline constexpr size_t kTxObjectIdSize = 16;
 bool IsObjectEntry(const TxEntry& e);
+bool IsKvEntry(const TxEntry& e);
+// A pDKVS entry of table `table` in table segment `segment`.
+TxEntry MakeKvEntry(bool if_absent, uint32_t segment, uint32_t table, std::string_view key,
+                    std::string_view value);
+// The key and value of a pDKVS entry (decoded, so well formed).
+std::string_view KvEntryKey(const TxEntry& e);
+std::string_view KvEntryValue(const TxEntry& e);
 
 void EncodeTxEntries(const std::vector<TxEntry>& entries, std::string* out);
 // kInvalidArgument (kCorruption when `on_pm`) for a malformed body.
@@ -103,6 +128,13 @@ Status DecodeTxEntries(std::string_view body, bool on_pm, std::vector<TxEntry>* 
 inline uint32_t TxVersionSlot(uint32_t segment, uint64_t granule, uint32_t slots) {
   uint64_t base = uint64_t{segment} * 0x9e3779b97f4a7c15ull;
   return static_cast<uint32_t>((base >> 32) + granule) & (slots - 1);
+}
+
+// The version slot of a pDKVS key (of its vnode's server): `key_hash` is
+// pdkvs::HashKey(key).
+inline uint32_t TxKvSlot(uint32_t table, uint64_t key_hash, uint32_t slots) {
+  uint64_t h = (key_hash ^ (uint64_t{table} << 48)) * 0xd6e8feb86659fd93ull;
+  return static_cast<uint32_t>(h >> 32) & (slots - 1);
 }
 
 // The version slot of an object (of its table's server).

@@ -92,6 +92,35 @@ TEST(TxLogTest, EntriesRoundTripAndRefuseBadInput) {
   body.clear();
   EncodeTxEntries(objects, &body);
   EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
+  // pDKVS entries: table segment, table, key and value (an empty key too).
+  std::vector<TxEntry> kv = {MakeKvEntry(false, 0xfffffffeu, 3, "key", "value"),
+                             MakeKvEntry(true, 0xffffffffu, 1, "", "v")};
+  body.clear();
+  EncodeTxEntries(kv, &body);
+  ASSERT_TRUE(DecodeTxEntries(body, true, &out).ok());
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(IsKvEntry(out[0]) && IsKvEntry(out[1]) && !IsObjectEntry(out[0]));
+  EXPECT_EQ(out[0].kind, TxEntryKind::kKvPut);
+  EXPECT_EQ(out[1].kind, TxEntryKind::kKvPutIfAbsent);
+  EXPECT_EQ(out[0].segment, 0xfffffffeu);
+  EXPECT_EQ(out[0].offset, 3u);
+  EXPECT_EQ(KvEntryKey(out[0]), "key");
+  EXPECT_EQ(KvEntryValue(out[0]), "value");
+  EXPECT_EQ(KvEntryKey(out[1]), "");
+  EXPECT_EQ(KvEntryValue(out[1]), "v");
+  // A key longer than the entry, no key length, no table: refused.
+  kv[0].data[0] = 9;
+  body.clear();
+  EncodeTxEntries(kv, &body);
+  EXPECT_EQ(DecodeTxEntries(body, true, &out).code(), StatusCode::kCorruption);
+  kv[0].data = "ab";
+  body.clear();
+  EncodeTxEntries(kv, &body);
+  EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
+  kv[0] = MakeKvEntry(false, 1, 0, "k", "v");
+  body.clear();
+  EncodeTxEntries(kv, &body);
+  EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(TxLogTest, RingWrapsAndReopens) {

@@ -78,7 +78,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
       return self->HandleObject(m, r, out);
     });
   }
-  for (uint16_t m = kKvGet; m <= kKvFlush; ++m) {
+  for (uint16_t m = kKvGet; m <= kKvLast; ++m) {
     s->rpc_->Register(m, [self, m](std::span<const uint8_t> r, std::string* out) {
       return self->HandleKv(m, r, out);
     });
@@ -549,6 +549,15 @@ Status DataServer::TableSegment(uint32_t table, uint64_t epoch, bool create, Seg
     }
     auto it = by_table_.find(table);
     if (it != by_table_.end()) *out = it->second;
+    // The table has a segment this server is to serve but has not opened
+    // yet (its backup copy is being promoted): not "empty", not created
+    // again; the client asks again.
+    for (const auto& [global, sm] : placement_) {
+      if (*out == nullptr && sm.table() == table && sm.primary().server_id() == server_id_) {
+        return Status::Unavailable("table " + std::to_string(table) + ": segment " +
+                                   std::to_string(global) + " is not open here yet");
+      }
+    }
   }
   if (*out != nullptr) return WaitFirstFill(*out);
   if (!create) return Status::NotFound("table " + std::to_string(table) + " holds nothing");

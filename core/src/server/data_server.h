@@ -187,6 +187,12 @@ class DataServer {
   // Reopens the vnode of a table segment being opened as primary (if it
   // has one) and frees the blocks of vnode items no index reaches.
   Status OpenVnode(Segment* seg);
+  // Creates the vnode of `seg` unless it has one (inside its mutation).
+  Status EnsureVnode(Segment* seg);
+  // The participant's `kv` hook (tx_participant.h TxHooks::kv).
+  Status TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t epoch, TxTag tag, bool create,
+              const std::vector<std::string_view>& keys,
+              const std::function<Status(pdkvs::CcehIndex*)>& op);
 
   const ServerOptions options_;
   const Logger log_;

@@ -7,6 +7,13 @@
 // expired item frees it (a PM write that must reach the backups like any
 // other), and the segment's mutation lock also orders the vnode's creation
 // with its use. Multi-key requests of one vnode are therefore atomic.
+//
+// Multi-puts across vnodes are pDSM transactions (docs/tx.md, pDKVS
+// entries): a request naming a key a transaction has locked is refused
+// (kAborted, kKvKeyLockedMessage; the client asks again) until the
+// transaction is resolved, and every write bumps the key's version word,
+// which kKvVersions and kKvMultiGetVersioned report (docs/pdkvs.md).
+#include <cstring>
 #include <unordered_set>
 
 #include "monitor/placement.h"
@@ -39,6 +46,21 @@ pdkvs::SetOptions DecodeSetOptions(uint64_t flags, uint64_t expire_at_ms) {
   return o;
 }
 
+// Requests that change keys they name (their version words are bumped).
+bool WritesKeys(uint16_t method) {
+  switch (method) {
+    case kKvSet:
+    case kKvGetDelete:
+    case kKvDelete:
+    case kKvIncrBy:
+    case kKvAppend:
+    case kKvSetRange:
+    case kKvSetExpiry:
+    case kKvMultiPut: return true;
+    default: return false;
+  }
+}
+
 uint64_t NowMs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
@@ -55,6 +77,7 @@ Status AnswerEmpty(uint16_t method, const KvRequest& r, std::string* reply) {
     case kKvGetRange:
     case kKvFlush: return Status::OK();
     case kKvMultiGet:
+    case kKvMultiGetVersioned:
       e.U64(r.keys.size());
       for (size_t i = 0; i < r.keys.size(); ++i) e.U64(0);
       return Status::OK();
@@ -64,6 +87,20 @@ Status AnswerEmpty(uint16_t method, const KvRequest& r, std::string* reply) {
       e.U64(0);
       return Status::OK();
     default: return Status::NotFound("no such key");
+  }
+}
+
+// Appends to a multi-get's reply (kKvMultiGetVersioned) the version word of
+// each answered key, after this server's id (words of two servers are
+// never equal for the client: a vnode that moved meanwhile reads again).
+void AppendVersions(const TxParticipant& tx, uint32_t server, const KvRequest& r,
+                    std::string* reply) {
+  uint64_t answered = 0;
+  std::memcpy(&answered, reply->data(), sizeof(answered));
+  Encoder e(reply);
+  e.U64(server);
+  for (uint64_t i = 0; i < answered && i < r.keys.size(); ++i) {
+    e.U64(tx.KvVersion(r.table, r.keys[i]));
   }
 }
 
@@ -114,7 +151,8 @@ Status RunKv(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::
       e.U64(length);
       return Status::OK();
     }
-    case kKvMultiGet: {
+    case kKvMultiGet:
+    case kKvMultiGetVersioned: {
       // As many answers as one reply carries; the client asks again for the
       // rest.
       std::string answers;
@@ -232,25 +270,107 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
                                 " belongs to another table in epoch " + std::to_string(epoch_));
     }
   }
+  std::vector<std::string_view> keys = r.keys;
+  if (IsKvSingleKey(method)) keys.push_back(r.key);
+  for (const auto& p : r.pairs) keys.push_back(p.first);
   Segment* seg = nullptr;
-  Status s = TableSegment(r.table, h.epoch, MayCreate(method), &seg);
-  if (s.code() == StatusCode::kNotFound) return AnswerEmpty(method, r, reply);
+  Status s = TableSegment(r.table, h.epoch, MayCreate(method) && method != kKvVersions, &seg);
+  if (method == kKvVersions) {
+    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+    Encoder e(reply);
+    e.U64(server_id_);
+    e.U64(keys.size());
+    for (std::string_view k : keys) e.U64(tx_->KvVersion(r.table, k));
+    return Status::OK();
+  }
+  if (s.code() == StatusCode::kNotFound) {
+    PDPM_RETURN_IF_ERROR(AnswerEmpty(method, r, reply));
+    if (method == kKvMultiGetVersioned) AppendVersions(*tx_, server_id_, r, reply);
+    return Status::OK();
+  }
   PDPM_RETURN_IF_ERROR(s);
-  return Mutate(seg, [&]() -> Status {
+  bool locked = false;
+  s = Mutate(seg, [&]() -> Status {
+    // A key a transaction locked: its outcome first (checked under the
+    // mutation, which the transaction's LOCK check and commit also take).
+    // The client asks again; waiting here would hold a serving thread the
+    // transaction's commit may need.
+    for (std::string_view k : keys) locked = locked || tx_->KvLocked(r.table, k);
+    if (locked) return Status::OK();
     if (seg->kv == nullptr) {
-      if (!MayCreate(method)) return AnswerEmpty(method, r, reply);
-      // The vnode's creation commits when its header reaches the root slot;
-      // a crash before leaves blocks that OpenVnode reclaims.
-      uint64_t header = 0;
-      std::unique_ptr<pdkvs::CcehIndex> index;
-      PDPM_RETURN_IF_ERROR(pdkvs::CcehIndex::Create(seg->alloc.get(), {}, &header, &index));
-      PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kKvRootSlot, header));
-      seg->kv = std::move(index);
+      if (!MayCreate(method)) {
+        PDPM_RETURN_IF_ERROR(AnswerEmpty(method, r, reply));
+        if (method == kKvMultiGetVersioned) AppendVersions(*tx_, server_id_, r, reply);
+        return Status::OK();
+      }
+      PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
     }
     Status st = RunKv(method, r, seg->kv.get(), reply);
-    if (!st.ok()) reply->clear();
+    if (!st.ok()) {
+      reply->clear();
+      return st;
+    }
+    if (WritesKeys(method)) {
+      for (std::string_view k : keys) tx_->KvWritten(r.table, k);
+    }
+    if (method == kKvMultiGetVersioned) AppendVersions(*tx_, server_id_, r, reply);
     return st;
   });
+  if (locked) return Status::Aborted(kKvKeyLockedMessage);
+  return s;
+}
+
+Status DataServer::EnsureVnode(Segment* seg) {
+  if (seg->kv != nullptr) return Status::OK();
+  // The vnode's creation commits when its header reaches the root slot; a
+  // crash before leaves blocks that OpenVnode reclaims.
+  uint64_t header = 0;
+  std::unique_ptr<pdkvs::CcehIndex> index;
+  PDPM_RETURN_IF_ERROR(pdkvs::CcehIndex::Create(seg->alloc.get(), {}, &header, &index));
+  PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kKvRootSlot, header));
+  seg->kv = std::move(index);
+  return Status::OK();
+}
+
+Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t epoch, TxTag tag,
+                        bool create, const std::vector<std::string_view>& keys,
+                        const std::function<Status(pdkvs::CcehIndex*)>& op) {
+  Segment* seg = nullptr;
+  if (copy == TxCopy::kBackup) {
+    // Being promoted: Promote opened its allocator and vnode and holds its
+    // replication lock; written directly (the backups left are refilled).
+    PDPM_RETURN_IF_ERROR(TxSegment(segment, copy, 0, &seg));
+    if (seg->role.kind != SegmentKind::kTable || seg->alloc == nullptr) {
+      return Status::FailedPrecondition("segment " + std::to_string(segment) +
+                                        " is not a table being promoted");
+    }
+    if (create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
+    return op(seg->kv.get());
+  }
+  {
+    std::shared_lock lock(mu_);
+    if (table_count_ == 0) return Status::Unavailable("no table map yet");
+    for (std::string_view k : keys) {
+      if (monitor::TableForKey(pdkvs::HashKey(k), table_count_) != table) {
+        return Status::StaleEpoch("a key of table " + std::to_string(table) +
+                                  " belongs to another table in epoch " + std::to_string(epoch_));
+      }
+    }
+    if (epoch == 0) epoch = epoch_;  // applying a logged record
+  }
+  PDPM_RETURN_IF_ERROR(TableSegment(table, epoch, false, &seg));
+  if (seg->role.global != segment) {
+    return Status::StaleEpoch("table " + std::to_string(table) + " is in segment " +
+                              std::to_string(seg->role.global) + ", not " +
+                              std::to_string(segment));
+  }
+  return Mutate(
+      seg,
+      [&]() -> Status {
+        if (create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
+        return op(seg->kv.get());
+      },
+      tag);
 }
 
 }  // namespace pdpm::server

@@ -89,6 +89,11 @@ TxHooks DataServer::MakeTxHooks() {
     return Mutate(
         seg, [&] { return op(seg->table.get()); }, tag);
   };
+  h.kv = [this](uint32_t segment, uint32_t table, TxCopy copy, uint64_t epoch, TxTag tag,
+                bool create, const std::vector<std::string_view>& keys,
+                const std::function<Status(pdkvs::CcehIndex*)>& op) {
+    return TxKv(segment, table, copy, epoch, tag, create, keys, op);
+  };
   h.log_segment = [this](bool create, dsm::PmRange* mem, dsm::PAllocator** alloc) {
     std::lock_guard<std::mutex> grow(grow_mu_);
     if (tx_log_ == nullptr) {

@@ -2,12 +2,14 @@
 
 namespace pdpm::server {
 bool IsKvMethod(uint16_t method) {
-  return method >= kKvGet && method <= kKvFlush;
+  return method >= kKvGet && method <= kKvLast;
 }
 
 bool IsKvSingleKey(uint16_t method) {
   switch (method) {
     case kKvMultiGet:
+    case kKvMultiGetVersioned:
+    case kKvVersions:
     case kKvMultiPut:
     case kKvScan:
     case kKvCount:
@@ -23,6 +25,8 @@ bool IsKvIdempotent(uint16_t method, const KvRequest& r) {
     case kKvGetRange:
     case kKvSetRange:
     case kKvMultiGet:
+    case kKvMultiGetVersioned:
+    case kKvVersions:
     case kKvScan:
     case kKvGetExpiry:
     case kKvCount:
@@ -55,6 +59,8 @@ void EncodeKvRequest(uint16_t method, const KvRequest& r, Encoder* e) {
       e->Str(r.value);
       break;
     case kKvMultiGet:
+    case kKvMultiGetVersioned:
+    case kKvVersions:
       e->U64(r.keys.size());
       for (std::string_view k : r.keys) e->Str(k);
       break;
@@ -103,7 +109,9 @@ Status DecodeKvRequest(uint16_t method, Decoder* d, KvRequest* r) {
       PDPM_RETURN_IF_ERROR(d->U64(&r->arg0));
       PDPM_RETURN_IF_ERROR(d->Str(&r->value));
       break;
-    case kKvMultiGet: {
+    case kKvMultiGet:
+    case kKvMultiGetVersioned:
+    case kKvVersions: {
       uint64_t n = 0;
       PDPM_RETURN_IF_ERROR(d->U64(&n));
       for (uint64_t i = 0; i < n; ++i) {

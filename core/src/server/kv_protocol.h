@@ -12,6 +12,10 @@
 //   kKvSetRange   key | u64 offset | value (the data)
 //   kKvSetExpiry  key | u64 expire_at_ms
 //   kKvMultiGet   u64 n | n keys
+//   kKvVersions   u64 n | n keys (reply: u64 server id | u64 n | n
+//                 version words)
+//   kKvMultiGetVersioned  as kKvMultiGet (reply: kKvMultiGet's, then u64
+//                 server id and a version word per answered key)
 //   kKvMultiPut   u64 if_none_exist (0/1) | u64 n | n (key | value)
 //   kKvScan       u64 cursor | u64 count
 //   kKvCount, kKvFlush  nothing
@@ -35,6 +39,11 @@ inline constexpr uint64_t kKvMaxValueSize = (64ull << 20) - (64ull << 10);
 // Keys a scan page returns at most (a reply stays within kMaxRpcPayload).
 inline constexpr uint64_t kKvMaxScanCount = 512;
 
+// kAborted (with this message) refuses a request naming a key that a
+// multi-put transaction holds locked: nothing was done; the client sends it
+// again once the transaction is resolved.
+inline constexpr std::string_view kKvKeyLockedMessage = "a key is locked by a multi-put";
+
 inline constexpr uint64_t kKvSetConditionMask = 0x3;
 inline constexpr uint64_t kKvSetExpiryShift = 2;
 inline constexpr uint64_t kKvSetWantOld = 1u << 4;
@@ -49,7 +58,7 @@ struct KvRequest {
   uint64_t arg0 = 0;
   // kKvSet expiry / kKvGetRange end / kKvScan count.
   uint64_t arg1 = 0;
-  std::vector<std::string_view> keys;                                // kKvMultiGet
+  std::vector<std::string_view> keys;  // kKvMultiGet(Versioned), kKvVersions
   std::vector<std::pair<std::string_view, std::string_view>> pairs;  // kKvMultiPut
 };
 

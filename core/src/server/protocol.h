@@ -89,6 +89,9 @@ enum Method : uint16_t {
   kKvSetExpiry = 0x40e,
   kKvCount = 0x40f,
   kKvFlush = 0x410,
+  kKvVersions = 0x411,           // the version words of keys (consistent multi-vnode reads)
+  kKvMultiGetVersioned = 0x412,  // a multi-get with the keys' version words
+  kKvLast = kKvMultiGetVersioned,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It

@@ -106,7 +106,8 @@ TEST(ProtocolTest, KvRequestsRoundTripAndRefuseTruncation) {
   get.table = 2;
   get.keys = {"x", "yy"};
   for (auto [method, req] :
-       {std::pair{kKvSet, set}, std::pair{kKvMultiPut, put}, std::pair{kKvMultiGet, get}}) {
+       {std::pair{kKvSet, set}, std::pair{kKvMultiPut, put}, std::pair{kKvMultiGet, get},
+        std::pair{kKvMultiGetVersioned, get}, std::pair{kKvVersions, get}}) {
     std::string msg;
     Encoder e(&msg);
     EncodeKvRequest(method, req, &e);

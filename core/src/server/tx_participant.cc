@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <set>
 
+#include "pdkvs/item.h"
 #include "server/segment_role.h"
 
 namespace pdpm::server {
@@ -211,6 +213,11 @@ Status TxParticipant::Recover() {
       PDPM_RETURN_IF_ERROR(alloc->SetRoot(kTxStartCountSlot, generation_));
     } else if (s.code() != StatusCode::kNotFound) {
       return s;
+    } else {
+      // No log, so no start count: a random generation, so that words read
+      // before this start (pDKVS keys, heap data) almost surely differ.
+      std::random_device rd;
+      generation_ = (uint64_t{rd()} % ((1u << 23) - 1)) + 1;
     }
     uint32_t n = options_.version_slots;
     if (n == 0 || (n & (n - 1)) != 0)
@@ -294,6 +301,10 @@ std::vector<uint32_t> TxParticipant::SlotsOf(const std::vector<TxEntry>& entries
       slots.push_back(dsm::TxObjectSlot(hi, lo, options_.version_slots));
       continue;
     }
+    if (dsm::IsKvEntry(e)) {
+      slots.push_back(KvSlot(static_cast<uint32_t>(e.offset), dsm::KvEntryKey(e)));
+      continue;
+    }
     uint64_t first = e.offset / dsm::kTxGranule;
     uint64_t last =
         e.kind == TxEntryKind::kWrite ? (e.offset + e.data.size() - 1) / dsm::kTxGranule : first;
@@ -364,6 +375,15 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
           hooks_.object_table(ObjectIdOf(e), h.epoch, e.kind == TxEntryKind::kPutObject, &table));
       continue;
     }
+    if (dsm::IsKvEntry(e)) {
+      // A primary checks its tables under the locks (CheckKvEntries).
+      if (copy == TxCopy::kBackup) {
+        dsm::PmRange mem;
+        dsm::PAllocator* alloc = nullptr;
+        PDPM_RETURN_IF_ERROR(hooks_.segment(e.segment, copy, h.epoch, &mem, &alloc));
+      }
+      continue;
+    }
     dsm::PmRange mem;
     dsm::PAllocator* alloc = nullptr;
     PDPM_RETURN_IF_ERROR(hooks_.segment(e.segment, copy, h.epoch, &mem, &alloc));
@@ -389,6 +409,12 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
         return Status::Aborted("conflict: a written item is locked or changed");
       }
       rec->slots.push_back(s);
+    }
+    // Under the locks: a writer of these keys now waits for the outcome,
+    // so what the check finds holds until the commit.
+    if (Status c = CheckKvEntries(rec->entries, h.epoch); !c.ok()) {
+      for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
+      return c;
     }
   }
   Locked lock(this);
@@ -454,9 +480,10 @@ Status TxParticipant::Apply(const Rec& rec) {
   const TxCopy copy = rec.r.kind == TxRecordKind::kLock ? TxCopy::kPrimary : TxCopy::kBackup;
   const TxTag tag{rec.coordinator, rec.r.tx};
   const std::string what = "apply transaction " + std::to_string(rec.r.tx);
-  // One replicated mutation per heap segment, the holder's first: once its
-  // backups have the commit, a failover of any other part finds it decided.
-  std::map<uint32_t, std::vector<const TxEntry*>> heap;
+  // One replicated mutation per heap segment and per vnode, the holder's
+  // first: once its backups have the commit, a failover of any other part
+  // finds it decided.
+  std::map<uint32_t, std::vector<const TxEntry*>> heap, kv;
   std::vector<const TxEntry*> objects;
   for (const auto& e : rec.entries) {
     switch (e.kind) {
@@ -464,16 +491,37 @@ Status TxParticipant::Apply(const Rec& rec) {
       case TxEntryKind::kFree: heap[e.segment].push_back(&e); break;
       case TxEntryKind::kPutObject:
       case TxEntryKind::kDeleteObject: objects.push_back(&e); break;
+      case TxEntryKind::kKvPut:
+      case TxEntryKind::kKvPutIfAbsent: kv[e.segment].push_back(&e); break;
       default: return Status::Corruption(what + ": unknown entry kind");
     }
   }
   std::vector<uint32_t> order;
   bool holder_heap = (rec.r.flags & dsm::kTxRecordHolderIsTable) == 0;
-  if (holder_heap && heap.count(rec.r.holder_segment) != 0) order.push_back(rec.r.holder_segment);
-  for (const auto& [segment, entries] : heap) {
-    if (!holder_heap || segment != rec.r.holder_segment) order.push_back(segment);
+  bool holder_here =
+      holder_heap && (heap.count(rec.r.holder_segment) != 0 || kv.count(rec.r.holder_segment) != 0);
+  if (holder_here) order.push_back(rec.r.holder_segment);
+  for (const auto* part : {&heap, &kv}) {
+    for (const auto& [segment, entries] : *part) {
+      if (!holder_here || segment != rec.r.holder_segment) order.push_back(segment);
+    }
   }
   for (uint32_t segment : order) {
+    if (auto k = kv.find(segment); k != kv.end()) {
+      const auto& entries = k->second;
+      // Absolute puts: applying twice (after a crash) leaves the same.
+      PDPM_RETURN_IF_ERROR(
+          hooks_
+              .kv(segment, static_cast<uint32_t>(entries.front()->offset), copy, 0, tag, true, {},
+                  [&](pdkvs::CcehIndex* index) {
+                    for (const TxEntry* e : entries) {
+                      PDPM_RETURN_IF_ERROR(index->Put(dsm::KvEntryKey(*e), dsm::KvEntryValue(*e)));
+                    }
+                    return Status::OK();
+                  })
+              .WithContext(what));
+      continue;
+    }
     const auto& entries = heap[segment];
     PDPM_RETURN_IF_ERROR(hooks_
                              .mutate(segment, copy, tag,
@@ -493,6 +541,56 @@ Status TxParticipant::Apply(const Rec& rec) {
     });
     if (!put && s.code() == StatusCode::kNotFound) continue;  // no table: nothing to delete
     PDPM_RETURN_IF_ERROR(s.WithContext(what));
+  }
+  return Status::OK();
+}
+
+uint32_t TxParticipant::KvSlot(uint32_t table, std::string_view key) const {
+  return dsm::TxKvSlot(table, pdkvs::HashKey(key), options_.version_slots);
+}
+
+bool TxParticipant::KvLocked(uint32_t table, std::string_view key) const {
+  return (KvVersion(table, key) & kTxVersionLock) != 0;
+}
+
+uint64_t TxParticipant::KvVersion(uint32_t table, std::string_view key) const {
+  if (versions_ == nullptr) return 0;
+  return versions_[KvSlot(table, key)].load();
+}
+
+void TxParticipant::KvWritten(uint32_t table, std::string_view key) {
+  if (versions_ != nullptr) versions_[KvSlot(table, key)].fetch_add(1);
+}
+
+Status TxParticipant::CheckKvEntries(const std::vector<TxEntry>& entries, uint64_t epoch) {
+  std::map<uint32_t, std::vector<const TxEntry*>> by_segment;
+  for (const auto& e : entries) {
+    if (dsm::IsKvEntry(e)) by_segment[e.segment].push_back(&e);
+  }
+  for (const auto& group : by_segment) {
+    const uint32_t segment = group.first;
+    const std::vector<const TxEntry*>& part = group.second;  // captured below
+    const auto table = static_cast<uint32_t>(part.front()->offset);
+    std::vector<std::string_view> keys;
+    for (const TxEntry* e : part) {
+      if (e->offset != table) {
+        return Status::InvalidArgument("lock: two tables in segment " + std::to_string(segment));
+      }
+      keys.push_back(dsm::KvEntryKey(*e));
+    }
+    PDPM_RETURN_IF_ERROR(hooks_.kv(
+        segment, table, TxCopy::kPrimary, epoch, {}, false, keys, [&](pdkvs::CcehIndex* index) {
+          if (index == nullptr) return Status::OK();
+          for (const TxEntry* e : part) {
+            if (e->kind != TxEntryKind::kKvPutIfAbsent) continue;
+            bool exists = false;
+            PDPM_RETURN_IF_ERROR(index->Exists(dsm::KvEntryKey(*e), &exists));
+            if (exists) {
+              return Status::AlreadyExists("a key exists");
+            }
+          }
+          return Status::OK();
+        }));
   }
   return Status::OK();
 }
@@ -573,7 +671,7 @@ void TxParticipant::Sweep() {
   swept_.clear();
 }
 
-Status TxParticipant::CommitRec(Locked& lock, Rec* rec, bool decide, uint32_t promoting) {
+Status TxParticipant::CommitRec(Locked& lock, Rec* rec, bool decide, uint64_t promoting) {
   WaitIdle(lock, rec);
   switch (rec->r.state) {
     case TxState::kAborted: return Status::Aborted("transaction aborted (resolved meanwhile)");
@@ -755,7 +853,7 @@ Status TxParticipant::HandleAlloc(std::span<const uint8_t> req, std::string* rep
 }
 
 Status TxParticipant::ResolveRemote(Key key, uint32_t holder, bool holder_is_table,
-                                    uint32_t promoting) {
+                                    uint64_t promoting) {
   std::string req, reply;
   Encoder e(&req);
   e.U64(key.first);

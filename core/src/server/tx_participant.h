@@ -41,6 +41,7 @@
 #include "dsm/txlog.h"
 #include "net/rpc.h"
 #include "net/transport.h"
+#include "pdkvs/cceh.h"
 #include "server/protocol.h"
 #include "server/replication.h"
 
@@ -78,6 +79,17 @@ struct TxHooks {
   std::function<Status(const dsm::ObjectId& id, bool create, TxTag tag,
                        const std::function<Status(dsm::ObjectStoreTable*)>& op)>
       mutate_object;
+  // Runs `op` on the pDKVS vnode of table `table`, whose segment is global
+  // `segment`, held here as `copy` (docs/pdkvs.md). At a primary: after the
+  // checks of a pDKVS request (the table is owned here by `epoch`, 0: any;
+  // every key of `keys` belongs to it), as one replicated mutation whose
+  // last shipment is tagged `tag`. At a backup — only while it is being
+  // promoted — directly. The vnode is created first when `create`; else
+  // `op` gets null when the table holds none yet.
+  std::function<Status(uint32_t segment, uint32_t table, TxCopy copy, uint64_t epoch, TxTag tag,
+                       bool create, const std::vector<std::string_view>& keys,
+                       const std::function<Status(pdkvs::CcehIndex*)>& op)>
+      kv;
   // Allocates `size` heap bytes here (as kPAllocate does): the block's
   // global address.
   std::function<Status(uint64_t size, dsm::GlobalAddress* out)> allocate;
@@ -146,6 +158,16 @@ class TxParticipant {
   // commit's shipment reaches the filling copy).
   void BackupRefilled(uint32_t segment);
 
+  // pDKVS keys and transactions (docs/pdkvs.md): a key of table `table`
+  // put by a transaction is locked from its LOCK to its commit or abort.
+  // The store's requests on the key are refused meanwhile; every write of
+  // it bumps its version word (so a reader spanning vnodes can validate).
+  bool KvLocked(uint32_t table, std::string_view key) const;
+  // The key's version word (lock bit included); 0 before Recover.
+  uint64_t KvVersion(uint32_t table, std::string_view key) const;
+  // Called inside the vnode mutation that wrote the key.
+  void KvWritten(uint32_t table, std::string_view key);
+
   // The handlers (public for in-process tests); `req` is a whole message.
   Status HandleHello(std::span<const uint8_t> req, std::string* reply);
   Status HandleLock(std::span<const uint8_t> req, std::string* reply);
@@ -173,7 +195,8 @@ class TxParticipant {
     Clock::time_point last_active;
   };
   using Key = std::pair<uint64_t, uint64_t>;  // coordinator, tx
-  static constexpr uint32_t kNoSegment = ~0u;
+  // Not a global segment (object segments number down from 2^32 - 1).
+  static constexpr uint64_t kNoSegment = ~0ull;
   class Locked;
 
   Status OpenLog(bool create);                        // requires mu_
@@ -183,6 +206,10 @@ class TxParticipant {
                         uint64_t* extra);
   Status AreaFor(uint64_t coordinator, Area** out);  // requires mu_
   std::vector<uint32_t> SlotsOf(const std::vector<dsm::TxEntry>& entries) const;
+  uint32_t KvSlot(uint32_t table, std::string_view key) const;
+  // Checks, under the vnodes' mutations, that no key put if absent by
+  // `entries` exists (kAlreadyExists) and that their tables are held here.
+  Status CheckKvEntries(const std::vector<dsm::TxEntry>& entries, uint64_t epoch);
   // Writes the record's entries through the mutate hooks (mu_ released).
   Status Apply(const Rec& rec);
   // Runs `fn` with mu_ released (it ships to backups, whose handlers take
@@ -203,11 +230,11 @@ class TxParticipant {
   // Commits `rec` (deciding when `decide`). A BACKUP record is only marked
   // committed (the primary's shipment brings its values), except that of
   // segment `promoting`, which is applied.
-  Status CommitRec(Locked& lock, Rec* rec, bool decide, uint32_t promoting = kNoSegment);
+  Status CommitRec(Locked& lock, Rec* rec, bool decide, uint64_t promoting = kNoSegment);
   void AbortRec(Locked& lock, Rec* rec);
   // Asks the holder and carries out its answer; `rec` is looked up again.
   Status ResolveRemote(Key key, uint32_t holder, bool holder_is_table,
-                       uint32_t promoting = kNoSegment);
+                       uint64_t promoting = kNoSegment);
   void ResolverLoop();
 
   const TxHooks hooks_;

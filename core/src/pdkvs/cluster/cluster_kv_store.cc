@@ -1,6 +1,10 @@
 #include "pdkvs/cluster/cluster_kv_store.h"
 
 #include <algorithm>
+#include <chrono>
+#include <random>
+#include <set>
+#include <thread>
 
 #include "monitor/placement.h"
 #include "pdkvs/item.h"
@@ -35,8 +39,8 @@ Status CheckValueSize(std::string_view key, uint64_t value_len) {
 
 }  // namespace
 
-ClusterKvStore::ClusterKvStore(std::unique_ptr<client::Client> client)
-    : client_(std::move(client)) {}
+ClusterKvStore::ClusterKvStore(std::unique_ptr<client::Client> client, uint32_t failover_wait_ms)
+    : client_(std::move(client)), failover_wait_ms_(failover_wait_ms) {}
 
 ClusterKvStore::~ClusterKvStore() = default;
 
@@ -44,20 +48,35 @@ Status ClusterKvStore::Open(const client::ClientOptions& options,
                             std::unique_ptr<ClusterKvStore>* out) {
   std::unique_ptr<client::Client> client;
   PDPM_RETURN_IF_ERROR(client::Client::Open(options, &client));
-  out->reset(new ClusterKvStore(std::move(client)));
+  out->reset(new ClusterKvStore(std::move(client), options.failover_wait_ms));
   return Status::OK();
 }
 
 Status ClusterKvStore::Send(uint16_t method, const client::Client::TableRoute& route, KvRequest* r,
                             std::string* reply) {
-  return client_->TableCall(
-      route, method,
-      [&](uint32_t table, std::string* body) {
-        r->table = table;
-        Encoder e(body);
-        server::EncodeKvRequest(method, *r, &e);
-      },
-      server::IsKvIdempotent(method, *r), reply);
+  std::chrono::steady_clock::time_point deadline{};
+  uint32_t backoff_us = 100;
+  for (;;) {
+    Status s = client_->TableCall(
+        route, method,
+        [&](uint32_t table, std::string* body) {
+          r->table = table;
+          Encoder e(body);
+          server::EncodeKvRequest(method, *r, &e);
+        },
+        server::IsKvIdempotent(method, *r), reply);
+    // A key locked by a multi-put in progress: refused, nothing done; the
+    // lock goes within the participants' lock timeout (or a failover).
+    if (s.code() != StatusCode::kAborted) return s;
+    const auto now = std::chrono::steady_clock::now();
+    if (deadline == std::chrono::steady_clock::time_point{}) {
+      deadline = now + std::chrono::milliseconds(failover_wait_ms_);
+    } else if (now > deadline) {
+      return Status::Unavailable(std::string(s.message()) + ", still after the failover wait");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+    backoff_us = std::min<uint32_t>(backoff_us * 2, 5000);
+  }
 }
 
 Status ClusterKvStore::KeyCall(uint16_t method, KvRequest r, std::string* reply) {
@@ -234,27 +253,44 @@ Status ClusterKvStore::MultiGet(const std::vector<std::string_view>& keys,
                                 std::vector<std::optional<std::string>>* values) {
   values->assign(keys.size(), std::nullopt);
   for (std::string_view key : keys) PDPM_RETURN_IF_ERROR(CheckItemSize(key, 0));
+  std::set<uint32_t> tables;
+  const uint32_t table_count = client_->table_count();
+  for (std::string_view key : keys) tables.insert(monitor::TableForKey(HashKey(key), table_count));
+  if (tables.size() <= 1) return MultiGetOnce(keys, values, nullptr);
+  // Across vnodes: each vnode's values come with their keys' version
+  // words (read in the same step), which are read again after the last
+  // vnode. Unchanged and unlocked, each value was current from its read to
+  // its second word's, so all were at once, between the last read and the
+  // first validation; a write meanwhile (it bumps the word) or a multi-put
+  // in progress (it locks it) makes the reads go again.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(failover_wait_ms_);
+  for (;;) {
+    std::vector<KeyVersion> before, after;
+    PDPM_RETURN_IF_ERROR(MultiGetOnce(keys, values, &before));
+    PDPM_RETURN_IF_ERROR(Versions(keys, &after));
+    bool stable = before == after;
+    for (const KeyVersion& v : before) stable = stable && (v.word & dsm::kTxVersionLock) == 0;
+    if (stable) return Status::OK();
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Status::Aborted("multi-get: the keys kept changing during the reads");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+Status ClusterKvStore::ForEachGroup(uint16_t method, const std::vector<std::string_view>& keys,
+                                    const GroupReader& read) {
   std::vector<size_t> pending(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) pending[i] = i;
   while (!pending.empty()) {
     std::vector<size_t> sent;
     std::string reply;
     KvRequest r;
-    PDPM_RETURN_IF_ERROR(GroupCall(server::kKvMultiGet, keys, pending, nullptr, &r, &sent, &reply));
+    PDPM_RETURN_IF_ERROR(GroupCall(method, keys, pending, nullptr, &r, &sent, &reply));
     Decoder d = ReplyDecoder(reply);
     uint64_t answered = 0;
-    PDPM_RETURN_IF_ERROR(d.U64(&answered));
-    if (answered == 0 || answered > sent.size()) {
-      return Status::Corruption("multi-get reply of " + std::to_string(answered) + " answers");
-    }
-    for (uint64_t i = 0; i < answered; ++i) {
-      uint64_t present = 0;
-      PDPM_RETURN_IF_ERROR(d.U64(&present));
-      if (present == 0) continue;
-      std::string_view v;
-      PDPM_RETURN_IF_ERROR(d.Str(&v));
-      (*values)[sent[i]].emplace(v);
-    }
+    PDPM_RETURN_IF_ERROR(read(sent, &d, &answered));
     PDPM_RETURN_IF_ERROR(d.Done());
     // The answered keys leave; the rest (other vnodes, or beyond one reply)
     // go again.
@@ -266,6 +302,57 @@ Status ClusterKvStore::MultiGet(const std::vector<std::string_view>& keys,
   return Status::OK();
 }
 
+Status ClusterKvStore::Versions(const std::vector<std::string_view>& keys,
+                                std::vector<KeyVersion>* out) {
+  out->assign(keys.size(), {});
+  return ForEachGroup(
+      server::kKvVersions, keys,
+      [&](const std::vector<size_t>& sent, Decoder* d, uint64_t* answered) {
+        uint64_t server = 0;
+        PDPM_RETURN_IF_ERROR(d->U64(&server));
+        PDPM_RETURN_IF_ERROR(d->U64(answered));
+        if (*answered != sent.size()) {
+          return Status::Corruption("versions reply of " + std::to_string(*answered) + " words");
+        }
+        for (size_t i : sent) {
+          (*out)[i].server = server;
+          PDPM_RETURN_IF_ERROR(d->U64(&(*out)[i].word));
+        }
+        return Status::OK();
+      });
+}
+
+Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
+                                    std::vector<std::optional<std::string>>* values,
+                                    std::vector<KeyVersion>* versions) {
+  values->assign(keys.size(), std::nullopt);
+  if (versions != nullptr) versions->assign(keys.size(), {});
+  const uint16_t method = versions != nullptr ? server::kKvMultiGetVersioned : server::kKvMultiGet;
+  return ForEachGroup(
+      method, keys, [&](const std::vector<size_t>& sent, Decoder* d, uint64_t* answered) {
+        PDPM_RETURN_IF_ERROR(d->U64(answered));
+        if (*answered == 0 || *answered > sent.size()) {
+          return Status::Corruption("multi-get reply of " + std::to_string(*answered) + " answers");
+        }
+        for (uint64_t i = 0; i < *answered; ++i) {
+          uint64_t present = 0;
+          PDPM_RETURN_IF_ERROR(d->U64(&present));
+          if (present == 0) continue;
+          std::string_view v;
+          PDPM_RETURN_IF_ERROR(d->Str(&v));
+          (*values)[sent[i]].emplace(v);
+        }
+        if (versions == nullptr) return Status::OK();
+        uint64_t server = 0;
+        PDPM_RETURN_IF_ERROR(d->U64(&server));
+        for (uint64_t i = 0; i < *answered; ++i) {
+          (*versions)[sent[i]].server = server;
+          PDPM_RETURN_IF_ERROR(d->U64(&(*versions)[sent[i]].word));
+        }
+        return Status::OK();
+      });
+}
+
 Status ClusterKvStore::MultiPut(
     const std::vector<std::pair<std::string_view, std::string_view>>& pairs, bool if_none_exist,
     bool* applied) {
@@ -275,35 +362,83 @@ Status ClusterKvStore::MultiPut(
     *applied = true;
     return Status::OK();
   }
-  std::vector<std::string_view> keys;
-  for (const auto& p : pairs) keys.push_back(p.first);
-  std::vector<size_t> pending(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) pending[i] = i;
-  if (if_none_exist) {
-    // Across vnodes the check precedes the writes (see the header); within
-    // one vnode the server repeats it atomically with them.
-    std::vector<std::optional<std::string>> found;
-    PDPM_RETURN_IF_ERROR(MultiGet(keys, &found));
-    for (const auto& v : found) {
-      if (v.has_value()) return Status::OK();
-    }
+  const uint32_t table_count = client_->table_count();
+  std::vector<uint32_t> tables(pairs.size());
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    tables[i] = monitor::TableForKey(HashKey(pairs[i].first), table_count);
   }
-  while (!pending.empty()) {
-    std::vector<size_t> sent;
-    std::string reply;
-    KvRequest r;
-    r.arg0 = if_none_exist ? 1 : 0;
-    PDPM_RETURN_IF_ERROR(GroupCall(server::kKvMultiPut, keys, pending, &pairs, &r, &sent, &reply));
-    uint64_t done = 0;
-    PDPM_RETURN_IF_ERROR(ReplyU64(reply, &done));
-    if (done == 0) return Status::OK();  // a key of this vnode appeared meanwhile
-    std::vector<size_t> rest;
-    std::set_difference(pending.begin(), pending.end(), sent.begin(), sent.end(),
-                        std::back_inserter(rest));
-    pending = std::move(rest);
+  if (std::any_of(tables.begin(), tables.end(), [&](uint32_t t) { return t != tables.front(); })) {
+    return TxMultiPut(pairs, tables, if_none_exist, applied);
   }
-  *applied = true;
+  // One vnode: one request, if_none_exist checked by the server in the
+  // same step. Should the cluster's table count split the keys when the
+  // request is routed, they go as a transaction instead.
+  KvRequest r;
+  r.arg0 = if_none_exist ? 1 : 0;
+  bool split = false;
+  std::string reply;
+  Status s = Send(
+      server::kKvMultiPut,
+      [&](uint32_t count, uint32_t* table) {
+        *table = monitor::TableForKey(HashKey(pairs.front().first), count);
+        r.pairs.clear();
+        for (size_t i = 0; i < pairs.size(); ++i) {
+          tables[i] = monitor::TableForKey(HashKey(pairs[i].first), count);
+          split = split || tables[i] != *table;
+          r.pairs.push_back(pairs[i]);
+        }
+        return split ? Status::Aborted("the keys span vnodes") : Status::OK();
+      },
+      &r, &reply);
+  if (split) return TxMultiPut(pairs, tables, if_none_exist, applied);
+  PDPM_RETURN_IF_ERROR(s);
+  uint64_t done = 0;
+  PDPM_RETURN_IF_ERROR(ReplyU64(reply, &done));
+  *applied = done != 0;
   return Status::OK();
+}
+
+Status ClusterKvStore::TxMultiPut(const KvPairs& pairs, const std::vector<uint32_t>& tables,
+                                  bool if_none_exist, bool* applied) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(failover_wait_ms_);
+  std::minstd_rand random(std::random_device{}());
+  uint32_t backoff_us = 100;
+  Status s;
+  for (;;) {
+    std::unique_ptr<client::Transaction> tx;
+    PDPM_RETURN_IF_ERROR(client_->TxBegin(&tx));
+    s = Status::OK();
+    for (size_t i = 0; i < pairs.size() && s.ok(); ++i) {
+      s = tx->KvPut(tables[i], pairs[i].first, pairs[i].second, if_none_exist);
+      if (s.code() == StatusCode::kNotFound) {
+        // The table holds nothing yet: an empty multi-put creates its
+        // segment (and vnode); the mapping then names it.
+        std::string reply;
+        PDPM_RETURN_IF_ERROR(VnodeCall(server::kKvMultiPut, tables[i], &reply));
+        PDPM_RETURN_IF_ERROR(client_->RefreshMapping());
+        s = Status::Aborted("a table segment was created");
+      }
+    }
+    if (s.ok()) s = tx->Commit();
+    if (s.ok()) {
+      *applied = true;
+      return Status::OK();
+    }
+    if (s.code() == StatusCode::kAlreadyExists) return Status::OK();  // *applied stays false
+    if (tx->outcome_unknown() && if_none_exist) {
+      // Run again it would find its own keys: the outcome stays unknown.
+      return s;
+    }
+    // A conflict, a failover or a stale route: nothing was applied (or, for
+    // a plain multi-put of unknown outcome, running it again is the same).
+    const bool retry = s.code() == StatusCode::kAborted || s.code() == StatusCode::kUnavailable ||
+                       s.code() == StatusCode::kStaleEpoch || s.code() == StatusCode::kNotFound;
+    if (!retry || std::chrono::steady_clock::now() > deadline) return s;
+    if (s.code() != StatusCode::kAborted) (void)client_->RefreshMapping();
+    std::this_thread::sleep_for(std::chrono::microseconds(random() % backoff_us));
+    backoff_us = std::min<uint32_t>(backoff_us * 2, 50000);
+  }
 }
 
 // The cursor is a hash position p inside the vnode of its residue

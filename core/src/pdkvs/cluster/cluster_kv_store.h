@@ -13,16 +13,24 @@
 //   request that may have reached the failed server is sent again only if
 //   it is idempotent (server::IsKvIdempotent); any other fails with
 //   kUnavailable, its outcome unknown.
-// - Multi-key operations are atomic per vnode: MultiPut of keys of one
-//   vnode (and MultiGet of them) is one step; MultiPut across vnodes is one
-//   step per vnode (if_none_exist is checked before the first), not one
-//   atomic step. Flush and Count visit the vnodes in turn.
+// - Multi-key operations are atomic: MultiPut of keys of one vnode (and
+//   MultiGet of them) is one step of its server; MultiPut across vnodes is
+//   one pDSM transaction (docs/tx.md, pDKVS entries), if_none_exist checked
+//   under its locks: all keys or none become visible, whoever crashes.
+//   MultiGet across vnodes validates the keys' version words around its
+//   reads and reads again until nothing changed meanwhile, so it never
+//   sees part of a multi-put. A transaction that keeps conflicting is
+//   retried until ClientOptions::failover_wait_ms, then fails with
+//   kAborted; a plain multi-put whose outcome is unknown is run again, a
+//   multi-put if none exist fails with kUnavailable. Flush and Count visit
+//   the vnodes in turn.
 // - A scan cursor is a hash position whose low 16 bits name its vnode;
 //   cursors stay valid while the cluster's table count does.
 //
 // Thread-safe: one store may be shared by many threads.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -63,7 +71,7 @@ class ClusterKvStore final : public KvStore {
   client::Client* client() { return client_.get(); }
 
  private:
-  explicit ClusterKvStore(std::unique_ptr<client::Client> client);
+  ClusterKvStore(std::unique_ptr<client::Client> client, uint32_t failover_wait_ms);
   using KvPairs = std::vector<std::pair<std::string_view, std::string_view>>;
   // Request `*r` to the table `route` picks (client::Client::TableCall).
   Status Send(uint16_t method, const client::Client::TableRoute& route, server::KvRequest* r,
@@ -84,8 +92,33 @@ class ClusterKvStore final : public KvStore {
     std::vector<uint64_t> least;  // by table: its least residue (index 0 unused)
   };
   std::shared_ptr<const ResidueMap> Residues(uint32_t table_count);
+  // MultiPut of keys of more than one vnode (`tables[i]`: the table of
+  // pair i): one transaction, run again on conflicts and failovers.
+  Status TxMultiPut(const KvPairs& pairs, const std::vector<uint32_t>& tables, bool if_none_exist,
+                    bool* applied);
+  // A key's version word and the server it is of.
+  struct KeyVersion {
+    uint64_t server = 0;
+    uint64_t word = 0;
+    bool operator==(const KeyVersion&) const = default;
+  };
+  // Sends `method` with the keys of each vnode in turn (GroupCall); `read`
+  // decodes a reply whose first `*answered` keys of `sent` it answered (the
+  // rest go again).
+  using GroupReader = std::function<Status(const std::vector<size_t>& sent, server::Decoder* d,
+                                           uint64_t* answered)>;
+  Status ForEachGroup(uint16_t method, const std::vector<std::string_view>& keys,
+                      const GroupReader& read);
+  // The version words of `keys` (kKvVersions), by index.
+  Status Versions(const std::vector<std::string_view>& keys, std::vector<KeyVersion>* out);
+  // MultiGet without validation (one step per vnode); with `versions`,
+  // each key's version word read in the same step.
+  Status MultiGetOnce(const std::vector<std::string_view>& keys,
+                      std::vector<std::optional<std::string>>* values,
+                      std::vector<KeyVersion>* versions);
 
   std::unique_ptr<client::Client> client_;
+  const uint32_t failover_wait_ms_;
   std::mutex residue_mu_;
   uint32_t residue_count_ = 0;  // table count of residues_
   std::shared_ptr<const ResidueMap> residues_;

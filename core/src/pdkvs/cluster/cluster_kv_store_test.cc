@@ -4,6 +4,7 @@
 #include "pdkvs/cluster/cluster_kv_store.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "client/cluster_harness.h"
 #include "common/crc32c.h"
 #include "monitor/monitor_client.h"
+#include "monitor/placement.h"
 #include "pdkvs/item.h"
 #include "server/fsck.h"
 #include "server/kv_protocol.h"
@@ -139,9 +141,49 @@ class KvClusterTest : public ::testing::Test {
     }
   }
 
+  // `per_table` keys "<prefix><n>" in each table (vnode) of the cluster.
+  std::vector<std::string> KeysOnEveryVnode(const std::string& prefix, int per_table) {
+    const uint32_t tables = kv_->client()->table_count();
+    std::map<uint32_t, int> have;
+    std::vector<std::string> keys;
+    for (int n = 0; keys.size() < size_t{tables} * per_table; n++) {
+      std::string key = prefix + std::to_string(n);
+      uint32_t t = monitor::TableForKey(HashKey(key), tables);
+      if (have[t]++ < per_table) keys.push_back(key);
+    }
+    return keys;
+  }
+
+  // Sets every key of `keys` to `value`; kOk or the store's error.
+  static Status PutAll(KvStore* kv, const std::vector<std::string>& keys, const std::string& value,
+                       bool if_none_exist, bool* applied) {
+    std::vector<std::pair<std::string_view, std::string_view>> pairs;
+    for (const auto& k : keys) pairs.emplace_back(k, value);
+    return kv->MultiPut(pairs, if_none_exist, applied);
+  }
+
+  // The values of `keys` (absent: "").
+  static Status GetAll(KvStore* kv, const std::vector<std::string>& keys,
+                       std::vector<std::string>* values) {
+    std::vector<std::string_view> names(keys.begin(), keys.end());
+    std::vector<std::optional<std::string>> got;
+    PDPM_RETURN_IF_ERROR(kv->MultiGet(names, &got));
+    values->clear();
+    for (const auto& v : got) values->push_back(v.value_or(""));
+    return Status::OK();
+  }
+
   LocalCluster cluster_;
   std::unique_ptr<ClusterKvStore> kv_;
 };
+
+// Whether every value is the same.
+bool OneGeneration(const std::vector<std::string>& values) {
+  for (const auto& v : values) {
+    if (v != values.front()) return false;
+  }
+  return true;
+}
 
 TEST_F(KvClusterTest, EveryOperationAndItsErrors) {
   KvStore* kv = kv_.get();
@@ -418,6 +460,267 @@ TEST_F(KvClusterTest, WholeClusterRestartKeepsEveryKey) {
   ASSERT_OK(kv_->Count(&count));
   EXPECT_EQ(count, want.size());
   kv_.reset();
+  StopAndCheckAll();
+}
+
+// Writers set keys of every vnode to one generation at a time while
+// readers read them all: a multi-get never sees two generations, and a
+// single get after a multi-get never sees an older one.
+TEST_F(KvClusterTest, MultiPutAcrossVnodesIsAtomicForReaders) {
+  const std::vector<std::string> keys = KeysOnEveryVnode("gen", 2);
+  bool applied = false;
+  ASSERT_OK(PutAll(kv_.get(), keys, "w0:0", false, &applied));
+  std::unique_ptr<ClusterKvStore> second;
+  ASSERT_OK(OpenStore(&second));
+  std::atomic<bool> stop{false};
+  std::atomic<int> puts{0}, reads{0}, torn{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; w++) {
+    threads.emplace_back([&, w] {
+      KvStore* kv = w == 0 ? kv_.get() : second.get();
+      for (int g = 1; !stop; g++) {
+        bool ok = false;
+        Status s = PutAll(kv, keys, "w" + std::to_string(w) + ":" + std::to_string(g), false, &ok);
+        if (!s.ok() || !ok) {
+          errors++;
+          ADD_FAILURE() << s.ToString();
+        }
+        puts++;
+      }
+    });
+  }
+  for (int r = 0; r < 2; r++) {
+    threads.emplace_back([&, r] {
+      KvStore* kv = r == 0 ? kv_.get() : second.get();
+      while (!stop) {
+        std::vector<std::string> values;
+        Status s = GetAll(kv, keys, &values);
+        if (!s.ok()) {
+          errors++;
+          ADD_FAILURE() << s.ToString();
+          continue;
+        }
+        if (!OneGeneration(values)) {
+          torn++;
+          ADD_FAILURE() << "torn multi-get: " << values.front() << " / " << values.back();
+        }
+        reads++;
+      }
+    });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((puts < 300 || reads < 300) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop = true;
+  for (auto& th : threads) th.join();
+  EXPECT_GE(puts.load(), 300);
+  EXPECT_GE(reads.load(), 300);
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+  std::vector<std::string> values;
+  ASSERT_OK(GetAll(kv_.get(), keys, &values));
+  EXPECT_TRUE(OneGeneration(values));
+  kv_.reset();
+  second.reset();
+  StopAndCheckAll();
+}
+
+// Multi-puts if none exist on overlapping key sets at once: in every round
+// the keys each hold the value of one applied multi-put, which set all of
+// its keys, and the applied ones share no key.
+TEST_F(KvClusterTest, MultiPutIfNoneExistIsAllOrNothingUnderContention) {
+  constexpr int kThreads = 4, kRounds = 25;
+  std::unique_ptr<ClusterKvStore> second;
+  ASSERT_OK(OpenStore(&second));
+  int contended = 0;
+  for (int round = 0; round < kRounds; round++) {
+    // Key i of the round is on vnode i % tables; thread t wants keys t and
+    // t + 1, so each thread contends with both neighbours.
+    const std::vector<std::string> ring = KeysOnEveryVnode("nx" + std::to_string(round) + "-", 2);
+    std::vector<std::vector<std::string>> wants(kThreads);
+    for (int t = 0; t < kThreads; t++) wants[t] = {ring[t], ring[(t + 1) % kThreads]};
+    std::vector<int> applied(kThreads, 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; t++) {
+      threads.emplace_back([&, t] {
+        KvStore* kv = t % 2 == 0 ? kv_.get() : second.get();
+        bool ok = false;
+        Status s = PutAll(kv, wants[t], "t" + std::to_string(t), true, &ok);
+        EXPECT_TRUE(s.ok()) << s.ToString();
+        applied[t] = ok ? 1 : 0;
+      });
+    }
+    for (auto& th : threads) th.join();
+    std::map<std::string, std::string> want;
+    int winners = 0;
+    for (int t = 0; t < kThreads; t++) {
+      if (applied[t] == 0) continue;
+      winners++;
+      for (const auto& k : wants[t]) {
+        EXPECT_TRUE(want.emplace(k, "t" + std::to_string(t)).second) << "two winners share " << k;
+      }
+    }
+    EXPECT_GE(winners, 1);
+    contended += kThreads - winners;
+    for (int i = 0; i < kThreads; i++) {
+      std::string v;
+      Status s = kv_->Get(ring[i], &v);
+      auto w = want.find(ring[i]);
+      if (w == want.end()) {
+        EXPECT_EQ(s.code(), StatusCode::kNotFound) << ring[i] << " = " << v;
+      } else {
+        ASSERT_OK(s);
+        EXPECT_EQ(v, w->second) << ring[i];
+      }
+    }
+  }
+  EXPECT_GT(contended, 0) << "no multi-put was refused";
+}
+
+// The coordinator (its own process) dies (_exit) at each phase of a
+// multi-put's commit: afterwards every key holds the old value (before the
+// decision) or the new one (from it on), none stays locked, and no log
+// record is left in doubt.
+TEST_F(KvClusterTest, CoordinatorKilledAtEachPhaseLeavesAllOrNone) {
+  const std::vector<std::string> keys = KeysOnEveryVnode("coord", 2);
+  std::string joined;
+  for (const auto& k : keys) joined += (joined.empty() ? "" : ",") + k;
+  bool applied = false;
+  ASSERT_OK(PutAll(kv_.get(), keys, "start", false, &applied));
+  WaitReplicated();
+  std::string current = "start";
+  int n = 0;
+  for (const char* phase :
+       {"lock-holder", "lock", "validate", "backup", "decide", "commit-one", "commit"}) {
+    SCOPED_TRACE(phase);
+    const std::string value = std::string("after-") + phase;
+    const std::string log = cluster_.dir() + "/mput-" + std::to_string(n++) + ".log";
+    client::ChildProcess child;
+    ASSERT_OK(
+        child.Start({PDPM_MPUT_BINARY, "--monitor", cluster_.monitor_address(), "--secret-file",
+                     cluster_.secret_file(), "--keys", joined, "--value", value},
+                    {std::string("PDPM_TX_CRASH_AT=") + phase + ":1"}, log));
+    const int ws = child.Wait();
+    ASSERT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 86) << "status " << ws << ":\n"
+                                                        << client::FileTail(log);
+    const bool decided = std::string_view(phase) == "decide" ||
+                         std::string_view(phase) == "commit-one" ||
+                         std::string_view(phase) == "commit";
+    if (decided) current = value;
+    // The reads wait for the locks to be resolved (lock timeout).
+    std::vector<std::string> values;
+    ASSERT_OK(GetAll(kv_.get(), keys, &values));
+    for (size_t i = 0; i < keys.size(); i++) EXPECT_EQ(values[i], current) << keys[i];
+    // Nothing stays locked: a write of every key goes through at once.
+    const auto started = std::chrono::steady_clock::now();
+    for (const auto& k : keys) {
+      SetResult r;
+      ASSERT_OK(kv_->Set(k, current, {}, &r));
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(1));
+  }
+  // An interrupted multi-put if none exist on fresh keys: all or none too.
+  const std::vector<std::string> fresh = KeysOnEveryVnode("fresh", 1);
+  std::string fresh_joined;
+  for (const auto& k : fresh) fresh_joined += (fresh_joined.empty() ? "" : ",") + k;
+  client::ChildProcess child;
+  const std::string log = cluster_.dir() + "/mput-nx.log";
+  ASSERT_OK(child.Start({PDPM_MPUT_BINARY, "--monitor", cluster_.monitor_address(), "--secret-file",
+                         cluster_.secret_file(), "--keys", fresh_joined, "--value", "nx", "--nx"},
+                        {"PDPM_TX_CRASH_AT=commit-one:1"}, log));
+  const int ws = child.Wait();
+  ASSERT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 86) << client::FileTail(log);
+  std::vector<std::string> values;
+  ASSERT_OK(GetAll(kv_.get(), fresh, &values));
+  for (const auto& v : values) EXPECT_EQ(v, "nx");
+  ASSERT_OK(PutAll(kv_.get(), fresh, "again", true, &applied));
+  EXPECT_FALSE(applied);
+  kv_.reset();
+  StopAndCheckAll();
+  for (int i = 0; i < 3; i++) {
+    server::PmCheckReport report;
+    ASSERT_OK(server::CheckServerPm(cluster_.pm_path(i), &report));
+    for (const auto& seg : report.segments) EXPECT_EQ(seg.tx_log.in_doubt, 0u) << i;
+  }
+}
+
+// kill -9 of a server while writers run multi-puts across vnodes (two
+// copies): every multi-put acknowledged is there whole afterwards (each
+// writer's keys hold one generation, its last acknowledged or a later
+// attempt's), readers never see a torn one, and every PM checks clean
+// after the server's return.
+TEST_F(KvClusterTest, ServerKilledDuringMultiPutsLosesNoneAndTearsNone) {
+  constexpr int kWriters = 3;
+  std::vector<std::vector<std::string>> keys(kWriters);
+  for (int w = 0; w < kWriters; w++) keys[w] = KeysOnEveryVnode("k" + std::to_string(w) + "-", 2);
+  std::unique_ptr<ClusterKvStore> second;
+  ASSERT_OK(OpenStore(&second));
+  std::vector<int> acked(kWriters, -1);
+  std::atomic<bool> stop{false};
+  std::atomic<int> puts{0}, torn{0}, failures{0};
+  auto value = [](int w, int g) {
+    return Checked("w" + std::to_string(w) + "@" + std::to_string(g));
+  };
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; w++) {
+    threads.emplace_back([&, w] {
+      KvStore* kv = w == 0 ? kv_.get() : second.get();
+      for (int g = 0; !stop; g++) {
+        bool ok = false;
+        Status s = PutAll(kv, keys[w], value(w, g), false, &ok);
+        if (s.ok() && ok) {
+          acked[w] = g;
+        } else {
+          failures++;
+          ADD_FAILURE() << "writer " << w << ": " << s.ToString();
+        }
+        puts++;
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    while (!stop) {
+      for (int w = 0; w < kWriters; w++) {
+        std::vector<std::string> values;
+        Status s = GetAll(kv_.get(), keys[w], &values);
+        if (s.ok() && !OneGeneration(values)) {
+          torn++;
+          ADD_FAILURE() << "torn: " << values.front() << " / " << values.back();
+        }
+      }
+    }
+  });
+  while (puts < 60) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  WaitReplicated();
+  cluster_.KillServer(1);
+  const int at_kill = puts.load();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (puts < at_kill + 150 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop = true;
+  for (auto& th : threads) th.join();
+  EXPECT_GE(puts.load(), at_kill + 150) << "the load stalled after the kill";
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(torn.load(), 0);
+  auto check = [&] {
+    for (int w = 0; w < kWriters; w++) {
+      std::vector<std::string> values;
+      ASSERT_OK(GetAll(kv_.get(), keys[w], &values));
+      EXPECT_TRUE(OneGeneration(values)) << "writer " << w;
+      // Writers are sequential: the last acknowledged multi-put, or the one
+      // after it whose reply was lost.
+      EXPECT_TRUE(values.front() == value(w, acked[w]) || values.front() == value(w, acked[w] + 1))
+          << "writer " << w << " acked " << acked[w] << ", holds " << values.front();
+    }
+  };
+  check();
+  ASSERT_OK(cluster_.StartServer(1));
+  WaitReplicated();
+  check();
+  kv_.reset();
+  second.reset();
   StopAndCheckAll();
 }
 

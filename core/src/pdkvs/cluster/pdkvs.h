@@ -22,8 +22,7 @@ typedef struct pdkvs_store pdkvs_store;
 
 /* monitor: "host:port" (or every monitor's, comma-separated); secret: the
  * cluster secret; transport: "tcp" or "verbs" (NULL: tcp). */
-int pdkvs_open(const char* monitor, const char* secret, const char* transport,
-               pdkvs_store** out);
+int pdkvs_open(const char* monitor, const char* secret, const char* transport, pdkvs_store** out);
 void pdkvs_close(pdkvs_store* s);
 
 /* *value is allocated with malloc (free it with pdkvs_free); PDPM_NOT_FOUND

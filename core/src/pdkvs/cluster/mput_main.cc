@@ -1,0 +1,58 @@
+// pdkvs_cluster_mput: one multi-put on a cluster, for the tests that kill
+// a coordinator in the middle of its commit (PDPM_TX_CRASH_AT, docs/tx.md).
+//
+//   pdkvs_cluster_mput --monitor H:P --secret-file F --keys a,b,c --value V [--nx]
+//
+// Sets every key to V (if none exists, with --nx) and prints "applied" or
+// "not applied". Exit 0 on success, 1 on an error, 2 on a bad command line.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "client/cluster_harness.h"
+#include "common/flags.h"
+#include "pdkvs/cluster/cluster_kv_store.h"
+
+int main(int argc, char** argv) {
+  std::string monitor, secret_file, keys, value;
+  bool nx = false;
+  pdpm::FlagParser p("pdkvs_cluster_mput");
+  p.AddString("monitor", &monitor, "monitor host:port");
+  p.AddString("secret-file", &secret_file, "cluster secret file");
+  p.AddString("keys", &keys, "comma-separated keys");
+  p.AddString("value", &value, "the value of every key");
+  p.AddBool("nx", &nx, "only if none of the keys exists");
+  pdpm::Status s = p.Parse(argc, argv);
+  if (!s.ok() || keys.empty()) {
+    std::fprintf(stderr, "%s\n%s", s.ToString().c_str(), p.Usage().c_str());
+    return 2;
+  }
+  std::ifstream sf(secret_file);
+  std::string secret;
+  sf >> secret;
+  std::unique_ptr<pdpm::pdkvs::ClusterKvStore> kv;
+  s = pdpm::pdkvs::ClusterKvStore::Open(pdpm::client::TestClientOptions(monitor, secret), &kv);
+  if (!s.ok()) {
+    std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::vector<std::string> names;
+  for (size_t at = 0; at <= keys.size();) {
+    size_t comma = keys.find(',', at);
+    if (comma == std::string::npos) comma = keys.size();
+    names.push_back(keys.substr(at, comma - at));
+    at = comma + 1;
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  pairs.reserve(names.size());
+  for (const auto& k : names) pairs.emplace_back(k, value);
+  bool applied = false;
+  s = kv->MultiPut(pairs, nx, &applied);
+  if (!s.ok()) {
+    std::fprintf(stderr, "multi-put: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("%s\n", applied ? "applied" : "not applied");
+  return 0;
+}
