@@ -136,6 +136,28 @@ TEST_F(TransportTest, WrongKeyAndOutOfBoundsFailOnlyThatOp) {
   EXPECT_TRUE(ExecuteSync(*conn, Rw(Opcode::kWrite, 0, 64, 0)).ok());
 }
 
+// Unsignaled ops complete only with a later signaled one; an op refused
+// before it is sent (wrong key) must still complete, not wait behind them
+// for a signaled op that may never come (the RPC layer sends unsignaled).
+TEST_F(TransportTest, RefusedOpAfterUnsignaledOpsCompletes) {
+  StartPeer();
+  auto conn = ConnectToPeer();
+  ASSERT_TRUE(conn);
+  Op quiet = Rw(Opcode::kWrite, 0, 64, 0);
+  quiet.signaled = false;
+  ASSERT_TRUE(conn->Post({&quiet, 1}).ok());
+  uint32_t bogus = keys_.rw ^ keys_.ro ^ keys_.meta ^ 0x5a5a5a5a;
+  Op refused = Rw(Opcode::kWrite, 0, 64, 0, bogus);
+  ASSERT_TRUE(conn->Post({&refused, 1}).ok());
+  std::vector<Completion> got = Collect(*conn, 1);
+  ASSERT_EQ(got.size(), 1u) << "the refused op never completed";
+  EXPECT_EQ(got[0].id, refused.id);
+  EXPECT_EQ(got[0].status.code(), StatusCode::kPermissionDenied) << got[0].status.ToString();
+  EXPECT_TRUE(conn->healthy());
+  EXPECT_TRUE(ExecuteSync(*conn, Rw(Opcode::kRead, 4096, 64, 0)).ok());
+  EXPECT_EQ(0, std::memcmp(local_.data(), local_.data() + 4096, 64));
+}
+
 TEST_F(TransportTest, MalformedLocalOpsAreRefusedAtPost) {
   StartPeer();
   auto conn = ConnectToPeer();

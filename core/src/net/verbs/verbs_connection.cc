@@ -493,6 +493,17 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
       target.refused = Status::OK();
     }
   }
+  // An op refused here completes in order, behind the ops posted before
+  // it; if none of those is signaled, nothing may ever retire them (the
+  // RPC layer posts its sends unsignaled) and the refusal would never
+  // surface. A signaled zero-length WRITE to a range the peer described
+  // (it moves no data) retires them.
+  const bool refused_any = std::any_of(targets_.begin(), targets_.end(),
+                                       [](const OpTarget& t) { return !t.refused.ok(); });
+  const bool needs_marker =
+      refused_any && !remote_ranges_.empty() &&
+      std::any_of(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.retired; });
+  if (needs_marker) requests++;
   if (signaled_outstanding_ + signaled > options.max_outstanding) {
     return Status::ResourceExhausted("more than max_outstanding signaled ops in flight");
   }
@@ -608,6 +619,22 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
     pending.last_seq = posted_;
     pending_.push_back(std::move(pending));
     if (op.signaled) signaled_outstanding_++;
+  }
+  if (needs_marker) {
+    const auto& [key, range] = *remote_ranges_.begin();
+    ibv_send_wr& wr = wrs_[w++];
+    wr.wr_id = ++posted_;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.num_sge = 0;
+    wr.wr.rdma.remote_addr = range.io_base;
+    wr.wr.rdma.rkey = key;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    TakeSignal(true);
+    last_signaled_ = posted_;
+    Pending marker{};
+    marker.first_seq = marker.last_seq = posted_;
+    marker.opcode = Opcode::kWrite;  // not the caller's: completes silently
+    pending_.push_back(std::move(marker));
   }
   for (size_t i = 0; i + 1 < w; i++) wrs_[i].next = &wrs_[i + 1];
   if (!had_expected) progress_++;  // the stall clock starts now
