@@ -23,7 +23,9 @@ namespace {
 
 constexpr int64_t kInitialBalance = 1000;
 constexpr int kAccountsPerServer = 8;
-// A resolution waits for the lock timeout (2 s) and a resolver pass.
+// A resolution waits for the lock timeout (2 s) and a resolver pass; a
+// reading transaction may also conflict with the bank for a while. Scaled
+// like every deadline of the test environment (cluster_harness.h).
 constexpr uint32_t kSettleMs = 15000;
 
 // `replicas` copies of every segment.
@@ -188,7 +190,7 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
     std::unique_ptr<Client> c;
     ASSERT_TRUE(OpenClient(&c).ok());
     int64_t total = 0;
-    Status s = SumBalances(c.get(), accounts_, kSettleMs, &total);
+    Status s = SumBalances(c.get(), accounts_, net::testing::ScaledMs(kSettleMs), &total);
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(total, kInitialBalance * static_cast<int64_t>(accounts_.size()));
   }
