@@ -59,7 +59,8 @@ std::string FileTail(const std::string& path, size_t bytes) {
 std::string ProcessStacks(pid_t pid) {
   const std::string p = std::to_string(pid);
   std::string out;
-  if (FILE* gdb = ::popen(("gdb -batch -nx -p " + p + " -ex 'thread apply all bt' 2>&1").c_str(), "r");
+  if (FILE* gdb =
+          ::popen(("gdb -batch -nx -p " + p + " -ex 'thread apply all bt' 2>&1").c_str(), "r");
       gdb != nullptr) {
     char buf[4096];
     size_t n;

@@ -73,6 +73,9 @@ class TransportTest : public ::testing::Test {
     return op;
   }
 
+  // A key the peer did not register.
+  uint32_t BogusKey() const { return keys_.rw ^ keys_.ro ^ keys_.meta ^ 0x5a5a5a5a; }
+
   // Polls until `count` completions arrived (bounded by the op timeout).
   std::vector<Completion> Collect(Connection& conn, size_t count) {
     std::vector<Completion> out;
@@ -122,7 +125,7 @@ TEST_F(TransportTest, WrongKeyAndOutOfBoundsFailOnlyThatOp) {
   StartPeer();
   auto conn = ConnectToPeer();
   ASSERT_TRUE(conn);
-  uint32_t bogus = keys_.rw ^ keys_.ro ^ keys_.meta ^ 0x5a5a5a5a;
+  uint32_t bogus = BogusKey();
   Status s = ExecuteSync(*conn, Rw(Opcode::kRead, 0, 64, 0, bogus));
   EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
   s = ExecuteSync(*conn, Rw(Opcode::kWrite, 0, 64, kRwSize - 32));
@@ -146,7 +149,7 @@ TEST_F(TransportTest, RefusedOpAfterUnsignaledOpsCompletes) {
   Op quiet = Rw(Opcode::kWrite, 0, 64, 0);
   quiet.signaled = false;
   ASSERT_TRUE(conn->Post({&quiet, 1}).ok());
-  uint32_t bogus = keys_.rw ^ keys_.ro ^ keys_.meta ^ 0x5a5a5a5a;
+  uint32_t bogus = BogusKey();
   Op refused = Rw(Opcode::kWrite, 0, 64, 0, bogus);
   ASSERT_TRUE(conn->Post({&refused, 1}).ok());
   std::vector<Completion> got = Collect(*conn, 1);
