@@ -148,9 +148,14 @@ std::string_view PersistGranularityName(PersistGranularity g) {
 }
 
 // The OS and libpmem2 resources, released in the reverse order of their
-// acquisition (the lock on the fd last, so no one maps while we still do).
+// acquisition (the lock last, so no one maps while this instance still does).
 struct PmDevice::Mapping {
   int fd = -1;
+  // Holds the lock. Not `fd`: a mapping keeps its file open, and so would
+  // keep a lock on it, as long as the mapping exists — after the process
+  // died, while the kernel or a process sharing its memory still unmaps it
+  // (server/address_space_holder.h).
+  int lock_fd = -1;
   SourcePtr source;
   MapPtr durable;
   MapPtr view;  // the private view, in power-loss simulation only
@@ -164,6 +169,7 @@ struct PmDevice::Mapping {
     durable.reset();
     source.reset();
     if (fd >= 0) close(fd);
+    if (lock_fd >= 0) close(lock_fd);
   }
 };
 
@@ -267,7 +273,9 @@ Status PmDevice::Open(const std::string& path, const PmOptions& options,
     if (!S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode)) {
       return Status::NotSupported(path + " is neither a regular file nor a devdax device");
     }
-    if (flock(mapping->fd, LOCK_EX | LOCK_NB) != 0) {
+    mapping->lock_fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (mapping->lock_fd < 0) return OsError("open " + path + " to lock it", errno);
+    if (flock(mapping->lock_fd, LOCK_EX | LOCK_NB) != 0) {
       if (errno == EWOULDBLOCK) {
         return Status::FailedPrecondition(path + " is in use: another PmDevice has it open");
       }

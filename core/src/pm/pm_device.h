@@ -19,7 +19,9 @@
 //     the process with a message (data would silently not be durable).
 //   * One PmDevice per source at a time: Open takes an exclusive advisory
 //     lock (flock) on it and fails with kFailedPrecondition while another
-//     open instance, in any process, holds it.
+//     open instance, in any process, holds it. The lock is released when
+//     the instance is destroyed or its process's files close (not only once
+//     its mapping is gone).
 //
 // Power-loss simulation (PmOptions::simulate_power_loss, or the environment
 // variable PDPM_PM_SIMULATE_POWER_LOSS=1 for whole processes): the program

@@ -1,7 +1,10 @@
 #include "pm/pm_device.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -137,6 +140,38 @@ TEST(PmDeviceTest, SecondOpenIsRefusedWhileTheFirstLives) {
   EXPECT_NE(s.ToString().find("in use"), std::string::npos) << s.ToString();
   first.reset();
   EXPECT_TRUE(PmDevice::Open(path, {}, &second).ok());
+}
+
+// The lock follows the instance's files, not its mapping: a mapping that
+// outlives them (a dead server's, still shared by its address space holder,
+// server/address_space_holder.h) does not keep a restarted server out.
+// Here a forked child keeps the mapping and closes every file.
+TEST(PmDeviceTest, AMappingLeftWithoutItsFilesHoldsNoLock) {
+  TempDir dir;
+  const std::string path = dir.File("pm");
+  auto first = OpenOrDie(path, Sized(4 * kMiB));
+  ASSERT_NE(first, nullptr);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const unsigned keep = static_cast<unsigned>(ready[1]);
+    ::syscall(SYS_close_range, 0U, keep - 1, 0U);
+    ::syscall(SYS_close_range, keep + 1, ~0U, 0U);
+    if (::write(ready[1], "x", 1) != 1) ::_exit(1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  first.reset();
+  std::unique_ptr<PmDevice> second;
+  Status s = PmDevice::Open(path, {}, &second);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
 TEST(PmDeviceTest, PersistenceCallsReachTheFile) {

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/fair_mutex.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "dsm/object_store.h"
@@ -85,7 +86,9 @@ class DataServer {
     bool backup = false;  // a byte copy of another server's primary
     // Persists and records into `capture` while a mutation runs.
     std::function<void(const void*, size_t)> persist;
-    std::mutex repl_mu;  // one mutation (or copy step) and its shipping at a time
+    // One mutation (or copy step) and its shipping at a time, in the order
+    // asked: a fill's copy steps never keep a client's write waiting long.
+    FairMutex repl_mu;
     std::atomic<RedoBatch*> capture{nullptr};
     std::set<ReplicaId> attached;     // syncing backups that receive shipping; repl_mu
     std::atomic<bool> fenced{false};  // no longer ours: serve nothing

@@ -15,8 +15,10 @@ using Clock = std::chrono::steady_clock;
 // Largest kReplicaApply message a primary sends.
 constexpr size_t kShipMessageBytes = 8u << 20;
 // A backup fill copies at most this much per step (one hold of the
-// segment's replication lock).
-constexpr uint64_t kCopyStep = 1u << 20;
+// segment's replication lock): a client's write waits for at most one step
+// (after a failover the promoted primary fills its new backup while
+// clients write through it).
+constexpr uint64_t kCopyStep = 256u << 10;
 
 bool IsReplica(const v1::SegmentReplica& r, uint32_t server, uint32_t local) {
   return r.server_id() == server && r.local_index() == local;
@@ -177,7 +179,7 @@ Status DataServer::ClassifyRecovered(const std::atomic<bool>* stop) {
 }
 
 Status DataServer::Mutate(Segment* seg, const std::function<Status()>& op, TxTag tag) {
-  std::lock_guard<std::mutex> lock(seg->repl_mu);
+  std::lock_guard lock(seg->repl_mu);
   if (seg->fenced) {
     return Status::StaleEpoch("segment " + std::to_string(seg->role.global) +
                               " moved to another server");
@@ -335,7 +337,7 @@ void DataServer::Reconcile(const v1::GetMappingResponse& m) {
 
 Status DataServer::Promote(Segment* seg, const v1::SegmentMapping& sm) {
   const uint32_t g = static_cast<uint32_t>(sm.segment());
-  std::lock_guard<std::mutex> lock(seg->repl_mu);
+  std::lock_guard lock(seg->repl_mu);
   if (!seg->backup) return Status::OK();
   SegmentRole role;
   PDPM_RETURN_IF_ERROR(ReadSegmentRole(space_->segment(seg->local), &role));
@@ -359,8 +361,10 @@ Status DataServer::Promote(Segment* seg, const v1::SegmentMapping& sm) {
   log_.Info("promoted to primary",
             {{"global", g}, {"local", seg->local}, {"epoch", sm.placement_epoch()}});
   // Recovery may have repaired the copy (leaks, links): the backups left
-  // are filled again rather than trusted to match it.
+  // are filled again rather than trusted to match it. Those placed syncing
+  // are filled anyway (no call to the monitor before the segment serves).
   for (const auto& b : sm.backups()) {
+    if (b.state() == v1::REPLICA_STATE_SYNCING) continue;
     PDPM_RETURN_IF_ERROR(ReportBackup(monitor_.get(), server_id_, g,
                                       {b.server_id(), b.local_index()}, 0,
                                       v1::REPLICA_STATE_SYNCING));
@@ -430,7 +434,7 @@ Status DataServer::SyncBackup(uint32_t g, ReplicaId backup) {
   // after it, writes come through this server (kHeapWrite) until the
   // backup is in sync.
   {
-    std::lock_guard<std::mutex> lock(seg->repl_mu);
+    std::lock_guard lock(seg->repl_mu);
     if (seg->fenced) return Status::StaleEpoch("segment moved away");
     seg->attached.insert(backup);
     std::unique_ptr<net::MemoryRegion> fresh;
@@ -448,7 +452,7 @@ Status DataServer::SyncBackup(uint32_t g, ReplicaId backup) {
   uint64_t copied = 0;
   auto copy = [&](uint64_t off, uint64_t len) -> Status {
     {
-      std::lock_guard<std::mutex> lock(seg->repl_mu);
+      std::lock_guard lock(seg->repl_mu);
       if (seg->fenced) return Status::StaleEpoch("segment moved away");
       RedoBatch b;
       b.Add(off, seg->base + off, len);
@@ -542,7 +546,7 @@ Status DataServer::HandleReplicaAttach(std::span<const uint8_t> req, std::string
     existing = segments_[local].get();
   }
   if (existing != nullptr && existing->backup && !existing->fenced && existing->role.global == g) {
-    std::lock_guard<std::mutex> lock(existing->repl_mu);
+    std::lock_guard lock(existing->repl_mu);
     std::memset(existing->base, 0, dsm::kPageSize);
     space_->device().persist_fn()(existing->base, dsm::kPageSize);
     Encoder(reply).U64(existing->region->key());
@@ -596,7 +600,7 @@ Status DataServer::HandleReplicaApply(std::span<const uint8_t> req, std::string*
       return Status::InvalidArgument("replica apply: range beyond the segment");
     }
   }
-  std::lock_guard<std::mutex> lock(seg->repl_mu);
+  std::lock_guard lock(seg->repl_mu);
   if (seg->fenced || !seg->backup) {
     return Status::StaleEpoch("segment " + std::to_string(g) + " is no longer a backup here");
   }

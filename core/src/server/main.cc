@@ -27,6 +27,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "pm/pm_device.h"
+#include "server/address_space_holder.h"
 #include "server/data_server.h"
 
 namespace pdpm::server {
@@ -188,6 +189,12 @@ int Run(int argc, char** argv) {
   o.cluster_secret = Trim(o.cluster_secret);
   if (s.ok() && o.cluster_secret.empty()) s = Status::InvalidArgument("the secret file is empty");
   if (!s.ok()) return FailStart(log, "cannot read the cluster secret", s);
+
+  // First, while no socket or PM exists: a killed server's connections then
+  // close before its PM is unmapped (server/address_space_holder.h).
+  std::unique_ptr<AddressSpaceHolder> holder;
+  s = AddressSpaceHolder::Start(&holder);
+  if (!s.ok()) log.Warn("peers will see a crash of this server late", {{"status", s}});
 
   sigset_t stop_signals = BlockStopSignals();
   // A signal during start (e.g. while waiting for the monitor) ends it.

@@ -7,12 +7,15 @@
 // the segment of a 64 KiB heap block has an in-sync backup, kills its
 // primary's server with SIGKILL, and times until a Write of the block
 // through libpdpm succeeds again (and reads back); then restarts that
-// server (it comes back fenced and becomes a backup). The client that
+// server (it comes back fenced and becomes a backup). With --data-mib the
+// cluster first holds that much data (1 MiB blocks, two copies): a server
+// killed with data has that much PM mapped, which the kernel unmaps when
+// the process dies. The client that
 // loses its connection reports the server, and the monitor fails it over
 // once its address refuses connections (docs/replication.md), so the
 // figure does not depend on the down timeout.
 //
-//   dsm_failover_bench [--rounds 10] [--heartbeat-interval 50ms]
+//   dsm_failover_bench [--rounds 10] [--data-mib 0] [--heartbeat-interval 50ms]
 //                      [--suspect-timeout 200ms] [--down-timeout 500ms]
 //
 // Prints "FIGURE failover.ms <median> ms" and "REF down_timeout <ms> ms".
@@ -38,19 +41,22 @@ int Fail(const std::string& what, const Status& s) {
   return 1;
 }
 
-// The index of the server holding `segment`'s primary once it has an
-// in-sync backup.
+// The index of the server holding `segment`'s primary once every segment
+// has an in-sync backup (a round never kills the last copy of any data).
 Status WaitReplicated(client::LocalCluster& cluster, uint32_t segment, int* primary) {
   monitor::MonitorClient mc(cluster.monitor_address(), {cluster.secret()});
-  auto deadline = Clock::now() + std::chrono::seconds(60);
+  auto deadline = Clock::now() + std::chrono::seconds(120);
   while (Clock::now() < deadline) {
     v1::GetMappingResponse m;
     PDPM_RETURN_IF_ERROR(mc.GetMapping(0, &m));
+    bool all_in_sync = true;
     for (const auto& seg : m.segments()) {
-      if (seg.segment() != segment) continue;
       bool in_sync = false;
       for (const auto& b : seg.backups()) in_sync |= b.state() == v1::REPLICA_STATE_IN_SYNC;
-      if (!in_sync) break;
+      all_in_sync &= in_sync;
+    }
+    for (const auto& seg : m.segments()) {
+      if (seg.segment() != segment || !all_in_sync) continue;
       for (const auto& s : m.servers()) {
         if (s.id() != seg.primary().server_id()) continue;
         for (int i = 0; i < 3; i++) {
@@ -68,9 +74,11 @@ Status WaitReplicated(client::LocalCluster& cluster, uint32_t segment, int* prim
 
 int Run(int argc, char** argv) {
   uint32_t rounds = 10;
+  uint32_t data_mib = 0;
   std::chrono::milliseconds heartbeat{50}, suspect{200}, down{500};
   FlagParser parser("dsm_failover_bench");
   parser.AddUint32("rounds", &rounds, "kills to time (default 10)");
+  parser.AddUint32("data-mib", &data_mib, "data the cluster holds during the rounds (default 0)");
   parser.AddDuration("heartbeat-interval", &heartbeat, "monitor heartbeat interval (50ms)");
   parser.AddDuration("suspect-timeout", &suspect, "monitor suspect timeout (200ms)");
   parser.AddDuration("down-timeout", &down, "monitor down timeout (500ms)");
@@ -84,7 +92,10 @@ int Run(int argc, char** argv) {
   client::LocalClusterOptions o;
   o.replicas = 2;
   o.segment_size = 64ull << 20;
-  o.pm_size = (8 * 64 + 2) * (1ull << 20);
+  // Eight segments, and room for each server's share of the data's two
+  // copies (63 blocks of 1 MiB fill a 64 MiB segment).
+  const uint64_t data_segments = (uint64_t{data_mib} * 2 / 3 + 62) / 63 + 1;
+  o.pm_size = ((8 + (data_mib > 0 ? data_segments : 0)) * 64 + 2) * (1ull << 20);
   o.heartbeat_ms = static_cast<uint32_t>(heartbeat.count());
   o.suspect_ms = static_cast<uint32_t>(suspect.count());
   o.down_ms = static_cast<uint32_t>(down.count());
@@ -101,6 +112,13 @@ int Run(int argc, char** argv) {
   client::GlobalAddress block;
   s = c->PAllocate(kBlock, &block);
   if (!s.ok()) return Fail("pallocate", s);
+  std::string filler(1 << 20, 'd');
+  for (uint32_t i = 0; i < data_mib; i++) {
+    client::GlobalAddress at;
+    s = c->PAllocate(filler.size(), &at);
+    if (s.ok()) s = c->Write(at, filler.data(), filler.size());
+    if (!s.ok()) return Fail("store the data", s);
+  }
   std::string data(kBlock, '\0'), back(kBlock, '\0');
   std::vector<double> times;
   for (uint32_t r = 0; r < rounds; r++) {
