@@ -205,6 +205,15 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
     }
   }
 
+  // Transactions whose coordinator gave up at a dead server (a failed
+  // decision: outcome unknown) are resolved by their participants after
+  // the lock timeout, as are the records a restarted server found: only
+  // then is none in doubt.
+  static void WaitOutLockTimeout() {
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(server::TxParticipantOptions{}.lock_timeout_ms + 1000));
+  }
+
   // Stops every server cleanly; no violation, and no record in doubt.
   // `exact_heap`: the heap holds just the account blocks, on every copy
   // (every block a transaction allocated was freed or kept as its
@@ -396,12 +405,7 @@ TEST_P(TxClusterTest, BankInvariantWithAServerKilledAndRestarted) {
   FinishBank(&bank);
   ExpectInvariant();
   WaitReplicated();
-  // Transactions whose coordinator gave up at the dead server (a failed
-  // decision: outcome unknown) are resolved by their participants after
-  // the lock timeout, as are the records the restarted server found: only
-  // then is none in doubt.
-  std::this_thread::sleep_for(
-      std::chrono::milliseconds(server::TxParticipantOptions{}.lock_timeout_ms + 1000));
+  WaitOutLockTimeout();
   StopAndCheckAll(/*exact_heap=*/false);
 }
 
@@ -430,6 +434,7 @@ TEST_P(TxClusterTest, BankInvariantWithAParticipantLosingPowerMidCommit) {
   FinishBank(&bank);
   ExpectInvariant();
   WaitReplicated();
+  WaitOutLockTimeout();
   StopAndCheckAll(/*exact_heap=*/false);
 }
 
