@@ -198,8 +198,9 @@ TEST(ProtocolTest, KvBatchRoundTripsAndRefusesWhatItCannotCarry) {
   }
   // Entries a batch cannot carry: a multi-key request, a nested batch, a
   // get-and-delete, a set returning the old value.
-  for (auto [method, arg0] : {std::pair{kKvMultiGet, uint64_t{0}}, std::pair{kKvBatch, uint64_t{0}},
-                              std::pair{kKvGetDelete, uint64_t{0}}, std::pair{kKvSet, kKvSetWantOld}}) {
+  for (auto [method, arg0] :
+       {std::pair{kKvMultiGet, uint64_t{0}}, std::pair{kKvBatch, uint64_t{0}},
+        std::pair{kKvGetDelete, uint64_t{0}}, std::pair{kKvSet, kKvSetWantOld}}) {
     KvRequest bad;
     bad.table = 1;
     KvBatchEntry& b = bad.batch.emplace_back();

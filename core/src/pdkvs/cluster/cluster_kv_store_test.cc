@@ -548,7 +548,8 @@ TEST_F(KvClusterTest, RunBatchKeepsEachKeysOrderAndWaitsOutMultiPutLocks) {
   add(KvOp::Kind::kSet, too_long, "x");
   kv_->RunBatch(ops);
   for (size_t i = 0; i < keys.size(); ++i) {
-    EXPECT_EQ(ops[4 * i].status.code(), StatusCode::kNotFound) << keys[i] << ops[4 * i].status.ToString();
+    EXPECT_EQ(ops[4 * i].status.code(), StatusCode::kNotFound)
+        << keys[i] << ops[4 * i].status.ToString();
     EXPECT_TRUE(ops[4 * i + 1].status.ok()) << ops[4 * i + 1].status.ToString();
     ASSERT_OK(ops[4 * i + 2].status);
     EXPECT_EQ(ops[4 * i + 2].result, "one");

@@ -80,8 +80,7 @@ class CommandExecutor {
   // that may run it, which a gateway may run among others with
   // KvStore::RunBatch: then fills *op (viewing args). Execute runs every
   // other request.
-  bool Batchable(const ClientState& client, std::span<const std::string_view> args,
-                 KvOp* op) const;
+  bool Batchable(const ClientState& client, std::span<const std::string_view> args, KvOp* op) const;
   // Appends the reply of a batched op, as Execute would have replied.
   void ReplyBatched(ClientState* client, const KvOp& op, std::string* out);
 

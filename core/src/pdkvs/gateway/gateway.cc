@@ -92,9 +92,9 @@ struct Connection {
   bool closing = false;  // close once `out` is sent
   bool want_write = false;
   bool reading = true;
-  bool eof = false;         // the peer stopped sending
-  size_t batched = 0;       // requests in the round's batch, not yet replied
-  bool blocked = false;     // a request waits behind the batched ones
+  bool eof = false;      // the peer stopped sending
+  size_t batched = 0;    // requests in the round's batch, not yet replied
+  bool blocked = false;  // a request waits behind the batched ones
   std::vector<std::string_view> args;
   std::string scratch;
 };
