@@ -9,7 +9,7 @@
 # usage: scripts/bench-kv.sh BUILD_DIR [REQUESTS]
 # env: LOADGEN_RECORDS (default 100000), LOADGEN_OPS (run phase, default
 # 50000), LOADGEN_SECONDS (run phase bound, default 20), LOADGEN_ROUNDS
-# (default 3)
+# (default 3; 0 skips pdkvs-loadgen)
 set -euo pipefail
 build=$1
 requests=${2:-200000}
@@ -52,6 +52,8 @@ for p in 16 1; do
     done
   done
 done
+
+[[ $rounds == 0 ]] && exit 0
 
 # pdkvs-loadgen: 50 connections, one request in flight each, one thread;
 # every reply verified (a wrong answer fails the benchmark). Rounds run

@@ -108,7 +108,21 @@ Status PostAndWait(Connection& conn, std::span<Op> ops) {
       if (!c[i].status.ok()) return c[i].status;
       if (c[i].id == ops.back().id) return Status::OK();
     }
-    if (n == 0) std::this_thread::yield();  // the transport bounds the wait
+    if (n > 0) continue;
+    // Sleep until the transport has news (it bounds the wait: a peer that
+    // never answers breaks the connection). Yielding instead would take
+    // the core from the very peers this waits for on a busy host.
+    PDPM_RETURN_IF_ERROR(conn.ArmNotify());
+    n = conn.PollCompletions(c);
+    for (size_t i = 0; i < n; i++) {
+      if (!c[i].status.ok()) return c[i].status;
+      if (c[i].id == ops.back().id) return Status::OK();
+    }
+    if (n == 0) {
+      pollfd p{conn.notify_fd(), POLLIN, 0};
+      ::poll(&p, 1, 50);
+    }
+    conn.AckNotify();
   }
 }
 

@@ -13,6 +13,7 @@
 // (kAborted, kKvKeyLockedMessage; the client asks again) until the
 // transaction is resolved, and every write bumps the key's version word,
 // which kKvVersions and kKvMultiGetVersioned report (docs/pdkvs.md).
+#include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
@@ -224,6 +225,48 @@ Status RunKv(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::
   }
 }
 
+// Whether request `r` of `method` may add a key (a batch: any of its own).
+bool RequestMayCreate(uint16_t method, const KvRequest& r) {
+  if (method != kKvBatch) return MayCreate(method);
+  return std::any_of(r.batch.begin(), r.batch.end(),
+                     [](const KvBatchEntry& b) { return MayCreate(b.method); });
+}
+
+// Runs the requests of a kKvBatch in order on vnode `index` (nullptr: the
+// vnode holds nothing yet, and no request creates it), encoding one status
+// and reply each. A request naming a key a transaction locked is refused
+// (kAborted) and the rest go on: requests of one key are refused together,
+// so the client runs them again in their order. A read whose value would
+// overflow the reply ends it there (reads change nothing the client sees).
+void RunKvBatch(TxParticipant* tx, const KvRequest& r, pdkvs::CcehIndex* index,
+                std::string* reply) {
+  std::string answers, one;
+  Encoder a(&answers);
+  uint64_t answered = 0;
+  for (const KvBatchEntry& b : r.batch) {
+    one.clear();
+    Status s;
+    if (tx->KvLocked(r.table, b.r.key)) {
+      s = Status::Aborted(kKvKeyLockedMessage);
+    } else if (index == nullptr) {
+      s = AnswerEmpty(b.method, b.r, &one);
+    } else {
+      s = RunKv(b.method, b.r, index, &one);
+      if (s.ok() && WritesKeys(b.method)) tx->KvWritten(r.table, b.r.key);
+    }
+    if (answered > 0 && !WritesKeys(b.method) &&
+        answers.size() + one.size() + 64 > kMaxRpcPayload) {
+      break;
+    }
+    a.U64(static_cast<uint64_t>(s.code()));
+    a.Str(s.ok() ? std::string_view(one) : s.message());
+    ++answered;
+  }
+  Encoder e(reply);
+  e.U64(answered);
+  e.Bytes(answers);
+}
+
 }  // namespace
 
 Status DataServer::OpenVnode(Segment* seg) {
@@ -265,6 +308,7 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
     bool ok = !IsKvSingleKey(method) || belongs(r.key);
     for (std::string_view k : r.keys) ok = ok && belongs(k);
     for (const auto& p : r.pairs) ok = ok && belongs(p.first);
+    for (const KvBatchEntry& b : r.batch) ok = ok && belongs(b.r.key);
     if (!ok) {
       return Status::StaleEpoch("a key of table " + std::to_string(r.table) +
                                 " belongs to another table in epoch " + std::to_string(epoch_));
@@ -274,7 +318,8 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
   if (IsKvSingleKey(method)) keys.push_back(r.key);
   for (const auto& p : r.pairs) keys.push_back(p.first);
   Segment* seg = nullptr;
-  Status s = TableSegment(r.table, h.epoch, MayCreate(method) && method != kKvVersions, &seg);
+  const bool may_create = RequestMayCreate(method, r);
+  Status s = TableSegment(r.table, h.epoch, may_create, &seg);
   if (method == kKvVersions) {
     if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
     Encoder e(reply);
@@ -283,12 +328,24 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
     for (std::string_view k : keys) e.U64(tx_->KvVersion(r.table, k));
     return Status::OK();
   }
+  if (s.code() == StatusCode::kNotFound && method == kKvBatch) {
+    RunKvBatch(tx_.get(), r, nullptr, reply);
+    return Status::OK();
+  }
   if (s.code() == StatusCode::kNotFound) {
     PDPM_RETURN_IF_ERROR(AnswerEmpty(method, r, reply));
     if (method == kKvMultiGetVersioned) AppendVersions(*tx_, server_id_, r, reply);
     return Status::OK();
   }
   PDPM_RETURN_IF_ERROR(s);
+  if (method == kKvBatch) {
+    // One step for the whole batch: one shipment to the backups.
+    return Mutate(seg, [&]() -> Status {
+      if (seg->kv == nullptr && may_create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
+      RunKvBatch(tx_.get(), r, seg->kv.get(), reply);
+      return Status::OK();
+    });
+  }
   bool locked = false;
   s = Mutate(seg, [&]() -> Status {
     // A key a transaction locked: its outcome first (checked under the
@@ -298,7 +355,7 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
     for (std::string_view k : keys) locked = locked || tx_->KvLocked(r.table, k);
     if (locked) return Status::OK();
     if (seg->kv == nullptr) {
-      if (!MayCreate(method)) {
+      if (!may_create) {
         PDPM_RETURN_IF_ERROR(AnswerEmpty(method, r, reply));
         if (method == kKvMultiGetVersioned) AppendVersions(*tx_, server_id_, r, reply);
         return Status::OK();

@@ -1,5 +1,7 @@
 #include "server/kv_protocol.h"
 
+#include <algorithm>
+
 namespace pdpm::server {
 bool IsKvMethod(uint16_t method) {
   return method >= kKvGet && method <= kKvLast;
@@ -13,9 +15,14 @@ bool IsKvSingleKey(uint16_t method) {
     case kKvMultiPut:
     case kKvScan:
     case kKvCount:
-    case kKvFlush: return false;
+    case kKvFlush:
+    case kKvBatch: return false;
     default: return IsKvMethod(method);
   }
+}
+
+bool IsKvBatchable(uint16_t method) {
+  return IsKvSingleKey(method) && method != kKvGetDelete;
 }
 
 bool IsKvIdempotent(uint16_t method, const KvRequest& r) {
@@ -33,12 +40,17 @@ bool IsKvIdempotent(uint16_t method, const KvRequest& r) {
     case kKvFlush: return true;
     case kKvSet: return (r.arg0 & (kKvSetConditionMask | kKvSetWantOld)) == 0;
     case kKvMultiPut: return r.arg0 == 0;
+    case kKvBatch:
+      return std::all_of(r.batch.begin(), r.batch.end(),
+                         [](const KvBatchEntry& b) { return IsKvIdempotent(b.method, b.r); });
     default: return false;
   }
 }
 
-void EncodeKvRequest(uint16_t method, const KvRequest& r, Encoder* e) {
-  e->U64(r.table);
+namespace {
+
+// The body of `method` after its table.
+void EncodeKvFields(uint16_t method, const KvRequest& r, Encoder* e) {
   if (IsKvSingleKey(method)) e->Str(r.key);
   switch (method) {
     case kKvSet:
@@ -72,18 +84,18 @@ void EncodeKvRequest(uint16_t method, const KvRequest& r, Encoder* e) {
         e->Str(v);
       }
       break;
+    case kKvBatch:
+      e->U64(r.batch.size());
+      for (const KvBatchEntry& b : r.batch) {
+        e->U64(b.method);
+        EncodeKvFields(b.method, b.r, e);
+      }
+      break;
     default: break;
   }
 }
 
-Status DecodeKvRequest(uint16_t method, Decoder* d, KvRequest* r) {
-  if (!IsKvMethod(method)) return Status::InvalidArgument("not a pDKVS method");
-  uint64_t table = 0;
-  PDPM_RETURN_IF_ERROR(d->U64(&table));
-  if (table == 0 || table > 0xffffff) {
-    return Status::InvalidArgument("pDKVS request for table " + std::to_string(table));
-  }
-  r->table = static_cast<uint32_t>(table);
+Status DecodeKvFields(uint16_t method, Decoder* d, KvRequest* r) {
   if (IsKvSingleKey(method)) PDPM_RETURN_IF_ERROR(d->Str(&r->key));
   switch (method) {
     case kKvSet: {
@@ -134,8 +146,49 @@ Status DecodeKvRequest(uint16_t method, Decoder* d, KvRequest* r) {
       }
       break;
     }
+    case kKvBatch: {
+      uint64_t n = 0;
+      PDPM_RETURN_IF_ERROR(d->U64(&n));
+      if (n > kKvMaxBatch) {
+        return Status::InvalidArgument("pDKVS batch of " + std::to_string(n) + " requests");
+      }
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t m = 0;
+        PDPM_RETURN_IF_ERROR(d->U64(&m));
+        if (m > 0xffff || !IsKvBatchable(static_cast<uint16_t>(m))) {
+          return Status::InvalidArgument("pDKVS batch entry of method " + std::to_string(m));
+        }
+        KvBatchEntry& b = r->batch.emplace_back();
+        b.method = static_cast<uint16_t>(m);
+        b.r.table = r->table;
+        PDPM_RETURN_IF_ERROR(DecodeKvFields(b.method, d, &b.r));
+        if (b.method == kKvSet && (b.r.arg0 & kKvSetWantOld) != 0) {
+          return Status::InvalidArgument("pDKVS batch entry: a set that returns the old value");
+        }
+      }
+      break;
+    }
     default: break;
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+void EncodeKvRequest(uint16_t method, const KvRequest& r, Encoder* e) {
+  e->U64(r.table);
+  EncodeKvFields(method, r, e);
+}
+
+Status DecodeKvRequest(uint16_t method, Decoder* d, KvRequest* r) {
+  if (!IsKvMethod(method)) return Status::InvalidArgument("not a pDKVS method");
+  uint64_t table = 0;
+  PDPM_RETURN_IF_ERROR(d->U64(&table));
+  if (table == 0 || table > 0xffffff) {
+    return Status::InvalidArgument("pDKVS request for table " + std::to_string(table));
+  }
+  r->table = static_cast<uint32_t>(table);
+  PDPM_RETURN_IF_ERROR(DecodeKvFields(method, d, r));
   return d->Done();
 }
 

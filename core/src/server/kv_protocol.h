@@ -19,6 +19,13 @@
 //   kKvMultiPut   u64 if_none_exist (0/1) | u64 n | n (key | value)
 //   kKvScan       u64 cursor | u64 count
 //   kKvCount, kKvFlush  nothing
+//   kKvBatch      u64 n | n (u64 method | that request's body without
+//                 its table): requests (IsKvBatchable) of keys of the
+//                 vnode, run in order in one step (reply: u64 answered |
+//                 answered (u64 status code | bytes: the request's reply,
+//                 or the error message)); the server answers fewer than n
+//                 only when a read's value would overflow the reply, and
+//                 the client sends the rest again
 // where key and value are u64 length | bytes. Replies: docs/pdkvs.md.
 #pragma once
 
@@ -49,6 +56,8 @@ inline constexpr uint64_t kKvSetExpiryShift = 2;
 inline constexpr uint64_t kKvSetWantOld = 1u << 4;
 
 // A decoded pDKVS request; views borrow the message.
+struct KvBatchEntry;
+
 struct KvRequest {
   uint32_t table = 0;
   std::string_view key;
@@ -60,12 +69,26 @@ struct KvRequest {
   uint64_t arg1 = 0;
   std::vector<std::string_view> keys;  // kKvMultiGet(Versioned), kKvVersions
   std::vector<std::pair<std::string_view, std::string_view>> pairs;  // kKvMultiPut
+  std::vector<KvBatchEntry> batch;                                   // kKvBatch
 };
+
+// One request of a kKvBatch: a single-key method; its table is the batch's.
+struct KvBatchEntry {
+  uint16_t method = 0;
+  KvRequest r;
+};
+
+// The most requests one kKvBatch carries.
+inline constexpr uint64_t kKvMaxBatch = 4096;
 
 // Whether `method` is a pDKVS request.
 bool IsKvMethod(uint16_t method);
 // Whether the request names one key (KvRequest::key).
 bool IsKvSingleKey(uint16_t method);
+// Whether a kKvBatch may carry the request: a single-key one whose reply
+// carries a value only if it is a read (not kKvGetDelete, nor a kKvSet
+// with want_old), so a read can always be left for the client to resend.
+bool IsKvBatchable(uint16_t method);
 
 // Whether running the request twice answers and leaves what running it
 // once does (reads, a plain set, set-range, a plain multi-put, flush): only

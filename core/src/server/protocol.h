@@ -91,7 +91,8 @@ enum Method : uint16_t {
   kKvFlush = 0x410,
   kKvVersions = 0x411,           // the version words of keys (consistent multi-vnode reads)
   kKvMultiGetVersioned = 0x412,  // a multi-get with the keys' version words
-  kKvLast = kKvMultiGetVersioned,
+  kKvBatch = 0x413,              // single-key requests of one vnode in one step
+  kKvLast = kKvBatch,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It

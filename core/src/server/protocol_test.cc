@@ -91,6 +91,16 @@ TEST(SegmentRoleTest, EncodeDecode) {
   EXPECT_EQ(out.kind, SegmentKind::kFree);
 }
 
+// What decoding the encoding of `r` as `method` answers.
+StatusCode EncodeThenDecode(uint16_t method, const KvRequest& r) {
+  std::string msg;
+  Encoder e(&msg);
+  EncodeKvRequest(method, r, &e);
+  Decoder d(Span(msg));
+  KvRequest back;
+  return DecodeKvRequest(method, &d, &back).code();
+}
+
 TEST(ProtocolTest, KvRequestsRoundTripAndRefuseTruncation) {
   KvRequest set;
   set.table = 3;
@@ -137,12 +147,7 @@ TEST(ProtocolTest, KvRequestsRoundTripAndRefuseTruncation) {
   for (uint64_t flags : {uint64_t{3}, uint64_t{3} << kKvSetExpiryShift, uint64_t{1} << 5}) {
     KvRequest bad = set;
     bad.arg0 = flags;
-    std::string msg;
-    Encoder e(&msg);
-    EncodeKvRequest(kKvSet, bad, &e);
-    Decoder d(Span(msg));
-    KvRequest r;
-    EXPECT_EQ(DecodeKvRequest(kKvSet, &d, &r).code(), StatusCode::kInvalidArgument) << flags;
+    EXPECT_EQ(EncodeThenDecode(kKvSet, bad), StatusCode::kInvalidArgument) << flags;
   }
   std::string msg;
   Encoder e(&msg);
@@ -153,6 +158,62 @@ TEST(ProtocolTest, KvRequestsRoundTripAndRefuseTruncation) {
   EXPECT_EQ(DecodeKvRequest(kKvCount, &d, &r).code(), StatusCode::kInvalidArgument);
   Decoder other(Span(msg));
   EXPECT_EQ(DecodeKvRequest(kPutObj, &other, &r).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ProtocolTest, KvBatchRoundTripsAndRefusesWhatItCannotCarry) {
+  KvRequest batch;
+  batch.table = 7;
+  KvBatchEntry& get = batch.batch.emplace_back();
+  get.method = kKvGet;
+  get.r.key = "a";
+  KvBatchEntry& set = batch.batch.emplace_back();
+  set.method = kKvSet;
+  set.r.key = "b";
+  set.r.value = "value";
+  set.r.arg0 = 1;
+  KvBatchEntry& incr = batch.batch.emplace_back();
+  incr.method = kKvIncrBy;
+  incr.r.key = "c";
+  incr.r.arg0 = static_cast<uint64_t>(-5);
+  std::string msg;
+  Encoder e(&msg);
+  EncodeKvRequest(kKvBatch, batch, &e);
+  KvRequest got;
+  Decoder d(Span(msg));
+  ASSERT_TRUE(DecodeKvRequest(kKvBatch, &d, &got).ok());
+  ASSERT_EQ(got.batch.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got.batch[i].method, batch.batch[i].method);
+    EXPECT_EQ(got.batch[i].r.table, 7u);
+    EXPECT_EQ(got.batch[i].r.key, batch.batch[i].r.key);
+    EXPECT_EQ(got.batch[i].r.value, batch.batch[i].r.value);
+    EXPECT_EQ(got.batch[i].r.arg0, batch.batch[i].r.arg0);
+  }
+  // Conditional set and increment: not idempotent; gets and plain sets are.
+  EXPECT_FALSE(IsKvIdempotent(kKvBatch, batch));
+  batch.batch[1].r.arg0 = 0;
+  batch.batch.pop_back();
+  EXPECT_TRUE(IsKvIdempotent(kKvBatch, batch));
+  for (size_t cut = 0; cut < msg.size(); cut++) {
+    std::string prefix = msg.substr(0, cut);
+    Decoder short_d(Span(prefix));
+    KvRequest r;
+    EXPECT_EQ(DecodeKvRequest(kKvBatch, &short_d, &r).code(), StatusCode::kInvalidArgument)
+        << "cut " << cut;
+  }
+  // Entries a batch cannot carry: a multi-key request, a nested batch, a
+  // get-and-delete, a set returning the old value.
+  for (auto [method, arg0] :
+       {std::pair{kKvMultiGet, uint64_t{0}}, std::pair{kKvBatch, uint64_t{0}},
+        std::pair{kKvGetDelete, uint64_t{0}}, std::pair{kKvSet, kKvSetWantOld}}) {
+    KvRequest bad;
+    bad.table = 1;
+    KvBatchEntry& b = bad.batch.emplace_back();
+    b.method = method;
+    b.r.key = "k";
+    b.r.arg0 = arg0;
+    EXPECT_EQ(EncodeThenDecode(kKvBatch, bad), StatusCode::kInvalidArgument) << method;
+  }
 }
 
 }  // namespace

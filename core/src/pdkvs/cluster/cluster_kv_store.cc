@@ -5,6 +5,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "monitor/placement.h"
 #include "pdkvs/item.h"
@@ -17,6 +18,8 @@ using server::Encoder;
 using server::KvRequest;
 
 constexpr uint64_t kResidues = monitor::kKeyResidueMask + 1;
+// Batches of different vnodes in flight at once (beside the caller's).
+constexpr size_t kBatchSenders = 7;
 
 Decoder ReplyDecoder(const std::string& reply) {
   return Decoder({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
@@ -40,7 +43,7 @@ Status CheckValueSize(std::string_view key, uint64_t value_len) {
 }  // namespace
 
 ClusterKvStore::ClusterKvStore(std::unique_ptr<client::Client> client, uint32_t failover_wait_ms)
-    : client_(std::move(client)), failover_wait_ms_(failover_wait_ms) {}
+    : client_(std::move(client)), failover_wait_ms_(failover_wait_ms), senders_(kBatchSenders) {}
 
 ClusterKvStore::~ClusterKvStore() = default;
 
@@ -550,6 +553,104 @@ Status ClusterKvStore::Flush() {
     if (s.code() == StatusCode::kOutOfRange) return Status::OK();
     PDPM_RETURN_IF_ERROR(s);
   }
+}
+
+}  // namespace pdpm::pdkvs
+
+namespace pdpm::pdkvs {
+
+void ClusterKvStore::RunOne(KvOp* op) {
+  SetResult ignored;
+  op->status = op->kind == KvOp::Kind::kGet ? Get(op->key, &op->result)
+                                            : Set(op->key, op->value, SetOptions{}, &ignored);
+}
+
+void ClusterKvStore::RunBatch(std::span<KvOp> ops) {
+  // Group by table, keeping each table's ops in their order.
+  const uint32_t table_count = client_->table_count();
+  std::vector<std::vector<size_t>> groups;
+  std::unordered_map<uint32_t, size_t> group_of;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    KvOp& op = ops[i];
+    op.status = CheckValueSize(op.key, op.kind == KvOp::Kind::kSet ? op.value.size() : 0);
+    if (!op.status.ok()) continue;
+    const uint32_t table =
+        table_count == 0 ? 0 : monitor::TableForKey(HashKey(op.key), table_count);
+    auto [it, added] = group_of.emplace(table, groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  senders_.Run(groups.size(), [&](size_t g) { SendBatch(ops, groups[g]); });
+}
+
+void ClusterKvStore::SendBatch(std::span<KvOp> ops, const std::vector<size_t>& group) {
+  KvRequest r;
+  for (size_t i : group) {
+    server::KvBatchEntry& b = r.batch.emplace_back();
+    b.r.key = ops[i].key;
+    if (ops[i].kind == KvOp::Kind::kGet) {
+      b.method = server::kKvGet;
+    } else {
+      b.method = server::kKvSet;
+      b.r.value = ops[i].value;
+    }
+  }
+  bool split = false;
+  std::string reply;
+  Status s = Send(
+      server::kKvBatch,
+      [&](uint32_t count, uint32_t* table) {
+        *table = monitor::TableForKey(HashKey(r.batch.front().r.key), count);
+        for (const server::KvBatchEntry& b : r.batch) {
+          split = split || monitor::TableForKey(HashKey(b.r.key), count) != *table;
+        }
+        // Not kAborted: Send would route it again and again.
+        return split ? Status::FailedPrecondition("the keys span vnodes") : Status::OK();
+      },
+      &r, &reply);
+  // A new table count split the group (or a status of the whole request):
+  // each op on its own, in order.
+  std::vector<size_t> again;
+  if (split) again = group;
+  if (!split && !s.ok()) {
+    for (size_t i : group) ops[i].status = s;
+    return;
+  }
+  if (!split) {
+    Decoder d = ReplyDecoder(reply);
+    uint64_t n = 0;
+    s = d.U64(&n);
+    if (s.ok() && (n == 0 || n > group.size())) {
+      s = Status::Corruption("batch reply of " + std::to_string(n) + " answers");
+    }
+    for (size_t k = 0; k < n && s.ok(); ++k) {
+      KvOp& op = ops[group[k]];
+      uint64_t code = 0;
+      std::string_view body;
+      s = d.U64(&code);
+      if (s.ok()) s = d.Str(&body);
+      if (!s.ok()) break;
+      const auto c = static_cast<StatusCode>(code);
+      if (c == StatusCode::kAborted) {
+        again.push_back(group[k]);  // a key locked by a multi-put
+      } else if (c != StatusCode::kOk) {
+        op.status = Status(c, body);
+      } else if (op.kind == KvOp::Kind::kGet) {
+        op.status = Status::OK();
+        op.result.assign(body);
+      } else {
+        op.status = Status::OK();
+      }
+    }
+    if (s.ok()) s = d.Done();
+    if (!s.ok()) {
+      for (size_t i : group) ops[i].status = s;
+      return;
+    }
+    // Reads past what one reply carries.
+    again.insert(again.end(), group.begin() + static_cast<ptrdiff_t>(n), group.end());
+  }
+  for (size_t i : again) RunOne(&ops[i]);
 }
 
 }  // namespace pdpm::pdkvs

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "pdkvs/cluster/sender_pool.h"
 #include "pdkvs/gateway/kv_store.h"
 #include "server/kv_protocol.h"
 
@@ -67,6 +68,11 @@ class ClusterKvStore final : public KvStore {
   Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
   Status Count(uint64_t* count) override;
   Status Flush() override;
+  // The ops of each vnode go as one kKvBatch request (one step of its
+  // server, one shipment to its backups), the requests of different vnodes
+  // at once (a SenderPool). An op refused for a key a multi-put holds
+  // locked, or whose keys a new table count split, runs again on its own.
+  void RunBatch(std::span<KvOp> ops) override;
 
   client::Client* client() { return client_.get(); }
 
@@ -116,12 +122,18 @@ class ClusterKvStore final : public KvStore {
   Status MultiGetOnce(const std::vector<std::string_view>& keys,
                       std::vector<std::optional<std::string>>* values,
                       std::vector<KeyVersion>* versions);
+  // One kKvBatch of the ops `group` names (all of one table under the
+  // table count when grouped), in their order.
+  void SendBatch(std::span<KvOp> ops, const std::vector<size_t>& group);
+  // Runs op on its own (KvStore::RunBatch's one-by-one way).
+  void RunOne(KvOp* op);
 
   std::unique_ptr<client::Client> client_;
   const uint32_t failover_wait_ms_;
   std::mutex residue_mu_;
   uint32_t residue_count_ = 0;  // table count of residues_
   std::shared_ptr<const ResidueMap> residues_;
+  SenderPool senders_;
 };
 
 }  // namespace pdpm::pdkvs

@@ -530,6 +530,80 @@ TEST_F(KvClusterTest, MultiPutAcrossVnodesIsAtomicForReaders) {
   StopAndCheckAll();
 }
 
+// RunBatch: one kKvBatch per vnode; each key's ops take effect in their
+// order; a bad op fails alone; ops meeting keys a multi-put holds locked
+// run again and succeed.
+TEST_F(KvClusterTest, RunBatchKeepsEachKeysOrderAndWaitsOutMultiPutLocks) {
+  const std::vector<std::string> keys = KeysOnEveryVnode("batch", 3);
+  const std::string too_long(kMaxKeySize + 1, 'k');
+  std::vector<KvOp> ops;
+  auto add = [&](KvOp::Kind kind, std::string_view key, std::string_view value) {
+    KvOp& op = ops.emplace_back();
+    op.kind = kind;
+    op.key = key;
+    op.value = value;
+  };
+  for (const std::string& k : keys) {
+    add(KvOp::Kind::kGet, k, "");
+    add(KvOp::Kind::kSet, k, "one");
+    add(KvOp::Kind::kGet, k, "");
+    add(KvOp::Kind::kSet, k, k);
+  }
+  add(KvOp::Kind::kSet, too_long, "x");
+  kv_->RunBatch(ops);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(ops[4 * i].status.code(), StatusCode::kNotFound)
+        << keys[i] << ops[4 * i].status.ToString();
+    EXPECT_TRUE(ops[4 * i + 1].status.ok()) << ops[4 * i + 1].status.ToString();
+    ASSERT_OK(ops[4 * i + 2].status);
+    EXPECT_EQ(ops[4 * i + 2].result, "one");
+    EXPECT_TRUE(ops[4 * i + 3].status.ok()) << ops[4 * i + 3].status.ToString();
+  }
+  EXPECT_EQ(ops.back().status.code(), StatusCode::kTooLarge);
+  std::vector<std::string> values;
+  ASSERT_OK(GetAll(kv_.get(), keys, &values));
+  EXPECT_EQ(values, keys);
+
+  // Batches of sets and gets while multi-puts lock the same keys.
+  std::unique_ptr<ClusterKvStore> second;
+  ASSERT_OK(OpenStore(&second));
+  std::atomic<bool> stop{false};
+  std::atomic<int> puts{0}, errors{0};
+  std::thread writer([&] {
+    for (int g = 1; !stop; g++) {
+      bool ok = false;
+      Status s = PutAll(second.get(), keys, "mput:" + std::to_string(g), false, &ok);
+      if (!s.ok() || !ok) {
+        errors++;
+        ADD_FAILURE() << s.ToString();
+      }
+      puts++;
+    }
+  });
+  int batches = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((puts < 100 || batches < 100) && std::chrono::steady_clock::now() < deadline) {
+    ops.clear();
+    const std::string mine = "batch:" + std::to_string(batches++);
+    for (const std::string& k : keys) {
+      add(KvOp::Kind::kSet, k, mine);
+      add(KvOp::Kind::kGet, k, "");
+    }
+    kv_->RunBatch(ops);
+    for (const KvOp& op : ops) {
+      ASSERT_TRUE(op.status.ok()) << op.key << ": " << op.status.ToString();
+      if (op.kind == KvOp::Kind::kGet) {
+        EXPECT_TRUE(op.result == mine || op.result.starts_with("mput:")) << op.result;
+      }
+    }
+  }
+  stop = true;
+  writer.join();
+  EXPECT_GE(puts.load(), 100);
+  EXPECT_GE(batches, 100);
+  EXPECT_EQ(errors.load(), 0);
+}
+
 // Multi-puts if none exist on overlapping key sets at once: in every round
 // the keys each hold the value of one applied multi-put, which set all of
 // its keys, and the applied ones share no key.

@@ -915,4 +915,30 @@ bool CommandExecutor::Execute(ClientState* client, std::span<const std::string_v
   return !c.close;
 }
 
+bool CommandExecutor::Batchable(const ClientState& client, std::span<const std::string_view> args,
+                                KvOp* op) const {
+  if (!client.authenticated || args.size() < 2 || args[1].size() > kMaxKeySize) return false;
+  if (args.size() == 2 && EqualsNoCase(args[0], "get")) {
+    op->kind = KvOp::Kind::kGet;
+  } else if (args.size() == 3 && EqualsNoCase(args[0], "set")) {
+    op->kind = KvOp::Kind::kSet;
+    op->value = args[2];
+  } else {
+    return false;
+  }
+  op->key = args[1];
+  return true;
+}
+
+void CommandExecutor::ReplyBatched(ClientState* client, const KvOp& op, std::string* out) {
+  stats_->commands_processed.fetch_add(1, std::memory_order_relaxed);
+  const bool get = op.kind == KvOp::Kind::kGet;
+  client->last_command.store(get ? "get" : "set", std::memory_order_relaxed);
+  Ctx c{store_, config_, clients_, stats_, client, {}, RespWriter(out, client->protocol.load())};
+  if (get && op.status.code() == StatusCode::kNotFound) return c.w.Null();
+  if (!op.status.ok()) return ReplyStatus(c, op.status);
+  if (get) return c.w.Bulk(op.result);
+  Ok(c);
+}
+
 }  // namespace pdpm::pdkvs

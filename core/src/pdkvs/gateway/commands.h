@@ -76,6 +76,14 @@ class CommandExecutor {
   // the reply (QUIT).
   bool Execute(ClientState* client, std::span<const std::string_view> args, std::string* out);
 
+  // Whether the request is a plain GET key or SET key value of a client
+  // that may run it, which a gateway may run among others with
+  // KvStore::RunBatch: then fills *op (viewing args). Execute runs every
+  // other request.
+  bool Batchable(const ClientState& client, std::span<const std::string_view> args, KvOp* op) const;
+  // Appends the reply of a batched op, as Execute would have replied.
+  void ReplyBatched(ClientState* client, const KvOp& op, std::string* out);
+
   struct Command;
 
  private:

@@ -92,8 +92,18 @@ struct Connection {
   bool closing = false;  // close once `out` is sent
   bool want_write = false;
   bool reading = true;
+  bool eof = false;      // the peer stopped sending
+  size_t batched = 0;    // requests in the round's batch, not yet replied
+  bool blocked = false;  // a request waits behind the batched ones
   std::vector<std::string_view> args;
   std::string scratch;
+};
+
+// A request of the round's batch: its connection, and copies of its key
+// and value (the input buffer moves on).
+struct BatchedRequest {
+  Connection* c;
+  std::string key, value;
 };
 
 }  // namespace
@@ -110,7 +120,7 @@ struct Gateway::Loop {
 };
 
 Gateway::Gateway(KvStore* store, const GatewayConfig& config, const Logger& log)
-    : config_(config), log_(log), executor_(store, &config_, &clients_, &stats_) {}
+    : store_(store), config_(config), log_(log), executor_(store, &config_, &clients_, &stats_) {}
 
 Status Gateway::Start(KvStore* store, const GatewayConfig& config, int threads, const Logger& log,
                       std::unique_ptr<Gateway>* out) {
@@ -218,8 +228,14 @@ void Gateway::Run(Loop* loop) {
     }
     return true;
   };
-  // Runs every complete request received.
+  // Runs the complete requests received: plain GETs and SETs join the
+  // round's batch; any other runs at once, unless requests of its
+  // connection are in the batch: then it waits (c->blocked) for their
+  // replies, which keeps the connection's replies in request order.
+  std::vector<BatchedRequest> batched;
+  std::vector<KvOp> ops;
   auto process = [&](Connection* c) {
+    c->blocked = false;
     while (!c->closing && !c->in.unparsed().empty()) {
       size_t consumed = 0;
       std::string error;
@@ -227,19 +243,55 @@ void Gateway::Run(Loop* loop) {
       RespParse r =
           ParseRespRequest(data, config_.limits, &consumed, &c->args, &c->scratch, &error);
       if (r == RespParse::kIncomplete) break;
+      KvOp op;
+      const bool batchable = r == RespParse::kRequest && !c->args.empty() &&
+                             executor_.Batchable(c->state, c->args, &op);
+      if (!batchable && c->batched > 0) {
+        c->blocked = true;
+        break;
+      }
       if (r == RespParse::kError) {
         RespWriter(&c->out, c->state.protocol.load()).Error("ERR " + error);
         c->closing = true;
         log_.Info("protocol error, closing client", {{"client", c->state.addr}, {"error", error}});
         break;
       }
-      if (!c->args.empty() && !executor_.Execute(&c->state, c->args, &c->out)) {
+      if (batchable) {
+        batched.push_back({c, std::string(op.key), std::string(op.value)});
+        ops.push_back(op);
+        ++c->batched;
+      } else if (!c->args.empty() && !executor_.Execute(&c->state, c->args, &c->out)) {
         c->closing = true;
       }
       // Only now: args view the buffer.
       c->in.Consume(consumed);
     }
     c->in.ShrinkIfIdle();
+  };
+  // Runs the requests of `ready` connections: the batchable ones of every
+  // connection as one KvStore::RunBatch (the store groups them by vnode),
+  // then what waited behind them, until no connection has a complete
+  // request left.
+  auto run_round = [&](const std::vector<Connection*>& ready) {
+    std::vector<Connection*> active = ready;
+    while (!active.empty()) {
+      for (Connection* c : active) process(c);
+      if (!ops.empty()) {
+        for (size_t i = 0; i < ops.size(); ++i) {
+          ops[i].key = batched[i].key;
+          ops[i].value = batched[i].value;
+        }
+        store_->RunBatch(ops);
+        for (size_t i = 0; i < ops.size(); ++i) {
+          Connection* c = batched[i].c;
+          executor_.ReplyBatched(&c->state, ops[i], &c->out);
+          c->batched = 0;
+        }
+        batched.clear();
+        ops.clear();
+      }
+      std::erase_if(active, [](const Connection* c) { return !c->blocked; });
+    }
   };
   auto accept_all = [&] {
     for (;;) {
@@ -275,6 +327,7 @@ void Gateway::Run(Loop* loop) {
     }
   };
 
+  std::vector<Connection*> ready;
   for (;;) {
     int n = epoll_wait(loop->epoll_fd, events.data(), static_cast<int>(events.size()), -1);
     if (n < 0) {
@@ -282,6 +335,7 @@ void Gateway::Run(Loop* loop) {
       log_.Error("epoll_wait failed", {{"error", Status::FromErrno("epoll_wait", errno)}});
       return;
     }
+    ready.clear();
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == loop->stop_fd) return;
@@ -294,8 +348,8 @@ void Gateway::Run(Loop* loop) {
       Connection* c = it->second.get();
       if ((events[i].events & EPOLLOUT) && !flush(c)) continue;
       if (!(events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) || !c->reading) continue;
-      bool eof = false;
-      // Read what is there (bounded, for fairness), then run it in one batch.
+      // Read what is there (bounded, for fairness); every ready
+      // connection's requests then run in one round.
       for (size_t total = 0; total < 4 * kReadChunk;) {
         ssize_t r = recv(fd, c->in.Reserve(kReadChunk), kReadChunk, 0);
         if (r > 0) {
@@ -304,17 +358,20 @@ void Gateway::Run(Loop* loop) {
           if (static_cast<size_t>(r) < kReadChunk) break;
           continue;
         }
-        if (r == 0) eof = true;
+        if (r == 0) c->eof = true;
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) eof = true;
+        if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) c->eof = true;
         break;
       }
       c->state.last_active_ms.store(NowUnixMs(), std::memory_order_relaxed);
-      process(c);
+      ready.push_back(c);
+    }
+    run_round(ready);
+    for (Connection* c : ready) {
       if (!flush(c)) continue;
-      if (eof && c->out_pos == c->out.size()) {
+      if (c->eof && c->out_pos == c->out.size()) {
         drop(c);
-      } else if (eof) {
+      } else if (c->eof) {
         // The peer stopped sending: deliver what is pending, then close.
         c->closing = true;
         c->reading = false;

@@ -1,8 +1,10 @@
 // Gateway: the Redis-protocol front end of pDKVS. A few event-loop threads
 // share one listening socket (EPOLLEXCLUSIVE); each owns the connections it
-// accepted and runs their requests in order, pipelined requests in batches
-// (every complete request of a read runs before the replies go out in one
-// write). A protocol error replies and closes that connection only.
+// accepted and runs their requests in rounds: every complete request of
+// every connection that is ready, the plain GETs and SETs of all of them as
+// one KvStore::RunBatch (one request per vnode, all in flight at once), the
+// others in turn, each connection's replies in its request order and sent
+// in one write. A protocol error replies and closes that connection only.
 #pragma once
 
 #include <atomic>
@@ -34,6 +36,7 @@ class Gateway {
   Gateway(KvStore* store, const GatewayConfig& config, const Logger& log);
   void Run(Loop* loop);
 
+  KvStore* const store_;
   GatewayConfig config_;
   Logger log_;
   ClientRegistry clients_;

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -81,6 +82,16 @@ inline bool ParseDecimalInt64(std::string_view s, int64_t* out) {
   return true;
 }
 
+// One operation of KvStore::RunBatch: a Get, or a Set without options.
+struct KvOp {
+  enum class Kind { kGet, kSet };
+  Kind kind = Kind::kGet;
+  std::string_view key;
+  std::string_view value;  // kSet
+  Status status;           // the outcome, as Get's or Set's
+  std::string result;      // kGet: the value
+};
+
 class KvStore {
  public:
   virtual ~KvStore() = default;
@@ -129,6 +140,18 @@ class KvStore {
   virtual Status Count(uint64_t* count) = 0;
   // Removes every key.
   virtual Status Flush() = 0;
+
+  // Runs every op, each with the contract of its single-key operation, and
+  // returns once all are done. Ops naming one key take effect in their
+  // order; ops of different keys may run in any order, or at once. This
+  // one runs them one by one; a store may group them (fewer round trips).
+  virtual void RunBatch(std::span<KvOp> ops) {
+    for (KvOp& op : ops) {
+      SetResult ignored;
+      op.status = op.kind == KvOp::Kind::kGet ? Get(op.key, &op.result)
+                                              : Set(op.key, op.value, SetOptions{}, &ignored);
+    }
+  }
 };
 
 }  // namespace pdpm::pdkvs
