@@ -47,7 +47,7 @@ trap cleanup EXIT
 guest_selection="
 cluster client_cluster_test ${PDPM_HW_CLUSTER_FILTER:-ClusterTest.RestartedServer*:ClusterTest.KillServer*}
 cluster client_tx_cluster_test ${PDPM_HW_CLUSTER_FILTER:-Copies/TxClusterTest.BankInvariantWithAServerKilledAndRestarted/Two}
-cluster pdkvs_cluster_test ${PDPM_HW_CLUSTER_FILTER:-KvClusterTest.KillDuringWritesLosesNothing}
+cluster pdkvs_cluster_test ${PDPM_HW_CLUSTER_FILTER:-KvClusterTest.KillDuringWritesLosesNothing:KvClusterTest.ServerKilledDuringMultiPuts*}
 pdkvs pdkvs_index_crash_test CcehKillTest.*
 pdkvs pdkvs_gateway_test LocalKvStoreTest.*
 "

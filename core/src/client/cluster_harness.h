@@ -76,7 +76,8 @@ struct LocalClusterOptions {
 };
 
 // libpdpm options for a cluster in the test environment (above): its
-// monitor and secret, the test transport, timeouts scaled.
+// monitor and secret, the test transport, timeouts (and the wait for a
+// failover) scaled.
 inline ClientOptions TestClientOptions(const std::string& monitor, const std::string& secret) {
   ClientOptions o;
   o.monitor = monitor;
@@ -85,6 +86,7 @@ inline ClientOptions TestClientOptions(const std::string& monitor, const std::st
   o.op_timeout_ms = net::testing::ScaledMs(o.op_timeout_ms);
   o.connect_timeout_ms = net::testing::ScaledMs(o.connect_timeout_ms);
   o.monitor_timeout_ms = net::testing::ScaledMs(o.monitor_timeout_ms);
+  o.failover_wait_ms = net::testing::ScaledMs(o.failover_wait_ms);
   return o;
 }
 
