@@ -92,22 +92,13 @@ class ClusterFixture : public ::testing::Test {
         ADD_FAILURE() << "load " << w << " still running after " << deadline_ms << " ms:\n"
                       << FileTail(LoadLog(static_cast<int>(w))) << "\n"
                       << ProcessStacks((*procs)[w].pid()) << "\n"
-                      << cluster_.LogTails() << ServerStacks();
+                      << cluster_.LogTails() << cluster_.ServerStacks();
         continue;  // destruction kills it
       }
       EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
           << "load " << w << " status " << ws << ":\n"
           << FileTail(LoadLog(static_cast<int>(w)));
     }
-  }
-
-  std::string ServerStacks() {
-    std::string out;
-    for (int i = 0; i < 3; i++) {
-      if (cluster_.server(i).running())
-        out += "--- server " + std::to_string(i) + "\n" + ProcessStacks(cluster_.server(i).pid());
-    }
-    return out;
   }
 
   // Every load's expectations hold, read through a fresh client.

@@ -288,6 +288,15 @@ std::string LocalCluster::LogTails() const {
   return out;
 }
 
+std::string LocalCluster::ServerStacks() const {
+  std::string out;
+  for (int i = 0; i < options_.servers; i++) {
+    if (servers_[i].running())
+      out += "--- server " + std::to_string(i) + "\n" + ProcessStacks(servers_[i].pid());
+  }
+  return out;
+}
+
 void LocalCluster::KillServer(int i) {
   servers_[i].Signal(SIGKILL);
   servers_[i].Wait();

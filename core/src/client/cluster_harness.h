@@ -114,6 +114,8 @@ class LocalCluster {
   // The tails of the monitor's and every server's log (for the message of
   // a test that timed out: where the cluster stood).
   std::string LogTails() const;
+  // The stacks of every running server (ProcessStacks).
+  std::string ServerStacks() const;
   // The data address server i announced (its port file); "" before it ran.
   std::string server_address(int i) const;
   // The monitor's current view.
