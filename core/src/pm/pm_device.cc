@@ -4,6 +4,7 @@
 #include <libpmem2.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -94,6 +95,85 @@ Status NewMap(const std::string& path, const pmem2_source* source, size_t length
   return Status::OK();
 }
 
+// A regular file without DAX, mapped by us rather than by libpmem2.
+//
+// libpmem2 maps every shared mapping MAP_FIXED over its own reservation,
+// trying MAP_SYNC first. On a file system that offers MAP_SYNC only for DAX
+// files (ext4, xfs) the kernel refuses it from the file's mmap handler,
+// after it has already unmapped the reservation: until libpmem2's second
+// attempt the range is a hole, and another thread's mmap (a new malloc
+// arena, a thread stack) may land there — to be overwritten by the file.
+// A file that cannot be MAP_SYNC gains nothing from libpmem2 (its
+// persistence is msync), so we map it ourselves and never leave a hole.
+class FileMap {
+ public:
+  // Maps [0, length) of `fd` shared or private at a 2 MiB-aligned address
+  // (what libpmem2 gives: huge pages may back it).
+  static Status Map(const std::string& path, int fd, size_t length, bool shared,
+                    std::unique_ptr<FileMap>* out) {
+    constexpr size_t kAlign = 2u << 20;
+    void* reserved = mmap(nullptr, length + kAlign, PROT_NONE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (reserved == MAP_FAILED) return OsError("reserve address space for " + path, errno);
+    const auto start = reinterpret_cast<uintptr_t>(reserved);
+    const uintptr_t aligned = (start + kAlign - 1) / kAlign * kAlign;
+    // Replaces part of our own reservation: the range is never unmapped.
+    void* addr = mmap(reinterpret_cast<void*>(aligned), length, PROT_READ | PROT_WRITE,
+                      MAP_FIXED | (shared ? MAP_SHARED : MAP_PRIVATE), fd, 0);
+    const int err = errno;
+    if (addr == MAP_FAILED) {
+      munmap(reserved, length + kAlign);
+      return OsError("map " + path, err);
+    }
+    if (aligned > start) munmap(reserved, aligned - start);
+    const size_t tail = start + length + kAlign - (aligned + length);
+    if (tail > 0) munmap(reinterpret_cast<void*>(aligned + length), tail);
+    out->reset(new FileMap(static_cast<char*>(addr), length));
+    return Status::OK();
+  }
+  ~FileMap() { munmap(base_, length_); }
+  FileMap(const FileMap&) = delete;
+  FileMap& operator=(const FileMap&) = delete;
+
+  char* base() const { return base_; }
+
+ private:
+  FileMap(char* base, size_t length) : base_(base), length_(length) {}
+  char* const base_;
+  const size_t length_;
+};
+
+// Persistence of a FileMap: msync of the pages covering the range. A
+// failing msync means the data may not be durable; nothing may be
+// acknowledged after it, so the process stops (recovery starts from what
+// is durable).
+void MsyncPersist(const void* addr, size_t len) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(addr) / page * page;
+  const auto end = reinterpret_cast<uintptr_t>(addr) + len;
+  if (msync(reinterpret_cast<void*>(begin), end - begin, MS_SYNC) != 0) {
+    std::fprintf(stderr, "pdpm: msync of PM range [%p, +%zu) failed: %s\n", addr, len,
+                 std::strerror(errno));  // NOLINT(concurrency-mt-unsafe): aborting
+    std::abort();
+  }
+}
+void MsyncDrain() {}  // every flush was already durable
+void* MsyncMemcpy(void* dst, const void* src, size_t len, unsigned /*flags*/) {
+  std::memcpy(dst, src, len);
+  MsyncPersist(dst, len);
+  return dst;
+}
+
+// Whether the kernel maps this regular file directly (DAX), so that
+// MAP_SYNC works and libpmem2 maps it. A kernel too old to say (before
+// 5.8) gets the msync path, which is durable on DAX files too.
+bool IsDaxFile(int fd) {
+  struct statx stx {};
+  if (statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &stx) != 0) return false;
+  return (stx.stx_attributes_mask & STATX_ATTR_DAX) != 0 &&
+         (stx.stx_attributes & STATX_ATTR_DAX) != 0;
+}
+
 // The simulation settings: the options, overridden by the environment.
 // getenv is safe here: PDPM never modifies its environment.
 Status SimulationSettings(const PmOptions& options, bool* simulate, uint64_t* crash_after) {
@@ -157,8 +237,11 @@ struct PmDevice::Mapping {
   // (server/address_space_holder.h).
   int lock_fd = -1;
   SourcePtr source;
+  // Through libpmem2 (devdax, DAX files) or ours (other files), never both.
   MapPtr durable;
   MapPtr view;  // the private view, in power-loss simulation only
+  std::unique_ptr<FileMap> file_durable;
+  std::unique_ptr<FileMap> file_view;
   pmem2_persist_fn persist = nullptr;
   pmem2_flush_fn flush = nullptr;
   pmem2_drain_fn drain = nullptr;
@@ -167,6 +250,8 @@ struct PmDevice::Mapping {
   ~Mapping() {
     view.reset();
     durable.reset();
+    file_view.reset();
+    file_durable.reset();
     source.reset();
     if (fd >= 0) close(fd);
     if (lock_fd >= 0) close(lock_fd);
@@ -314,27 +399,44 @@ Status PmDevice::Open(const std::string& path, const PmOptions& options,
                                   ": power-loss simulation needs a file; a devdax device "
                                   "cannot be mapped privately");
     }
-    PDPM_RETURN_IF_ERROR(
-        NewMap(path, mapping->source.get(), length, PMEM2_SHARED, &mapping->durable));
-    if (simulate) {
-      PDPM_RETURN_IF_ERROR(
-          NewMap(path, mapping->source.get(), length, PMEM2_PRIVATE, &mapping->view));
-    }
-    pmem2_map* durable = mapping->durable.get();
-    mapping->persist = pmem2_get_persist_fn(durable);
-    mapping->flush = pmem2_get_flush_fn(durable);
-    mapping->drain = pmem2_get_drain_fn(durable);
-    mapping->memcpy = pmem2_get_memcpy_fn(durable);
-
     auto device = std::unique_ptr<PmDevice>(new PmDevice());
     device->path_ = path;
     device->capacity_ = length;
-    switch (pmem2_map_get_store_granularity(durable)) {
-      case PMEM2_GRANULARITY_BYTE: device->granularity_ = PersistGranularity::kByte; break;
-      case PMEM2_GRANULARITY_CACHE_LINE:
-        device->granularity_ = PersistGranularity::kCacheLine;
-        break;
-      case PMEM2_GRANULARITY_PAGE: device->granularity_ = PersistGranularity::kPage; break;
+    char* durable_base = nullptr;
+    char* view_base = nullptr;
+    if (devdax || IsDaxFile(mapping->fd)) {
+      PDPM_RETURN_IF_ERROR(
+          NewMap(path, mapping->source.get(), length, PMEM2_SHARED, &mapping->durable));
+      if (simulate) {
+        PDPM_RETURN_IF_ERROR(
+            NewMap(path, mapping->source.get(), length, PMEM2_PRIVATE, &mapping->view));
+        view_base = static_cast<char*>(pmem2_map_get_address(mapping->view.get()));
+      }
+      pmem2_map* durable = mapping->durable.get();
+      durable_base = static_cast<char*>(pmem2_map_get_address(durable));
+      mapping->persist = pmem2_get_persist_fn(durable);
+      mapping->flush = pmem2_get_flush_fn(durable);
+      mapping->drain = pmem2_get_drain_fn(durable);
+      mapping->memcpy = pmem2_get_memcpy_fn(durable);
+      switch (pmem2_map_get_store_granularity(durable)) {
+        case PMEM2_GRANULARITY_BYTE: device->granularity_ = PersistGranularity::kByte; break;
+        case PMEM2_GRANULARITY_CACHE_LINE:
+          device->granularity_ = PersistGranularity::kCacheLine;
+          break;
+        case PMEM2_GRANULARITY_PAGE: device->granularity_ = PersistGranularity::kPage; break;
+      }
+    } else {
+      PDPM_RETURN_IF_ERROR(FileMap::Map(path, mapping->fd, length, true, &mapping->file_durable));
+      if (simulate) {
+        PDPM_RETURN_IF_ERROR(FileMap::Map(path, mapping->fd, length, false, &mapping->file_view));
+        view_base = mapping->file_view->base();
+      }
+      durable_base = mapping->file_durable->base();
+      mapping->persist = MsyncPersist;
+      mapping->flush = MsyncPersist;
+      mapping->drain = MsyncDrain;
+      mapping->memcpy = MsyncMemcpy;
+      device->granularity_ = PersistGranularity::kPage;
     }
     if (devdax) {
       device->kind_ = PmKind::kDevDax;
@@ -343,12 +445,12 @@ Status PmDevice::Open(const std::string& path, const PmOptions& options,
           device->granularity_ == PersistGranularity::kPage ? PmKind::kFile : PmKind::kFsDax;
     }
     if (simulate) {
-      device->base_ = static_cast<char*>(pmem2_map_get_address(mapping->view.get()));
-      device->simulation_ = std::make_unique<Simulation>(
-          device->base_, static_cast<char*>(pmem2_map_get_address(durable)), crash_after_bytes);
+      device->base_ = view_base;
+      device->simulation_ =
+          std::make_unique<Simulation>(device->base_, durable_base, crash_after_bytes);
       device->granularity_ = PersistGranularity::kCacheLine;
     } else {
-      device->base_ = static_cast<char*>(pmem2_map_get_address(durable));
+      device->base_ = durable_base;
     }
     device->mapping_ = std::move(mapping);
     *out = std::move(device);

@@ -1,13 +1,16 @@
-// PmDevice: one PM source mapped into this process through libpmem2, and
-// the only way PDPM makes stores to it durable.
+// PmDevice: one PM source mapped into this process, and the only way PDPM
+// makes stores to it durable.
 //
 // Sources (the kind is detected, never configured):
-//   kDevDax  a device-DAX character device (/dev/daxX.Y): real PM, stores
-//            become durable at cache-line granularity (byte with eADR);
-//   kFsDax   a file on a file system mounted with -o dax, mapped MAP_SYNC:
-//            real PM, cache-line granularity;
-//   kFile    any other regular file standing in for PM (tmpfs, disk):
-//            persistence is msync, page granularity.
+//   kDevDax  a device-DAX character device (/dev/daxX.Y), mapped by
+//            libpmem2: real PM, stores become durable at cache-line
+//            granularity (byte with eADR);
+//   kFsDax   a DAX file (a file system mounted with -o dax), mapped
+//            MAP_SYNC by libpmem2: real PM, cache-line granularity;
+//   kFile    any other regular file standing in for PM (tmpfs, disk),
+//            mapped by mmap: persistence is msync, page granularity.
+// No mapping ever leaves its range unmapped while it is made, so other
+// threads' memory cannot end up under it.
 //
 // Contract:
 //   * base()[0, capacity()) is the mapping. A store is durable only after a

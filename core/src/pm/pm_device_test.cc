@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -191,6 +194,45 @@ TEST(PmDeviceTest, PersistenceCallsReachTheFile) {
   EXPECT_EQ(ReadFileAt(path, 0, 7), "flushed");
   EXPECT_EQ(ReadFileAt(path, 4096, 6), "copied");
   EXPECT_EQ(ReadFileAt(path, 8192, 10), "through fn");
+}
+
+// Mapping a file must never leave its address range unmapped, even for a
+// moment: another thread's mmap (a malloc arena, a thread stack) could land
+// there and then be overwritten by the file (a server once crashed in malloc
+// this way). The other thread maps memory in a loop and checks that what it
+// stored stays; the PM is opened and closed meanwhile. The file lives on the
+// disk of the working directory: tmpfs refuses MAP_SYNC before unmapping
+// anything, ext4 and xfs (where the hole was) only after.
+TEST(PmDeviceTest, OpeningNeverMapsOverAnotherThreadsMemory) {
+  TempDir dir(std::filesystem::current_path().string());
+  const std::string path = dir.File("pm");
+  { ASSERT_NE(OpenOrDie(path, Sized(64 * kMiB)), nullptr); }
+  std::atomic<bool> stop{false};
+  std::atomic<int> lost{0};
+  std::thread other([&] {
+    constexpr size_t kLen = 8 * kMiB;
+    constexpr uint64_t kMark = 0x5044504d6d61726bULL;
+    while (!stop.load()) {
+      void* p = mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) continue;
+      auto* words = static_cast<volatile uint64_t*>(p);
+      words[0] = kMark;
+      for (int i = 0; i < 100; i++) {
+        if (words[0] != kMark) {
+          lost.fetch_add(1);
+          break;
+        }
+      }
+      munmap(p, kLen);
+    }
+  });
+  for (int i = 0; i < 2000 && lost.load() == 0; i++) {
+    auto device = OpenOrDie(path);
+    ASSERT_NE(device, nullptr);
+  }
+  stop.store(true);
+  other.join();
+  EXPECT_EQ(lost.load(), 0) << "a file mapping replaced another thread's memory";
 }
 
 TEST(PmDeviceTest, SimulationMakesOnlyPersistedLinesDurable) {
