@@ -201,10 +201,13 @@ TEST(PmDeviceTest, PersistenceCallsReachTheFile) {
 // there and then be overwritten by the file (a server once crashed in malloc
 // this way). The other thread maps memory in a loop and checks that what it
 // stored stays; the PM is opened and closed meanwhile. The file lives on the
-// disk of the working directory: tmpfs refuses MAP_SYNC before unmapping
-// anything, ext4 and xfs (where the hole was) only after.
+// disk of the working directory when it is writable (else in the temporary
+// directory): tmpfs refuses MAP_SYNC before unmapping anything, ext4 and xfs
+// (where the hole was) only after.
 TEST(PmDeviceTest, OpeningNeverMapsOverAnotherThreadsMemory) {
-  TempDir dir(std::filesystem::current_path().string());
+  const std::string cwd = std::filesystem::current_path().string();
+  const std::string tmpdir = TestEnv("TMPDIR");
+  TempDir dir(access(cwd.c_str(), W_OK) == 0 ? cwd : !tmpdir.empty() ? tmpdir : "/tmp");
   const std::string path = dir.File("pm");
   { ASSERT_NE(OpenOrDie(path, Sized(64 * kMiB)), nullptr); }
   std::atomic<bool> stop{false};
