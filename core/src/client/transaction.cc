@@ -412,6 +412,30 @@ Status Transaction::PAllocate(uint64_t size, dsm::GlobalAddress* out) {
   return Status::OK();
 }
 
+Status Transaction::ObjectTableSegment(const dsm::ObjectId& id, bool create, uint32_t* table,
+                                       uint32_t* server, uint32_t* segment) {
+  TxHost* host = coordinator_->host_;
+  PDPM_RETURN_IF_ERROR(host->RouteObject(id, table, server));
+  *segment = 0;
+  Status s = host->RouteTable(*table, segment);
+  if (s.code() != StatusCode::kNotFound) return s;
+  // No segment yet (a delete there has nothing to delete): a put has its
+  // owner create it now, so that its backups exist before the LOCK.
+  if (!create) return Status::OK();
+  std::string body, reply;
+  Encoder e(&body);
+  e.U64(coordinator_->id_);
+  e.U64(id.hi);
+  e.U64(id.lo);
+  PDPM_RETURN_IF_ERROR(host->CallServer(*server, server::kTxTable, body, &reply));
+  Decoder d(Bytes(reply));
+  uint64_t created = 0;
+  PDPM_RETURN_IF_ERROR(d.U64(&created));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  *segment = static_cast<uint32_t>(created);
+  return host->RefreshMapping();
+}
+
 Status Transaction::Commit() {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
   TxHost* host = coordinator_->host_;
@@ -443,15 +467,18 @@ Status Transaction::Commit() {
   uint64_t holder_key = ~0ull;  // is-table << 32 | segment or table: the lowest wins
   uint32_t holder = 0;
   std::set<Slot> locked;
-  for (const auto& w : writes_) {
+  for (dsm::TxEntry w : writes_) {
     uint32_t server = 0;
     uint64_t key = 0;
     TxHost::SegmentRoute route;
     Status s;
     if (dsm::IsObjectEntry(w)) {
+      // Logged under its table's segment, at the segment's backups too.
       uint32_t table = 0;
-      s = host->RouteObject(ObjectIdOf(w), &table, &server);
-      key = (1ull << 32) | table;
+      s = ObjectTableSegment(ObjectIdOf(w), w.kind == dsm::TxEntryKind::kPutObject, &table, &server,
+                             &w.segment);
+      if (s.ok() && w.segment != 0) s = host->RouteSegment(w.segment, &route);
+      key = w.segment != 0 ? w.segment : (1ull << 32) | table;
     } else {
       s = host->RouteSegment(w.segment, &route);
       server = route.primary;

@@ -132,6 +132,10 @@ class Transaction {
   Status CheckAddress(const dsm::GlobalAddress& addr, uint64_t len, bool write);
   // Reads one version word, failing the transaction when it is locked.
   Status ReadVersion(uint32_t server, uint32_t slot, uint64_t* word);
+  // The table of object `id`, its owner and the global segment holding it
+  // (0: none yet; created first when `create`).
+  Status ObjectTableSegment(const dsm::ObjectId& id, bool create, uint32_t* table, uint32_t* server,
+                            uint32_t* segment);
   Status Fail(Status s);  // aborts and returns s
   void AbortAt(const std::vector<uint32_t>& servers);
 

@@ -1,7 +1,9 @@
 #include "client/tx_bank.h"
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 namespace pdpm::client {
@@ -45,29 +47,80 @@ Status Transfer(Client* c, const GlobalAddress& from, const GlobalAddress& to, i
   return tx->Commit();
 }
 
-Status SumBalances(Client* c, const std::vector<GlobalAddress>& accounts, uint32_t timeout_ms,
-                   int64_t* total) {
+namespace {
+
+Status GetBalance(Transaction* tx, const ObjectId& id, int64_t* v) {
+  std::string data;
+  PDPM_RETURN_IF_ERROR(tx->GetObj(id, &data));
+  if (data.size() != sizeof(*v))
+    return Status::Corruption("an account object of " + std::to_string(data.size()) + " bytes");
+  std::memcpy(v, data.data(), sizeof(*v));
+  return Status::OK();
+}
+
+Status PutBalance(Transaction* tx, const ObjectId& id, int64_t v) {
+  return tx->PutObj(id, std::string_view(reinterpret_cast<const char*>(&v), sizeof(v)));
+}
+
+// Runs `body` in transactions until one commits or `timeout_ms` passes.
+Status RetryRead(Client* c, uint32_t timeout_ms, const std::function<Status(Transaction*)>& body) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   Status s;
   do {
     std::unique_ptr<Transaction> tx;
     PDPM_RETURN_IF_ERROR(c->TxBegin(&tx));
-    int64_t sum = 0;
-    s = Status::OK();
-    for (const auto& a : accounts) {
-      int64_t v = 0;
-      s = tx->Read(a, &v, sizeof(v));
-      if (!s.ok()) break;
-      sum += v;
-    }
+    s = body(tx.get());
     if (s.ok()) s = tx->Commit();
-    if (s.ok()) {
-      *total = sum;
-      return s;
-    }
+    if (s.ok()) return s;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   } while (std::chrono::steady_clock::now() < deadline);
   return s;
+}
+
+}  // namespace
+
+Status TransferObjects(Client* c, const ObjectId& from, const ObjectId& to, int64_t amount,
+                       bool abort) {
+  std::unique_ptr<Transaction> tx;
+  PDPM_RETURN_IF_ERROR(c->TxBegin(&tx));
+  int64_t a = 0, b = 0;
+  PDPM_RETURN_IF_ERROR(GetBalance(tx.get(), from, &a));
+  PDPM_RETURN_IF_ERROR(GetBalance(tx.get(), to, &b));
+  PDPM_RETURN_IF_ERROR(PutBalance(tx.get(), from, a - amount));
+  PDPM_RETURN_IF_ERROR(PutBalance(tx.get(), to, b + amount));
+  if (abort) {
+    tx->Abort();
+    return Status::OK();
+  }
+  return tx->Commit();
+}
+
+Status SumObjectBalances(Client* c, const std::vector<ObjectId>& accounts, uint32_t timeout_ms,
+                         int64_t* total) {
+  return RetryRead(c, timeout_ms, [&](Transaction* tx) {
+    int64_t sum = 0;
+    for (const auto& id : accounts) {
+      int64_t v = 0;
+      PDPM_RETURN_IF_ERROR(GetBalance(tx, id, &v));
+      sum += v;
+    }
+    *total = sum;
+    return Status::OK();
+  });
+}
+
+Status SumBalances(Client* c, const std::vector<GlobalAddress>& accounts, uint32_t timeout_ms,
+                   int64_t* total) {
+  return RetryRead(c, timeout_ms, [&](Transaction* tx) {
+    int64_t sum = 0;
+    for (const auto& a : accounts) {
+      int64_t v = 0;
+      PDPM_RETURN_IF_ERROR(tx->Read(a, &v, sizeof(v)));
+      sum += v;
+    }
+    *total = sum;
+    return Status::OK();
+  });
 }
 
 }  // namespace pdpm::client

@@ -15,6 +15,7 @@
 
 #include "client/cluster_harness.h"
 #include "client/tx_bank.h"
+#include "monitor/placement.h"
 #include "server/fsck.h"
 #include "server/tx_participant.h"
 
@@ -124,17 +125,46 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
   }
 
   std::string AccountsFile() const { return cluster_.dir() + "/accounts"; }
+  std::string ObjectAccountsFile() const { return cluster_.dir() + "/object-accounts"; }
+
+  // The cluster index of server `id` (-1: none).
+  int ServerIndex(uint32_t id) const {
+    for (int i = 0; i < 3; i++) {
+      if (cluster_.ServerId(i) == id) return i;
+    }
+    return -1;
+  }
+
+  // The owner of object `id`'s table in the current view (0: none).
+  uint32_t ObjectOwner(const ObjectId& id) {
+    v1::GetMappingResponse m = Mapping();
+    if (m.table_count() == 0) return 0;
+    uint32_t table = monitor::TableForObject(id.hi, id.lo, m.table_count());
+    for (const auto& t : m.tables()) {
+      if (t.table() == table) return t.server_id();
+    }
+    return 0;
+  }
   std::string BankLog(int w) const { return cluster_.dir() + "/bank" + std::to_string(w) + ".log"; }
 
+  // `objects`: the accounts are the objects of ObjectAccountsFile().
   void StartBank(int n, uint32_t txs, std::vector<ChildProcess>* procs,
-                 const std::vector<std::string>& env = {}) {
+                 const std::vector<std::string>& env = {}, bool objects = false) {
     *procs = std::vector<ChildProcess>(static_cast<size_t>(n));
     for (int w = 0; w < n; w++) {
-      Status s = (*procs)[w].Start(
-          {PDPM_TX_BANK_BINARY, "--monitor", cluster_.monitor_address(), "--secret-file",
-           cluster_.secret_file(), "--accounts", AccountsFile(), "--worker",
-           std::to_string(w + 10 * runs_), "--txs", std::to_string(txs)},
-          env, BankLog(w + 10 * runs_));
+      std::vector<std::string> args{PDPM_TX_BANK_BINARY,
+                                    "--monitor",
+                                    cluster_.monitor_address(),
+                                    "--secret-file",
+                                    cluster_.secret_file(),
+                                    "--accounts",
+                                    objects ? ObjectAccountsFile() : AccountsFile(),
+                                    "--worker",
+                                    std::to_string(w + 10 * runs_),
+                                    "--txs",
+                                    std::to_string(txs)};
+      if (objects) args.push_back("--objects");
+      Status s = (*procs)[w].Start(args, env, BankLog(w + 10 * runs_));
       ASSERT_TRUE(s.ok()) << s.ToString();
     }
     runs_++;
@@ -448,6 +478,73 @@ TEST_P(TxClusterTest, CoordinatorKilledAtEachPhase) {
     ExpectInvariant();
   }
   StopAndCheckAll();
+}
+
+// An object-only transaction: its decision holder is the lowest written
+// table segment. The coordinator dies right after the decision, and the
+// holder's server is killed at once, before the other table's owner
+// committed (it resolves after the lock timeout). The holder's decision is
+// on its table segment's backup (a BACKUP record marked applied by the
+// commit's shipment): with two copies the promoted backup answers commit
+// and both puts happen; with one, the restarted holder does.
+TEST_P(TxClusterTest, ObjectTransactionSurvivesItsHolderDyingAfterTheDecision) {
+  // Two accounts whose tables have different owners; A's table is created
+  // last, so its segment number is the lower one: A's owner holds the
+  // decision.
+  ObjectId a{9, 0}, b{9, 0};
+  uint32_t owner_a = 0, owner_b = 0;
+  for (uint64_t lo = 1; lo < 1000 && (owner_b == 0 || owner_b == owner_a); lo++) {
+    if (owner_a == 0) {
+      a.lo = lo;
+      owner_a = ObjectOwner(a);
+      continue;
+    }
+    b.lo = lo;
+    owner_b = ObjectOwner(b);
+  }
+  ASSERT_NE(owner_a, 0u);
+  ASSERT_NE(owner_b, 0u);
+  ASSERT_NE(owner_a, owner_b);
+  std::string balance(reinterpret_cast<const char*>(&kInitialBalance), sizeof(kInitialBalance));
+  ASSERT_TRUE(client_->PutObj(b, balance).ok());
+  ASSERT_TRUE(client_->PutObj(a, balance).ok());
+  WaitReplicated();
+  ASSERT_EQ(ObjectOwner(a), owner_a);
+  {
+    std::ofstream out(ObjectAccountsFile(), std::ios::trunc);
+    out << a.hi << ' ' << a.lo << '\n' << b.hi << ' ' << b.lo << '\n';
+  }
+  std::vector<ObjectId> objects{a, b};
+  auto expect_total = [&] {
+    std::unique_ptr<Client> c;
+    ASSERT_TRUE(OpenClient(&c).ok());
+    int64_t total = 0;
+    Status s = SumObjectBalances(c.get(), objects, net::testing::ScaledMs(kSettleMs), &total);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(total, 2 * kInitialBalance) << "half of a transaction applied";
+  };
+  // No aborts on purpose: the third transfer is decided.
+  std::vector<ChildProcess> bank;
+  StartBank(1, 50, &bank, {"PDPM_TX_CRASH_AT=decide:3"}, /*objects=*/true);
+  FinishBank(&bank, 86);
+  int killed = ServerIndex(owner_a);
+  ASSERT_GE(killed, 0);
+  cluster_.KillServer(killed);
+  CheckPm(killed, /*clean=*/false);
+  if (replicated()) {
+    WaitFailover(owner_a);
+  } else {
+    ASSERT_TRUE(cluster_.StartServer(killed).ok());
+  }
+  WaitOutLockTimeout();  // B's owner resolves its record with A's table's (new) owner
+  expect_total();
+  if (replicated()) {
+    Status s = cluster_.StartServer(killed);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    WaitReplicated();
+    expect_total();
+  }
+  StopAndCheckAll(/*exact_heap=*/false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Copies, TxClusterTest, ::testing::Values(1u, 2u),

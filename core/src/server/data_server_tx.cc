@@ -77,15 +77,28 @@ TxHooks DataServer::MakeTxHooks() {
         },
         tag);
   };
-  h.mutate_object = [this](const dsm::ObjectId& id, bool create, TxTag tag,
-                           const std::function<Status(dsm::ObjectStoreTable*)>& op) {
+  h.mutate_object = [this](const dsm::ObjectId& id, uint32_t global, TxCopy copy, bool create,
+                           TxTag tag, const std::function<Status(dsm::ObjectStoreTable*)>& op) {
+    Segment* seg = nullptr;
+    if (copy == TxCopy::kBackup) {
+      // Being promoted: its table opened, written directly (as `mutate`).
+      PDPM_RETURN_IF_ERROR(TxSegment(global, copy, 0, &seg));
+      if (seg->table == nullptr) {
+        return Status::FailedPrecondition("segment " + std::to_string(global) +
+                                          " holds no object table");
+      }
+      return op(seg->table.get());
+    }
     uint64_t epoch;
     {
       std::shared_lock lock(mu_);
       epoch = epoch_;
     }
-    Segment* seg = nullptr;
     PDPM_RETURN_IF_ERROR(TableFor(id, epoch, create, &seg));
+    if (global != 0 && seg->role.global != global) {
+      return Status::NotFound("the object's table moved away from segment " +
+                              std::to_string(global));
+    }
     return Mutate(
         seg, [&] { return op(seg->table.get()); }, tag);
   };
@@ -106,7 +119,7 @@ TxHooks DataServer::MakeTxHooks() {
     return Status::OK();
   };
   h.object_table = [this](const dsm::ObjectId& id, uint64_t epoch, bool create,
-                          dsm::ObjectStoreTable** out) {
+                          dsm::ObjectStoreTable** out, uint32_t* global) {
     uint64_t e = epoch;
     if (e == 0) {  // applying a logged record: whatever the current epoch
       std::shared_lock lock(mu_);
@@ -115,6 +128,7 @@ TxHooks DataServer::MakeTxHooks() {
     Segment* seg = nullptr;
     PDPM_RETURN_IF_ERROR(TableFor(id, e, create, &seg));
     *out = seg->table.get();
+    *global = seg->role.global;
     return Status::OK();
   };
   h.allocate = [this](uint64_t size, dsm::GlobalAddress* out) {

@@ -257,6 +257,7 @@ void TxParticipant::RegisterRpcs(net::RpcServer* rpc) {
   rpc->Register(kTxTruncate, [this](auto r, auto* o) { return HandleTruncate(r, o); });
   rpc->Register(kTxResolve, [this](auto r, auto* o) { return HandleResolve(r, o); });
   rpc->Register(kTxAlloc, [this](auto r, auto* o) { return HandleAlloc(r, o); });
+  rpc->Register(kTxTable, [this](auto r, auto* o) { return HandleTable(r, o); });
 }
 
 Status TxParticipant::AreaFor(uint64_t coordinator, Area** out) {
@@ -368,11 +369,26 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   TxCopy copy = role == kTxRolePrimary ? TxCopy::kPrimary : TxCopy::kBackup;
   for (const auto& e : entries) {
     if (dsm::IsObjectEntry(e)) {
-      // Object-store tables have no backups in this version.
-      if (copy != TxCopy::kPrimary) return Status::InvalidArgument("lock: an object at a backup");
+      if (copy == TxCopy::kBackup) {
+        // Logged per table segment, like the heap's entries.
+        if (e.segment == 0)
+          return Status::InvalidArgument("lock: an object at a backup, no segment");
+        dsm::PmRange mem;
+        dsm::PAllocator* alloc = nullptr;
+        PDPM_RETURN_IF_ERROR(hooks_.segment(e.segment, copy, h.epoch, &mem, &alloc));
+        continue;
+      }
       dsm::ObjectStoreTable* table = nullptr;
-      PDPM_RETURN_IF_ERROR(
-          hooks_.object_table(ObjectIdOf(e), h.epoch, e.kind == TxEntryKind::kPutObject, &table));
+      uint32_t segment = 0;
+      PDPM_RETURN_IF_ERROR(hooks_.object_table(
+          ObjectIdOf(e), h.epoch, e.kind == TxEntryKind::kPutObject, &table, &segment));
+      // The coordinator names the table's segment (its backups got BACKUP
+      // records); 0 only for a table without one (nothing to delete).
+      if (e.segment != 0 && e.segment != segment) {
+        return Status::InvalidArgument("lock: an object entry names segment " +
+                                       std::to_string(e.segment) + ", its table is in " +
+                                       std::to_string(segment));
+      }
       continue;
     }
     if (dsm::IsKvEntry(e)) {
@@ -480,41 +496,44 @@ Status TxParticipant::Apply(const Rec& rec) {
   const TxCopy copy = rec.r.kind == TxRecordKind::kLock ? TxCopy::kPrimary : TxCopy::kBackup;
   const TxTag tag{rec.coordinator, rec.r.tx};
   const std::string what = "apply transaction " + std::to_string(rec.r.tx);
-  // One replicated mutation per heap segment and per vnode, the holder's
-  // first: once its backups have the commit, a failover of any other part
-  // finds it decided.
-  std::map<uint32_t, std::vector<const TxEntry*>> heap, kv;
-  std::vector<const TxEntry*> objects;
+  // One replicated mutation per heap segment, per vnode and per object
+  // table, the holder's first: once its backups have the commit, a failover
+  // of any other part finds it decided.
+  std::map<uint32_t, std::vector<const TxEntry*>> heap, kv, objects;
+  std::vector<const TxEntry*> loose_objects;  // records of version 1: no table segment named
   for (const auto& e : rec.entries) {
     switch (e.kind) {
       case TxEntryKind::kWrite:
       case TxEntryKind::kFree: heap[e.segment].push_back(&e); break;
       case TxEntryKind::kPutObject:
-      case TxEntryKind::kDeleteObject: objects.push_back(&e); break;
+      case TxEntryKind::kDeleteObject:
+        (e.segment != 0 ? objects[e.segment] : loose_objects).push_back(&e);
+        break;
       case TxEntryKind::kKvPut:
       case TxEntryKind::kKvPutIfAbsent: kv[e.segment].push_back(&e); break;
       default: return Status::Corruption(what + ": unknown entry kind");
     }
   }
-  std::vector<uint32_t> order;
-  bool holder_heap = (rec.r.flags & dsm::kTxRecordHolderIsTable) == 0;
-  bool holder_here =
-      holder_heap && (heap.count(rec.r.holder_segment) != 0 || kv.count(rec.r.holder_segment) != 0);
-  if (holder_here) order.push_back(rec.r.holder_segment);
-  for (const auto* part : {&heap, &kv}) {
-    for (const auto& [segment, entries] : *part) {
-      if (!holder_here || segment != rec.r.holder_segment) order.push_back(segment);
+  const auto parts = {&heap, &kv, &objects};
+  const bool holder_named = (rec.r.flags & dsm::kTxRecordHolderIsTable) == 0;
+  std::vector<std::pair<uint32_t, const std::vector<const TxEntry*>*>> order;
+  for (bool holder_pass : {true, false}) {
+    for (const auto* part : parts) {
+      for (const auto& [segment, entries] : *part) {
+        bool holder = holder_named && segment == rec.r.holder_segment;
+        if (holder == holder_pass) order.push_back({segment, &entries});
+      }
     }
   }
-  for (uint32_t segment : order) {
-    if (auto k = kv.find(segment); k != kv.end()) {
-      const auto& entries = k->second;
+  for (const auto& [segment, entries] : order) {
+    const TxEntry& first = *entries->front();
+    if (dsm::IsKvEntry(first)) {
       // Absolute puts: applying twice (after a crash) leaves the same.
       PDPM_RETURN_IF_ERROR(
           hooks_
-              .kv(segment, static_cast<uint32_t>(entries.front()->offset), copy, 0, tag, true, {},
+              .kv(segment, static_cast<uint32_t>(first.offset), copy, 0, tag, true, {},
                   [&](pdkvs::CcehIndex* index) {
-                    for (const TxEntry* e : entries) {
+                    for (const TxEntry* e : *entries) {
                       PDPM_RETURN_IF_ERROR(index->Put(dsm::KvEntryKey(*e), dsm::KvEntryValue(*e)));
                     }
                     return Status::OK();
@@ -522,11 +541,14 @@ Status TxParticipant::Apply(const Rec& rec) {
               .WithContext(what));
       continue;
     }
-    const auto& entries = heap[segment];
+    if (dsm::IsObjectEntry(first)) {
+      PDPM_RETURN_IF_ERROR(ApplyObjects(*entries, segment, copy, tag).WithContext(what));
+      continue;
+    }
     PDPM_RETURN_IF_ERROR(hooks_
                              .mutate(segment, copy, tag,
                                      [&](const dsm::PmRange& mem, dsm::PAllocator* alloc) {
-                                       for (const TxEntry* e : entries) {
+                                       for (const TxEntry* e : *entries) {
                                          PDPM_RETURN_IF_ERROR(
                                              ApplyHeapEntry(*e, mem, alloc, log_, rec.r.tx));
                                        }
@@ -534,15 +556,26 @@ Status TxParticipant::Apply(const Rec& rec) {
                                      })
                              .WithContext(what));
   }
-  for (const TxEntry* e : objects) {
-    bool put = e->kind == TxEntryKind::kPutObject;
-    Status s = hooks_.mutate_object(ObjectIdOf(*e), put, tag, [&](dsm::ObjectStoreTable* table) {
-      return ApplyObjectEntry(*e, table);
-    });
-    if (!put && s.code() == StatusCode::kNotFound) continue;  // no table: nothing to delete
-    PDPM_RETURN_IF_ERROR(s.WithContext(what));
+  for (const TxEntry* e : loose_objects) {
+    PDPM_RETURN_IF_ERROR(ApplyObjects({e}, 0, copy, tag).WithContext(what));
   }
   return Status::OK();
+}
+
+Status TxParticipant::ApplyObjects(const std::vector<const TxEntry*>& entries, uint32_t segment,
+                                   TxCopy copy, TxTag tag) {
+  bool create = false;
+  for (const TxEntry* e : entries) create |= e->kind == TxEntryKind::kPutObject;
+  Status s = hooks_.mutate_object(ObjectIdOf(*entries.front()), segment, copy, create, tag,
+                                  [&](dsm::ObjectStoreTable* table) {
+                                    for (const TxEntry* e : entries) {
+                                      PDPM_RETURN_IF_ERROR(ApplyObjectEntry(*e, table));
+                                    }
+                                    return Status::OK();
+                                  });
+  // Only deletes, and no table: nothing to delete.
+  if (!create && s.code() == StatusCode::kNotFound) return Status::OK();
+  return s;
 }
 
 uint32_t TxParticipant::KvSlot(uint32_t table, std::string_view key) const {
@@ -850,6 +883,23 @@ Status TxParticipant::HandleAlloc(std::span<const uint8_t> req, std::string* rep
                         return alloc->Free(a.offset, dsm::BlockOwner::kHeap);
                       });
   return s;
+}
+
+Status TxParticipant::HandleTable(std::span<const uint8_t> req, std::string* reply) {
+  Decoder d(req);
+  RequestHeader h;
+  uint64_t coordinator = 0;
+  dsm::ObjectId id;
+  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
+  PDPM_RETURN_IF_ERROR(d.U64(&id.hi));
+  PDPM_RETURN_IF_ERROR(d.U64(&id.lo));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  PDPM_RETURN_IF_ERROR(hooks_.check(h));
+  dsm::ObjectStoreTable* table = nullptr;
+  uint32_t segment = 0;
+  PDPM_RETURN_IF_ERROR(hooks_.object_table(id, h.epoch, true, &table, &segment));
+  Encoder(reply).U64(segment);
+  return Status::OK();
 }
 
 Status TxParticipant::ResolveRemote(Key key, uint32_t holder, bool holder_is_table,

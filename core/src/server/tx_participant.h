@@ -64,9 +64,10 @@ struct TxHooks {
                        dsm::PAllocator** alloc)>
       segment;
   // The object-store table of object `id` here (created when `create`),
-  // with the ownership and epoch checks of the object RPCs.
+  // with the ownership and epoch checks of the object RPCs, and the global
+  // segment that holds it.
   std::function<Status(const dsm::ObjectId& id, uint64_t epoch, bool create,
-                       dsm::ObjectStoreTable** out)>
+                       dsm::ObjectStoreTable** out, uint32_t* segment)>
       object_table;
   // Runs `op` on global heap segment `segment` held here as `copy`. At a
   // primary it is one replicated mutation: its persists reach every backup
@@ -74,10 +75,13 @@ struct TxHooks {
   // while it is being promoted — it runs directly (no shipping: the backups
   // left are filled again). kNotFound / kStaleEpoch: not held here (moved).
   std::function<Status(uint32_t segment, TxCopy copy, TxTag tag, const TxMutation& op)> mutate;
-  // The same for the object-store table of object `id` (created when
-  // `create`), held here as a primary.
-  std::function<Status(const dsm::ObjectId& id, bool create, TxTag tag,
-                       const std::function<Status(dsm::ObjectStoreTable*)>& op)>
+  // The same for the object-store table of object `id`, held in global
+  // segment `segment` (0: wherever the table is) here as `copy`. At a
+  // primary (the table created when `create`): one replicated mutation
+  // whose last shipment is tagged `tag`. At a backup — only while it is
+  // being promoted — directly.
+  std::function<Status(const dsm::ObjectId& id, uint32_t segment, TxCopy copy, bool create,
+                       TxTag tag, const std::function<Status(dsm::ObjectStoreTable*)>& op)>
       mutate_object;
   // Runs `op` on the pDKVS vnode of table `table`, whose segment is global
   // `segment`, held here as `copy` (docs/pdkvs.md). At a primary: after the
@@ -176,6 +180,7 @@ class TxParticipant {
   Status HandleTruncate(std::span<const uint8_t> req, std::string* reply);
   Status HandleResolve(std::span<const uint8_t> req, std::string* reply);
   Status HandleAlloc(std::span<const uint8_t> req, std::string* reply);
+  Status HandleTable(std::span<const uint8_t> req, std::string* reply);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -212,6 +217,10 @@ class TxParticipant {
   Status CheckKvEntries(const std::vector<dsm::TxEntry>& entries, uint64_t epoch);
   // Writes the record's entries through the mutate hooks (mu_ released).
   Status Apply(const Rec& rec);
+  // Puts and deletes of one object table (in global segment `segment`; 0:
+  // wherever it is) as one mutation.
+  Status ApplyObjects(const std::vector<const dsm::TxEntry*>& entries, uint32_t segment,
+                      TxCopy copy, TxTag tag);
   // Runs `fn` with mu_ released (it ships to backups, whose handlers take
   // their own server's mu_), `rec` marked working and no record swept.
   Status WithoutLock(Locked& lock, Rec* rec, const std::function<Status()>& fn);
