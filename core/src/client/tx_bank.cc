@@ -26,7 +26,7 @@ Status LoadAccounts(const std::string& path, std::vector<GlobalAddress>* account
 }
 
 Status Transfer(Client* c, const GlobalAddress& from, const GlobalAddress& to, int64_t amount,
-                bool abort) {
+                bool abort, bool receipt) {
   std::unique_ptr<Transaction> tx;
   PDPM_RETURN_IF_ERROR(c->TxBegin(&tx));
   int64_t a = 0, b = 0;
@@ -36,10 +36,12 @@ Status Transfer(Client* c, const GlobalAddress& from, const GlobalAddress& to, i
   b += amount;
   PDPM_RETURN_IF_ERROR(tx->Write(from, &a, sizeof(a)));
   PDPM_RETURN_IF_ERROR(tx->Write(to, &b, sizeof(b)));
-  GlobalAddress receipt;
-  PDPM_RETURN_IF_ERROR(tx->PAllocate(64, &receipt));
-  PDPM_RETURN_IF_ERROR(tx->Write(receipt, &amount, sizeof(amount)));
-  PDPM_RETURN_IF_ERROR(tx->PFree(receipt));
+  if (receipt) {
+    GlobalAddress block;
+    PDPM_RETURN_IF_ERROR(tx->PAllocate(64, &block));
+    PDPM_RETURN_IF_ERROR(tx->Write(block, &amount, sizeof(amount)));
+    PDPM_RETURN_IF_ERROR(tx->PFree(block));
+  }
   if (abort) {
     tx->Abort();
     return Status::OK();

@@ -22,8 +22,9 @@ Status LoadAccounts(const std::string& path, std::vector<GlobalAddress>* account
 // transaction allocates a receipt block, writes it and frees it again, so
 // the heap holds as many blocks after any number of transfers, committed,
 // aborted or cut short.
+// Without `receipt` the transaction writes the two accounts only.
 Status Transfer(Client* c, const GlobalAddress& from, const GlobalAddress& to, int64_t amount,
-                bool abort = false);
+                bool abort = false, bool receipt = true);
 
 // The total of every balance read in one read-only transaction, retried on
 // conflicts until `timeout_ms` passes (then kAborted or the last error).

@@ -21,7 +21,7 @@ namespace {
 int Run(int argc, char** argv) {
   std::string accounts_file;
   uint32_t worker = 0, txs = 100, abort_every = 10;
-  bool objects = false;
+  bool objects = false, no_receipt = false;
   std::unique_ptr<Client> c;
   int rc = StartTestClient(
       "pdpm_tx_bank", argc, argv,
@@ -30,6 +30,7 @@ int Run(int argc, char** argv) {
         p->AddUint32("worker", &worker, "worker number (seeds the choices)");
         p->AddUint32("txs", &txs, "transfers to run");
         p->AddBool("objects", &objects, "the accounts are objects (TransferObjects)");
+        p->AddBool("no-receipt", &no_receipt, "transfers write the two accounts only");
         p->AddUint32("abort-every", &abort_every,
                      "abort every n-th transfer on purpose (0: never)");
       },
@@ -55,7 +56,7 @@ int Run(int argc, char** argv) {
     for (int attempt = 0;; attempt++) {
       s = objects ? TransferObjects(c.get(), ObjectId{accounts[from].hi(), accounts[from].lo()},
                                     ObjectId{accounts[to].hi(), accounts[to].lo()}, amount, abort)
-                  : Transfer(c.get(), accounts[from], accounts[to], amount, abort);
+                  : Transfer(c.get(), accounts[from], accounts[to], amount, abort, !no_receipt);
       if (s.code() != StatusCode::kAborted || attempt == 200) break;
       conflicts++;
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));

@@ -7,10 +7,13 @@
 // with the coordinator killed at each phase of the commit. The offline
 // checker runs on every server's PM after every crash.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <thread>
 
 #include "client/cluster_harness.h"
@@ -147,9 +150,11 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
   }
   std::string BankLog(int w) const { return cluster_.dir() + "/bank" + std::to_string(w) + ".log"; }
 
-  // `objects`: the accounts are the objects of ObjectAccountsFile().
+  // `accounts`: the accounts file ("": AccountsFile()); `flags`: more of
+  // pdpm_tx_bank's flags.
   void StartBank(int n, uint32_t txs, std::vector<ChildProcess>* procs,
-                 const std::vector<std::string>& env = {}, bool objects = false) {
+                 const std::vector<std::string>& env = {}, const std::string& accounts = "",
+                 const std::vector<std::string>& flags = {}) {
     *procs = std::vector<ChildProcess>(static_cast<size_t>(n));
     for (int w = 0; w < n; w++) {
       std::vector<std::string> args{PDPM_TX_BANK_BINARY,
@@ -158,12 +163,12 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
                                     "--secret-file",
                                     cluster_.secret_file(),
                                     "--accounts",
-                                    objects ? ObjectAccountsFile() : AccountsFile(),
+                                    accounts.empty() ? AccountsFile() : accounts,
                                     "--worker",
                                     std::to_string(w + 10 * runs_),
                                     "--txs",
                                     std::to_string(txs)};
-      if (objects) args.push_back("--objects");
+      args.insert(args.end(), flags.begin(), flags.end());
       Status s = (*procs)[w].Start(args, env, BankLog(w + 10 * runs_));
       ASSERT_TRUE(s.ok()) << s.ToString();
     }
@@ -525,7 +530,7 @@ TEST_P(TxClusterTest, ObjectTransactionSurvivesItsHolderDyingAfterTheDecision) {
   };
   // No aborts on purpose: the third transfer is decided.
   std::vector<ChildProcess> bank;
-  StartBank(1, 50, &bank, {"PDPM_TX_CRASH_AT=decide:3"}, /*objects=*/true);
+  StartBank(1, 50, &bank, {"PDPM_TX_CRASH_AT=decide:3"}, ObjectAccountsFile(), {"--objects"});
   FinishBank(&bank, 86);
   int killed = ServerIndex(owner_a);
   ASSERT_GE(killed, 0);
@@ -544,6 +549,116 @@ TEST_P(TxClusterTest, ObjectTransactionSurvivesItsHolderDyingAfterTheDecision) {
     WaitReplicated();
     expect_total();
   }
+  StopAndCheckAll(/*exact_heap=*/false);
+}
+
+// Whether process `pid` is stopped (SIGSTOP).
+bool Stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+}
+
+// A backup that turns in sync while a transaction is locked at its
+// segment's primary, whose coordinator read the mapping while the backup
+// was filled (so it logs no BACKUP record there): the coordinator stops
+// after its locks, the fill ends meanwhile (held back until then by
+// PDPM_TEST_FILL_GATE), the coordinator goes on, decides and dies, and the
+// primary is killed before it committed. The backup must not take over
+// without the transaction: the primary's fill waits for it before the
+// backup joins, so the segment waits for its primary, which returns and
+// commits. With one copy: the primary killed after the decision returns
+// and commits.
+TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
+  // G: the highest of the accounts' segments; H: a lower one whose primary
+  // neither holds G nor backs it up (its primary holds the decision).
+  v1::GetMappingResponse m;
+  std::map<uint32_t, const v1::SegmentMapping*> by_segment;
+  auto refresh = [&] {
+    m = Mapping();
+    by_segment.clear();
+    for (const auto& sm : m.segments()) by_segment[static_cast<uint32_t>(sm.segment())] = &sm;
+  };
+  refresh();
+  auto primary = [&](const GlobalAddress& a) {
+    return by_segment.at(a.segment)->primary().server_id();
+  };
+  auto first_backup = [&](const GlobalAddress& a) {
+    const auto* sm = by_segment.at(a.segment);
+    return sm->backups_size() > 0 ? sm->backups(0).server_id() : 0u;
+  };
+  GlobalAddress g = accounts_[0], h;
+  for (const auto& a : accounts_) {
+    if (a.segment > g.segment) g = a;
+  }
+  bool found = false;
+  for (const auto& a : accounts_) {
+    if (!found && a.segment < g.segment && primary(a) != primary(g) &&
+        primary(a) != first_backup(g)) {
+      h = a;
+      found = true;
+    }
+  }
+  ASSERT_TRUE(found) << m.DebugString();
+  const uint32_t p = primary(g);
+  const int pi = ServerIndex(p);
+  ASSERT_GE(pi, 0);
+  std::string two = cluster_.dir() + "/two-accounts";
+  ASSERT_TRUE(SaveAccounts({g, h}, two).ok());
+  auto backup_in_sync = [&] {
+    v1::GetMappingResponse now = Mapping();
+    for (const auto& sm : now.segments()) {
+      if (sm.segment() != g.segment) continue;
+      for (const auto& b : sm.backups()) {
+        if (b.state() == v1::REPLICA_STATE_IN_SYNC) return true;
+      }
+    }
+    return false;
+  };
+
+  // G's primary restarts: its backup is filled again, and joins only once
+  // the gate file exists.
+  std::string gate = cluster_.dir() + "/fill-gate";
+  client_.reset();
+  ASSERT_TRUE(cluster_.StopServer(pi).ok());
+  Status s = cluster_.StartServer(pi, {"PDPM_TEST_FILL_GATE=" + gate});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  refresh();
+  ASSERT_EQ(primary(g), p) << "G's primary was declared dead while it restarted";
+  for (int i = 0; i < 500 && backup_in_sync(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(backup_in_sync()) << "G's backup is not being filled again";
+  // The coordinator reads the mapping (G's backup syncing), locks, stops.
+  std::vector<ChildProcess> bank;
+  StartBank(1, 20, &bank, {"PDPM_TX_STOP_AT=lock:1", "PDPM_TX_CRASH_AT=decide:1"}, two,
+            {"--no-receipt"});
+  for (int i = 0; i < 2000 && !Stopped(bank[0].pid()); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(Stopped(bank[0].pid())) << FileTail(BankLog(10 * (runs_ - 1)));
+  // The fill ends; the backup joins — or, while the transaction is locked
+  // at G's primary without a BACKUP record there, waits. The coordinator
+  // goes on well within the lock timeout (else its holder aborts it).
+  { std::ofstream(gate).put('1'); }
+  for (int i = 0; i < 80 && replicated() && !backup_in_sync(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  bank[0].Signal(SIGCONT);
+  FinishBank(&bank, 86);
+  cluster_.KillServer(pi);
+  CheckPm(pi, /*clean=*/false);
+  // A backup in sync would take over now; one still filling cannot.
+  for (int i = 0; i < 400 && replicated() && primary(g) == p; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    refresh();
+  }
+  s = cluster_.StartServer(pi);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WaitReplicated();
+  WaitOutLockTimeout();
+  ExpectInvariant();
   StopAndCheckAll(/*exact_heap=*/false);
 }
 

@@ -362,6 +362,17 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   }
   std::vector<uint64_t> truncate(n_truncate);
   for (auto& t : truncate) PDPM_RETURN_IF_ERROR(d.U64(&t));
+  std::map<uint32_t, std::vector<uint32_t>> listed;  // segment -> backup servers
+  if ((info & dsm::kTxLockListsBackups) != 0) {
+    uint64_t n = 0;
+    PDPM_RETURN_IF_ERROR(d.U64(&n));
+    if (n > (1u << 20)) return Status::InvalidArgument("lock: too many backups");
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t v = 0;
+      PDPM_RETURN_IF_ERROR(d.U64(&v));
+      listed[static_cast<uint32_t>(v)].push_back(static_cast<uint32_t>(v >> 32));
+    }
+  }
   std::string_view body = d.Rest();
   std::vector<TxEntry> entries;
   PDPM_RETURN_IF_ERROR(DecodeTxEntries(body, false, &entries));
@@ -411,6 +422,7 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   auto rec = std::make_unique<Rec>();
   rec->entries = std::move(entries);
   rec->coordinator = coordinator;
+  rec->backups = std::move(listed);
   if (role == kTxRolePrimary) {
     // Lock the words; a word locked by another transaction, or changed since
     // this one read it, is a conflict.
@@ -448,8 +460,9 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   if (rec->entries.empty() && !allocated) {
     return Status::InvalidArgument("lock: no entries and no allocation");
   }
+  Status s = role == kTxRolePrimary ? CheckBackupsListed(*rec) : Status::OK();
   Area* area = nullptr;
-  Status s = AreaFor(coordinator, &area);
+  if (s.ok()) s = AreaFor(coordinator, &area);
   if (!s.ok()) {
     for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
     return s;
@@ -482,6 +495,83 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
     AddRec(area, std::move(one));
   }
   return Status::OK();
+}
+
+std::set<uint32_t> TxParticipant::SegmentsOf(const std::vector<TxEntry>& entries) {
+  std::set<uint32_t> out;
+  for (const auto& e : entries) {
+    if (e.segment != 0) out.insert(e.segment);
+  }
+  return out;
+}
+
+Status TxParticipant::CheckBackupsListed(const Rec& rec) {
+  for (uint32_t segment : SegmentsOf(rec.entries)) {
+    std::vector<uint32_t> in_sync, syncing;
+    hooks_.backups(segment, &in_sync, &syncing);
+    std::vector<uint32_t> required = in_sync;
+    if (auto j = joining_.find(segment); j != joining_.end()) {
+      // A joining backup is required until the view says it is in sync
+      // (then it is in `in_sync`) or dropped.
+      std::erase_if(j->second, [&](uint32_t b) {
+        return std::find(syncing.begin(), syncing.end(), b) == syncing.end();
+      });
+      required.insert(required.end(), j->second.begin(), j->second.end());
+      if (j->second.empty()) joining_.erase(j);
+    }
+    auto l = rec.backups.find(segment);
+    for (uint32_t b : required) {
+      if (l == rec.backups.end() ||
+          std::find(l->second.begin(), l->second.end(), b) == l->second.end()) {
+        return Status::FailedPrecondition("segment " + std::to_string(segment) +
+                                          " has a backup on server " + std::to_string(b) +
+                                          " the transaction does not log at: route again");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Status TxParticipant::BackupJoining(uint32_t segment, uint32_t backup) {
+  std::set<Key> before;
+  {
+    Locked lock(this);
+    joining_[segment].insert(backup);
+    for (const auto& [key, list] : recs_) {
+      for (const auto& r : list) {
+        if (r->r.kind == TxRecordKind::kLock && SegmentsOf(r->entries).count(segment) != 0) {
+          before.insert(key);
+        }
+      }
+    }
+  }
+  // Past the lock timeout a record is resolved; a holder may take longer.
+  auto deadline = Clock::now() + 3 * std::chrono::milliseconds(options_.lock_timeout_ms);
+  while (true) {
+    {
+      Locked lock(this);
+      std::erase_if(before, [&](const Key& key) {
+        for (Rec* r : RecordsOf(key)) {
+          bool live = r->r.state == TxState::kLocked || r->r.state == TxState::kCommitted;
+          if (r->r.kind == TxRecordKind::kLock && live) return false;
+        }
+        return true;
+      });
+      if (before.empty()) return Status::OK();
+      if (Clock::now() > deadline) {
+        if (auto j = joining_.find(segment); j != joining_.end()) j->second.erase(backup);
+        return Status::Unavailable("segment " + std::to_string(segment) + ": " +
+                                   std::to_string(before.size()) +
+                                   " transactions locked before its backup joined are not done");
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void TxParticipant::BackupNotJoined(uint32_t segment, uint32_t backup) {
+  Locked lock(this);
+  if (auto j = joining_.find(segment); j != joining_.end()) j->second.erase(backup);
 }
 
 void TxParticipant::AddRec(Area* area, std::unique_ptr<Rec> rec) {
