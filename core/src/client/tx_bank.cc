@@ -64,16 +64,29 @@ Status PutBalance(Transaction* tx, const ObjectId& id, int64_t v) {
   return tx->PutObj(id, std::string_view(reinterpret_cast<const char*>(&v), sizeof(v)));
 }
 
-// Runs `body` in transactions until one commits or `timeout_ms` passes.
-Status RetryRead(Client* c, uint32_t timeout_ms, const std::function<Status(Transaction*)>& body) {
+// The total of `accounts`, each read by `read`, in one read-only
+// transaction, run again until one commits or `timeout_ms` passes.
+template <typename Account>
+Status SumRetried(Client* c, const std::vector<Account>& accounts, uint32_t timeout_ms,
+                  int64_t* total,
+                  const std::function<Status(Transaction*, const Account&, int64_t*)>& read) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   Status s;
   do {
     std::unique_ptr<Transaction> tx;
     PDPM_RETURN_IF_ERROR(c->TxBegin(&tx));
-    s = body(tx.get());
+    int64_t sum = 0;
+    s = Status::OK();
+    for (size_t i = 0; i < accounts.size() && s.ok(); i++) {
+      int64_t v = 0;
+      s = read(tx.get(), accounts[i], &v);
+      sum += v;
+    }
     if (s.ok()) s = tx->Commit();
-    if (s.ok()) return s;
+    if (s.ok()) {
+      *total = sum;
+      return s;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   } while (std::chrono::steady_clock::now() < deadline);
   return s;
@@ -99,30 +112,15 @@ Status TransferObjects(Client* c, const ObjectId& from, const ObjectId& to, int6
 
 Status SumObjectBalances(Client* c, const std::vector<ObjectId>& accounts, uint32_t timeout_ms,
                          int64_t* total) {
-  return RetryRead(c, timeout_ms, [&](Transaction* tx) {
-    int64_t sum = 0;
-    for (const auto& id : accounts) {
-      int64_t v = 0;
-      PDPM_RETURN_IF_ERROR(GetBalance(tx, id, &v));
-      sum += v;
-    }
-    *total = sum;
-    return Status::OK();
-  });
+  return SumRetried<ObjectId>(c, accounts, timeout_ms, total, GetBalance);
 }
 
 Status SumBalances(Client* c, const std::vector<GlobalAddress>& accounts, uint32_t timeout_ms,
                    int64_t* total) {
-  return RetryRead(c, timeout_ms, [&](Transaction* tx) {
-    int64_t sum = 0;
-    for (const auto& a : accounts) {
-      int64_t v = 0;
-      PDPM_RETURN_IF_ERROR(tx->Read(a, &v, sizeof(v)));
-      sum += v;
-    }
-    *total = sum;
-    return Status::OK();
-  });
+  return SumRetried<GlobalAddress>(c, accounts, timeout_ms, total,
+                                   [](Transaction* tx, const GlobalAddress& a, int64_t* v) {
+                                     return tx->Read(a, v, sizeof(*v));
+                                   });
 }
 
 }  // namespace pdpm::client
