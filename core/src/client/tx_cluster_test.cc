@@ -138,6 +138,66 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
     return -1;
   }
 
+  // Two accounts: g in the highest of the accounts' segments, h in a lower
+  // one whose primary neither holds g's segment nor backs it up (so h's
+  // primary holds the decision of a transfer between them); p: g's
+  // primary (id), pi its cluster index.
+  struct TwoSegments {
+    GlobalAddress g, h;
+    uint32_t p = 0;
+    int pi = -1;
+  };
+  void PickTwoSegments(TwoSegments* out) {
+    v1::GetMappingResponse m = Mapping();
+    std::map<uint32_t, const v1::SegmentMapping*> by_segment;
+    for (const auto& sm : m.segments()) by_segment[static_cast<uint32_t>(sm.segment())] = &sm;
+    auto primary = [&](const GlobalAddress& a) {
+      return by_segment.at(a.segment)->primary().server_id();
+    };
+    const auto* gm = by_segment.at(accounts_[0].segment);
+    out->g = accounts_[0];
+    for (const auto& a : accounts_) {
+      if (a.segment > out->g.segment) {
+        out->g = a;
+        gm = by_segment.at(a.segment);
+      }
+    }
+    uint32_t g_backup = gm->backups_size() > 0 ? gm->backups(0).server_id() : 0;
+    bool found = false;
+    for (const auto& a : accounts_) {
+      if (!found && a.segment < out->g.segment && primary(a) != primary(out->g) &&
+          primary(a) != g_backup) {
+        out->h = a;
+        found = true;
+      }
+    }
+    ASSERT_TRUE(found) << m.DebugString();
+    out->p = primary(out->g);
+    out->pi = ServerIndex(out->p);
+    ASSERT_GE(out->pi, 0);
+  }
+
+  // The primary of `segment` in the monitor's view (0: none).
+  uint32_t PrimaryOf(uint32_t segment) {
+    v1::GetMappingResponse m = Mapping();
+    for (const auto& sm : m.segments()) {
+      if (sm.segment() == segment) return sm.primary().server_id();
+    }
+    return 0;
+  }
+
+  // Whether `segment` has an in-sync backup in the monitor's view.
+  bool BackupInSync(uint32_t segment) {
+    v1::GetMappingResponse m = Mapping();
+    for (const auto& sm : m.segments()) {
+      if (sm.segment() != segment) continue;
+      for (const auto& b : sm.backups()) {
+        if (b.state() == v1::REPLICA_STATE_IN_SYNC) return true;
+      }
+    }
+    return false;
+  }
+
   // The owner of object `id`'s table in the current view (0: none).
   uint32_t ObjectOwner(const ObjectId& id) {
     v1::GetMappingResponse m = Mapping();
@@ -571,51 +631,14 @@ bool Stopped(pid_t pid) {
 // commits. With one copy: the primary killed after the decision returns
 // and commits.
 TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
-  // G: the highest of the accounts' segments; H: a lower one whose primary
-  // neither holds G nor backs it up (its primary holds the decision).
-  v1::GetMappingResponse m;
-  std::map<uint32_t, const v1::SegmentMapping*> by_segment;
-  auto refresh = [&] {
-    m = Mapping();
-    by_segment.clear();
-    for (const auto& sm : m.segments()) by_segment[static_cast<uint32_t>(sm.segment())] = &sm;
-  };
-  refresh();
-  auto primary = [&](const GlobalAddress& a) {
-    return by_segment.at(a.segment)->primary().server_id();
-  };
-  auto first_backup = [&](const GlobalAddress& a) {
-    const auto* sm = by_segment.at(a.segment);
-    return sm->backups_size() > 0 ? sm->backups(0).server_id() : 0u;
-  };
-  GlobalAddress g = accounts_[0], h;
-  for (const auto& a : accounts_) {
-    if (a.segment > g.segment) g = a;
-  }
-  bool found = false;
-  for (const auto& a : accounts_) {
-    if (!found && a.segment < g.segment && primary(a) != primary(g) &&
-        primary(a) != first_backup(g)) {
-      h = a;
-      found = true;
-    }
-  }
-  ASSERT_TRUE(found) << m.DebugString();
-  const uint32_t p = primary(g);
-  const int pi = ServerIndex(p);
-  ASSERT_GE(pi, 0);
+  TwoSegments t;
+  ASSERT_NO_FATAL_FAILURE(PickTwoSegments(&t));
+  const GlobalAddress g = t.g, h = t.h;
+  const uint32_t p = t.p;
+  const int pi = t.pi;
   std::string two = cluster_.dir() + "/two-accounts";
   ASSERT_TRUE(SaveAccounts({g, h}, two).ok());
-  auto backup_in_sync = [&] {
-    v1::GetMappingResponse now = Mapping();
-    for (const auto& sm : now.segments()) {
-      if (sm.segment() != g.segment) continue;
-      for (const auto& b : sm.backups()) {
-        if (b.state() == v1::REPLICA_STATE_IN_SYNC) return true;
-      }
-    }
-    return false;
-  };
+  auto backup_in_sync = [&] { return BackupInSync(g.segment); };
 
   // G's primary restarts: its backup is filled again, and joins only once
   // the gate file exists.
@@ -624,8 +647,7 @@ TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
   ASSERT_TRUE(cluster_.StopServer(pi).ok());
   Status s = cluster_.StartServer(pi, {"PDPM_TEST_FILL_GATE=" + gate});
   ASSERT_TRUE(s.ok()) << s.ToString();
-  refresh();
-  ASSERT_EQ(primary(g), p) << "G's primary was declared dead while it restarted";
+  ASSERT_EQ(PrimaryOf(g.segment), p) << "G's primary was declared dead while it restarted";
   for (int i = 0; i < 500 && backup_in_sync(); i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -650,11 +672,57 @@ TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
   cluster_.KillServer(pi);
   CheckPm(pi, /*clean=*/false);
   // A backup in sync would take over now; one still filling cannot.
-  for (int i = 0; i < 400 && replicated() && primary(g) == p; i++) {
+  for (int i = 0; i < 400 && replicated() && PrimaryOf(g.segment) == p; i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    refresh();
   }
   s = cluster_.StartServer(pi);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WaitReplicated();
+  WaitOutLockTimeout();
+  ExpectInvariant();
+  StopAndCheckAll(/*exact_heap=*/false);
+}
+
+// A backup re-attached for a fill while a committed transaction is not yet
+// applied at its primary: the coordinator stops once the backups committed
+// (G's backup holds the transaction's BACKUP record, committed), the
+// holder's server is stopped (so G's primary cannot resolve its record),
+// and G's primary is killed and restarted: it fills its backup again,
+// which marks that record applied (the fill is to bring the value). The
+// backup must not join before the primary applied the transaction: G's
+// primary, killed again, must find its segment still its own when it
+// returns, and then resolve and commit.
+TEST_P(TxClusterTest, ReattachedBackupMissesNoCommit) {
+  TwoSegments t;
+  ASSERT_NO_FATAL_FAILURE(PickTwoSegments(&t));
+  std::string two = cluster_.dir() + "/two-accounts";
+  ASSERT_TRUE(SaveAccounts({t.g, t.h}, two).ok());
+  const int holder = ServerIndex(PrimaryOf(t.h.segment));
+  ASSERT_GE(holder, 0);
+  std::vector<ChildProcess> bank;
+  StartBank(1, 20, &bank, {"PDPM_TX_STOP_AT=commit-backup:1"}, two, {"--no-receipt"});
+  for (int i = 0; i < 2000 && !Stopped(bank[0].pid()); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(Stopped(bank[0].pid())) << FileTail(BankLog(10 * (runs_ - 1)));
+  cluster_.server(holder).Signal(SIGSTOP);
+  cluster_.KillServer(t.pi);
+  Status s = cluster_.StartServer(t.pi);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // Short of the down timeout: the stopped holder stays a member.
+  for (int i = 0; i < 150 && replicated() && !BackupInSync(t.g.segment); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  cluster_.KillServer(t.pi);
+  cluster_.server(holder).Signal(SIGCONT);
+  bank[0].Signal(SIGKILL);
+  bank[0].Wait();
+  CheckPm(t.pi, /*clean=*/false);
+  // A backup in sync would take over now; one still filling cannot.
+  for (int i = 0; i < 400 && replicated() && PrimaryOf(t.g.segment) == t.p; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  s = cluster_.StartServer(t.pi);
   ASSERT_TRUE(s.ok()) << s.ToString();
   WaitReplicated();
   WaitOutLockTimeout();
