@@ -683,53 +683,6 @@ TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
   StopAndCheckAll(/*exact_heap=*/false);
 }
 
-// A backup re-attached for a fill while a committed transaction is not yet
-// applied at its primary: the coordinator stops once the backups committed
-// (G's backup holds the transaction's BACKUP record, committed), the
-// holder's server is stopped (so G's primary cannot resolve its record),
-// and G's primary is killed and restarted: it fills its backup again,
-// which marks that record applied (the fill is to bring the value). The
-// backup must not join before the primary applied the transaction: G's
-// primary, killed again, must find its segment still its own when it
-// returns, and then resolve and commit.
-TEST_P(TxClusterTest, ReattachedBackupMissesNoCommit) {
-  TwoSegments t;
-  ASSERT_NO_FATAL_FAILURE(PickTwoSegments(&t));
-  std::string two = cluster_.dir() + "/two-accounts";
-  ASSERT_TRUE(SaveAccounts({t.g, t.h}, two).ok());
-  const int holder = ServerIndex(PrimaryOf(t.h.segment));
-  ASSERT_GE(holder, 0);
-  std::vector<ChildProcess> bank;
-  StartBank(1, 20, &bank, {"PDPM_TX_STOP_AT=commit-backup:1"}, two, {"--no-receipt"});
-  for (int i = 0; i < 2000 && !Stopped(bank[0].pid()); i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_TRUE(Stopped(bank[0].pid())) << FileTail(BankLog(10 * (runs_ - 1)));
-  cluster_.server(holder).Signal(SIGSTOP);
-  cluster_.KillServer(t.pi);
-  Status s = cluster_.StartServer(t.pi);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  // Short of the down timeout: the stopped holder stays a member.
-  for (int i = 0; i < 150 && replicated() && !BackupInSync(t.g.segment); i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  cluster_.KillServer(t.pi);
-  cluster_.server(holder).Signal(SIGCONT);
-  bank[0].Signal(SIGKILL);
-  bank[0].Wait();
-  CheckPm(t.pi, /*clean=*/false);
-  // A backup in sync would take over now; one still filling cannot.
-  for (int i = 0; i < 400 && replicated() && PrimaryOf(t.g.segment) == t.p; i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  s = cluster_.StartServer(t.pi);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  WaitReplicated();
-  WaitOutLockTimeout();
-  ExpectInvariant();
-  StopAndCheckAll(/*exact_heap=*/false);
-}
-
 INSTANTIATE_TEST_SUITE_P(Copies, TxClusterTest, ::testing::Values(1u, 2u),
                          [](const ::testing::TestParamInfo<uint32_t>& info) {
                            return info.param == 1 ? std::string("One") : std::string("Two");
