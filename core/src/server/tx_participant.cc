@@ -393,9 +393,13 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
       uint32_t segment = 0;
       PDPM_RETURN_IF_ERROR(hooks_.object_table(
           ObjectIdOf(e), h.epoch, e.kind == TxEntryKind::kPutObject, &table, &segment));
-      // The coordinator names the table's segment (its backups got BACKUP
-      // records); 0 only for a table without one (nothing to delete).
-      if (e.segment != 0 && e.segment != segment) {
+      // The coordinator names the table's segment (its backups get BACKUP
+      // records); 0 only for a table it knows without one.
+      if (e.segment == 0) {
+        return Status::FailedPrecondition("table of an object entry is in segment " +
+                                          std::to_string(segment) + ": route again");
+      }
+      if (e.segment != segment) {
         return Status::InvalidArgument("lock: an object entry names segment " +
                                        std::to_string(e.segment) + ", its table is in " +
                                        std::to_string(segment));
@@ -663,8 +667,8 @@ Status TxParticipant::ApplyObjects(const std::vector<const TxEntry*>& entries, u
                                     }
                                     return Status::OK();
                                   });
-  // Only deletes, and no table: nothing to delete.
-  if (!create && s.code() == StatusCode::kNotFound) return Status::OK();
+  // Only deletes in a table without a segment: nothing to delete.
+  if (!create && segment == 0 && s.code() == StatusCode::kNotFound) return Status::OK();
   return s;
 }
 
