@@ -430,8 +430,8 @@ Status Transaction::ObjectTableSegment(const dsm::ObjectId& id, bool create, uin
   *segment = 0;
   Status s = host->RouteTable(*table, segment);
   if (s.code() != StatusCode::kNotFound) return s;
-  // No segment yet (a delete there has nothing to delete): a put has its
-  // owner create it now, so that its backups exist before the LOCK.
+  // No segment yet (a delete there finds no object at the LOCK): a put has
+  // its owner create it now, so that its backups exist before the LOCK.
   if (!create) return Status::OK();
   std::string body, reply;
   Encoder e(&body);
@@ -472,8 +472,8 @@ Status Transaction::Commit() {
   }
   // Participants: the primary of every written segment (the owner of
   // every written object's table); the decision holder is the primary of
-  // the lowest written segment (else the owner of the lowest written
-  // table) and is locked first.
+  // the lowest written segment (heap, or an object or pDKVS table's; the
+  // owner of a table only when it has no segment yet) and is locked first.
   std::map<uint32_t, std::vector<dsm::TxEntry>> primaries, backups;
   // Each written segment's backups in the mapping (where BACKUP records
   // go): told to its primary, which refuses the LOCK if it knows more.
@@ -544,12 +544,12 @@ Status Transaction::Commit() {
                           std::vector<uint64_t>* truncations) {
     std::string body = coordinator_->Body(id_);
     Encoder e(&body);
-    bool is_holder = role == dsm::kTxRolePrimary && server == holder;
     const bool primary = role == dsm::kTxRolePrimary;
+    bool is_holder = primary && server == holder;
     e.U64(uint64_t{holder_segment} | (role << 32) | (uint64_t{is_holder} << 40) |
           (holder_is_table << 41) | (primary ? dsm::kTxLockListsBackups : 0));
     std::vector<std::pair<uint32_t, uint64_t>> expect;
-    if (role == dsm::kTxRolePrimary) {
+    if (primary) {
       for (const auto& [slot, version] : read_set_) {
         if (slot.server == server) expect.push_back({slot.slot, version});
       }

@@ -594,7 +594,8 @@ Status TxParticipant::Apply(const Rec& rec) {
   // table, the holder's first: once its backups have the commit, a failover
   // of any other part finds it decided.
   std::map<uint32_t, std::vector<const TxEntry*>> heap, kv, objects;
-  std::vector<const TxEntry*> loose_objects;  // records of version 1: no table segment named
+  // Written by coordinators that named no table segment: one by one.
+  std::vector<const TxEntry*> loose_objects;
   for (const auto& e : rec.entries) {
     switch (e.kind) {
       case TxEntryKind::kWrite:
