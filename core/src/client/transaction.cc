@@ -652,6 +652,7 @@ Status Transaction::Commit() {
     (ok ? done.acked : done.missing).push_back(server);
   };
   for (const auto& [server, entries] : backups) commit_at(server);
+  coordinator_->MaybeStop("commit-backup");
   for (size_t i = 1; i < order.size(); i++) {
     commit_at(order[i]);
     coordinator_->MaybeCrash("commit-one");

@@ -53,7 +53,9 @@ LocalClusterOptions Options(uint32_t replicas) {
 // The parameter: the cluster's replica count.
 class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
  protected:
-  TxClusterTest() : cluster_(Options(GetParam())) {}
+  TxClusterTest() : TxClusterTest(Options(GetParam())) {}
+  explicit TxClusterTest(const LocalClusterOptions& options)
+      : cluster_(options), servers_(options.servers) {}
 
   void SetUp() override {
     Status s = cluster_.Start();
@@ -132,42 +134,42 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
 
   // The cluster index of server `id` (-1: none).
   int ServerIndex(uint32_t id) const {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < servers_; i++) {
       if (cluster_.ServerId(i) == id) return i;
     }
     return -1;
   }
 
-  // Two accounts: g in the highest of the accounts' segments, h in a lower
-  // one whose primary neither holds g's segment nor backs it up (so h's
-  // primary holds the decision of a transfer between them); p: g's
-  // primary (id), pi its cluster index.
+  // Two accounts in different segments, h's the lower (its primary holds
+  // the decision of a transfer between them) and on neither g's primary
+  // nor g's backup; with `apart`, h's backup is not on g's primary either
+  // (a commit at h's backups does not reach g's record). p: g's primary
+  // (id), pi its cluster index.
   struct TwoSegments {
     GlobalAddress g, h;
     uint32_t p = 0;
     int pi = -1;
   };
-  void PickTwoSegments(TwoSegments* out) {
+  void PickTwoSegments(TwoSegments* out, bool apart = false) {
     v1::GetMappingResponse m = Mapping();
     std::map<uint32_t, const v1::SegmentMapping*> by_segment;
     for (const auto& sm : m.segments()) by_segment[static_cast<uint32_t>(sm.segment())] = &sm;
     auto primary = [&](const GlobalAddress& a) {
       return by_segment.at(a.segment)->primary().server_id();
     };
-    const auto* gm = by_segment.at(accounts_[0].segment);
-    out->g = accounts_[0];
-    for (const auto& a : accounts_) {
-      if (a.segment > out->g.segment) {
-        out->g = a;
-        gm = by_segment.at(a.segment);
-      }
-    }
-    uint32_t g_backup = gm->backups_size() > 0 ? gm->backups(0).server_id() : 0;
+    auto backup = [&](const GlobalAddress& a) {
+      const auto* sm = by_segment.at(a.segment);
+      return sm->backups_size() > 0 ? sm->backups(0).server_id() : 0u;
+    };
     bool found = false;
-    for (const auto& a : accounts_) {
-      if (!found && a.segment < out->g.segment && primary(a) != primary(out->g) &&
-          primary(a) != g_backup) {
-        out->h = a;
+    for (const auto& g : accounts_) {
+      for (const auto& h : accounts_) {
+        if (found || h.segment >= g.segment || primary(h) == primary(g) ||
+            primary(h) == backup(g) || (apart && backup(h) == primary(g))) {
+          continue;
+        }
+        out->g = g;
+        out->h = h;
         found = true;
       }
     }
@@ -317,7 +319,7 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
   void StopAndCheckAll(bool exact_heap = true) {
     client_.reset();
     uint64_t heap_blocks = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < servers_; i++) {
       if (cluster_.server(i).running()) {
         Status s = cluster_.StopServer(i);
         EXPECT_TRUE(s.ok()) << s.ToString();
@@ -339,6 +341,7 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
   }
 
   LocalCluster cluster_;
+  const int servers_;
   std::unique_ptr<Client> client_;
   std::vector<GlobalAddress> accounts_;
   int runs_ = 0;
@@ -682,6 +685,70 @@ TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
   ExpectInvariant();
   StopAndCheckAll(/*exact_heap=*/false);
 }
+
+// With four servers (two copies): a transfer's two segments can have
+// primaries and backups on four distinct servers.
+class TxClusterFourTest : public TxClusterTest {
+ protected:
+  static LocalClusterOptions FourServers() {
+    LocalClusterOptions o = Options(2);
+    o.servers = 4;
+    return o;
+  }
+  TxClusterFourTest() : TxClusterTest(FourServers()) {}
+};
+
+// A backup re-attached for a fill while a committed transaction is not yet
+// applied at its primary: the coordinator stops once the backups committed
+// (g's backup holds the transaction's BACKUP record, committed), the
+// holder's server is stopped (so g's primary cannot resolve its record),
+// and g's primary is killed and restarted: it fills its backup again,
+// which marks that record applied (the fill is to bring the value). The
+// backup must not join before the primary applied the transaction: g's
+// primary, killed again, must find its segment still its own when it
+// returns, and then resolve and commit.
+TEST_P(TxClusterFourTest, ReattachedBackupMissesNoCommit) {
+  TwoSegments t;
+  ASSERT_NO_FATAL_FAILURE(PickTwoSegments(&t, /*apart=*/true));
+  std::string two = cluster_.dir() + "/two-accounts";
+  ASSERT_TRUE(SaveAccounts({t.g, t.h}, two).ok());
+  const int holder = ServerIndex(PrimaryOf(t.h.segment));
+  ASSERT_GE(holder, 0);
+  std::vector<ChildProcess> bank;
+  StartBank(1, 20, &bank, {"PDPM_TX_STOP_AT=commit-backup:1"}, two, {"--no-receipt"});
+  for (int i = 0; i < 2000 && !Stopped(bank[0].pid()); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(Stopped(bank[0].pid())) << FileTail(BankLog(10 * (runs_ - 1)));
+  cluster_.server(holder).Signal(SIGSTOP);
+  cluster_.KillServer(t.pi);
+  Status s = cluster_.StartServer(t.pi);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // Short of the down timeout: the stopped holder stays a member.
+  for (int i = 0; i < 150 && !BackupInSync(t.g.segment); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  cluster_.KillServer(t.pi);
+  cluster_.server(holder).Signal(SIGCONT);
+  bank[0].Signal(SIGKILL);
+  bank[0].Wait();
+  CheckPm(t.pi, /*clean=*/false);
+  // A backup in sync would take over now; one still filling cannot.
+  for (int i = 0; i < 400 && PrimaryOf(t.g.segment) == t.p; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  s = cluster_.StartServer(t.pi);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WaitReplicated();
+  WaitOutLockTimeout();
+  ExpectInvariant();
+  StopAndCheckAll(/*exact_heap=*/false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Copies, TxClusterFourTest, ::testing::Values(2u),
+                         [](const ::testing::TestParamInfo<uint32_t>&) {
+                           return std::string("Two");
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Copies, TxClusterTest, ::testing::Values(1u, 2u),
                          [](const ::testing::TestParamInfo<uint32_t>& info) {
