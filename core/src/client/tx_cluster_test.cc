@@ -4,8 +4,11 @@
 // bank invariant under contention from several client processes, with a
 // server killed and restarted (with two copies its segments fail over to
 // their backups first), with a participant losing power mid-commit, and
-// with the coordinator killed at each phase of the commit. The offline
-// checker runs on every server's PM after every crash.
+// with the coordinator killed at each phase of the commit; and the
+// replication windows of a commit: an object-only transaction's holder
+// killed after the decision, a backup joining, and one re-attached (four
+// servers), while a transaction commits. The offline checker runs on
+// every server's PM after every crash.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
