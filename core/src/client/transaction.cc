@@ -1,5 +1,6 @@
 #include "client/transaction.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,13 +37,17 @@ std::pair<uint64_t, uint64_t> Granules(uint64_t offset, uint64_t len) {
 
 TxCoordinator::TxCoordinator(TxHost* host) : host_(host), id_(NewCoordinatorId()) {
   // Test hook: "phase:n" makes the process _exit at the n-th pass of phase.
-  if (const char* crash = std::getenv("PDPM_TX_CRASH_AT")) {
-    std::string spec(crash);
-    size_t colon = spec.find(':');
-    crash_phase_ = spec.substr(0, colon);
-    crash_countdown_ =
-        colon == std::string::npos ? 1 : std::strtoull(spec.c_str() + colon + 1, nullptr, 10);
-  }
+  // "phase:n" as PDPM_TX_STOP_AT makes it stop (SIGSTOP) there instead.
+  auto parse = [](const char* name, std::string* phase, uint64_t* countdown) {
+    const char* spec = std::getenv(name);
+    if (spec == nullptr) return;
+    std::string v(spec);
+    size_t colon = v.find(':');
+    *phase = v.substr(0, colon);
+    *countdown = colon == std::string::npos ? 1 : std::strtoull(v.c_str() + colon + 1, nullptr, 10);
+  };
+  parse("PDPM_TX_CRASH_AT", &crash_phase_, &crash_countdown_);
+  parse("PDPM_TX_STOP_AT", &stop_phase_, &stop_countdown_);
 }
 
 TxCoordinator::~TxCoordinator() {
@@ -65,6 +70,12 @@ void TxCoordinator::MaybeCrash(const char* phase) {
   if (crash_phase_.empty() || crash_phase_ != phase) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (--crash_countdown_ == 0) _exit(86);
+}
+
+void TxCoordinator::MaybeStop(const char* phase) {
+  if (stop_phase_.empty() || stop_phase_ != phase) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--stop_countdown_ == 0) raise(SIGSTOP);
 }
 
 Status TxCoordinator::Begin(std::unique_ptr<Transaction>* out) {
@@ -412,6 +423,30 @@ Status Transaction::PAllocate(uint64_t size, dsm::GlobalAddress* out) {
   return Status::OK();
 }
 
+Status Transaction::ObjectTableSegment(const dsm::ObjectId& id, bool create, uint32_t* table,
+                                       uint32_t* server, uint32_t* segment) {
+  TxHost* host = coordinator_->host_;
+  PDPM_RETURN_IF_ERROR(host->RouteObject(id, table, server));
+  *segment = 0;
+  Status s = host->RouteTable(*table, segment);
+  if (s.code() != StatusCode::kNotFound) return s;
+  // No segment yet (a delete there finds no object at the LOCK): a put has
+  // its owner create it now, so that its backups exist before the LOCK.
+  if (!create) return Status::OK();
+  std::string body, reply;
+  Encoder e(&body);
+  e.U64(coordinator_->id_);
+  e.U64(id.hi);
+  e.U64(id.lo);
+  PDPM_RETURN_IF_ERROR(host->CallServer(*server, server::kTxTable, body, &reply));
+  Decoder d(Bytes(reply));
+  uint64_t created = 0;
+  PDPM_RETURN_IF_ERROR(d.U64(&created));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  *segment = static_cast<uint32_t>(created);
+  return host->RefreshMapping();
+}
+
 Status Transaction::Commit() {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
   TxHost* host = coordinator_->host_;
@@ -437,21 +472,27 @@ Status Transaction::Commit() {
   }
   // Participants: the primary of every written segment (the owner of
   // every written object's table); the decision holder is the primary of
-  // the lowest written segment (else the owner of the lowest written
-  // table) and is locked first.
+  // the lowest written segment (heap, or an object or pDKVS table's; the
+  // owner of a table only when it has no segment yet) and is locked first.
   std::map<uint32_t, std::vector<dsm::TxEntry>> primaries, backups;
+  // Each written segment's backups in the mapping (where BACKUP records
+  // go): told to its primary, which refuses the LOCK if it knows more.
+  std::map<uint32_t, std::vector<uint32_t>> segment_backups;
   uint64_t holder_key = ~0ull;  // is-table << 32 | segment or table: the lowest wins
   uint32_t holder = 0;
   std::set<Slot> locked;
-  for (const auto& w : writes_) {
+  for (dsm::TxEntry w : writes_) {
     uint32_t server = 0;
     uint64_t key = 0;
     TxHost::SegmentRoute route;
     Status s;
     if (dsm::IsObjectEntry(w)) {
+      // Logged under its table's segment, at the segment's backups too.
       uint32_t table = 0;
-      s = host->RouteObject(ObjectIdOf(w), &table, &server);
-      key = (1ull << 32) | table;
+      s = ObjectTableSegment(ObjectIdOf(w), w.kind == dsm::TxEntryKind::kPutObject, &table, &server,
+                             &w.segment);
+      if (s.ok() && w.segment != 0) s = host->RouteSegment(w.segment, &route);
+      key = w.segment != 0 ? w.segment : (1ull << 32) | table;
     } else {
       s = host->RouteSegment(w.segment, &route);
       server = route.primary;
@@ -462,6 +503,7 @@ Status Transaction::Commit() {
       holder_key = key;
       holder = server;
     }
+    if (w.segment != 0) segment_backups[w.segment] = route.backups;
     primaries[server].push_back(w);
     for (uint32_t b : route.backups) backups[b].push_back(w);
     TxCoordinator::ServerInfo info;
@@ -502,11 +544,12 @@ Status Transaction::Commit() {
                           std::vector<uint64_t>* truncations) {
     std::string body = coordinator_->Body(id_);
     Encoder e(&body);
-    bool is_holder = role == dsm::kTxRolePrimary && server == holder;
+    const bool primary = role == dsm::kTxRolePrimary;
+    bool is_holder = primary && server == holder;
     e.U64(uint64_t{holder_segment} | (role << 32) | (uint64_t{is_holder} << 40) |
-          (holder_is_table << 41));
+          (holder_is_table << 41) | (primary ? dsm::kTxLockListsBackups : 0));
     std::vector<std::pair<uint32_t, uint64_t>> expect;
-    if (role == dsm::kTxRolePrimary) {
+    if (primary) {
       for (const auto& [slot, version] : read_set_) {
         if (slot.server == server) expect.push_back({slot.slot, version});
       }
@@ -517,6 +560,18 @@ Status Transaction::Commit() {
       e.U64(version);
     }
     for (uint64_t t : *truncations) e.U64(t);
+    if (primary) {
+      std::vector<uint64_t> listed;
+      for (const auto& w : entries) {
+        auto it = segment_backups.find(w.segment);
+        if (it == segment_backups.end()) continue;
+        for (uint32_t b : it->second) listed.push_back(w.segment | (uint64_t{b} << 32));
+      }
+      std::sort(listed.begin(), listed.end());
+      listed.erase(std::unique(listed.begin(), listed.end()), listed.end());
+      e.U64(listed.size());
+      for (uint64_t v : listed) e.U64(v);
+    }
     dsm::EncodeTxEntries(entries, &body);
     std::string reply;
     Status s = host->CallServer(server, server::kTxLock, body, &reply);
@@ -531,6 +586,13 @@ Status Transaction::Commit() {
     std::vector<uint64_t> truncations = coordinator_->TakeTruncations(server);
     attempted.push_back(server);
     Status s = lock_request(server, dsm::kTxRolePrimary, primaries[server], &truncations);
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      // A segment's backups changed since the mapping was read: run the
+      // transaction again on a fresh one.
+      AbortAt(attempted);
+      (void)host->RefreshMapping();
+      return Fail(Status::Aborted(s.message()));
+    }
     if (!s.ok()) {
       AbortAt(attempted);
       return Fail(s);
@@ -538,6 +600,7 @@ Status Transaction::Commit() {
     if (server == holder) coordinator_->MaybeCrash("lock-holder");
   }
   coordinator_->MaybeCrash("lock");
+  coordinator_->MaybeStop("lock");
   // VALIDATE.
   Status s = validate(locked);
   if (!s.ok()) {
@@ -589,6 +652,7 @@ Status Transaction::Commit() {
     (ok ? done.acked : done.missing).push_back(server);
   };
   for (const auto& [server, entries] : backups) commit_at(server);
+  coordinator_->MaybeStop("commit-backup");
   for (size_t i = 1; i < order.size(); i++) {
     commit_at(order[i]);
     coordinator_->MaybeCrash("commit-one");

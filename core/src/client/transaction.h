@@ -132,6 +132,10 @@ class Transaction {
   Status CheckAddress(const dsm::GlobalAddress& addr, uint64_t len, bool write);
   // Reads one version word, failing the transaction when it is locked.
   Status ReadVersion(uint32_t server, uint32_t slot, uint64_t* word);
+  // The table of object `id`, its owner and the global segment holding it
+  // (0: none yet; created first when `create`).
+  Status ObjectTableSegment(const dsm::ObjectId& id, bool create, uint32_t* table, uint32_t* server,
+                            uint32_t* segment);
   Status Fail(Status s);  // aborts and returns s
   void AbortAt(const std::vector<uint32_t>& servers);
 
@@ -178,6 +182,9 @@ class TxCoordinator {
   void RetryUnfinished();
   // Test hook (PDPM_TX_CRASH_AT=phase:n): _exit at the n-th pass of a phase.
   void MaybeCrash(const char* phase);
+  // Test hook (PDPM_TX_STOP_AT=phase:n): SIGSTOP at the n-th pass of a
+  // phase (the test continues the process when it has done its part).
+  void MaybeStop(const char* phase);
 
   TxHost* const host_;
   const uint64_t id_;
@@ -188,6 +195,8 @@ class TxCoordinator {
   uint64_t next_tx_ = 1;
   std::string crash_phase_;
   uint64_t crash_countdown_ = 0;
+  std::string stop_phase_;
+  uint64_t stop_countdown_ = 0;
 };
 
 }  // namespace pdpm::client

@@ -12,7 +12,7 @@
 
 namespace pdpm::client {
 
-// One line per account: the address's two words, decimal.
+// One line per account: the address's (or object id's) two words, decimal.
 Status SaveAccounts(const std::vector<GlobalAddress>& accounts, const std::string& path);
 Status LoadAccounts(const std::string& path, std::vector<GlobalAddress>* accounts);
 
@@ -22,12 +22,20 @@ Status LoadAccounts(const std::string& path, std::vector<GlobalAddress>* account
 // transaction allocates a receipt block, writes it and frees it again, so
 // the heap holds as many blocks after any number of transfers, committed,
 // aborted or cut short.
+// Without `receipt` the transaction writes the two accounts only.
 Status Transfer(Client* c, const GlobalAddress& from, const GlobalAddress& to, int64_t amount,
-                bool abort = false);
+                bool abort = false, bool receipt = true);
 
 // The total of every balance read in one read-only transaction, retried on
 // conflicts until `timeout_ms` passes (then kAborted or the last error).
 Status SumBalances(Client* c, const std::vector<GlobalAddress>& accounts, uint32_t timeout_ms,
                    int64_t* total);
+
+// The same with accounts that are objects (8-byte values) and no receipt:
+// an object-only transaction, whose decision holder is a table segment.
+Status TransferObjects(Client* c, const ObjectId& from, const ObjectId& to, int64_t amount,
+                       bool abort = false);
+Status SumObjectBalances(Client* c, const std::vector<ObjectId>& accounts, uint32_t timeout_ms,
+                         int64_t* total);
 
 }  // namespace pdpm::client

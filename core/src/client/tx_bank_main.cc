@@ -1,5 +1,6 @@
 // pdpm_tx_bank (tests): one client process of the transaction tests. It
-// runs `--txs` transfers between random accounts (tx_bank.h), retrying each
+// runs `--txs` transfers between random accounts (tx_bank.h; with
+// `--objects` the accounts file names objects), retrying each
 // on conflicts, aborts every `--abort-every`-th one on purpose, and
 // tolerates a server that dies meanwhile (the transfer then happened or
 // not: either keeps the total). Prints "progress N" lines and a summary.
@@ -20,6 +21,7 @@ namespace {
 int Run(int argc, char** argv) {
   std::string accounts_file;
   uint32_t worker = 0, txs = 100, abort_every = 10;
+  bool objects = false, no_receipt = false;
   std::unique_ptr<Client> c;
   int rc = StartTestClient(
       "pdpm_tx_bank", argc, argv,
@@ -27,6 +29,8 @@ int Run(int argc, char** argv) {
         p->AddString("accounts", &accounts_file, "the accounts (tx_bank.h)");
         p->AddUint32("worker", &worker, "worker number (seeds the choices)");
         p->AddUint32("txs", &txs, "transfers to run");
+        p->AddBool("objects", &objects, "the accounts are objects (TransferObjects)");
+        p->AddBool("no-receipt", &no_receipt, "transfers write the two accounts only");
         p->AddUint32("abort-every", &abort_every,
                      "abort every n-th transfer on purpose (0: never)");
       },
@@ -50,7 +54,9 @@ int Run(int argc, char** argv) {
     int64_t amount = static_cast<int64_t>(rng() % 100) + 1;
     bool abort = abort_every != 0 && i % abort_every == abort_every - 1;
     for (int attempt = 0;; attempt++) {
-      s = Transfer(c.get(), accounts[from], accounts[to], amount, abort);
+      s = objects ? TransferObjects(c.get(), ObjectId{accounts[from].hi(), accounts[from].lo()},
+                                    ObjectId{accounts[to].hi(), accounts[to].lo()}, amount, abort)
+                  : Transfer(c.get(), accounts[from], accounts[to], amount, abort, !no_receipt);
       if (s.code() != StatusCode::kAborted || attempt == 200) break;
       conflicts++;
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));

@@ -4,17 +4,24 @@
 // bank invariant under contention from several client processes, with a
 // server killed and restarted (with two copies its segments fail over to
 // their backups first), with a participant losing power mid-commit, and
-// with the coordinator killed at each phase of the commit. The offline
-// checker runs on every server's PM after every crash.
+// with the coordinator killed at each phase of the commit; and the
+// replication windows of a commit: an object-only transaction's holder
+// killed after the decision, a backup joining, and one re-attached (four
+// servers), while a transaction commits. The offline checker runs on
+// every server's PM after every crash.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <thread>
 
 #include "client/cluster_harness.h"
 #include "client/tx_bank.h"
+#include "monitor/placement.h"
 #include "server/fsck.h"
 #include "server/tx_participant.h"
 
@@ -49,7 +56,9 @@ LocalClusterOptions Options(uint32_t replicas) {
 // The parameter: the cluster's replica count.
 class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
  protected:
-  TxClusterTest() : cluster_(Options(GetParam())) {}
+  TxClusterTest() : TxClusterTest(Options(GetParam())) {}
+  explicit TxClusterTest(const LocalClusterOptions& options)
+      : cluster_(options), servers_(options.servers) {}
 
   void SetUp() override {
     Status s = cluster_.Start();
@@ -124,17 +133,108 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
   }
 
   std::string AccountsFile() const { return cluster_.dir() + "/accounts"; }
+  std::string ObjectAccountsFile() const { return cluster_.dir() + "/object-accounts"; }
+
+  // The cluster index of server `id` (-1: none).
+  int ServerIndex(uint32_t id) const {
+    for (int i = 0; i < servers_; i++) {
+      if (cluster_.ServerId(i) == id) return i;
+    }
+    return -1;
+  }
+
+  // Two accounts in different segments, h's the lower (its primary holds
+  // the decision of a transfer between them) and on neither g's primary
+  // nor g's backup; with `apart`, h's backup is not on g's primary either
+  // (a commit at h's backups does not reach g's record). p: g's primary
+  // (id), pi its cluster index.
+  struct TwoSegments {
+    GlobalAddress g, h;
+    uint32_t p = 0;
+    int pi = -1;
+  };
+  void PickTwoSegments(TwoSegments* out, bool apart = false) {
+    v1::GetMappingResponse m = Mapping();
+    std::map<uint32_t, const v1::SegmentMapping*> by_segment;
+    for (const auto& sm : m.segments()) by_segment[static_cast<uint32_t>(sm.segment())] = &sm;
+    auto primary = [&](const GlobalAddress& a) {
+      return by_segment.at(a.segment)->primary().server_id();
+    };
+    auto backup = [&](const GlobalAddress& a) {
+      const auto* sm = by_segment.at(a.segment);
+      return sm->backups_size() > 0 ? sm->backups(0).server_id() : 0u;
+    };
+    bool found = false;
+    for (const auto& g : accounts_) {
+      for (const auto& h : accounts_) {
+        if (found || h.segment >= g.segment || primary(h) == primary(g) ||
+            primary(h) == backup(g) || (apart && backup(h) == primary(g))) {
+          continue;
+        }
+        out->g = g;
+        out->h = h;
+        found = true;
+      }
+    }
+    ASSERT_TRUE(found) << m.DebugString();
+    out->p = primary(out->g);
+    out->pi = ServerIndex(out->p);
+    ASSERT_GE(out->pi, 0);
+  }
+
+  // The primary of `segment` in the monitor's view (0: none).
+  uint32_t PrimaryOf(uint32_t segment) {
+    v1::GetMappingResponse m = Mapping();
+    for (const auto& sm : m.segments()) {
+      if (sm.segment() == segment) return sm.primary().server_id();
+    }
+    return 0;
+  }
+
+  // Whether `segment` has an in-sync backup in the monitor's view.
+  bool BackupInSync(uint32_t segment) {
+    v1::GetMappingResponse m = Mapping();
+    for (const auto& sm : m.segments()) {
+      if (sm.segment() != segment) continue;
+      for (const auto& b : sm.backups()) {
+        if (b.state() == v1::REPLICA_STATE_IN_SYNC) return true;
+      }
+    }
+    return false;
+  }
+
+  // The owner of object `id`'s table in the current view (0: none).
+  uint32_t ObjectOwner(const ObjectId& id) {
+    v1::GetMappingResponse m = Mapping();
+    if (m.table_count() == 0) return 0;
+    uint32_t table = monitor::TableForObject(id.hi, id.lo, m.table_count());
+    for (const auto& t : m.tables()) {
+      if (t.table() == table) return t.server_id();
+    }
+    return 0;
+  }
   std::string BankLog(int w) const { return cluster_.dir() + "/bank" + std::to_string(w) + ".log"; }
 
+  // `accounts`: the accounts file ("": AccountsFile()); `flags`: more of
+  // pdpm_tx_bank's flags.
   void StartBank(int n, uint32_t txs, std::vector<ChildProcess>* procs,
-                 const std::vector<std::string>& env = {}) {
+                 const std::vector<std::string>& env = {}, const std::string& accounts = "",
+                 const std::vector<std::string>& flags = {}) {
     *procs = std::vector<ChildProcess>(static_cast<size_t>(n));
     for (int w = 0; w < n; w++) {
-      Status s = (*procs)[w].Start(
-          {PDPM_TX_BANK_BINARY, "--monitor", cluster_.monitor_address(), "--secret-file",
-           cluster_.secret_file(), "--accounts", AccountsFile(), "--worker",
-           std::to_string(w + 10 * runs_), "--txs", std::to_string(txs)},
-          env, BankLog(w + 10 * runs_));
+      std::vector<std::string> args{PDPM_TX_BANK_BINARY,
+                                    "--monitor",
+                                    cluster_.monitor_address(),
+                                    "--secret-file",
+                                    cluster_.secret_file(),
+                                    "--accounts",
+                                    accounts.empty() ? AccountsFile() : accounts,
+                                    "--worker",
+                                    std::to_string(w + 10 * runs_),
+                                    "--txs",
+                                    std::to_string(txs)};
+      args.insert(args.end(), flags.begin(), flags.end());
+      Status s = (*procs)[w].Start(args, env, BankLog(w + 10 * runs_));
       ASSERT_TRUE(s.ok()) << s.ToString();
     }
     runs_++;
@@ -222,7 +322,7 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
   void StopAndCheckAll(bool exact_heap = true) {
     client_.reset();
     uint64_t heap_blocks = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < servers_; i++) {
       if (cluster_.server(i).running()) {
         Status s = cluster_.StopServer(i);
         EXPECT_TRUE(s.ok()) << s.ToString();
@@ -244,6 +344,7 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
   }
 
   LocalCluster cluster_;
+  const int servers_;
   std::unique_ptr<Client> client_;
   std::vector<GlobalAddress> accounts_;
   int runs_ = 0;
@@ -449,6 +550,208 @@ TEST_P(TxClusterTest, CoordinatorKilledAtEachPhase) {
   }
   StopAndCheckAll();
 }
+
+// An object-only transaction: its decision holder is the lowest written
+// table segment. The coordinator dies right after the decision, and the
+// holder's server is killed at once, before the other table's owner
+// committed (it resolves after the lock timeout). The holder's decision is
+// on its table segment's backup (a BACKUP record marked applied by the
+// commit's shipment): with two copies the promoted backup answers commit
+// and both puts happen; with one, the restarted holder does.
+TEST_P(TxClusterTest, ObjectTransactionSurvivesItsHolderDyingAfterTheDecision) {
+  // Two accounts whose tables have different owners; A's table is created
+  // last, so its segment number is the lower one: A's owner holds the
+  // decision.
+  ObjectId a{9, 0}, b{9, 0};
+  uint32_t owner_a = 0, owner_b = 0;
+  for (uint64_t lo = 1; lo < 1000 && (owner_b == 0 || owner_b == owner_a); lo++) {
+    if (owner_a == 0) {
+      a.lo = lo;
+      owner_a = ObjectOwner(a);
+      continue;
+    }
+    b.lo = lo;
+    owner_b = ObjectOwner(b);
+  }
+  ASSERT_NE(owner_a, 0u);
+  ASSERT_NE(owner_b, 0u);
+  ASSERT_NE(owner_a, owner_b);
+  std::string balance(reinterpret_cast<const char*>(&kInitialBalance), sizeof(kInitialBalance));
+  ASSERT_TRUE(client_->PutObj(b, balance).ok());
+  ASSERT_TRUE(client_->PutObj(a, balance).ok());
+  WaitReplicated();
+  ASSERT_EQ(ObjectOwner(a), owner_a);
+  {
+    std::ofstream out(ObjectAccountsFile(), std::ios::trunc);
+    out << a.hi << ' ' << a.lo << '\n' << b.hi << ' ' << b.lo << '\n';
+  }
+  std::vector<ObjectId> objects{a, b};
+  auto expect_total = [&] {
+    std::unique_ptr<Client> c;
+    ASSERT_TRUE(OpenClient(&c).ok());
+    int64_t total = 0;
+    Status s = SumObjectBalances(c.get(), objects, net::testing::ScaledMs(kSettleMs), &total);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(total, 2 * kInitialBalance) << "half of a transaction applied";
+  };
+  // No aborts on purpose: the third transfer is decided.
+  std::vector<ChildProcess> bank;
+  StartBank(1, 50, &bank, {"PDPM_TX_CRASH_AT=decide:3"}, ObjectAccountsFile(), {"--objects"});
+  FinishBank(&bank, 86);
+  int killed = ServerIndex(owner_a);
+  ASSERT_GE(killed, 0);
+  cluster_.KillServer(killed);
+  CheckPm(killed, /*clean=*/false);
+  if (replicated()) {
+    WaitFailover(owner_a);
+  } else {
+    ASSERT_TRUE(cluster_.StartServer(killed).ok());
+  }
+  WaitOutLockTimeout();  // B's owner resolves its record with A's table's (new) owner
+  expect_total();
+  if (replicated()) {
+    Status s = cluster_.StartServer(killed);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    WaitReplicated();
+    expect_total();
+  }
+  StopAndCheckAll(/*exact_heap=*/false);
+}
+
+// Whether process `pid` is stopped (SIGSTOP).
+bool Stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+}
+
+// A backup that turns in sync while a transaction is locked at its
+// segment's primary, whose coordinator read the mapping while the backup
+// was filled (so it logs no BACKUP record there): the coordinator stops
+// after its locks, the fill ends meanwhile (held back until then by
+// PDPM_TEST_FILL_GATE), the coordinator goes on, decides and dies, and the
+// primary is killed before it committed. The backup must not take over
+// without the transaction: the primary's fill waits for it before the
+// backup joins, so the segment waits for its primary, which returns and
+// commits. With one copy: the primary killed after the decision returns
+// and commits.
+TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
+  TwoSegments t;
+  ASSERT_NO_FATAL_FAILURE(PickTwoSegments(&t));
+  const GlobalAddress g = t.g, h = t.h;
+  const uint32_t p = t.p;
+  const int pi = t.pi;
+  std::string two = cluster_.dir() + "/two-accounts";
+  ASSERT_TRUE(SaveAccounts({g, h}, two).ok());
+  auto backup_in_sync = [&] { return BackupInSync(g.segment); };
+
+  // G's primary restarts: its backup is filled again, and joins only once
+  // the gate file exists.
+  std::string gate = cluster_.dir() + "/fill-gate";
+  client_.reset();
+  ASSERT_TRUE(cluster_.StopServer(pi).ok());
+  Status s = cluster_.StartServer(pi, {"PDPM_TEST_FILL_GATE=" + gate});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(PrimaryOf(g.segment), p) << "G's primary was declared dead while it restarted";
+  for (int i = 0; i < 500 && backup_in_sync(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(backup_in_sync()) << "G's backup is not being filled again";
+  // The coordinator reads the mapping (G's backup syncing), locks, stops.
+  std::vector<ChildProcess> bank;
+  StartBank(1, 20, &bank, {"PDPM_TX_STOP_AT=lock:1", "PDPM_TX_CRASH_AT=decide:1"}, two,
+            {"--no-receipt"});
+  for (int i = 0; i < 2000 && !Stopped(bank[0].pid()); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(Stopped(bank[0].pid())) << FileTail(BankLog(10 * (runs_ - 1)));
+  // The fill ends; the backup joins — or, while the transaction is locked
+  // at G's primary without a BACKUP record there, waits. The coordinator
+  // goes on well within the lock timeout (else its holder aborts it).
+  { std::ofstream(gate).put('1'); }
+  for (int i = 0; i < 80 && replicated() && !backup_in_sync(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  bank[0].Signal(SIGCONT);
+  FinishBank(&bank, 86);
+  cluster_.KillServer(pi);
+  CheckPm(pi, /*clean=*/false);
+  // A backup in sync would take over now; one still filling cannot.
+  for (int i = 0; i < 400 && replicated() && PrimaryOf(g.segment) == p; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  s = cluster_.StartServer(pi);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WaitReplicated();
+  WaitOutLockTimeout();
+  ExpectInvariant();
+  StopAndCheckAll(/*exact_heap=*/false);
+}
+
+// With four servers (two copies): a transfer's two segments can have
+// primaries and backups on four distinct servers.
+class TxClusterFourTest : public TxClusterTest {
+ protected:
+  static LocalClusterOptions FourServers() {
+    LocalClusterOptions o = Options(2);
+    o.servers = 4;
+    return o;
+  }
+  TxClusterFourTest() : TxClusterTest(FourServers()) {}
+};
+
+// A backup re-attached for a fill while a committed transaction is not yet
+// applied at its primary: the coordinator stops once the backups committed
+// (g's backup holds the transaction's BACKUP record, committed), the
+// holder's server is stopped (so g's primary cannot resolve its record),
+// and g's primary is killed and restarted: it fills its backup again,
+// which marks that record applied (the fill is to bring the value). The
+// backup must not join before the primary applied the transaction: g's
+// primary, killed again, must find its segment still its own when it
+// returns, and then resolve and commit.
+TEST_P(TxClusterFourTest, ReattachedBackupMissesNoCommit) {
+  TwoSegments t;
+  ASSERT_NO_FATAL_FAILURE(PickTwoSegments(&t, /*apart=*/true));
+  std::string two = cluster_.dir() + "/two-accounts";
+  ASSERT_TRUE(SaveAccounts({t.g, t.h}, two).ok());
+  const int holder = ServerIndex(PrimaryOf(t.h.segment));
+  ASSERT_GE(holder, 0);
+  std::vector<ChildProcess> bank;
+  StartBank(1, 20, &bank, {"PDPM_TX_STOP_AT=commit-backup:1"}, two, {"--no-receipt"});
+  for (int i = 0; i < 2000 && !Stopped(bank[0].pid()); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(Stopped(bank[0].pid())) << FileTail(BankLog(10 * (runs_ - 1)));
+  cluster_.server(holder).Signal(SIGSTOP);
+  cluster_.KillServer(t.pi);
+  Status s = cluster_.StartServer(t.pi);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // Short of the down timeout: the stopped holder stays a member.
+  for (int i = 0; i < 150 && !BackupInSync(t.g.segment); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  cluster_.KillServer(t.pi);
+  cluster_.server(holder).Signal(SIGCONT);
+  bank[0].Signal(SIGKILL);
+  bank[0].Wait();
+  CheckPm(t.pi, /*clean=*/false);
+  // A backup in sync would take over now; one still filling cannot.
+  for (int i = 0; i < 400 && PrimaryOf(t.g.segment) == t.p; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  s = cluster_.StartServer(t.pi);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WaitReplicated();
+  WaitOutLockTimeout();
+  ExpectInvariant();
+  StopAndCheckAll(/*exact_heap=*/false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Copies, TxClusterFourTest, ::testing::Values(2u),
+                         [](const ::testing::TestParamInfo<uint32_t>&) {
+                           return std::string("Two");
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Copies, TxClusterTest, ::testing::Values(1u, 2u),
                          [](const ::testing::TestParamInfo<uint32_t>& info) {

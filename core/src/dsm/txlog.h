@@ -72,6 +72,8 @@ inline constexpr uint64_t kTxOutcomeCommit = 1;
 inline constexpr uint64_t kTxOutcomeAbort = 2;
 inline constexpr uint64_t kTxRolePrimary = 1;
 inline constexpr uint64_t kTxRoleBackup = 2;
+// LOCK info word: the request lists the backups the coordinator logs at.
+inline constexpr uint64_t kTxLockListsBackups = 1ull << 42;
 
 enum class TxRecordKind : uint8_t {
   kLock = 1,    // at a written segment's primary: the new values, locks taken

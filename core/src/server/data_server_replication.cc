@@ -496,9 +496,15 @@ Status DataServer::SyncBackup(uint32_t g, ReplicaId backup) {
   }
   PDPM_RETURN_IF_ERROR(
       copy_run(0, std::min<uint64_t>(dsm::kChunkSize, space_->segment_size()), true));
-  // 4. In sync.
-  PDPM_RETURN_IF_ERROR(ReportBackup(monitor_.get(), server_id_, g, backup,
-                                    static_cast<uint32_t>(key), v1::REPLICA_STATE_IN_SYNC));
+  // 4. In sync, once the transactions locked here without a BACKUP record
+  // at it are done (docs/tx.md "Backups joining").
+  PDPM_RETURN_IF_ERROR(JoinBackup(g, backup.first));
+  Status reported = ReportBackup(monitor_.get(), server_id_, g, backup, static_cast<uint32_t>(key),
+                                 v1::REPLICA_STATE_IN_SYNC);
+  if (!reported.ok()) {
+    tx_->BackupNotJoined(g, backup.first);
+    return reported;
+  }
   log_.Info(
       "backup in sync",
       {{"global", g},

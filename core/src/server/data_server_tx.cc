@@ -1,6 +1,11 @@
 // The transaction participant's view of a DataServer (tx_participant.h):
 // the hooks it is built with and the server-local log segment. Kept apart
 // from data_server.cc so that the two evolve independently.
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
 #include "server/data_server.h"
 
 namespace pdpm::server {
@@ -47,6 +52,19 @@ Status DataServer::TxSegment(uint32_t global, TxCopy copy, uint64_t epoch, Segme
   return Status::OK();
 }
 
+Status DataServer::JoinBackup(uint32_t global, uint32_t server) {
+  // Test hook (tx_cluster_test.cc): the fill waits for a file to exist
+  // before its backup joins, so a transaction can lock while the backup is
+  // still syncing and go on once it is in sync.
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): PDPM never modifies its environment
+  if (const char* gate = std::getenv("PDPM_TEST_FILL_GATE")) {
+    while (!std::filesystem::exists(gate)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return tx_->BackupJoining(global, server);
+}
+
 TxHooks DataServer::MakeTxHooks() {
   TxHooks h;
   h.check = [this](const RequestHeader& header) { return CheckHeader(header); };
@@ -77,15 +95,28 @@ TxHooks DataServer::MakeTxHooks() {
         },
         tag);
   };
-  h.mutate_object = [this](const dsm::ObjectId& id, bool create, TxTag tag,
-                           const std::function<Status(dsm::ObjectStoreTable*)>& op) {
+  h.mutate_object = [this](const dsm::ObjectId& id, uint32_t global, TxCopy copy, bool create,
+                           TxTag tag, const std::function<Status(dsm::ObjectStoreTable*)>& op) {
+    Segment* seg = nullptr;
+    if (copy == TxCopy::kBackup) {
+      // Being promoted: its table opened, written directly (as `mutate`).
+      PDPM_RETURN_IF_ERROR(TxSegment(global, copy, 0, &seg));
+      if (seg->table == nullptr) {
+        return Status::FailedPrecondition("segment " + std::to_string(global) +
+                                          " holds no object table");
+      }
+      return op(seg->table.get());
+    }
     uint64_t epoch;
     {
       std::shared_lock lock(mu_);
       epoch = epoch_;
     }
-    Segment* seg = nullptr;
     PDPM_RETURN_IF_ERROR(TableFor(id, epoch, create, &seg));
+    if (global != 0 && seg->role.global != global) {
+      return Status::NotFound("the object's table moved away from segment " +
+                              std::to_string(global));
+    }
     return Mutate(
         seg, [&] { return op(seg->table.get()); }, tag);
   };
@@ -106,7 +137,7 @@ TxHooks DataServer::MakeTxHooks() {
     return Status::OK();
   };
   h.object_table = [this](const dsm::ObjectId& id, uint64_t epoch, bool create,
-                          dsm::ObjectStoreTable** out) {
+                          dsm::ObjectStoreTable** out, uint32_t* global) {
     uint64_t e = epoch;
     if (e == 0) {  // applying a logged record: whatever the current epoch
       std::shared_lock lock(mu_);
@@ -115,6 +146,7 @@ TxHooks DataServer::MakeTxHooks() {
     Segment* seg = nullptr;
     PDPM_RETURN_IF_ERROR(TableFor(id, e, create, &seg));
     *out = seg->table.get();
+    *global = seg->role.global;
     return Status::OK();
   };
   h.allocate = [this](uint64_t size, dsm::GlobalAddress* out) {
@@ -129,6 +161,15 @@ TxHooks DataServer::MakeTxHooks() {
         HandlePAllocate({reinterpret_cast<const uint8_t*>(req.data()), req.size()}, &reply));
     Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
     return d.Address(out);
+  };
+  h.backups = [this](uint32_t global, std::vector<uint32_t>* in_sync,
+                     std::vector<uint32_t>* syncing) {
+    std::shared_lock lock(mu_);
+    auto p = placement_.find(global);
+    if (p == placement_.end()) return;
+    for (const auto& b : p->second.backups()) {
+      (b.state() == v1::REPLICA_STATE_IN_SYNC ? in_sync : syncing)->push_back(b.server_id());
+    }
   };
   h.call_primary = [this](uint32_t segment, bool is_table, uint16_t method, const std::string& body,
                           std::string* reply) {

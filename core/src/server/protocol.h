@@ -65,6 +65,7 @@ enum Method : uint16_t {
   kTxTruncate = 0x205,
   kTxResolve = 0x206,
   kTxAlloc = 0x207,
+  kTxTable = 0x208,  // the segment of an object's table, created if absent
   // Replication (server/replication.h, docs/replication.md).
   kReplicaApply = 0x301,   // primary -> backup: u64 segment | redo ranges -> empty
   kHeapWrite = 0x302,      // client -> primary: 16-byte address | data -> empty

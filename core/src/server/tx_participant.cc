@@ -257,6 +257,7 @@ void TxParticipant::RegisterRpcs(net::RpcServer* rpc) {
   rpc->Register(kTxTruncate, [this](auto r, auto* o) { return HandleTruncate(r, o); });
   rpc->Register(kTxResolve, [this](auto r, auto* o) { return HandleResolve(r, o); });
   rpc->Register(kTxAlloc, [this](auto r, auto* o) { return HandleAlloc(r, o); });
+  rpc->Register(kTxTable, [this](auto r, auto* o) { return HandleTable(r, o); });
 }
 
 Status TxParticipant::AreaFor(uint64_t coordinator, Area** out) {
@@ -361,6 +362,17 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   }
   std::vector<uint64_t> truncate(n_truncate);
   for (auto& t : truncate) PDPM_RETURN_IF_ERROR(d.U64(&t));
+  std::map<uint32_t, std::vector<uint32_t>> listed;  // segment -> backup servers
+  if ((info & dsm::kTxLockListsBackups) != 0) {
+    uint64_t n = 0;
+    PDPM_RETURN_IF_ERROR(d.U64(&n));
+    if (n > (1u << 20)) return Status::InvalidArgument("lock: too many backups");
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t v = 0;
+      PDPM_RETURN_IF_ERROR(d.U64(&v));
+      listed[static_cast<uint32_t>(v)].push_back(static_cast<uint32_t>(v >> 32));
+    }
+  }
   std::string_view body = d.Rest();
   std::vector<TxEntry> entries;
   PDPM_RETURN_IF_ERROR(DecodeTxEntries(body, false, &entries));
@@ -368,11 +380,30 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   TxCopy copy = role == kTxRolePrimary ? TxCopy::kPrimary : TxCopy::kBackup;
   for (const auto& e : entries) {
     if (dsm::IsObjectEntry(e)) {
-      // Object-store tables have no backups in this version.
-      if (copy != TxCopy::kPrimary) return Status::InvalidArgument("lock: an object at a backup");
+      if (copy == TxCopy::kBackup) {
+        // Logged per table segment, like the heap's entries.
+        if (e.segment == 0)
+          return Status::InvalidArgument("lock: an object at a backup, no segment");
+        dsm::PmRange mem;
+        dsm::PAllocator* alloc = nullptr;
+        PDPM_RETURN_IF_ERROR(hooks_.segment(e.segment, copy, h.epoch, &mem, &alloc));
+        continue;
+      }
       dsm::ObjectStoreTable* table = nullptr;
-      PDPM_RETURN_IF_ERROR(
-          hooks_.object_table(ObjectIdOf(e), h.epoch, e.kind == TxEntryKind::kPutObject, &table));
+      uint32_t segment = 0;
+      PDPM_RETURN_IF_ERROR(hooks_.object_table(
+          ObjectIdOf(e), h.epoch, e.kind == TxEntryKind::kPutObject, &table, &segment));
+      // The coordinator names the table's segment (its backups get BACKUP
+      // records); 0 only for a table it knows without one.
+      if (e.segment == 0) {
+        return Status::FailedPrecondition("table of an object entry is in segment " +
+                                          std::to_string(segment) + ": route again");
+      }
+      if (e.segment != segment) {
+        return Status::InvalidArgument("lock: an object entry names segment " +
+                                       std::to_string(e.segment) + ", its table is in " +
+                                       std::to_string(segment));
+      }
       continue;
     }
     if (dsm::IsKvEntry(e)) {
@@ -395,6 +426,7 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   auto rec = std::make_unique<Rec>();
   rec->entries = std::move(entries);
   rec->coordinator = coordinator;
+  rec->backups = std::move(listed);
   if (role == kTxRolePrimary) {
     // Lock the words; a word locked by another transaction, or changed since
     // this one read it, is a conflict.
@@ -432,8 +464,9 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   if (rec->entries.empty() && !allocated) {
     return Status::InvalidArgument("lock: no entries and no allocation");
   }
+  Status s = role == kTxRolePrimary ? CheckBackupsListed(*rec) : Status::OK();
   Area* area = nullptr;
-  Status s = AreaFor(coordinator, &area);
+  if (s.ok()) s = AreaFor(coordinator, &area);
   if (!s.ok()) {
     for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
     return s;
@@ -468,6 +501,83 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   return Status::OK();
 }
 
+std::set<uint32_t> TxParticipant::SegmentsOf(const std::vector<TxEntry>& entries) {
+  std::set<uint32_t> out;
+  for (const auto& e : entries) {
+    if (e.segment != 0) out.insert(e.segment);
+  }
+  return out;
+}
+
+Status TxParticipant::CheckBackupsListed(const Rec& rec) {
+  for (uint32_t segment : SegmentsOf(rec.entries)) {
+    std::vector<uint32_t> in_sync, syncing;
+    hooks_.backups(segment, &in_sync, &syncing);
+    std::vector<uint32_t> required = in_sync;
+    if (auto j = joining_.find(segment); j != joining_.end()) {
+      // A joining backup is required until the view says it is in sync
+      // (then it is in `in_sync`) or dropped.
+      std::erase_if(j->second, [&](uint32_t b) {
+        return std::find(syncing.begin(), syncing.end(), b) == syncing.end();
+      });
+      required.insert(required.end(), j->second.begin(), j->second.end());
+      if (j->second.empty()) joining_.erase(j);
+    }
+    auto l = rec.backups.find(segment);
+    for (uint32_t b : required) {
+      if (l == rec.backups.end() ||
+          std::find(l->second.begin(), l->second.end(), b) == l->second.end()) {
+        return Status::FailedPrecondition("segment " + std::to_string(segment) +
+                                          " has a backup on server " + std::to_string(b) +
+                                          " the transaction does not log at: route again");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Status TxParticipant::BackupJoining(uint32_t segment, uint32_t backup) {
+  std::set<Key> before;
+  {
+    Locked lock(this);
+    joining_[segment].insert(backup);
+    for (const auto& [key, list] : recs_) {
+      for (const auto& r : list) {
+        if (r->r.kind == TxRecordKind::kLock && SegmentsOf(r->entries).count(segment) != 0) {
+          before.insert(key);
+        }
+      }
+    }
+  }
+  // Past the lock timeout a record is resolved; a holder may take longer.
+  auto deadline = Clock::now() + 3 * std::chrono::milliseconds(options_.lock_timeout_ms);
+  while (true) {
+    {
+      Locked lock(this);
+      std::erase_if(before, [&](const Key& key) {
+        for (Rec* r : RecordsOf(key)) {
+          bool live = r->r.state == TxState::kLocked || r->r.state == TxState::kCommitted;
+          if (r->r.kind == TxRecordKind::kLock && live) return false;
+        }
+        return true;
+      });
+      if (before.empty()) return Status::OK();
+      if (Clock::now() > deadline) {
+        if (auto j = joining_.find(segment); j != joining_.end()) j->second.erase(backup);
+        return Status::Unavailable("segment " + std::to_string(segment) + ": " +
+                                   std::to_string(before.size()) +
+                                   " transactions locked before its backup joined are not done");
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void TxParticipant::BackupNotJoined(uint32_t segment, uint32_t backup) {
+  Locked lock(this);
+  if (auto j = joining_.find(segment); j != joining_.end()) j->second.erase(backup);
+}
+
 void TxParticipant::AddRec(Area* area, std::unique_ptr<Rec> rec) {
   rec->area = area;
   rec->since = Clock::now();
@@ -480,41 +590,45 @@ Status TxParticipant::Apply(const Rec& rec) {
   const TxCopy copy = rec.r.kind == TxRecordKind::kLock ? TxCopy::kPrimary : TxCopy::kBackup;
   const TxTag tag{rec.coordinator, rec.r.tx};
   const std::string what = "apply transaction " + std::to_string(rec.r.tx);
-  // One replicated mutation per heap segment and per vnode, the holder's
-  // first: once its backups have the commit, a failover of any other part
-  // finds it decided.
-  std::map<uint32_t, std::vector<const TxEntry*>> heap, kv;
-  std::vector<const TxEntry*> objects;
+  // One replicated mutation per heap segment, per vnode and per object
+  // table, the holder's first: once its backups have the commit, a failover
+  // of any other part finds it decided.
+  std::map<uint32_t, std::vector<const TxEntry*>> heap, kv, objects;
+  // Written by coordinators that named no table segment: one by one.
+  std::vector<const TxEntry*> loose_objects;
   for (const auto& e : rec.entries) {
     switch (e.kind) {
       case TxEntryKind::kWrite:
       case TxEntryKind::kFree: heap[e.segment].push_back(&e); break;
       case TxEntryKind::kPutObject:
-      case TxEntryKind::kDeleteObject: objects.push_back(&e); break;
+      case TxEntryKind::kDeleteObject:
+        (e.segment != 0 ? objects[e.segment] : loose_objects).push_back(&e);
+        break;
       case TxEntryKind::kKvPut:
       case TxEntryKind::kKvPutIfAbsent: kv[e.segment].push_back(&e); break;
       default: return Status::Corruption(what + ": unknown entry kind");
     }
   }
-  std::vector<uint32_t> order;
-  bool holder_heap = (rec.r.flags & dsm::kTxRecordHolderIsTable) == 0;
-  bool holder_here =
-      holder_heap && (heap.count(rec.r.holder_segment) != 0 || kv.count(rec.r.holder_segment) != 0);
-  if (holder_here) order.push_back(rec.r.holder_segment);
-  for (const auto* part : {&heap, &kv}) {
-    for (const auto& [segment, entries] : *part) {
-      if (!holder_here || segment != rec.r.holder_segment) order.push_back(segment);
+  const auto parts = {&heap, &kv, &objects};
+  const bool holder_named = (rec.r.flags & dsm::kTxRecordHolderIsTable) == 0;
+  std::vector<std::pair<uint32_t, const std::vector<const TxEntry*>*>> order;
+  for (bool holder_pass : {true, false}) {
+    for (const auto* part : parts) {
+      for (const auto& [segment, entries] : *part) {
+        bool holder = holder_named && segment == rec.r.holder_segment;
+        if (holder == holder_pass) order.push_back({segment, &entries});
+      }
     }
   }
-  for (uint32_t segment : order) {
-    if (auto k = kv.find(segment); k != kv.end()) {
-      const auto& entries = k->second;
+  for (const auto& [segment, entries] : order) {
+    const TxEntry& first = *entries->front();
+    if (dsm::IsKvEntry(first)) {
       // Absolute puts: applying twice (after a crash) leaves the same.
       PDPM_RETURN_IF_ERROR(
           hooks_
-              .kv(segment, static_cast<uint32_t>(entries.front()->offset), copy, 0, tag, true, {},
+              .kv(segment, static_cast<uint32_t>(first.offset), copy, 0, tag, true, {},
                   [&](pdkvs::CcehIndex* index) {
-                    for (const TxEntry* e : entries) {
+                    for (const TxEntry* e : *entries) {
                       PDPM_RETURN_IF_ERROR(index->Put(dsm::KvEntryKey(*e), dsm::KvEntryValue(*e)));
                     }
                     return Status::OK();
@@ -522,11 +636,14 @@ Status TxParticipant::Apply(const Rec& rec) {
               .WithContext(what));
       continue;
     }
-    const auto& entries = heap[segment];
+    if (dsm::IsObjectEntry(first)) {
+      PDPM_RETURN_IF_ERROR(ApplyObjects(*entries, segment, copy, tag).WithContext(what));
+      continue;
+    }
     PDPM_RETURN_IF_ERROR(hooks_
                              .mutate(segment, copy, tag,
                                      [&](const dsm::PmRange& mem, dsm::PAllocator* alloc) {
-                                       for (const TxEntry* e : entries) {
+                                       for (const TxEntry* e : *entries) {
                                          PDPM_RETURN_IF_ERROR(
                                              ApplyHeapEntry(*e, mem, alloc, log_, rec.r.tx));
                                        }
@@ -534,15 +651,26 @@ Status TxParticipant::Apply(const Rec& rec) {
                                      })
                              .WithContext(what));
   }
-  for (const TxEntry* e : objects) {
-    bool put = e->kind == TxEntryKind::kPutObject;
-    Status s = hooks_.mutate_object(ObjectIdOf(*e), put, tag, [&](dsm::ObjectStoreTable* table) {
-      return ApplyObjectEntry(*e, table);
-    });
-    if (!put && s.code() == StatusCode::kNotFound) continue;  // no table: nothing to delete
-    PDPM_RETURN_IF_ERROR(s.WithContext(what));
+  for (const TxEntry* e : loose_objects) {
+    PDPM_RETURN_IF_ERROR(ApplyObjects({e}, 0, copy, tag).WithContext(what));
   }
   return Status::OK();
+}
+
+Status TxParticipant::ApplyObjects(const std::vector<const TxEntry*>& entries, uint32_t segment,
+                                   TxCopy copy, TxTag tag) {
+  bool create = false;
+  for (const TxEntry* e : entries) create |= e->kind == TxEntryKind::kPutObject;
+  Status s = hooks_.mutate_object(ObjectIdOf(*entries.front()), segment, copy, create, tag,
+                                  [&](dsm::ObjectStoreTable* table) {
+                                    for (const TxEntry* e : entries) {
+                                      PDPM_RETURN_IF_ERROR(ApplyObjectEntry(*e, table));
+                                    }
+                                    return Status::OK();
+                                  });
+  // Only deletes in a table without a segment: nothing to delete.
+  if (!create && segment == 0 && s.code() == StatusCode::kNotFound) return Status::OK();
+  return s;
 }
 
 uint32_t TxParticipant::KvSlot(uint32_t table, std::string_view key) const {
@@ -850,6 +978,23 @@ Status TxParticipant::HandleAlloc(std::span<const uint8_t> req, std::string* rep
                         return alloc->Free(a.offset, dsm::BlockOwner::kHeap);
                       });
   return s;
+}
+
+Status TxParticipant::HandleTable(std::span<const uint8_t> req, std::string* reply) {
+  Decoder d(req);
+  RequestHeader h;
+  uint64_t coordinator = 0;
+  dsm::ObjectId id;
+  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
+  PDPM_RETURN_IF_ERROR(d.U64(&id.hi));
+  PDPM_RETURN_IF_ERROR(d.U64(&id.lo));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  PDPM_RETURN_IF_ERROR(hooks_.check(h));
+  dsm::ObjectStoreTable* table = nullptr;
+  uint32_t segment = 0;
+  PDPM_RETURN_IF_ERROR(hooks_.object_table(id, h.epoch, true, &table, &segment));
+  Encoder(reply).U64(segment);
+  return Status::OK();
 }
 
 Status TxParticipant::ResolveRemote(Key key, uint32_t holder, bool holder_is_table,

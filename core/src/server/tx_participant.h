@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -64,9 +65,10 @@ struct TxHooks {
                        dsm::PAllocator** alloc)>
       segment;
   // The object-store table of object `id` here (created when `create`),
-  // with the ownership and epoch checks of the object RPCs.
+  // with the ownership and epoch checks of the object RPCs, and the global
+  // segment that holds it.
   std::function<Status(const dsm::ObjectId& id, uint64_t epoch, bool create,
-                       dsm::ObjectStoreTable** out)>
+                       dsm::ObjectStoreTable** out, uint32_t* segment)>
       object_table;
   // Runs `op` on global heap segment `segment` held here as `copy`. At a
   // primary it is one replicated mutation: its persists reach every backup
@@ -74,10 +76,13 @@ struct TxHooks {
   // while it is being promoted — it runs directly (no shipping: the backups
   // left are filled again). kNotFound / kStaleEpoch: not held here (moved).
   std::function<Status(uint32_t segment, TxCopy copy, TxTag tag, const TxMutation& op)> mutate;
-  // The same for the object-store table of object `id` (created when
-  // `create`), held here as a primary.
-  std::function<Status(const dsm::ObjectId& id, bool create, TxTag tag,
-                       const std::function<Status(dsm::ObjectStoreTable*)>& op)>
+  // The same for the object-store table of object `id`, held in global
+  // segment `segment` (0: wherever the table is) here as `copy`. At a
+  // primary (the table created when `create`): one replicated mutation
+  // whose last shipment is tagged `tag`. At a backup — only while it is
+  // being promoted — directly.
+  std::function<Status(const dsm::ObjectId& id, uint32_t segment, TxCopy copy, bool create,
+                       TxTag tag, const std::function<Status(dsm::ObjectStoreTable*)>& op)>
       mutate_object;
   // Runs `op` on the pDKVS vnode of table `table`, whose segment is global
   // `segment`, held here as `copy` (docs/pdkvs.md). At a primary: after the
@@ -96,6 +101,11 @@ struct TxHooks {
   // The transaction-log segment: its PM and allocator; created when
   // `create` and there is none, else kNotFound when there is none.
   std::function<Status(bool create, dsm::PmRange* mem, dsm::PAllocator** alloc)> log_segment;
+  // The backups of global segment `segment` in this server's view: in sync,
+  // and being filled.
+  std::function<void(uint32_t segment, std::vector<uint32_t>* in_sync,
+                     std::vector<uint32_t>* syncing)>
+      backups;
   // Calls `method` at the current primary of `segment` (or the owner of
   // table `segment` when `is_table`) with the request header (this
   // server's epoch and credential) followed by `body`.
@@ -157,6 +167,16 @@ class TxParticipant {
   // must not apply them over newer values); undecided ones stay (their
   // commit's shipment reaches the filling copy).
   void BackupRefilled(uint32_t segment);
+  // For replication, at the primary of `segment`, before it reports the
+  // backup on server `backup` in sync: from now on a LOCK on the segment
+  // must be logged at that backup too (else it is refused), and this
+  // waits until every transaction locked on the segment before is applied
+  // or aborted here (so the backup holds its values, or a BACKUP record).
+  // kUnavailable after three lock timeouts (the backup is not required
+  // then; the fill is tried again).
+  Status BackupJoining(uint32_t segment, uint32_t backup);
+  // The report that `backup` is in sync failed: it is not required.
+  void BackupNotJoined(uint32_t segment, uint32_t backup);
 
   // pDKVS keys and transactions (docs/pdkvs.md): a key of table `table`
   // put by a transaction is locked from its LOCK to its commit or abort.
@@ -176,6 +196,7 @@ class TxParticipant {
   Status HandleTruncate(std::span<const uint8_t> req, std::string* reply);
   Status HandleResolve(std::span<const uint8_t> req, std::string* reply);
   Status HandleAlloc(std::span<const uint8_t> req, std::string* reply);
+  Status HandleTable(std::span<const uint8_t> req, std::string* reply);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -184,6 +205,9 @@ class TxParticipant {
     dsm::TxRecord r;  // body dropped once decoded
     std::vector<dsm::TxEntry> entries;
     std::vector<uint32_t> slots;  // version words it holds locked
+    // A LOCK record's segments and the backup servers its coordinator
+    // logs BACKUP records at (empty after a restart).
+    std::map<uint32_t, std::vector<uint32_t>> backups;
     Area* area = nullptr;
     uint64_t coordinator = 0;
     Clock::time_point since;
@@ -206,12 +230,22 @@ class TxParticipant {
                         uint64_t* extra);
   Status AreaFor(uint64_t coordinator, Area** out);  // requires mu_
   std::vector<uint32_t> SlotsOf(const std::vector<dsm::TxEntry>& entries) const;
+  // The global segments `entries` change (0 left out).
+  static std::set<uint32_t> SegmentsOf(const std::vector<dsm::TxEntry>& entries);
+  // Requires mu_. kFailedPrecondition when a backup of a segment `rec`
+  // writes is in sync (or joining) and not among those its coordinator
+  // logs at: the coordinator's mapping is older than this server's.
+  Status CheckBackupsListed(const Rec& rec);
   uint32_t KvSlot(uint32_t table, std::string_view key) const;
   // Checks, under the vnodes' mutations, that no key put if absent by
   // `entries` exists (kAlreadyExists) and that their tables are held here.
   Status CheckKvEntries(const std::vector<dsm::TxEntry>& entries, uint64_t epoch);
   // Writes the record's entries through the mutate hooks (mu_ released).
   Status Apply(const Rec& rec);
+  // Puts and deletes of one object table (in global segment `segment`; 0:
+  // wherever it is) as one mutation.
+  Status ApplyObjects(const std::vector<const dsm::TxEntry*>& entries, uint32_t segment,
+                      TxCopy copy, TxTag tag);
   // Runs `fn` with mu_ released (it ships to backups, whose handlers take
   // their own server's mu_), `rec` marked working and no record swept.
   Status WithoutLock(Locked& lock, Rec* rec, const std::function<Status()>& fn);
@@ -254,6 +288,7 @@ class TxParticipant {
   std::map<uint64_t, Area*> by_coordinator_;
   std::map<Key, std::vector<std::unique_ptr<Rec>>> recs_;
   std::vector<Rec*> swept_;
+  std::map<uint32_t, std::set<uint32_t>> joining_;  // segment -> backup servers (BackupJoining)
   uint32_t busy_ = 0;  // threads that released mu_ while working: no sweep
   std::condition_variable idle_cv_;
   std::function<void(const void*, size_t)> persist_;
