@@ -95,6 +95,11 @@ class DataServer {
     // Created here and not yet taking writes: its first backups fill
     // (data_server_first_fill.cc).
     std::atomic<bool> first_fill{false};
+    // pDKVS read-only path (data_server_kv.cc): the vnode once made, and its
+    // writes (each around its apply and shipping) in progress (low 32
+    // bits) and completed (high 32 bits).
+    std::atomic<pdkvs::CcehIndex*> kv_published{nullptr};
+    std::atomic<uint64_t> kv_writes{0};
   };
 
   DataServer(const ServerOptions& options, const Logger& log);

@@ -4,6 +4,7 @@
 #include "pdkvs/cluster/cluster_kv_store.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -528,6 +529,163 @@ TEST_F(KvClusterTest, MultiPutAcrossVnodesIsAtomicForReaders) {
   kv_.reset();
   second.reset();
   StopAndCheckAll();
+}
+
+// Reads skip the segment's mutation lock (docs/pdkvs.md "Server side"), yet
+// a write applied on the primary and not yet on its backup is never read:
+// with the backup stopped, the write waits for its shipment, and no read
+// answers its value before the backup took it (the reads meanwhile wait or
+// answer the old value). The servers serve on two threads, so a read runs
+// while the write waits.
+TEST_F(KvClusterTest, ReadsNeverAnswerAWriteNotYetOnTheBackup) {
+  const std::string key = "pending";
+  SetResult result;
+  ASSERT_OK(kv_->Set(key, "old", SetOptions{}, &result));
+  WaitReplicated();
+  const uint32_t table = monitor::TableForKey(HashKey(key), kv_->client()->table_count());
+  uint32_t backup_id = 0;
+  const v1::GetMappingResponse mapping = Mapping();
+  for (const auto& seg : mapping.segments()) {
+    if (seg.table() == table && seg.backups_size() == 1) backup_id = seg.backups(0).server_id();
+  }
+  ASSERT_NE(backup_id, 0u);
+  int backup = -1;
+  for (int i = 0; i < 3; i++) {
+    if (IdOf(i) == backup_id) backup = i;
+  }
+  ASSERT_GE(backup, 0);
+  std::unique_ptr<ClusterKvStore> writer_kv, reader_kv;
+  ASSERT_OK(OpenStore(&writer_kv));
+  ASSERT_OK(OpenStore(&reader_kv));
+
+  ASSERT_EQ(::kill(cluster_.server(backup).pid(), SIGSTOP), 0);
+  std::atomic<bool> resumed{false};
+  struct Resume {  // the backup runs again whatever the test asserts
+    pid_t pid;
+    std::atomic<bool>* resumed;
+    ~Resume() {
+      if (!resumed->exchange(true)) ::kill(pid, SIGCONT);
+    }
+  } resume{cluster_.server(backup).pid(), &resumed};
+  std::atomic<bool> written{false};
+  std::thread writer([&] {
+    SetResult r;
+    Status s = writer_kv->Set(key, "new", SetOptions{}, &r);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    written = true;
+  });
+  // The write has reached the primary and waits for the stopped backup.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::atomic<bool> stop{false};
+  std::atomic<int> stale_reads{0}, reads{0};
+  std::thread reader([&] {
+    while (!stop) {
+      std::string v;
+      Status s = reader_kv->Get(key, &v);
+      const bool before_resume = !resumed;
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      if (before_resume && v != "old") stale_reads++;  // a write its backup did not have
+      reads++;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_FALSE(written.load()) << "the write did not wait for its backup";
+  resumed = true;
+  ASSERT_EQ(::kill(cluster_.server(backup).pid(), SIGCONT), 0);
+  writer.join();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (reads < 10 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stop = true;
+  reader.join();
+  EXPECT_GE(reads.load(), 10);
+  EXPECT_EQ(stale_reads.load(), 0);
+  std::string v;
+  ASSERT_OK(reader_kv->Get(key, &v));
+  EXPECT_EQ(v, "new");
+}
+
+// Reads of one vnode (a multi-get, a batch of gets) run without the
+// mutation lock while multi-puts and batches of sets of the same vnode
+// write its keys: every read sees one generation, never half a write.
+TEST_F(KvClusterTest, ReadsOfOneVnodeNeverSeeHalfAWrite) {
+  const std::vector<std::string> all = KeysOnEveryVnode("one", 6);
+  const uint32_t tables = kv_->client()->table_count();
+  std::vector<std::string> keys;
+  for (const std::string& k : all) {
+    if (monitor::TableForKey(HashKey(k), tables) == 1) keys.push_back(k);
+  }
+  ASSERT_EQ(keys.size(), 6u);
+  bool applied = false;
+  ASSERT_OK(PutAll(kv_.get(), keys, "w0:0", false, &applied));
+  std::unique_ptr<ClusterKvStore> second;
+  ASSERT_OK(OpenStore(&second));
+  std::atomic<bool> stop{false};
+  std::atomic<int> writes{0}, reads{0}, torn{0};
+  std::vector<std::thread> threads;
+  // Writer 0 multi-puts (0x40b), writer 1 sends batches of sets (0x413).
+  for (int w = 0; w < 2; w++) {
+    threads.emplace_back([&, w] {
+      KvStore* kv = w == 0 ? kv_.get() : second.get();
+      for (int g = 1; !stop; g++) {
+        const std::string value = "w" + std::to_string(w) + ":" + std::to_string(g);
+        if (w == 0) {
+          bool ok = false;
+          Status s = PutAll(kv, keys, value, false, &ok);
+          EXPECT_TRUE(s.ok() && ok) << s.ToString();
+        } else {
+          std::vector<KvOp> ops(keys.size());
+          for (size_t i = 0; i < keys.size(); i++) {
+            ops[i].kind = KvOp::Kind::kSet;
+            ops[i].key = keys[i];
+            ops[i].value = value;
+          }
+          kv->RunBatch(ops);
+          for (const KvOp& op : ops) EXPECT_TRUE(op.status.ok()) << op.status.ToString();
+        }
+        writes++;
+      }
+    });
+  }
+  // Reader 0 multi-gets (0x40a), reader 1 sends batches of gets (0x413).
+  for (int r = 0; r < 2; r++) {
+    threads.emplace_back([&, r] {
+      KvStore* kv = r == 0 ? kv_.get() : second.get();
+      while (!stop) {
+        std::vector<std::string> values;
+        if (r == 0) {
+          Status s = GetAll(kv, keys, &values);
+          EXPECT_TRUE(s.ok()) << s.ToString();
+        } else {
+          std::vector<KvOp> ops(keys.size());
+          for (size_t i = 0; i < keys.size(); i++) {
+            ops[i].kind = KvOp::Kind::kGet;
+            ops[i].key = keys[i];
+          }
+          kv->RunBatch(ops);
+          for (const KvOp& op : ops) {
+            EXPECT_TRUE(op.status.ok()) << op.status.ToString();
+            values.push_back(op.result);
+          }
+        }
+        if (!OneGeneration(values)) {
+          torn++;
+          ADD_FAILURE() << "torn read: " << values.front() << " / " << values.back();
+        }
+        reads++;
+      }
+    });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((writes < 400 || reads < 400) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop = true;
+  for (auto& th : threads) th.join();
+  EXPECT_GE(writes.load(), 400);
+  EXPECT_GE(reads.load(), 400);
+  EXPECT_EQ(torn.load(), 0);
 }
 
 // RunBatch: one kKvBatch per vnode; each key's ops take effect in their
