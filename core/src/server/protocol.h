@@ -44,6 +44,9 @@ inline constexpr uint64_t kWholeObject = ~0ull;
 // payloads travel by one-sided transfer through the RPC layer's
 // pre-registered buffers (net/rpc.h), not through the message slots.
 inline constexpr uint32_t kMaxRpcPayload = (64u << 20) + 4096;
+// The data plane's RPC slot (message header and inline payload), the same
+// on every peer (the RPC connect refuses another size).
+inline constexpr uint32_t kDataPlaneSlotSize = 64u << 10;
 
 // The RPC options client and server must agree on; `threads` serving
 // threads (server side).
