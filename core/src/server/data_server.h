@@ -191,7 +191,10 @@ class DataServer {
   Status TableSegment(uint32_t table, uint64_t epoch, bool create, Segment** out);
 
   // pDKVS (data_server_kv.cc, docs/pdkvs.md "Distributed store").
-  Status HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply);
+  // `reply_budget`: the bytes a kKvBatch reply may take (less than a whole
+  // reply inside a kKvVnodeBatches one; then it may answer no request).
+  Status HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply,
+                  uint64_t reply_budget = kMaxRpcPayload);
   // Reopens the vnode of a table segment being opened as primary (if it
   // has one) and frees the blocks of vnode items no index reaches.
   Status OpenVnode(Segment* seg);

@@ -316,17 +316,19 @@ bool RequestMayCreate(uint16_t method, const KvRequest& r) {
 }
 
 // Encodes a kKvBatch's reply, running its requests in order with `run`
-// (status and reply of one request).
+// (status and reply of one request). A read whose reply would pass
+// `budget` ends it there, unless it is the first request of a whole reply
+// (kMaxRpcPayload): writes' replies are small.
 template <typename Run>
-void EncodeKvBatch(const KvRequest& r, const Run& run, std::string* reply) {
+void EncodeKvBatch(const KvRequest& r, const Run& run, uint64_t budget, std::string* reply) {
   std::string answers, one;
   Encoder a(&answers);
   uint64_t answered = 0;
   for (const KvBatchEntry& b : r.batch) {
     one.clear();
     Status s = run(b, &one);
-    if (answered > 0 && !WritesKeys(b.method) &&
-        answers.size() + one.size() + 64 > kMaxRpcPayload) {
+    if ((answered > 0 || budget < kMaxRpcPayload) && !WritesKeys(b.method) &&
+        answers.size() + one.size() + 64 > budget) {
       break;
     }
     a.U64(static_cast<uint64_t>(s.code()));
@@ -344,7 +346,7 @@ void EncodeKvBatch(const KvRequest& r, const Run& run, std::string* reply) {
 // (kAborted) and the rest go on: requests of one key are refused together,
 // so the client runs them again in their order. A read whose value would
 // overflow the reply ends it there (reads change nothing the client sees).
-void RunKvBatch(TxParticipant* tx, const KvRequest& r, pdkvs::CcehIndex* index,
+void RunKvBatch(TxParticipant* tx, const KvRequest& r, pdkvs::CcehIndex* index, uint64_t budget,
                 std::string* reply) {
   EncodeKvBatch(
       r,
@@ -355,7 +357,7 @@ void RunKvBatch(TxParticipant* tx, const KvRequest& r, pdkvs::CcehIndex* index,
         if (s.ok() && WritesKeys(b.method)) tx->KvWritten(r.table, b.r.key);
         return s;
       },
-      reply);
+      budget, reply);
 }
 
 // Runs read-only request `r` (RequestReadsOnly) on `index`, the
@@ -367,7 +369,7 @@ void RunKvBatch(TxParticipant* tx, const KvRequest& r, pdkvs::CcehIndex* index,
 // is locked by a multi-put, or an expired item is to be freed.
 Status ReadWithoutMutation(const std::atomic<uint64_t>& writes, pdkvs::CcehIndex* index,
                            const TxParticipant& tx, uint32_t server, uint16_t method,
-                           const KvRequest& r, std::string* reply, bool* done) {
+                           const KvRequest& r, uint64_t budget, std::string* reply, bool* done) {
   *done = false;
   if (index == nullptr) return Status::OK();
   const uint64_t before = writes.load(std::memory_order_seq_cst);
@@ -390,7 +392,7 @@ Status ReadWithoutMutation(const std::atomic<uint64_t>& writes, pdkvs::CcehIndex
     EncodeKvBatch(
         r,
         [&](const KvBatchEntry& b, std::string* one) { return run(b.method, b.r, b.r.key, one); },
-        &out);
+        budget, &out);
   } else {
     for (std::string_view k : r.keys) again = again || tx.KvLocked(r.table, k);
     if (!again) s = run(method, r, r.key, &out);
@@ -403,6 +405,46 @@ Status ReadWithoutMutation(const std::atomic<uint64_t>& writes, pdkvs::CcehIndex
   *done = true;
   if (s.ok()) reply->append(out);
   return s;
+}
+
+// Runs a kKvVnodeBatches request: each of its kKvBatch bodies, after the
+// request's own header, with `run` (request, reply, reply budget), in
+// order, while the reply has room.
+template <typename Run>
+Status RunVnodeBatches(std::span<const uint8_t> req, const Run& run, std::string* reply) {
+  Decoder d(req);
+  RequestHeader h;
+  PDPM_RETURN_IF_ERROR(d.Header(&h));
+  uint64_t n = 0;
+  PDPM_RETURN_IF_ERROR(d.U64(&n));
+  if (n == 0 || n > kKvMaxVnodeBatches) {
+    return Status::InvalidArgument("pDKVS vnode batches: " + std::to_string(n));
+  }
+  std::vector<std::string_view> bodies(n);
+  for (std::string_view& body : bodies) PDPM_RETURN_IF_ERROR(d.Str(&body));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  // Room for the reply's framing (the count, a status and a length each).
+  constexpr uint64_t kFraming = 64;
+  std::string answers, one_request, one_reply;
+  Encoder a(&answers);
+  uint64_t answered = 0;
+  for (std::string_view body : bodies) {
+    const uint64_t used = answers.size() + kFraming * (answered + 2);
+    if (used + 4096 > kMaxRpcPayload) break;
+    one_request.assign(reinterpret_cast<const char*>(req.data()), kRequestHeaderSize);
+    one_request.append(body);
+    one_reply.clear();
+    Status s =
+        run(std::span(reinterpret_cast<const uint8_t*>(one_request.data()), one_request.size()),
+            &one_reply, kMaxRpcPayload - used);
+    a.U64(static_cast<uint64_t>(s.code()));
+    a.Str(s.ok() ? std::string_view(one_reply) : s.message());
+    ++answered;
+  }
+  Encoder e(reply);
+  e.U64(answered);
+  e.Bytes(answers);
+  return Status::OK();
 }
 
 }  // namespace
@@ -429,7 +471,16 @@ Status DataServer::OpenVnode(Segment* seg) {
   return Status::OK();
 }
 
-Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply) {
+Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply,
+                            uint64_t reply_budget) {
+  if (method == kKvVnodeBatches) {
+    return RunVnodeBatches(
+        req,
+        [this](std::span<const uint8_t> one, std::string* out, uint64_t budget) {
+          return HandleKv(kKvBatch, one, out, budget);
+        },
+        reply);
+  }
   Decoder d(req);
   RequestHeader h;
   KvRequest r;
@@ -468,7 +519,7 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
     return Status::OK();
   }
   if (s.code() == StatusCode::kNotFound && method == kKvBatch) {
-    RunKvBatch(tx_.get(), r, nullptr, reply);
+    RunKvBatch(tx_.get(), r, nullptr, reply_budget, reply);
     return Status::OK();
   }
   if (s.code() == StatusCode::kNotFound) {
@@ -480,7 +531,7 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
   if (RequestReadsOnly(method, r) && !seg->fenced) {
     bool done = false;
     Status rs = ReadWithoutMutation(seg->kv_writes, seg->kv_published.load(), *tx_, server_id_,
-                                    method, r, reply, &done);
+                                    method, r, reply_budget, reply, &done);
     if (done) return rs;
   }
   KvWriteScope writing(&seg->kv_writes);
@@ -488,7 +539,7 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
     // One step for the whole batch: one shipment to the backups.
     return Mutate(seg, [&]() -> Status {
       if (seg->kv == nullptr && may_create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
-      RunKvBatch(tx_.get(), r, seg->kv.get(), reply);
+      RunKvBatch(tx_.get(), r, seg->kv.get(), reply_budget, reply);
       return Status::OK();
     });
   }

@@ -95,7 +95,8 @@ enum Method : uint16_t {
   kKvVersions = 0x411,           // the version words of keys (consistent multi-vnode reads)
   kKvMultiGetVersioned = 0x412,  // a multi-get with the keys' version words
   kKvBatch = 0x413,              // single-key requests of one vnode in one step
-  kKvLast = kKvBatch,
+  kKvVnodeBatches = 0x414,       // kKvBatch requests of several vnodes of one server
+  kKvLast = kKvVnodeBatches,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It
