@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -686,6 +687,158 @@ TEST_F(KvClusterTest, ReadsOfOneVnodeNeverSeeHalfAWrite) {
   EXPECT_GE(writes.load(), 400);
   EXPECT_GE(reads.load(), 400);
   EXPECT_EQ(torn.load(), 0);
+}
+
+// kKvVnodeBatches (what RunBatch sends a server holding several vnodes):
+// each kKvBatch runs on its own — those of vnodes the server does not hold
+// are refused alone, nothing of theirs done — and a batch finding the
+// reply full answers as many requests as fit (maybe none).
+TEST_F(KvClusterTest, VnodeBatchesRunEachBatchOnItsOwn) {
+  using server::Decoder;
+  using server::Encoder;
+  using server::KvRequest;
+  client::Client* c = kv_->client();
+  const uint32_t tables = c->table_count();
+  auto table_of = [&](const std::string& k) { return monitor::TableForKey(HashKey(k), tables); };
+  std::vector<std::string> keys = KeysOnEveryVnode("vb", 2);
+  std::stable_sort(keys.begin(), keys.end(), [&](const std::string& a, const std::string& b) {
+    return table_of(a) < table_of(b);
+  });  // two keys of table 1, two of table 2, ...
+  std::map<std::string, std::string> want;
+  for (const std::string& k : keys) {
+    SetResult ignored;
+    ASSERT_OK(kv_->Set(k, "old:" + k, SetOptions{}, &ignored));
+    want[k] = "old:" + k;
+  }
+  // Sends kKvVnodeBatches of `batches` (their tables set) to the server of
+  // table 1; the status code and reply of each batch answered.
+  auto send = [&](const std::vector<KvRequest>& batches,
+                  std::vector<std::pair<StatusCode, std::string>>* answers) {
+    std::string reply;
+    ASSERT_OK(c->TableCall(
+        [](uint32_t, uint32_t* table) {
+          *table = 1;
+          return Status::OK();
+        },
+        server::kKvVnodeBatches,
+        [&](uint32_t, std::string* body) {
+          Encoder e(body);
+          e.U64(batches.size());
+          for (const KvRequest& r : batches) {
+            std::string one;
+            Encoder o(&one);
+            server::EncodeKvRequest(server::kKvBatch, r, &o);
+            e.Str(one);
+          }
+        },
+        true, &reply));
+    Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
+    uint64_t n = 0;
+    ASSERT_OK(d.U64(&n));
+    answers->clear();
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t code = 0;
+      std::string_view body;
+      ASSERT_OK(d.U64(&code));
+      ASSERT_OK(d.Str(&body));
+      answers->emplace_back(static_cast<StatusCode>(code), std::string(body));
+    }
+    ASSERT_OK(d.Done());
+  };
+  // The entries of a kKvBatch reply: status code and bytes each.
+  auto entries = [](const std::string& batch_reply) {
+    std::vector<std::pair<StatusCode, std::string>> out;
+    Decoder d({reinterpret_cast<const uint8_t*>(batch_reply.data()), batch_reply.size()});
+    uint64_t n = 0;
+    EXPECT_TRUE(d.U64(&n).ok());
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t code = 0;
+      std::string_view body;
+      EXPECT_TRUE(d.U64(&code).ok());
+      EXPECT_TRUE(d.Str(&body).ok());
+      out.emplace_back(static_cast<StatusCode>(code), std::string(body));
+    }
+    EXPECT_TRUE(d.Done().ok());
+    return out;
+  };
+
+  // One batch per vnode (set its first key, read both), all sent to the
+  // server of table 1.
+  std::vector<KvRequest> batches;
+  for (size_t i = 0; i < keys.size(); i += 2) {
+    KvRequest& r = batches.emplace_back();
+    r.table = table_of(keys[i]);
+    server::KvBatchEntry& set = r.batch.emplace_back();
+    set.method = server::kKvSet;
+    set.r.key = keys[i];
+    set.r.value = "new";
+    for (size_t j = i; j < i + 2; j++) {
+      server::KvBatchEntry& get = r.batch.emplace_back();
+      get.method = server::kKvGet;
+      get.r.key = keys[j];
+    }
+  }
+  std::vector<std::pair<StatusCode, std::string>> answers;
+  ASSERT_NO_FATAL_FAILURE(send(batches, &answers));
+  ASSERT_EQ(answers.size(), batches.size());
+  const uint32_t here = c->table_owner(1);
+  int ran = 0, refused = 0;
+  for (size_t b = 0; b < batches.size(); b++) {
+    const std::string& first = keys[2 * b];
+    const std::string& second = keys[2 * b + 1];
+    if (c->table_owner(batches[b].table) == here) {
+      ran++;
+      ASSERT_EQ(answers[b].first, StatusCode::kOk) << answers[b].second;
+      const auto e = entries(answers[b].second);
+      ASSERT_EQ(e.size(), 3u);
+      EXPECT_EQ(e[0].first, StatusCode::kOk);
+      EXPECT_EQ(e[1], std::pair(StatusCode::kOk, std::string("new")));
+      EXPECT_EQ(e[2], std::pair(StatusCode::kOk, "old:" + second));
+      want[first] = "new";
+    } else {
+      refused++;
+      EXPECT_EQ(answers[b].first, StatusCode::kStaleEpoch) << answers[b].second;
+    }
+  }
+  EXPECT_GE(ran, 1);
+  ExpectAll(kv_.get(), want);  // the refused batches set nothing
+
+  // A full reply: 20 MiB values, three reads in the first batch, two in
+  // the second, which finds too little room for one.
+  const std::string& big_key = keys.front();  // table 1's
+  const std::string big(20u << 20, 'b');
+  SetResult ignored;
+  ASSERT_OK(kv_->Set(big_key, big, SetOptions{}, &ignored));
+  std::vector<KvRequest> reads(2);
+  for (size_t b = 0; b < 2; b++) {
+    reads[b].table = 1;
+    for (size_t i = 0; i < 3 - b; i++) {
+      server::KvBatchEntry& get = reads[b].batch.emplace_back();
+      get.method = server::kKvGet;
+      get.r.key = big_key;
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(send(reads, &answers));
+  ASSERT_EQ(answers.size(), 2u);
+  ASSERT_EQ(answers[0].first, StatusCode::kOk);
+  ASSERT_EQ(answers[1].first, StatusCode::kOk);
+  const auto full = entries(answers[0].second);
+  ASSERT_EQ(full.size(), 3u);
+  for (const auto& e : full) EXPECT_TRUE(e.first == StatusCode::kOk && e.second == big);
+  EXPECT_TRUE(entries(answers[1].second).empty());
+  // RunBatch reads what such a reply left out again on its own.
+  std::vector<KvOp> ops(6);
+  for (size_t i = 0; i < ops.size(); i++) {
+    ops[i].kind = KvOp::Kind::kGet;
+    ops[i].key = i < 5 ? big_key : keys.back();
+  }
+  kv_->RunBatch(ops);
+  for (size_t i = 0; i < 5; i++) {
+    ASSERT_OK(ops[i].status);
+    EXPECT_TRUE(ops[i].result == big);
+  }
+  ASSERT_OK(ops[5].status);
+  EXPECT_EQ(ops[5].result, want[keys.back()]);
 }
 
 // RunBatch: one kKvBatch per vnode; each key's ops take effect in their
