@@ -315,29 +315,47 @@ bool RequestMayCreate(uint16_t method, const KvRequest& r) {
                      [](const KvBatchEntry& b) { return MayCreate(b.method); });
 }
 
+// The answers of a kKvBatch or kKvVnodeBatches reply: u64 answered, then
+// per answer u64 status code, bytes (its reply, or its error message).
+class Answers {
+ public:
+  void Add(const Status& s, std::string_view reply) {
+    Encoder a(&answers_);
+    a.U64(static_cast<uint64_t>(s.code()));
+    a.Str(s.ok() ? reply : s.message());
+    ++count_;
+  }
+  uint64_t count() const { return count_; }
+  size_t bytes() const { return answers_.size(); }
+  void EncodeTo(std::string* reply) const {
+    Encoder e(reply);
+    e.U64(count_);
+    e.Bytes(answers_);
+  }
+
+ private:
+  std::string answers_;
+  uint64_t count_ = 0;
+};
+
 // Encodes a kKvBatch's reply, running its requests in order with `run`
 // (status and reply of one request). A read whose reply would pass
 // `budget` ends it there, unless it is the first request of a whole reply
 // (kMaxRpcPayload): writes' replies are small.
 template <typename Run>
 void EncodeKvBatch(const KvRequest& r, const Run& run, uint64_t budget, std::string* reply) {
-  std::string answers, one;
-  Encoder a(&answers);
-  uint64_t answered = 0;
+  Answers answers;
+  std::string one;
   for (const KvBatchEntry& b : r.batch) {
     one.clear();
     Status s = run(b, &one);
-    if ((answered > 0 || budget < kMaxRpcPayload) && !WritesKeys(b.method) &&
-        answers.size() + one.size() + 64 > budget) {
+    if ((answers.count() > 0 || budget < kMaxRpcPayload) && !WritesKeys(b.method) &&
+        answers.bytes() + one.size() + 64 > budget) {
       break;
     }
-    a.U64(static_cast<uint64_t>(s.code()));
-    a.Str(s.ok() ? std::string_view(one) : s.message());
-    ++answered;
+    answers.Add(s, one);
   }
-  Encoder e(reply);
-  e.U64(answered);
-  e.Bytes(answers);
+  answers.EncodeTo(reply);
 }
 
 // Runs the requests of a kKvBatch in order on vnode `index` (nullptr: the
@@ -425,11 +443,10 @@ Status RunVnodeBatches(std::span<const uint8_t> req, const Run& run, std::string
   PDPM_RETURN_IF_ERROR(d.Done());
   // Room for the reply's framing (the count, a status and a length each).
   constexpr uint64_t kFraming = 64;
-  std::string answers, one_request, one_reply;
-  Encoder a(&answers);
-  uint64_t answered = 0;
+  Answers answers;
+  std::string one_request, one_reply;
   for (std::string_view body : bodies) {
-    const uint64_t used = answers.size() + kFraming * (answered + 2);
+    const uint64_t used = answers.bytes() + kFraming * (answers.count() + 2);
     if (used + 4096 > kMaxRpcPayload) break;
     one_request.assign(reinterpret_cast<const char*>(req.data()), kRequestHeaderSize);
     one_request.append(body);
@@ -437,13 +454,9 @@ Status RunVnodeBatches(std::span<const uint8_t> req, const Run& run, std::string
     Status s =
         run(std::span(reinterpret_cast<const uint8_t*>(one_request.data()), one_request.size()),
             &one_reply, kMaxRpcPayload - used);
-    a.U64(static_cast<uint64_t>(s.code()));
-    a.Str(s.ok() ? std::string_view(one_reply) : s.message());
-    ++answered;
+    answers.Add(s, one_reply);
   }
-  Encoder e(reply);
-  e.U64(answered);
-  e.Bytes(answers);
+  answers.EncodeTo(reply);
   return Status::OK();
 }
 

@@ -183,6 +183,18 @@ class KvClusterTest : public ::testing::Test {
   std::unique_ptr<ClusterKvStore> kv_;
 };
 
+// Lets `threads` run until `a` and `b` both reach `n` (at most 60 s), then
+// sets `stop` and joins them.
+void RunUntilBoth(const std::atomic<int>& a, const std::atomic<int>& b, int n,
+                  std::atomic<bool>* stop, std::vector<std::thread>* threads) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((a < n || b < n) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  *stop = true;
+  for (auto& th : *threads) th.join();
+}
+
 // Whether every value is the same.
 bool OneGeneration(const std::vector<std::string>& values) {
   for (const auto& v : values) {
@@ -514,12 +526,7 @@ TEST_F(KvClusterTest, MultiPutAcrossVnodesIsAtomicForReaders) {
       }
     });
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while ((puts < 300 || reads < 300) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  stop = true;
-  for (auto& th : threads) th.join();
+  RunUntilBoth(puts, reads, 300, &stop, &threads);
   EXPECT_GE(puts.load(), 300);
   EXPECT_GE(reads.load(), 300);
   EXPECT_EQ(torn.load(), 0);
@@ -678,12 +685,7 @@ TEST_F(KvClusterTest, ReadsOfOneVnodeNeverSeeHalfAWrite) {
       }
     });
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while ((writes < 400 || reads < 400) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  stop = true;
-  for (auto& th : threads) th.join();
+  RunUntilBoth(writes, reads, 400, &stop, &threads);
   EXPECT_GE(writes.load(), 400);
   EXPECT_GE(reads.load(), 400);
   EXPECT_EQ(torn.load(), 0);
