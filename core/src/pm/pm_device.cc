@@ -167,10 +167,11 @@ void* MsyncMemcpy(void* dst, const void* src, size_t len, unsigned /*flags*/) {
 }
 
 // A file in memory (tmpfs, ramfs): its pages are the storage, which a
-// process crash leaves intact and a power loss takes whole; msync does
-// nothing there. A persist only orders the stores before it.
+// process crash leaves intact (every store executed stays in them) and a
+// power loss takes whole; msync does nothing there. A persist only keeps
+// the compiler from moving stores across it.
 void MemoryPersist(const void* /*addr*/, size_t /*len*/) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
 }
 void MemoryDrain() {}
 void* MemoryMemcpy(void* dst, const void* src, size_t len, unsigned /*flags*/) {
