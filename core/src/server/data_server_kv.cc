@@ -425,41 +425,6 @@ Status ReadWithoutMutation(const std::atomic<uint64_t>& writes, pdkvs::CcehIndex
   return s;
 }
 
-// Runs a kKvVnodeBatches request: each of its kKvBatch bodies, after the
-// request's own header, with `run` (request, reply, reply budget), in
-// order, while the reply has room.
-template <typename Run>
-Status RunVnodeBatches(std::span<const uint8_t> req, const Run& run, std::string* reply) {
-  Decoder d(req);
-  RequestHeader h;
-  PDPM_RETURN_IF_ERROR(d.Header(&h));
-  uint64_t n = 0;
-  PDPM_RETURN_IF_ERROR(d.U64(&n));
-  if (n == 0 || n > kKvMaxVnodeBatches) {
-    return Status::InvalidArgument("pDKVS vnode batches: " + std::to_string(n));
-  }
-  std::vector<std::string_view> bodies(n);
-  for (std::string_view& body : bodies) PDPM_RETURN_IF_ERROR(d.Str(&body));
-  PDPM_RETURN_IF_ERROR(d.Done());
-  // Room for the reply's framing (the count, a status and a length each).
-  constexpr uint64_t kFraming = 64;
-  Answers answers;
-  std::string one_request, one_reply;
-  for (std::string_view body : bodies) {
-    const uint64_t used = answers.bytes() + kFraming * (answers.count() + 2);
-    if (used + 4096 > kMaxRpcPayload) break;
-    one_request.assign(reinterpret_cast<const char*>(req.data()), kRequestHeaderSize);
-    one_request.append(body);
-    one_reply.clear();
-    Status s =
-        run(std::span(reinterpret_cast<const uint8_t*>(one_request.data()), one_request.size()),
-            &one_reply, kMaxRpcPayload - used);
-    answers.Add(s, one_reply);
-  }
-  answers.EncodeTo(reply);
-  return Status::OK();
-}
-
 }  // namespace
 
 Status DataServer::OpenVnode(Segment* seg) {
@@ -485,15 +450,8 @@ Status DataServer::OpenVnode(Segment* seg) {
 }
 
 Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply,
-                            uint64_t reply_budget) {
-  if (method == kKvVnodeBatches) {
-    return RunVnodeBatches(
-        req,
-        [this](std::span<const uint8_t> one, std::string* out, uint64_t budget) {
-          return HandleKv(kKvBatch, one, out, budget);
-        },
-        reply);
-  }
+                            uint64_t reply_budget, std::vector<DeferredKvBatch>* deferred) {
+  if (method == kKvVnodeBatches) return HandleKvVnodeBatches(req, reply);
   Decoder d(req);
   RequestHeader h;
   KvRequest r;
@@ -547,15 +505,21 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
                                     method, r, reply_budget, reply, &done);
     if (done) return rs;
   }
-  KvWriteScope writing(&seg->kv_writes);
   if (method == kKvBatch) {
     // One step for the whole batch: one shipment to the backups.
-    return Mutate(seg, [&]() -> Status {
+    auto run = [this, seg, may_create, r, reply](uint64_t budget) -> Status {
       if (seg->kv == nullptr && may_create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
-      RunKvBatch(tx_.get(), r, seg->kv.get(), reply_budget, reply);
+      RunKvBatch(tx_.get(), r, seg->kv.get(), budget, reply);
       return Status::OK();
-    });
+    };
+    auto writing = std::make_shared<KvWriteScope>(&seg->kv_writes);
+    if (deferred != nullptr) {
+      deferred->push_back({seg, std::move(run), std::move(writing)});
+      return Status::OK();
+    }
+    return Mutate(seg, [&] { return run(reply_budget); });
   }
+  KvWriteScope writing(&seg->kv_writes);
   bool locked = false;
   s = Mutate(seg, [&]() -> Status {
     // A key a transaction locked: its outcome first (checked under the
@@ -585,6 +549,68 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
   });
   if (locked) return Status::Aborted(kKvKeyLockedMessage);
   return s;
+}
+
+Status DataServer::HandleKvVnodeBatches(std::span<const uint8_t> req, std::string* reply) {
+  // The replies of writes are smaller than their requests: a request of at
+  // most half a reply leaves reads the other half.
+  if (req.size() > kMaxRpcPayload / 2) {
+    return Status::InvalidArgument("pDKVS vnode batches of " + std::to_string(req.size()) +
+                                   " bytes: send the batches alone");
+  }
+  Decoder d(req);
+  RequestHeader h;
+  PDPM_RETURN_IF_ERROR(d.Header(&h));
+  uint64_t n = 0;
+  PDPM_RETURN_IF_ERROR(d.U64(&n));
+  if (n == 0 || n > kKvMaxVnodeBatches) {
+    return Status::InvalidArgument("pDKVS vnode batches: " + std::to_string(n));
+  }
+  std::vector<std::string_view> bodies(n);
+  for (std::string_view& body : bodies) PDPM_RETURN_IF_ERROR(d.Str(&body));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  // Each batch runs as a kKvBatch request of its own (after this request's
+  // header); those that mutate their vnode run together at the end, so
+  // each backup gets one shipment for all of them. Reads get what is left
+  // of half the reply, each batch's framing counted.
+  constexpr uint64_t kFraming = 64;
+  uint64_t used = kFraming;
+  auto budget = [&] { return kMaxRpcPayload / 2 > used ? kMaxRpcPayload / 2 - used : 0; };
+  std::vector<std::string> requests(n), replies(n);
+  std::vector<Status> statuses(n);
+  std::vector<DeferredKvBatch> deferred;
+  std::vector<size_t> deferred_batch;  // the batch of each deferred job
+  for (size_t i = 0; i < n; ++i) {
+    requests[i].assign(reinterpret_cast<const char*>(req.data()), kRequestHeaderSize);
+    requests[i].append(bodies[i]);
+    const size_t before = deferred.size();
+    statuses[i] = HandleKv(
+        kKvBatch,
+        std::span(reinterpret_cast<const uint8_t*>(requests[i].data()), requests[i].size()),
+        &replies[i], budget(), &deferred);
+    if (deferred.size() > before) {
+      deferred_batch.push_back(i);
+    } else {
+      used += replies[i].size() + kFraming;
+    }
+  }
+  for (size_t k = 0; k < deferred.size(); ++k) {
+    deferred[k].run = [&, k, inner = std::move(deferred[k].run)](uint64_t) {
+      Status s = inner(budget());
+      used += replies[deferred_batch[k]].size() + kFraming;
+      return s;
+    };
+  }
+  std::vector<Status> results;
+  MutateTogether(&deferred, &results);
+  for (size_t k = 0; k < deferred.size(); ++k) {
+    statuses[deferred_batch[k]] = results[k];
+    if (!results[k].ok()) replies[deferred_batch[k]].clear();
+  }
+  Answers answers;
+  for (size_t i = 0; i < n; ++i) answers.Add(statuses[i], replies[i]);
+  answers.EncodeTo(reply);
+  return Status::OK();
 }
 
 Status DataServer::EnsureVnode(Segment* seg) {

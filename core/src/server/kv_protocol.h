@@ -30,9 +30,9 @@
 //                 its table first), vnodes of this server (reply: u64
 //                 answered | answered (u64 status code | bytes: that
 //                 kKvBatch's reply, or the error message)); each runs as a
-//                 kKvBatch of its own, in order, within what is left of
-//                 the reply (it may answer none of its requests); the
-//                 server answers fewer than n only when the reply is full
+//                 kKvBatch of its own, its reads within what is left of
+//                 half the reply (it may answer none of its requests); the
+//                 whole request at most half a reply
 // where key and value are u64 length | bytes. Replies: docs/pdkvs.md.
 #pragma once
 

@@ -74,6 +74,9 @@ enum Method : uint16_t {
   kReplicaAttach = 0x303,  // primary -> backup: u64 segment | u64 local -> u64 key
   // client -> primary: 16-byte address | u64 length -> empty (client.h Persist)
   kHeapPersist = 0x304,
+  // primary -> backup: several kReplicaApply messages in one
+  // (server/data_server_kv_ship.cc) -> empty
+  kReplicaApplyMany = 0x310,
   // pDKVS: operations on the vnode (the CCEH index) of a table
   // (server/data_server_kv.cc, docs/pdkvs.md "Distributed store").
   kKvGet = 0x401,

@@ -20,6 +20,9 @@ using server::KvRequest;
 constexpr uint64_t kResidues = monitor::kKeyResidueMask + 1;
 // Batches of different vnodes in flight at once (beside the caller's).
 constexpr size_t kBatchSenders = 7;
+// A kKvVnodeBatches request carries at most this many bytes of batches
+// (the server takes half a reply's worth); larger ones go vnode by vnode.
+constexpr size_t kVnodeBatchesBytes = 8u << 20;
 
 Decoder ReplyDecoder(const std::string& reply) {
   return Decoder({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
@@ -653,12 +656,20 @@ void ClusterKvStore::SendVnodeBatches(std::span<KvOp> ops,
                                       const std::vector<std::vector<size_t>>& groups,
                                       const std::vector<uint32_t>& tables,
                                       const std::vector<size_t>& members, uint32_t table_count) {
-  std::vector<KvRequest> requests;
+  std::vector<std::string> bodies;
+  size_t bytes = 0;
   bool idempotent = true;
   for (size_t g : members) {
-    requests.push_back(BatchRequest(ops, groups[g]));
-    requests.back().table = tables[g];
-    idempotent = idempotent && server::IsKvIdempotent(server::kKvBatch, requests.back());
+    KvRequest r = BatchRequest(ops, groups[g]);
+    r.table = tables[g];
+    idempotent = idempotent && server::IsKvIdempotent(server::kKvBatch, r);
+    Encoder e(&bodies.emplace_back());
+    server::EncodeKvRequest(server::kKvBatch, r, &e);
+    bytes += bodies.back().size();
+  }
+  if (bytes > kVnodeBatchesBytes) {
+    for (size_t g : members) SendBatch(ops, groups[g]);
+    return;
   }
   bool regrouped = false;
   std::string reply;
@@ -672,14 +683,8 @@ void ClusterKvStore::SendVnodeBatches(std::span<KvOp> ops,
       server::kKvVnodeBatches,
       [&](uint32_t, std::string* body) {
         Encoder e(body);
-        e.U64(requests.size());
-        std::string one;
-        for (const KvRequest& r : requests) {
-          one.clear();
-          Encoder o(&one);
-          server::EncodeKvRequest(server::kKvBatch, r, &o);
-          e.Str(one);
-        }
+        e.U64(bodies.size());
+        for (const std::string& one : bodies) e.Str(one);
       },
       idempotent, &reply);
   if (regrouped) {

@@ -805,10 +805,10 @@ TEST_F(KvClusterTest, VnodeBatchesRunEachBatchOnItsOwn) {
   EXPECT_GE(ran, 1);
   ExpectAll(kv_.get(), want);  // the refused batches set nothing
 
-  // A full reply: 20 MiB values, three reads in the first batch, two in
-  // the second, which finds too little room for one.
+  // A full reply: reads get half a reply (32 MiB). 12 MiB values, three
+  // reads in the first batch (two fit), two in the second (none fits).
   const std::string& big_key = keys.front();  // table 1's
-  const std::string big(20u << 20, 'b');
+  const std::string big(12u << 20, 'b');
   SetResult ignored;
   ASSERT_OK(kv_->Set(big_key, big, SetOptions{}, &ignored));
   std::vector<KvRequest> reads(2);
@@ -825,7 +825,7 @@ TEST_F(KvClusterTest, VnodeBatchesRunEachBatchOnItsOwn) {
   ASSERT_EQ(answers[0].first, StatusCode::kOk);
   ASSERT_EQ(answers[1].first, StatusCode::kOk);
   const auto full = entries(answers[0].second);
-  ASSERT_EQ(full.size(), 3u);
+  ASSERT_EQ(full.size(), 2u);
   for (const auto& e : full) EXPECT_TRUE(e.first == StatusCode::kOk && e.second == big);
   EXPECT_TRUE(entries(answers[1].second).empty());
   // RunBatch reads what such a reply left out again on its own.
