@@ -69,6 +69,7 @@ LocalClusterOptions KvClusterOptions() {
 class KvClusterTest : public ::testing::Test {
  protected:
   KvClusterTest() : cluster_(KvClusterOptions()) {}
+  explicit KvClusterTest(const LocalClusterOptions& options) : cluster_(options) {}
 
   void SetUp() override {
     Status s = cluster_.Start();
@@ -1110,6 +1111,76 @@ TEST_F(KvClusterTest, ServerKilledDuringMultiPutsLosesNoneAndTearsNone) {
   ASSERT_OK(cluster_.StartServer(1));
   WaitReplicated();
   check();
+  kv_.reset();
+  second.reset();
+  StopAndCheckAll();
+}
+
+// Six vnodes on three servers: some server holds two or more, so the
+// gateway's batches of its vnodes go as one request (0x414) and ship to
+// each backup together (kReplicaApplyMany).
+LocalClusterOptions ManyVnodesOptions() {
+  LocalClusterOptions o = KvClusterOptions();
+  o.tables = 6;
+  o.pm_size = (8 * 64 + 2) * (1ull << 20);
+  return o;
+}
+
+class KvClusterManyVnodesTest : public KvClusterTest {
+ protected:
+  KvClusterManyVnodesTest() : KvClusterTest(ManyVnodesOptions()) {}
+};
+
+// Batches of sets of every vnode (RunBatch) while a server is killed:
+// every batch succeeds (waiting out the failover) and every acknowledged
+// value is there afterwards, on the servers left and once the victim is
+// back; the PM checks clean.
+TEST_F(KvClusterManyVnodesTest, BatchesShippedTogetherSurviveAServerKill) {
+  constexpr int kThreads = 2, kRounds = 150;
+  std::vector<std::map<std::string, std::string>> last(kThreads);
+  std::atomic<int> rounds{0}, failures{0};
+  std::unique_ptr<ClusterKvStore> second;
+  ASSERT_OK(OpenStore(&second));
+  std::vector<std::vector<std::string>> keys(kThreads);
+  for (int t = 0; t < kThreads; t++) keys[t] = KeysOnEveryVnode("m" + std::to_string(t) + "-", 4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++) {
+    threads.emplace_back([&, t] {
+      KvStore* kv = t == 0 ? kv_.get() : second.get();
+      for (int round = 0; round < kRounds; round++) {
+        std::vector<std::string> values;
+        std::vector<KvOp> ops(keys[t].size());
+        for (size_t i = 0; i < ops.size(); i++) {
+          values.push_back(
+              Checked(std::string(50 + (round * 7 + i) % 300, 'a' + t) + std::to_string(round)));
+          ops[i].kind = KvOp::Kind::kSet;
+          ops[i].key = keys[t][i];
+          ops[i].value = values.back();
+        }
+        kv->RunBatch(ops);
+        for (size_t i = 0; i < ops.size(); i++) {
+          if (ops[i].status.ok()) {
+            last[t][keys[t][i]] = values[i];
+          } else {
+            failures++;
+            ADD_FAILURE() << ops[i].key << ": " << ops[i].status.ToString();
+          }
+        }
+        rounds++;
+      }
+    });
+  }
+  while (rounds.load() < 60) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  WaitReplicated();
+  cluster_.KillServer(1);
+  const int at_kill = rounds.load();
+  for (auto& th : threads) th.join();
+  EXPECT_LT(at_kill, kThreads * kRounds) << "the load ended before the kill";
+  EXPECT_EQ(failures.load(), 0);
+  for (int t = 0; t < kThreads; t++) ExpectAll(kv_.get(), last[t]);
+  ASSERT_OK(cluster_.StartServer(1));
+  WaitReplicated();
+  for (int t = 0; t < kThreads; t++) ExpectAll(kv_.get(), last[t]);
   kv_.reset();
   second.reset();
   StopAndCheckAll();
