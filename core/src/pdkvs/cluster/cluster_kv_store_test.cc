@@ -185,7 +185,7 @@ class KvClusterTest : public ::testing::Test {
 };
 
 // Lets `threads` run until `a` and `b` both reach `n` (at most 60 s), then
-// sets `stop` and joins them.
+// sets `stop`, joins them and expects both counts reached.
 void RunUntilBoth(const std::atomic<int>& a, const std::atomic<int>& b, int n,
                   std::atomic<bool>* stop, std::vector<std::thread>* threads) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -194,6 +194,8 @@ void RunUntilBoth(const std::atomic<int>& a, const std::atomic<int>& b, int n,
   }
   *stop = true;
   for (auto& th : *threads) th.join();
+  EXPECT_GE(a.load(), n);
+  EXPECT_GE(b.load(), n);
 }
 
 // Whether every value is the same.
@@ -202,6 +204,17 @@ bool OneGeneration(const std::vector<std::string>& values) {
     if (v != values.front()) return false;
   }
   return true;
+}
+
+// Counts one read of `values` in *reads, and in *torn (a failure) unless
+// they are all one generation.
+void CountRead(const std::vector<std::string>& values, std::atomic<int>* torn,
+               std::atomic<int>* reads) {
+  if (!OneGeneration(values)) {
+    ++*torn;
+    ADD_FAILURE() << "torn read: " << values.front() << " / " << values.back();
+  }
+  ++*reads;
 }
 
 TEST_F(KvClusterTest, EveryOperationAndItsErrors) {
@@ -519,17 +532,11 @@ TEST_F(KvClusterTest, MultiPutAcrossVnodesIsAtomicForReaders) {
           ADD_FAILURE() << s.ToString();
           continue;
         }
-        if (!OneGeneration(values)) {
-          torn++;
-          ADD_FAILURE() << "torn multi-get: " << values.front() << " / " << values.back();
-        }
-        reads++;
+        CountRead(values, &torn, &reads);
       }
     });
   }
   RunUntilBoth(puts, reads, 300, &stop, &threads);
-  EXPECT_GE(puts.load(), 300);
-  EXPECT_GE(reads.load(), 300);
   EXPECT_EQ(torn.load(), 0);
   EXPECT_EQ(errors.load(), 0);
   std::vector<std::string> values;
@@ -678,17 +685,11 @@ TEST_F(KvClusterTest, ReadsOfOneVnodeNeverSeeHalfAWrite) {
             values.push_back(op.result);
           }
         }
-        if (!OneGeneration(values)) {
-          torn++;
-          ADD_FAILURE() << "torn read: " << values.front() << " / " << values.back();
-        }
-        reads++;
+        CountRead(values, &torn, &reads);
       }
     });
   }
   RunUntilBoth(writes, reads, 400, &stop, &threads);
-  EXPECT_GE(writes.load(), 400);
-  EXPECT_GE(reads.load(), 400);
   EXPECT_EQ(torn.load(), 0);
 }
 
