@@ -119,6 +119,11 @@ class ClientImpl final : public Client, public TxHost {
 
   uint64_t epoch() const override { return Snapshot()->epoch; }
   uint32_t table_count() const override { return Snapshot()->table_count; }
+  uint32_t table_owner(uint32_t table) const override {
+    auto m = Snapshot();
+    auto it = m->table_owner.find(table);
+    return it == m->table_owner.end() ? 0 : it->second;
+  }
 
   Status TxBegin(std::unique_ptr<Transaction>* out) override {
     {

@@ -143,6 +143,9 @@ class Client {
   virtual uint64_t epoch() const = 0;
   // The cluster's object-store table count in the cached mapping (0: none).
   virtual uint32_t table_count() const = 0;
+  // The server owning table `table` in the cached mapping (0: none), to
+  // group requests by server.
+  virtual uint32_t table_owner(uint32_t table) const = 0;
   // Reloads mapping and keys from the monitor.
   virtual Status RefreshMapping() = 0;
 

@@ -572,16 +572,21 @@ Status CcehIndex::RemoveSlot(Slot* slot) {
 }
 
 Status CcehIndex::Get(std::string_view key, std::string* value, ItemMeta* meta) {
-  return Lookup(key, value, meta);
+  return Lookup(key, value, meta, /*free_expired=*/true);
+}
+
+Status CcehIndex::Peek(std::string_view key, std::string* value, ItemMeta* meta) {
+  return Lookup(key, value, meta, /*free_expired=*/false);
 }
 
 Status CcehIndex::Exists(std::string_view key, bool* exists) {
-  Status s = Lookup(key, nullptr, nullptr);
+  Status s = Lookup(key, nullptr, nullptr, /*free_expired=*/true);
   *exists = s.ok();
   return s.code() == StatusCode::kNotFound ? Status::OK() : s;
 }
 
-Status CcehIndex::Lookup(std::string_view key, std::string* value, ItemMeta* meta) {
+Status CcehIndex::Lookup(std::string_view key, std::string* value, ItemMeta* meta,
+                         bool free_expired) {
   PDPM_RETURN_IF_ERROR(CheckItemSize(key, 0));
   const uint64_t hash = HashKey(key);
   {
@@ -601,6 +606,7 @@ Status CcehIndex::Lookup(std::string_view key, std::string* value, ItemMeta* met
       return Status::OK();
     }
   }
+  if (!free_expired) return Status::FailedPrecondition(kExpiredMessage);
   // Expired: free it (a change that keeps the key as it is does).
   PDPM_RETURN_IF_ERROR(
       Apply(key, /*may_insert=*/false,

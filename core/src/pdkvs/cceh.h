@@ -38,6 +38,10 @@
 
 namespace pdpm::pdkvs {
 
+// The message of Peek's kFailedPrecondition: the key's item expired and is
+// still stored.
+inline constexpr std::string_view kExpiredMessage = "expired item not yet freed";
+
 struct CcehOptions {
   // Geometry, fixed at Create and read back from PM by Open: buckets of a
   // segment (each a 64-byte cache line of 4 slots) and how many consecutive
@@ -152,6 +156,12 @@ class CcehIndex {
   // kNotFound when absent or expired. `meta` may be null.
   Status Get(std::string_view key, std::string* value, ItemMeta* meta = nullptr);
   Status Exists(std::string_view key, bool* exists);
+  // Get that never writes, for a reader that does not hold the index's
+  // writers off (a vnode's read-only path, server/data_server_kv.cc): an
+  // expired item is left in place and answered kFailedPrecondition
+  // (kExpiredMessage), so the caller can read again through a path that
+  // may free it. `value` and `meta` may be null (no copy).
+  Status Peek(std::string_view key, std::string* value, ItemMeta* meta = nullptr);
   Status Put(std::string_view key, std::string_view value, const PutOptions& options = {});
   // kNotFound when absent or expired.
   Status Delete(std::string_view key);
@@ -196,8 +206,9 @@ class CcehIndex {
   // value and applies its change.
   // `may_insert` false: the change never adds the key (no split for room).
   Status Apply(std::string_view key, bool may_insert, const Decide& decide);
-  // Get without a copy when value is null (Exists).
-  Status Lookup(std::string_view key, std::string* value, ItemMeta* meta);
+  // Get without a copy when value is null (Exists); an expired item is
+  // freed when `free_expired`, else answered as Peek does.
+  Status Lookup(std::string_view key, std::string* value, ItemMeta* meta, bool free_expired);
   // Clears a slot and frees its item; segment locked exclusively.
   Status RemoveSlot(Slot* slot);
   // Splits segment `seg` (locked exclusively), doubling the directory when

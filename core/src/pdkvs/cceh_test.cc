@@ -218,9 +218,21 @@ TEST_F(CcehTest, Ttl) {
   EXPECT_EQ(meta.expire_at_ms, 2000u);
   EXPECT_EQ(v, "v2");
 
+  // Peek reads without writing: a live item as Get does, an expired one
+  // left in place and answered kFailedPrecondition.
+  v.clear();
+  ASSERT_TRUE(index_->Peek("t", &v, &meta).ok());
+  EXPECT_EQ(v, "v2");
+  EXPECT_EQ(meta.expire_at_ms, 2000u);
+  EXPECT_EQ(index_->Peek("absent", &v).code(), StatusCode::kNotFound);
   now_ms_ = 2000;
+  Status peeked = index_->Peek("t", &v, &meta);
+  EXPECT_EQ(peeked.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(peeked.message(), kExpiredMessage);
+  EXPECT_EQ(index_->Count(), 2u);  // still stored
   EXPECT_EQ(Get("t"), "<not_found>");
   EXPECT_EQ(index_->Count(), 1u);  // the read freed it
+  EXPECT_EQ(index_->Peek("t", nullptr).code(), StatusCode::kNotFound);
   ExpectClean();
   ASSERT_TRUE(index_->Put("t", "v", o).ok());
   now_ms_ = 3000;

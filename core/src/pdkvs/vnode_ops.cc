@@ -95,16 +95,21 @@ Status VnodeGetRange(CcehIndex* index, std::string_view key, int64_t start, int6
   Status s = index->Get(key, &whole);
   if (s.code() == StatusCode::kNotFound) return Status::OK();
   PDPM_RETURN_IF_ERROR(s);
+  SliceRange(whole, start, end, value);
+  return Status::OK();
+}
+
+void SliceRange(std::string_view whole, int64_t start, int64_t end, std::string* value) {
+  value->clear();
   const int64_t len = static_cast<int64_t>(whole.size());
-  if (start < 0 && end < 0 && start > end) return Status::OK();
+  if (start < 0 && end < 0 && start > end) return;
   if (start < 0) start = len + start;
   if (end < 0) end = len + end;
   if (start < 0) start = 0;
   if (end < 0) end = 0;
   if (end >= len) end = len - 1;
-  if (start > end || len == 0) return Status::OK();
-  value->assign(whole, static_cast<size_t>(start), static_cast<size_t>(end - start + 1));
-  return Status::OK();
+  if (start > end || len == 0) return;
+  value->assign(whole.substr(static_cast<size_t>(start), static_cast<size_t>(end - start + 1)));
 }
 
 Status VnodeSetRange(CcehIndex* index, std::string_view key, uint64_t offset, std::string_view data,

@@ -24,6 +24,9 @@ Status VnodeAppend(CcehIndex* index, std::string_view key, std::string_view suff
                    uint64_t max_value_size, uint64_t* length);
 Status VnodeGetRange(CcehIndex* index, std::string_view key, int64_t start, int64_t end,
                      std::string* value);
+// GETRANGE's bytes of `whole`: start and end inclusive, negative ones
+// counted from the end.
+void SliceRange(std::string_view whole, int64_t start, int64_t end, std::string* value);
 Status VnodeSetRange(CcehIndex* index, std::string_view key, uint64_t offset, std::string_view data,
                      uint64_t max_value_size, uint64_t* length);
 Status VnodeGetExpiry(CcehIndex* index, std::string_view key, uint64_t* expire_at_ms);

@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <libpmem2.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <array>
@@ -162,6 +164,26 @@ void* MsyncMemcpy(void* dst, const void* src, size_t len, unsigned /*flags*/) {
   std::memcpy(dst, src, len);
   MsyncPersist(dst, len);
   return dst;
+}
+
+// A file in memory (tmpfs, ramfs): its pages are the storage, which a
+// process crash leaves intact (every store executed stays in them) and a
+// power loss takes whole; msync does nothing there. A persist only keeps
+// the compiler from moving stores across it.
+void MemoryPersist(const void* /*addr*/, size_t /*len*/) {
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+void MemoryDrain() {}
+void* MemoryMemcpy(void* dst, const void* src, size_t len, unsigned /*flags*/) {
+  std::memcpy(dst, src, len);
+  MemoryPersist(dst, len);
+  return dst;
+}
+
+bool IsMemoryFile(int fd) {
+  struct statfs fs {};
+  if (fstatfs(fd, &fs) != 0) return false;
+  return fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC;
 }
 
 // Whether the kernel maps this regular file directly (DAX), so that
@@ -432,10 +454,17 @@ Status PmDevice::Open(const std::string& path, const PmOptions& options,
         view_base = mapping->file_view->base();
       }
       durable_base = mapping->file_durable->base();
-      mapping->persist = MsyncPersist;
-      mapping->flush = MsyncPersist;
-      mapping->drain = MsyncDrain;
-      mapping->memcpy = MsyncMemcpy;
+      if (IsMemoryFile(mapping->fd)) {
+        mapping->persist = MemoryPersist;
+        mapping->flush = MemoryPersist;
+        mapping->drain = MemoryDrain;
+        mapping->memcpy = MemoryMemcpy;
+      } else {
+        mapping->persist = MsyncPersist;
+        mapping->flush = MsyncPersist;
+        mapping->drain = MsyncDrain;
+        mapping->memcpy = MsyncMemcpy;
+      }
       device->granularity_ = PersistGranularity::kPage;
     }
     if (devdax) {

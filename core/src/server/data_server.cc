@@ -89,6 +89,9 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   s->rpc_->Register(kReplicaApply, [self](std::span<const uint8_t> r, std::string* out) {
     return self->HandleReplicaApply(r, out);
   });
+  s->rpc_->Register(kReplicaApplyMany, [self](std::span<const uint8_t> r, std::string* out) {
+    return self->HandleReplicaApplyMany(r, out);
+  });
   s->rpc_->Register(kReplicaAttach, [self](std::span<const uint8_t> r, std::string* out) {
     return self->HandleReplicaAttach(r, out);
   });

@@ -95,6 +95,11 @@ class DataServer {
     // Created here and not yet taking writes: its first backups fill
     // (data_server_first_fill.cc).
     std::atomic<bool> first_fill{false};
+    // pDKVS read-only path (data_server_kv.cc): the vnode once made, and its
+    // writes (each around its apply and shipping) in progress (low 32
+    // bits) and completed (high 32 bits).
+    std::atomic<pdkvs::CcehIndex*> kv_published{nullptr};
+    std::atomic<uint64_t> kv_writes{0};
   };
 
   DataServer(const ServerOptions& options, const Logger& log);
@@ -189,7 +194,28 @@ class DataServer {
   Status TableSegment(uint32_t table, uint64_t epoch, bool create, Segment** out);
 
   // pDKVS (data_server_kv.cc, docs/pdkvs.md "Distributed store").
-  Status HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply);
+  // A kKvBatch of a kKvVnodeBatches request whose mutation runs with the
+  // other batches' (MutateTogether): `run` with its reply budget.
+  struct DeferredKvBatch {
+    Segment* seg = nullptr;
+    std::function<Status(uint64_t budget)> run;
+    std::shared_ptr<void> writing;  // counts it in seg->kv_writes until shipped
+  };
+  // `reply_budget`: the bytes a kKvBatch reply may take (less than a whole
+  // reply inside a kKvVnodeBatches one; then it may answer no request).
+  // `deferred`: a kKvBatch that must mutate its vnode is left there
+  // instead of run.
+  Status HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply,
+                  uint64_t reply_budget = kMaxRpcPayload,
+                  std::vector<DeferredKvBatch>* deferred = nullptr);
+  Status HandleKvVnodeBatches(std::span<const uint8_t> req, std::string* reply);
+  // Runs the batches of `jobs` (at most one a segment) as Mutate would, one
+  // after the other, all under their segments' mutation locks; then ships
+  // each backup its share of all of them in one kReplicaApplyMany message
+  // (a segment whose share fails ships on its own, as Mutate does).
+  // (*results)[i]: job i's outcome (data_server_kv_ship.cc).
+  void MutateTogether(std::vector<DeferredKvBatch>* jobs, std::vector<Status>* results);
+  Status HandleReplicaApplyMany(std::span<const uint8_t> req, std::string* reply);
   // Reopens the vnode of a table segment being opened as primary (if it
   // has one) and frees the blocks of vnode items no index reaches.
   Status OpenVnode(Segment* seg);

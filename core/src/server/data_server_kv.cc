@@ -3,10 +3,15 @@
 // kKvRootSlot) beside the object table, in the same PAllocator (docs/pdkvs.md
 // "Distributed store").
 //
-// Every operation, reads included, runs inside Mutate: a read that finds an
-// expired item frees it (a PM write that must reach the backups like any
-// other), and the segment's mutation lock also orders the vnode's creation
-// with its use. Multi-key requests of one vnode are therefore atomic.
+// Every write runs inside Mutate (the segment's mutation lock, its persists
+// shipped to the backups before the reply), counted in the segment's
+// kv_writes around it. Reads (Get, Exists, GetRange, GetExpiry, multi-gets,
+// batches of those) first try without the lock: they run when no write of
+// the vnode is in progress and none completed meanwhile, so they never see a
+// value not yet on every copy nor half a multi-key write; else, or when
+// they meet an expired item (whose freeing is a write) or a key a multi-put
+// locked, they run inside Mutate as writes do. Multi-key requests of one
+// vnode are therefore atomic.
 //
 // Multi-puts across vnodes are pDSM transactions (docs/tx.md, pDKVS
 // entries): a request naming a key a transaction has locked is refused
@@ -105,6 +110,106 @@ void AppendVersions(const TxParticipant& tx, uint32_t server, const KvRequest& r
   }
 }
 
+// Encodes a multi-get's reply, reading each key with `read` (Get or Peek):
+// as many answers as one reply carries; the client asks again for the rest.
+Status MultiGet(const KvRequest& r, pdkvs::CcehIndex* index,
+                Status (pdkvs::CcehIndex::*read)(std::string_view, std::string*, pdkvs::ItemMeta*),
+                std::string* reply) {
+  std::string answers;
+  Encoder a(&answers);
+  uint64_t answered = 0;
+  for (std::string_view key : r.keys) {
+    std::string v;
+    Status s = (index->*read)(key, &v, nullptr);
+    if (s.code() == StatusCode::kNotFound) {
+      a.U64(0);
+    } else {
+      PDPM_RETURN_IF_ERROR(s);
+      if (answered > 0 && answers.size() + v.size() + 64 > kMaxRpcPayload) break;
+      a.U64(1);
+      a.Str(v);
+    }
+    ++answered;
+  }
+  Encoder e(reply);
+  e.U64(answered);
+  e.Bytes(answers);
+  return Status::OK();
+}
+
+// Whether `method` only reads: it may run without the mutation lock
+// (ReadWithoutMutation).
+bool ReadsOnly(uint16_t method) {
+  switch (method) {
+    case kKvGet:
+    case kKvExists:
+    case kKvGetRange:
+    case kKvGetExpiry:
+    case kKvMultiGet:
+    case kKvMultiGetVersioned: return true;
+    default: return false;
+  }
+}
+
+bool RequestReadsOnly(uint16_t method, const KvRequest& r) {
+  if (method != kKvBatch) return ReadsOnly(method);
+  return std::all_of(r.batch.begin(), r.batch.end(),
+                     [](const KvBatchEntry& b) { return ReadsOnly(b.method); });
+}
+
+// Counts one write of a vnode in its segment's kv_writes for its lifetime:
+// in progress (low 32 bits) while it applies and ships, then completed
+// (high 32 bits).
+class KvWriteScope {
+ public:
+  explicit KvWriteScope(std::atomic<uint64_t>* writes) : writes_(writes) {
+    writes_->fetch_add(1, std::memory_order_seq_cst);
+  }
+  ~KvWriteScope() { writes_->fetch_add((uint64_t{1} << 32) - 1, std::memory_order_seq_cst); }
+  KvWriteScope(const KvWriteScope&) = delete;
+  KvWriteScope& operator=(const KvWriteScope&) = delete;
+
+ private:
+  std::atomic<uint64_t>* const writes_;
+};
+
+constexpr uint64_t kKvWritesInProgress = 0xffffffffu;
+
+// Runs read-only request `r` (ReadsOnly) on vnode `index`, encoding its
+// reply, with Peek: an expired item answers kFailedPrecondition
+// (pdkvs::kExpiredMessage) instead of being freed.
+Status RunKvRead(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::string* reply) {
+  Encoder e(reply);
+  switch (method) {
+    case kKvGet: return index->Peek(r.key, reply);
+    case kKvExists: {
+      Status s = index->Peek(r.key, nullptr);
+      if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+      e.U64(s.ok() ? 1 : 0);
+      return Status::OK();
+    }
+    case kKvGetRange: {
+      std::string whole;
+      Status s = index->Peek(r.key, &whole);
+      if (s.code() == StatusCode::kNotFound) return Status::OK();
+      PDPM_RETURN_IF_ERROR(s);
+      std::string range;
+      pdkvs::SliceRange(whole, static_cast<int64_t>(r.arg0), static_cast<int64_t>(r.arg1), &range);
+      reply->append(range);
+      return Status::OK();
+    }
+    case kKvGetExpiry: {
+      pdkvs::ItemMeta meta;
+      PDPM_RETURN_IF_ERROR(index->Peek(r.key, nullptr, &meta));
+      e.U64(meta.expire_at_ms);
+      return Status::OK();
+    }
+    case kKvMultiGet:
+    case kKvMultiGetVersioned: return MultiGet(r, index, &pdkvs::CcehIndex::Peek, reply);
+    default: return Status::Internal("not a read-only pDKVS method");
+  }
+}
+
 // Runs request `r` on vnode `index`, encoding its reply.
 Status RunKv(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::string* reply) {
   Encoder e(reply);
@@ -153,29 +258,7 @@ Status RunKv(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::
       return Status::OK();
     }
     case kKvMultiGet:
-    case kKvMultiGetVersioned: {
-      // As many answers as one reply carries; the client asks again for the
-      // rest.
-      std::string answers;
-      Encoder a(&answers);
-      uint64_t answered = 0;
-      for (std::string_view key : r.keys) {
-        std::string v;
-        Status s = index->Get(key, &v);
-        if (s.code() == StatusCode::kNotFound) {
-          a.U64(0);
-        } else {
-          PDPM_RETURN_IF_ERROR(s);
-          if (answered > 0 && answers.size() + v.size() + 64 > kMaxRpcPayload) break;
-          a.U64(1);
-          a.Str(v);
-        }
-        ++answered;
-      }
-      e.U64(answered);
-      e.Bytes(answers);
-      return Status::OK();
-    }
+    case kKvMultiGetVersioned: return MultiGet(r, index, &pdkvs::CcehIndex::Get, reply);
     case kKvMultiPut: {
       for (const auto& [key, value] : r.pairs) {
         PDPM_RETURN_IF_ERROR(pdkvs::CheckItemSize(key, value.size()));
@@ -232,39 +315,114 @@ bool RequestMayCreate(uint16_t method, const KvRequest& r) {
                      [](const KvBatchEntry& b) { return MayCreate(b.method); });
 }
 
+// The answers of a kKvBatch or kKvVnodeBatches reply: u64 answered, then
+// per answer u64 status code, bytes (its reply, or its error message).
+class Answers {
+ public:
+  void Add(const Status& s, std::string_view reply) {
+    Encoder a(&answers_);
+    a.U64(static_cast<uint64_t>(s.code()));
+    a.Str(s.ok() ? reply : s.message());
+    ++count_;
+  }
+  uint64_t count() const { return count_; }
+  size_t bytes() const { return answers_.size(); }
+  void EncodeTo(std::string* reply) const {
+    Encoder e(reply);
+    e.U64(count_);
+    e.Bytes(answers_);
+  }
+
+ private:
+  std::string answers_;
+  uint64_t count_ = 0;
+};
+
+// Encodes a kKvBatch's reply, running its requests in order with `run`
+// (status and reply of one request). A read whose reply would pass
+// `budget` ends it there, unless it is the first request of a whole reply
+// (kMaxRpcPayload): writes' replies are small.
+template <typename Run>
+void EncodeKvBatch(const KvRequest& r, const Run& run, uint64_t budget, std::string* reply) {
+  Answers answers;
+  std::string one;
+  for (const KvBatchEntry& b : r.batch) {
+    one.clear();
+    Status s = run(b, &one);
+    if ((answers.count() > 0 || budget < kMaxRpcPayload) && !WritesKeys(b.method) &&
+        answers.bytes() + one.size() + 64 > budget) {
+      break;
+    }
+    answers.Add(s, one);
+  }
+  answers.EncodeTo(reply);
+}
+
 // Runs the requests of a kKvBatch in order on vnode `index` (nullptr: the
 // vnode holds nothing yet, and no request creates it), encoding one status
 // and reply each. A request naming a key a transaction locked is refused
 // (kAborted) and the rest go on: requests of one key are refused together,
 // so the client runs them again in their order. A read whose value would
 // overflow the reply ends it there (reads change nothing the client sees).
-void RunKvBatch(TxParticipant* tx, const KvRequest& r, pdkvs::CcehIndex* index,
+void RunKvBatch(TxParticipant* tx, const KvRequest& r, pdkvs::CcehIndex* index, uint64_t budget,
                 std::string* reply) {
-  std::string answers, one;
-  Encoder a(&answers);
-  uint64_t answered = 0;
-  for (const KvBatchEntry& b : r.batch) {
-    one.clear();
-    Status s;
-    if (tx->KvLocked(r.table, b.r.key)) {
-      s = Status::Aborted(kKvKeyLockedMessage);
-    } else if (index == nullptr) {
-      s = AnswerEmpty(b.method, b.r, &one);
-    } else {
-      s = RunKv(b.method, b.r, index, &one);
-      if (s.ok() && WritesKeys(b.method)) tx->KvWritten(r.table, b.r.key);
+  EncodeKvBatch(
+      r,
+      [&](const KvBatchEntry& b, std::string* one) {
+        if (tx->KvLocked(r.table, b.r.key)) return Status::Aborted(kKvKeyLockedMessage);
+        if (index == nullptr) return AnswerEmpty(b.method, b.r, one);
+        Status s = RunKv(b.method, b.r, index, one);
+        if (s.ok() && WritesKeys(b.method)) tx->KvWritten(r.table, b.r.key);
+        return s;
+      },
+      budget, reply);
+}
+
+// Runs read-only request `r` (RequestReadsOnly) on `index`, the
+// vnode's published index, without the segment's mutation lock; `writes` is
+// the segment's kv_writes. *done false (reply untouched) when the request
+// must run under the mutation instead: the vnode is not made yet, a write
+// of it was in progress or completed meanwhile (the value read might not
+// be on every copy yet, or a multi-key read might see half a write), a key
+// is locked by a multi-put, or an expired item is to be freed.
+Status ReadWithoutMutation(const std::atomic<uint64_t>& writes, pdkvs::CcehIndex* index,
+                           const TxParticipant& tx, uint32_t server, uint16_t method,
+                           const KvRequest& r, uint64_t budget, std::string* reply, bool* done) {
+  *done = false;
+  if (index == nullptr) return Status::OK();
+  const uint64_t before = writes.load(std::memory_order_seq_cst);
+  if ((before & kKvWritesInProgress) != 0) return Status::OK();
+  bool again = false;
+  auto run = [&](uint16_t m, const KvRequest& one_r, std::string_view key, std::string* out) {
+    if (tx.KvLocked(r.table, key)) {
+      again = true;
+      return Status::OK();
     }
-    if (answered > 0 && !WritesKeys(b.method) &&
-        answers.size() + one.size() + 64 > kMaxRpcPayload) {
-      break;
+    Status s = RunKvRead(m, one_r, index, out);
+    if (s.code() == StatusCode::kFailedPrecondition && s.message() == pdkvs::kExpiredMessage) {
+      again = true;
     }
-    a.U64(static_cast<uint64_t>(s.code()));
-    a.Str(s.ok() ? std::string_view(one) : s.message());
-    ++answered;
+    return s;
+  };
+  std::string out;
+  Status s;
+  if (method == kKvBatch) {
+    EncodeKvBatch(
+        r,
+        [&](const KvBatchEntry& b, std::string* one) { return run(b.method, b.r, b.r.key, one); },
+        budget, &out);
+  } else {
+    for (std::string_view k : r.keys) again = again || tx.KvLocked(r.table, k);
+    if (!again) s = run(method, r, r.key, &out);
+    if (s.ok() && method == kKvMultiGetVersioned) AppendVersions(tx, server, r, &out);
   }
-  Encoder e(reply);
-  e.U64(answered);
-  e.Bytes(answers);
+  // Every read of the index above took its segment's lock after (or
+  // released it before) a write's: a write that touched what was read
+  // counted itself first, and shows here.
+  if (again || writes.load(std::memory_order_seq_cst) != before) return Status::OK();
+  *done = true;
+  if (s.ok()) reply->append(out);
+  return s;
 }
 
 }  // namespace
@@ -276,6 +434,7 @@ Status DataServer::OpenVnode(Segment* seg) {
     PDPM_RETURN_IF_ERROR(
         pdkvs::CcehIndex::Open(alloc, header, {}, &seg->kv)
             .WithContext("pDKVS vnode of table " + std::to_string(seg->role.table)));
+    seg->kv_published.store(seg->kv.get());
     indexes.push_back(seg->kv.get());
   }
   // Vnode items and index blocks are owned kKvStore, the object table's
@@ -290,7 +449,9 @@ Status DataServer::OpenVnode(Segment* seg) {
   return Status::OK();
 }
 
-Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply) {
+Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply,
+                            uint64_t reply_budget, std::vector<DeferredKvBatch>* deferred) {
+  if (method == kKvVnodeBatches) return HandleKvVnodeBatches(req, reply);
   Decoder d(req);
   RequestHeader h;
   KvRequest r;
@@ -329,7 +490,7 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
     return Status::OK();
   }
   if (s.code() == StatusCode::kNotFound && method == kKvBatch) {
-    RunKvBatch(tx_.get(), r, nullptr, reply);
+    RunKvBatch(tx_.get(), r, nullptr, reply_budget, reply);
     return Status::OK();
   }
   if (s.code() == StatusCode::kNotFound) {
@@ -338,14 +499,27 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
     return Status::OK();
   }
   PDPM_RETURN_IF_ERROR(s);
+  if (RequestReadsOnly(method, r) && !seg->fenced) {
+    bool done = false;
+    Status rs = ReadWithoutMutation(seg->kv_writes, seg->kv_published.load(), *tx_, server_id_,
+                                    method, r, reply_budget, reply, &done);
+    if (done) return rs;
+  }
   if (method == kKvBatch) {
     // One step for the whole batch: one shipment to the backups.
-    return Mutate(seg, [&]() -> Status {
+    auto run = [this, seg, may_create, r, reply](uint64_t budget) -> Status {
       if (seg->kv == nullptr && may_create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
-      RunKvBatch(tx_.get(), r, seg->kv.get(), reply);
+      RunKvBatch(tx_.get(), r, seg->kv.get(), budget, reply);
       return Status::OK();
-    });
+    };
+    auto writing = std::make_shared<KvWriteScope>(&seg->kv_writes);
+    if (deferred != nullptr) {
+      deferred->push_back({seg, std::move(run), std::move(writing)});
+      return Status::OK();
+    }
+    return Mutate(seg, [&] { return run(reply_budget); });
   }
+  KvWriteScope writing(&seg->kv_writes);
   bool locked = false;
   s = Mutate(seg, [&]() -> Status {
     // A key a transaction locked: its outcome first (checked under the
@@ -377,6 +551,68 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
   return s;
 }
 
+Status DataServer::HandleKvVnodeBatches(std::span<const uint8_t> req, std::string* reply) {
+  // The replies of writes are smaller than their requests: a request of at
+  // most half a reply leaves reads the other half.
+  if (req.size() > kMaxRpcPayload / 2) {
+    return Status::InvalidArgument("pDKVS vnode batches of " + std::to_string(req.size()) +
+                                   " bytes: send the batches alone");
+  }
+  Decoder d(req);
+  RequestHeader h;
+  PDPM_RETURN_IF_ERROR(d.Header(&h));
+  uint64_t n = 0;
+  PDPM_RETURN_IF_ERROR(d.U64(&n));
+  if (n == 0 || n > kKvMaxVnodeBatches) {
+    return Status::InvalidArgument("pDKVS vnode batches: " + std::to_string(n));
+  }
+  std::vector<std::string_view> bodies(n);
+  for (std::string_view& body : bodies) PDPM_RETURN_IF_ERROR(d.Str(&body));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  // Each batch runs as a kKvBatch request of its own (after this request's
+  // header); those that mutate their vnode run together at the end, so
+  // each backup gets one shipment for all of them. Reads get what is left
+  // of half the reply, each batch's framing counted.
+  constexpr uint64_t kFraming = 64;
+  uint64_t used = kFraming;
+  auto budget = [&] { return kMaxRpcPayload / 2 > used ? kMaxRpcPayload / 2 - used : 0; };
+  std::vector<std::string> requests(n), replies(n);
+  std::vector<Status> statuses(n);
+  std::vector<DeferredKvBatch> deferred;
+  std::vector<size_t> deferred_batch;  // the batch of each deferred job
+  for (size_t i = 0; i < n; ++i) {
+    requests[i].assign(reinterpret_cast<const char*>(req.data()), kRequestHeaderSize);
+    requests[i].append(bodies[i]);
+    const size_t before = deferred.size();
+    statuses[i] = HandleKv(
+        kKvBatch,
+        std::span(reinterpret_cast<const uint8_t*>(requests[i].data()), requests[i].size()),
+        &replies[i], budget(), &deferred);
+    if (deferred.size() > before) {
+      deferred_batch.push_back(i);
+    } else {
+      used += replies[i].size() + kFraming;
+    }
+  }
+  for (size_t k = 0; k < deferred.size(); ++k) {
+    deferred[k].run = [&, k, inner = std::move(deferred[k].run)](uint64_t) {
+      Status s = inner(budget());
+      used += replies[deferred_batch[k]].size() + kFraming;
+      return s;
+    };
+  }
+  std::vector<Status> results;
+  MutateTogether(&deferred, &results);
+  for (size_t k = 0; k < deferred.size(); ++k) {
+    statuses[deferred_batch[k]] = results[k];
+    if (!results[k].ok()) replies[deferred_batch[k]].clear();
+  }
+  Answers answers;
+  for (size_t i = 0; i < n; ++i) answers.Add(statuses[i], replies[i]);
+  answers.EncodeTo(reply);
+  return Status::OK();
+}
+
 Status DataServer::EnsureVnode(Segment* seg) {
   if (seg->kv != nullptr) return Status::OK();
   // The vnode's creation commits when its header reaches the root slot; a
@@ -386,6 +622,7 @@ Status DataServer::EnsureVnode(Segment* seg) {
   PDPM_RETURN_IF_ERROR(pdkvs::CcehIndex::Create(seg->alloc.get(), {}, &header, &index));
   PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kKvRootSlot, header));
   seg->kv = std::move(index);
+  seg->kv_published.store(seg->kv.get());
   return Status::OK();
 }
 
@@ -401,6 +638,7 @@ Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t 
       return Status::FailedPrecondition("segment " + std::to_string(segment) +
                                         " is not a table being promoted");
     }
+    KvWriteScope writing(&seg->kv_writes);
     if (create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
     return op(seg->kv.get());
   }
@@ -421,6 +659,7 @@ Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t 
                               std::to_string(seg->role.global) + ", not " +
                               std::to_string(segment));
   }
+  KvWriteScope writing(&seg->kv_writes);
   return Mutate(
       seg,
       [&]() -> Status {

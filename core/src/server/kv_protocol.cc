@@ -16,7 +16,8 @@ bool IsKvSingleKey(uint16_t method) {
     case kKvScan:
     case kKvCount:
     case kKvFlush:
-    case kKvBatch: return false;
+    case kKvBatch:
+    case kKvVnodeBatches: return false;
     default: return IsKvMethod(method);
   }
 }

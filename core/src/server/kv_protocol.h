@@ -26,6 +26,13 @@
 //                 or the error message)); the server answers fewer than n
 //                 only when a read's value would overflow the reply, and
 //                 the client sends the rest again
+//   kKvVnodeBatches  no table: u64 n | n bytes (each a kKvBatch body,
+//                 its table first), vnodes of this server (reply: u64
+//                 answered | answered (u64 status code | bytes: that
+//                 kKvBatch's reply, or the error message)); each runs as a
+//                 kKvBatch of its own, its reads within what is left of
+//                 half the reply (it may answer none of its requests); the
+//                 whole request at most half a reply
 // where key and value are u64 length | bytes. Replies: docs/pdkvs.md.
 #pragma once
 
@@ -80,6 +87,8 @@ struct KvBatchEntry {
 
 // The most requests one kKvBatch carries.
 inline constexpr uint64_t kKvMaxBatch = 4096;
+// The most kKvBatch bodies one kKvVnodeBatches carries.
+inline constexpr uint64_t kKvMaxVnodeBatches = 4096;
 
 // Whether `method` is a pDKVS request.
 bool IsKvMethod(uint16_t method);

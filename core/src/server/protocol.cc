@@ -18,6 +18,11 @@ void PutU64(std::string* out, uint64_t v) {
 net::RpcOptions DataPlaneRpcOptions(uint32_t threads, uint32_t timeout_ms) {
   net::RpcOptions o;
   o.slots = 8;
+  // Payloads up to a slot travel in the message itself; a larger one costs
+  // its receiver a one-sided read first (a round trip over TCP). 64 KiB
+  // carries a gateway's batch of a vnode (tens to hundreds of requests)
+  // and its shipment to the backups inline.
+  o.slot_size = kDataPlaneSlotSize;
   o.max_payload = kMaxRpcPayload;
   // Each serving thread (or calling thread) holds one bulk buffer at a
   // time. Buffers are backed by memory only once large payloads use them.

@@ -44,6 +44,9 @@ inline constexpr uint64_t kWholeObject = ~0ull;
 // payloads travel by one-sided transfer through the RPC layer's
 // pre-registered buffers (net/rpc.h), not through the message slots.
 inline constexpr uint32_t kMaxRpcPayload = (64u << 20) + 4096;
+// The data plane's RPC slot (message header and inline payload), the same
+// on every peer (the RPC connect refuses another size).
+inline constexpr uint32_t kDataPlaneSlotSize = 64u << 10;
 
 // The RPC options client and server must agree on; `threads` serving
 // threads (server side).
@@ -72,6 +75,9 @@ enum Method : uint16_t {
   kReplicaAttach = 0x303,  // primary -> backup: u64 segment | u64 local -> u64 key
   // client -> primary: 16-byte address | u64 length -> empty (client.h Persist)
   kHeapPersist = 0x304,
+  // primary -> backup: several kReplicaApply messages in one
+  // (server/data_server_kv_ship.cc) -> empty
+  kReplicaApplyMany = 0x310,
   // pDKVS: operations on the vnode (the CCEH index) of a table
   // (server/data_server_kv.cc, docs/pdkvs.md "Distributed store").
   kKvGet = 0x401,
@@ -93,7 +99,8 @@ enum Method : uint16_t {
   kKvVersions = 0x411,           // the version words of keys (consistent multi-vnode reads)
   kKvMultiGetVersioned = 0x412,  // a multi-get with the keys' version words
   kKvBatch = 0x413,              // single-key requests of one vnode in one step
-  kKvLast = kKvBatch,
+  kKvVnodeBatches = 0x414,       // kKvBatch requests of several vnodes of one server
+  kKvLast = kKvVnodeBatches,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It

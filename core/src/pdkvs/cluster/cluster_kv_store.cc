@@ -20,6 +20,9 @@ using server::KvRequest;
 constexpr uint64_t kResidues = monitor::kKeyResidueMask + 1;
 // Batches of different vnodes in flight at once (beside the caller's).
 constexpr size_t kBatchSenders = 7;
+// A kKvVnodeBatches request carries at most this many bytes of batches
+// (the server takes half a reply's worth); larger ones go vnode by vnode.
+constexpr size_t kVnodeBatchesBytes = 8u << 20;
 
 Decoder ReplyDecoder(const std::string& reply) {
   return Decoder({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
@@ -566,9 +569,11 @@ void ClusterKvStore::RunOne(KvOp* op) {
 }
 
 void ClusterKvStore::RunBatch(std::span<KvOp> ops) {
-  // Group by table, keeping each table's ops in their order.
+  // Group by table, keeping each table's ops in their order, then the
+  // tables by the server owning them: one request per server.
   const uint32_t table_count = client_->table_count();
   std::vector<std::vector<size_t>> groups;
+  std::vector<uint32_t> tables;
   std::unordered_map<uint32_t, size_t> group_of;
   for (size_t i = 0; i < ops.size(); ++i) {
     KvOp& op = ops[i];
@@ -577,13 +582,35 @@ void ClusterKvStore::RunBatch(std::span<KvOp> ops) {
     const uint32_t table =
         table_count == 0 ? 0 : monitor::TableForKey(HashKey(op.key), table_count);
     auto [it, added] = group_of.emplace(table, groups.size());
-    if (added) groups.emplace_back();
+    if (added) {
+      groups.emplace_back();
+      tables.push_back(table);
+    }
     groups[it->second].push_back(i);
   }
-  senders_.Run(groups.size(), [&](size_t g) { SendBatch(ops, groups[g]); });
+  std::vector<std::vector<size_t>> sends;  // group indexes, one request each
+  std::unordered_map<uint32_t, size_t> send_of;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const uint32_t server = tables[g] == 0 ? 0 : client_->table_owner(tables[g]);
+    if (server == 0) {
+      sends.push_back({g});
+      continue;
+    }
+    auto [it, added] = send_of.emplace(server, sends.size());
+    if (added) sends.emplace_back();
+    sends[it->second].push_back(g);
+  }
+  senders_.Run(sends.size(), [&](size_t k) {
+    if (sends[k].size() == 1) {
+      SendBatch(ops, groups[sends[k].front()]);
+    } else {
+      SendVnodeBatches(ops, groups, tables, sends[k], table_count);
+    }
+  });
 }
 
-void ClusterKvStore::SendBatch(std::span<KvOp> ops, const std::vector<size_t>& group) {
+server::KvRequest ClusterKvStore::BatchRequest(std::span<KvOp> ops,
+                                               const std::vector<size_t>& group) {
   KvRequest r;
   for (size_t i : group) {
     server::KvBatchEntry& b = r.batch.emplace_back();
@@ -595,6 +622,11 @@ void ClusterKvStore::SendBatch(std::span<KvOp> ops, const std::vector<size_t>& g
       b.r.value = ops[i].value;
     }
   }
+  return r;
+}
+
+void ClusterKvStore::SendBatch(std::span<KvOp> ops, const std::vector<size_t>& group) {
+  KvRequest r = BatchRequest(ops, group);
   bool split = false;
   std::string reply;
   Status s = Send(
@@ -608,48 +640,124 @@ void ClusterKvStore::SendBatch(std::span<KvOp> ops, const std::vector<size_t>& g
         return split ? Status::FailedPrecondition("the keys span vnodes") : Status::OK();
       },
       &r, &reply);
-  // A new table count split the group (or a status of the whole request):
-  // each op on its own, in order.
-  std::vector<size_t> again;
-  if (split) again = group;
-  if (!split && !s.ok()) {
+  // A new table count split the group: each op on its own, in order.
+  if (split) {
+    for (size_t i : group) RunOne(&ops[i]);
+    return;
+  }
+  if (!s.ok()) {
     for (size_t i : group) ops[i].status = s;
     return;
   }
-  if (!split) {
+  ReadBatchReply(ops, group, reply, /*may_answer_none=*/false);
+}
+
+void ClusterKvStore::SendVnodeBatches(std::span<KvOp> ops,
+                                      const std::vector<std::vector<size_t>>& groups,
+                                      const std::vector<uint32_t>& tables,
+                                      const std::vector<size_t>& members, uint32_t table_count) {
+  std::vector<std::string> bodies;
+  size_t bytes = 0;
+  bool idempotent = true;
+  for (size_t g : members) {
+    KvRequest r = BatchRequest(ops, groups[g]);
+    r.table = tables[g];
+    idempotent = idempotent && server::IsKvIdempotent(server::kKvBatch, r);
+    Encoder e(&bodies.emplace_back());
+    server::EncodeKvRequest(server::kKvBatch, r, &e);
+    bytes += bodies.back().size();
+  }
+  if (bytes > kVnodeBatchesBytes) {
+    for (size_t g : members) SendBatch(ops, groups[g]);
+    return;
+  }
+  bool regrouped = false;
+  std::string reply;
+  Status s = client_->TableCall(
+      [&](uint32_t count, uint32_t* table) {
+        // The groups hold under the table count they were made with only.
+        regrouped = count != table_count;
+        *table = tables[members.front()];
+        return regrouped ? Status::FailedPrecondition("the table count changed") : Status::OK();
+      },
+      server::kKvVnodeBatches,
+      [&](uint32_t, std::string* body) {
+        Encoder e(body);
+        e.U64(bodies.size());
+        for (const std::string& one : bodies) e.Str(one);
+      },
+      idempotent, &reply);
+  if (regrouped) {
+    for (size_t g : members) SendBatch(ops, groups[g]);
+    return;
+  }
+  // Each vnode's batch answered on its own; one the server did not run
+  // (its table is elsewhere now, the reply was full, ...) goes again alone.
+  std::vector<bool> answered(members.size(), false);
+  if (s.ok()) {
     Decoder d = ReplyDecoder(reply);
     uint64_t n = 0;
     s = d.U64(&n);
-    if (s.ok() && (n == 0 || n > group.size())) {
-      s = Status::Corruption("batch reply of " + std::to_string(n) + " answers");
+    if (s.ok() && n > members.size()) {
+      s = Status::Corruption("vnode batches reply of " + std::to_string(n) + " answers");
     }
     for (size_t k = 0; k < n && s.ok(); ++k) {
-      KvOp& op = ops[group[k]];
       uint64_t code = 0;
       std::string_view body;
       s = d.U64(&code);
       if (s.ok()) s = d.Str(&body);
       if (!s.ok()) break;
-      const auto c = static_cast<StatusCode>(code);
-      if (c == StatusCode::kAborted) {
-        again.push_back(group[k]);  // a key locked by a multi-put
-      } else if (c != StatusCode::kOk) {
-        op.status = Status(c, body);
-      } else if (op.kind == KvOp::Kind::kGet) {
-        op.status = Status::OK();
-        op.result.assign(body);
-      } else {
-        op.status = Status::OK();
-      }
+      if (static_cast<StatusCode>(code) != StatusCode::kOk) continue;
+      ReadBatchReply(ops, groups[members[k]], std::string(body), /*may_answer_none=*/true);
+      answered[k] = true;
     }
     if (s.ok()) s = d.Done();
-    if (!s.ok()) {
-      for (size_t i : group) ops[i].status = s;
-      return;
-    }
-    // Reads past what one reply carries.
-    again.insert(again.end(), group.begin() + static_cast<ptrdiff_t>(n), group.end());
   }
+  for (size_t k = 0; k < members.size(); ++k) {
+    if (answered[k]) continue;
+    if (s.ok()) {
+      SendBatch(ops, groups[members[k]]);
+    } else {
+      for (size_t i : groups[members[k]]) ops[i].status = s;
+    }
+  }
+}
+
+void ClusterKvStore::ReadBatchReply(std::span<KvOp> ops, const std::vector<size_t>& group,
+                                    const std::string& reply, bool may_answer_none) {
+  std::vector<size_t> again;
+  Decoder d = ReplyDecoder(reply);
+  uint64_t n = 0;
+  Status s = d.U64(&n);
+  if (s.ok() && ((n == 0 && !may_answer_none) || n > group.size())) {
+    s = Status::Corruption("batch reply of " + std::to_string(n) + " answers");
+  }
+  for (size_t k = 0; k < n && s.ok(); ++k) {
+    KvOp& op = ops[group[k]];
+    uint64_t code = 0;
+    std::string_view body;
+    s = d.U64(&code);
+    if (s.ok()) s = d.Str(&body);
+    if (!s.ok()) break;
+    const auto c = static_cast<StatusCode>(code);
+    if (c == StatusCode::kAborted) {
+      again.push_back(group[k]);  // a key locked by a multi-put
+    } else if (c != StatusCode::kOk) {
+      op.status = Status(c, body);
+    } else if (op.kind == KvOp::Kind::kGet) {
+      op.status = Status::OK();
+      op.result.assign(body);
+    } else {
+      op.status = Status::OK();
+    }
+  }
+  if (s.ok()) s = d.Done();
+  if (!s.ok()) {
+    for (size_t i : group) ops[i].status = s;
+    return;
+  }
+  // Reads past what one reply carries.
+  again.insert(again.end(), group.begin() + static_cast<ptrdiff_t>(n), group.end());
   for (size_t i : again) RunOne(&ops[i]);
 }
 

@@ -122,9 +122,21 @@ class ClusterKvStore final : public KvStore {
   Status MultiGetOnce(const std::vector<std::string_view>& keys,
                       std::vector<std::optional<std::string>>* values,
                       std::vector<KeyVersion>* versions);
+  // The kKvBatch of the ops `group` names, in their order (table unset).
+  static server::KvRequest BatchRequest(std::span<KvOp> ops, const std::vector<size_t>& group);
   // One kKvBatch of the ops `group` names (all of one table under the
   // table count when grouped), in their order.
   void SendBatch(std::span<KvOp> ops, const std::vector<size_t>& group);
+  // One kKvVnodeBatches of the groups `members` names (tables of one
+  // server, grouped under `table_count`): a kKvBatch each, in one request.
+  void SendVnodeBatches(std::span<KvOp> ops, const std::vector<std::vector<size_t>>& groups,
+                        const std::vector<uint32_t>& tables, const std::vector<size_t>& members,
+                        uint32_t table_count);
+  // Applies a kKvBatch reply to the ops of `group`: statuses and values;
+  // ops not answered, or meeting a multi-put's lock, run again on their
+  // own. `may_answer_none`: a reply inside a kKvVnodeBatches one.
+  void ReadBatchReply(std::span<KvOp> ops, const std::vector<size_t>& group,
+                      const std::string& reply, bool may_answer_none);
   // Runs op on its own (KvStore::RunBatch's one-by-one way).
   void RunOne(KvOp* op);
 

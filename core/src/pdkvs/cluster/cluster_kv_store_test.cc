@@ -4,8 +4,10 @@
 #include "pdkvs/cluster/cluster_kv_store.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -67,6 +69,7 @@ LocalClusterOptions KvClusterOptions() {
 class KvClusterTest : public ::testing::Test {
  protected:
   KvClusterTest() : cluster_(KvClusterOptions()) {}
+  explicit KvClusterTest(const LocalClusterOptions& options) : cluster_(options) {}
 
   void SetUp() override {
     Status s = cluster_.Start();
@@ -181,12 +184,37 @@ class KvClusterTest : public ::testing::Test {
   std::unique_ptr<ClusterKvStore> kv_;
 };
 
+// Lets `threads` run until `a` and `b` both reach `n` (at most 60 s), then
+// sets `stop`, joins them and expects both counts reached.
+void RunUntilBoth(const std::atomic<int>& a, const std::atomic<int>& b, int n,
+                  std::atomic<bool>* stop, std::vector<std::thread>* threads) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((a < n || b < n) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  *stop = true;
+  for (auto& th : *threads) th.join();
+  EXPECT_GE(a.load(), n);
+  EXPECT_GE(b.load(), n);
+}
+
 // Whether every value is the same.
 bool OneGeneration(const std::vector<std::string>& values) {
   for (const auto& v : values) {
     if (v != values.front()) return false;
   }
   return true;
+}
+
+// Counts one read of `values` in *reads, and in *torn (a failure) unless
+// they are all one generation.
+void CountRead(const std::vector<std::string>& values, std::atomic<int>* torn,
+               std::atomic<int>* reads) {
+  if (!OneGeneration(values)) {
+    ++*torn;
+    ADD_FAILURE() << "torn read: " << values.front() << " / " << values.back();
+  }
+  ++*reads;
 }
 
 TEST_F(KvClusterTest, EveryOperationAndItsErrors) {
@@ -504,22 +532,11 @@ TEST_F(KvClusterTest, MultiPutAcrossVnodesIsAtomicForReaders) {
           ADD_FAILURE() << s.ToString();
           continue;
         }
-        if (!OneGeneration(values)) {
-          torn++;
-          ADD_FAILURE() << "torn multi-get: " << values.front() << " / " << values.back();
-        }
-        reads++;
+        CountRead(values, &torn, &reads);
       }
     });
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while ((puts < 300 || reads < 300) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  stop = true;
-  for (auto& th : threads) th.join();
-  EXPECT_GE(puts.load(), 300);
-  EXPECT_GE(reads.load(), 300);
+  RunUntilBoth(puts, reads, 300, &stop, &threads);
   EXPECT_EQ(torn.load(), 0);
   EXPECT_EQ(errors.load(), 0);
   std::vector<std::string> values;
@@ -528,6 +545,304 @@ TEST_F(KvClusterTest, MultiPutAcrossVnodesIsAtomicForReaders) {
   kv_.reset();
   second.reset();
   StopAndCheckAll();
+}
+
+// Reads skip the segment's mutation lock (docs/pdkvs.md "Server side"), yet
+// a write applied on the primary and not yet on its backup is never read:
+// with the backup stopped, the write waits for its shipment, and no read
+// answers its value before the backup took it (the reads meanwhile wait or
+// answer the old value). The servers serve on two threads, so a read runs
+// while the write waits.
+TEST_F(KvClusterTest, ReadsNeverAnswerAWriteNotYetOnTheBackup) {
+  const std::string key = "pending";
+  SetResult result;
+  ASSERT_OK(kv_->Set(key, "old", SetOptions{}, &result));
+  WaitReplicated();
+  const uint32_t table = monitor::TableForKey(HashKey(key), kv_->client()->table_count());
+  uint32_t backup_id = 0;
+  const v1::GetMappingResponse mapping = Mapping();
+  for (const auto& seg : mapping.segments()) {
+    if (seg.table() == table && seg.backups_size() == 1) backup_id = seg.backups(0).server_id();
+  }
+  ASSERT_NE(backup_id, 0u);
+  int backup = -1;
+  for (int i = 0; i < 3; i++) {
+    if (IdOf(i) == backup_id) backup = i;
+  }
+  ASSERT_GE(backup, 0);
+  std::unique_ptr<ClusterKvStore> writer_kv, reader_kv;
+  ASSERT_OK(OpenStore(&writer_kv));
+  ASSERT_OK(OpenStore(&reader_kv));
+
+  ASSERT_EQ(::kill(cluster_.server(backup).pid(), SIGSTOP), 0);
+  std::atomic<bool> resumed{false};
+  struct Resume {  // the backup runs again whatever the test asserts
+    pid_t pid;
+    std::atomic<bool>* resumed;
+    ~Resume() {
+      if (!resumed->exchange(true)) ::kill(pid, SIGCONT);
+    }
+  } resume{cluster_.server(backup).pid(), &resumed};
+  std::atomic<bool> written{false};
+  std::thread writer([&] {
+    SetResult r;
+    Status s = writer_kv->Set(key, "new", SetOptions{}, &r);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    written = true;
+  });
+  // The write has reached the primary and waits for the stopped backup.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::atomic<bool> stop{false};
+  std::atomic<int> stale_reads{0}, reads{0};
+  std::thread reader([&] {
+    while (!stop) {
+      std::string v;
+      Status s = reader_kv->Get(key, &v);
+      const bool before_resume = !resumed;
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      if (before_resume && v != "old") stale_reads++;  // a write its backup did not have
+      reads++;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_FALSE(written.load()) << "the write did not wait for its backup";
+  resumed = true;
+  ASSERT_EQ(::kill(cluster_.server(backup).pid(), SIGCONT), 0);
+  writer.join();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (reads < 10 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stop = true;
+  reader.join();
+  EXPECT_GE(reads.load(), 10);
+  EXPECT_EQ(stale_reads.load(), 0);
+  std::string v;
+  ASSERT_OK(reader_kv->Get(key, &v));
+  EXPECT_EQ(v, "new");
+}
+
+// Reads of one vnode (a multi-get, a batch of gets) run without the
+// mutation lock while multi-puts and batches of sets of the same vnode
+// write its keys: every read sees one generation, never half a write.
+TEST_F(KvClusterTest, ReadsOfOneVnodeNeverSeeHalfAWrite) {
+  const std::vector<std::string> all = KeysOnEveryVnode("one", 6);
+  const uint32_t tables = kv_->client()->table_count();
+  std::vector<std::string> keys;
+  for (const std::string& k : all) {
+    if (monitor::TableForKey(HashKey(k), tables) == 1) keys.push_back(k);
+  }
+  ASSERT_EQ(keys.size(), 6u);
+  bool applied = false;
+  ASSERT_OK(PutAll(kv_.get(), keys, "w0:0", false, &applied));
+  std::unique_ptr<ClusterKvStore> second;
+  ASSERT_OK(OpenStore(&second));
+  std::atomic<bool> stop{false};
+  std::atomic<int> writes{0}, reads{0}, torn{0};
+  std::vector<std::thread> threads;
+  // Writer 0 multi-puts (0x40b), writer 1 sends batches of sets (0x413).
+  for (int w = 0; w < 2; w++) {
+    threads.emplace_back([&, w] {
+      KvStore* kv = w == 0 ? kv_.get() : second.get();
+      for (int g = 1; !stop; g++) {
+        const std::string value = "w" + std::to_string(w) + ":" + std::to_string(g);
+        if (w == 0) {
+          bool ok = false;
+          Status s = PutAll(kv, keys, value, false, &ok);
+          EXPECT_TRUE(s.ok() && ok) << s.ToString();
+        } else {
+          std::vector<KvOp> ops(keys.size());
+          for (size_t i = 0; i < keys.size(); i++) {
+            ops[i].kind = KvOp::Kind::kSet;
+            ops[i].key = keys[i];
+            ops[i].value = value;
+          }
+          kv->RunBatch(ops);
+          for (const KvOp& op : ops) EXPECT_TRUE(op.status.ok()) << op.status.ToString();
+        }
+        writes++;
+      }
+    });
+  }
+  // Reader 0 multi-gets (0x40a), reader 1 sends batches of gets (0x413).
+  for (int r = 0; r < 2; r++) {
+    threads.emplace_back([&, r] {
+      KvStore* kv = r == 0 ? kv_.get() : second.get();
+      while (!stop) {
+        std::vector<std::string> values;
+        if (r == 0) {
+          Status s = GetAll(kv, keys, &values);
+          EXPECT_TRUE(s.ok()) << s.ToString();
+        } else {
+          std::vector<KvOp> ops(keys.size());
+          for (size_t i = 0; i < keys.size(); i++) {
+            ops[i].kind = KvOp::Kind::kGet;
+            ops[i].key = keys[i];
+          }
+          kv->RunBatch(ops);
+          for (const KvOp& op : ops) {
+            EXPECT_TRUE(op.status.ok()) << op.status.ToString();
+            values.push_back(op.result);
+          }
+        }
+        CountRead(values, &torn, &reads);
+      }
+    });
+  }
+  RunUntilBoth(writes, reads, 400, &stop, &threads);
+  EXPECT_EQ(torn.load(), 0);
+}
+
+// kKvVnodeBatches (what RunBatch sends a server holding several vnodes):
+// each kKvBatch runs on its own — those of vnodes the server does not hold
+// are refused alone, nothing of theirs done — and a batch finding the
+// reply full answers as many requests as fit (maybe none).
+TEST_F(KvClusterTest, VnodeBatchesRunEachBatchOnItsOwn) {
+  using server::Decoder;
+  using server::Encoder;
+  using server::KvRequest;
+  client::Client* c = kv_->client();
+  const uint32_t tables = c->table_count();
+  auto table_of = [&](const std::string& k) { return monitor::TableForKey(HashKey(k), tables); };
+  std::vector<std::string> keys = KeysOnEveryVnode("vb", 2);
+  std::stable_sort(keys.begin(), keys.end(), [&](const std::string& a, const std::string& b) {
+    return table_of(a) < table_of(b);
+  });  // two keys of table 1, two of table 2, ...
+  std::map<std::string, std::string> want;
+  for (const std::string& k : keys) {
+    SetResult ignored;
+    ASSERT_OK(kv_->Set(k, "old:" + k, SetOptions{}, &ignored));
+    want[k] = "old:" + k;
+  }
+  // Sends kKvVnodeBatches of `batches` (their tables set) to the server of
+  // table 1; the status code and reply of each batch answered.
+  auto send = [&](const std::vector<KvRequest>& batches,
+                  std::vector<std::pair<StatusCode, std::string>>* answers) {
+    std::string reply;
+    ASSERT_OK(c->TableCall(
+        [](uint32_t, uint32_t* table) {
+          *table = 1;
+          return Status::OK();
+        },
+        server::kKvVnodeBatches,
+        [&](uint32_t, std::string* body) {
+          Encoder e(body);
+          e.U64(batches.size());
+          for (const KvRequest& r : batches) {
+            std::string one;
+            Encoder o(&one);
+            server::EncodeKvRequest(server::kKvBatch, r, &o);
+            e.Str(one);
+          }
+        },
+        true, &reply));
+    Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
+    uint64_t n = 0;
+    ASSERT_OK(d.U64(&n));
+    answers->clear();
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t code = 0;
+      std::string_view body;
+      ASSERT_OK(d.U64(&code));
+      ASSERT_OK(d.Str(&body));
+      answers->emplace_back(static_cast<StatusCode>(code), std::string(body));
+    }
+    ASSERT_OK(d.Done());
+  };
+  // The entries of a kKvBatch reply: status code and bytes each.
+  auto entries = [](const std::string& batch_reply) {
+    std::vector<std::pair<StatusCode, std::string>> out;
+    Decoder d({reinterpret_cast<const uint8_t*>(batch_reply.data()), batch_reply.size()});
+    uint64_t n = 0;
+    EXPECT_TRUE(d.U64(&n).ok());
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t code = 0;
+      std::string_view body;
+      EXPECT_TRUE(d.U64(&code).ok());
+      EXPECT_TRUE(d.Str(&body).ok());
+      out.emplace_back(static_cast<StatusCode>(code), std::string(body));
+    }
+    EXPECT_TRUE(d.Done().ok());
+    return out;
+  };
+
+  // One batch per vnode (set its first key, read both), all sent to the
+  // server of table 1.
+  std::vector<KvRequest> batches;
+  for (size_t i = 0; i < keys.size(); i += 2) {
+    KvRequest& r = batches.emplace_back();
+    r.table = table_of(keys[i]);
+    server::KvBatchEntry& set = r.batch.emplace_back();
+    set.method = server::kKvSet;
+    set.r.key = keys[i];
+    set.r.value = "new";
+    for (size_t j = i; j < i + 2; j++) {
+      server::KvBatchEntry& get = r.batch.emplace_back();
+      get.method = server::kKvGet;
+      get.r.key = keys[j];
+    }
+  }
+  std::vector<std::pair<StatusCode, std::string>> answers;
+  ASSERT_NO_FATAL_FAILURE(send(batches, &answers));
+  ASSERT_EQ(answers.size(), batches.size());
+  const uint32_t here = c->table_owner(1);
+  int ran = 0, refused = 0;
+  for (size_t b = 0; b < batches.size(); b++) {
+    const std::string& first = keys[2 * b];
+    const std::string& second = keys[2 * b + 1];
+    if (c->table_owner(batches[b].table) == here) {
+      ran++;
+      ASSERT_EQ(answers[b].first, StatusCode::kOk) << answers[b].second;
+      const auto e = entries(answers[b].second);
+      ASSERT_EQ(e.size(), 3u);
+      EXPECT_EQ(e[0].first, StatusCode::kOk);
+      EXPECT_EQ(e[1], std::pair(StatusCode::kOk, std::string("new")));
+      EXPECT_EQ(e[2], std::pair(StatusCode::kOk, "old:" + second));
+      want[first] = "new";
+    } else {
+      refused++;
+      EXPECT_EQ(answers[b].first, StatusCode::kStaleEpoch) << answers[b].second;
+    }
+  }
+  EXPECT_GE(ran, 1);
+  ExpectAll(kv_.get(), want);  // the refused batches set nothing
+
+  // A full reply: reads get half a reply (32 MiB). 12 MiB values, three
+  // reads in the first batch (two fit), two in the second (none fits).
+  const std::string& big_key = keys.front();  // table 1's
+  const std::string big(12u << 20, 'b');
+  SetResult ignored;
+  ASSERT_OK(kv_->Set(big_key, big, SetOptions{}, &ignored));
+  std::vector<KvRequest> reads(2);
+  for (size_t b = 0; b < 2; b++) {
+    reads[b].table = 1;
+    for (size_t i = 0; i < 3 - b; i++) {
+      server::KvBatchEntry& get = reads[b].batch.emplace_back();
+      get.method = server::kKvGet;
+      get.r.key = big_key;
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(send(reads, &answers));
+  ASSERT_EQ(answers.size(), 2u);
+  ASSERT_EQ(answers[0].first, StatusCode::kOk);
+  ASSERT_EQ(answers[1].first, StatusCode::kOk);
+  const auto full = entries(answers[0].second);
+  ASSERT_EQ(full.size(), 2u);
+  for (const auto& e : full) EXPECT_TRUE(e.first == StatusCode::kOk && e.second == big);
+  EXPECT_TRUE(entries(answers[1].second).empty());
+  // RunBatch reads what such a reply left out again on its own.
+  std::vector<KvOp> ops(6);
+  for (size_t i = 0; i < ops.size(); i++) {
+    ops[i].kind = KvOp::Kind::kGet;
+    ops[i].key = i < 5 ? big_key : keys.back();
+  }
+  kv_->RunBatch(ops);
+  for (size_t i = 0; i < 5; i++) {
+    ASSERT_OK(ops[i].status);
+    EXPECT_TRUE(ops[i].result == big);
+  }
+  ASSERT_OK(ops[5].status);
+  EXPECT_EQ(ops[5].result, want[keys.back()]);
 }
 
 // RunBatch: one kKvBatch per vnode; each key's ops take effect in their
@@ -797,6 +1112,76 @@ TEST_F(KvClusterTest, ServerKilledDuringMultiPutsLosesNoneAndTearsNone) {
   ASSERT_OK(cluster_.StartServer(1));
   WaitReplicated();
   check();
+  kv_.reset();
+  second.reset();
+  StopAndCheckAll();
+}
+
+// Six vnodes on three servers: some server holds two or more, so the
+// gateway's batches of its vnodes go as one request (0x414) and ship to
+// each backup together (kReplicaApplyMany).
+LocalClusterOptions ManyVnodesOptions() {
+  LocalClusterOptions o = KvClusterOptions();
+  o.tables = 6;
+  o.pm_size = (8 * 64 + 2) * (1ull << 20);
+  return o;
+}
+
+class KvClusterManyVnodesTest : public KvClusterTest {
+ protected:
+  KvClusterManyVnodesTest() : KvClusterTest(ManyVnodesOptions()) {}
+};
+
+// Batches of sets of every vnode (RunBatch) while a server is killed:
+// every batch succeeds (waiting out the failover) and every acknowledged
+// value is there afterwards, on the servers left and once the victim is
+// back; the PM checks clean.
+TEST_F(KvClusterManyVnodesTest, BatchesShippedTogetherSurviveAServerKill) {
+  constexpr int kThreads = 2, kRounds = 150;
+  std::vector<std::map<std::string, std::string>> last(kThreads);
+  std::atomic<int> rounds{0}, failures{0};
+  std::unique_ptr<ClusterKvStore> second;
+  ASSERT_OK(OpenStore(&second));
+  std::vector<std::vector<std::string>> keys(kThreads);
+  for (int t = 0; t < kThreads; t++) keys[t] = KeysOnEveryVnode("m" + std::to_string(t) + "-", 4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++) {
+    threads.emplace_back([&, t] {
+      KvStore* kv = t == 0 ? kv_.get() : second.get();
+      for (int round = 0; round < kRounds; round++) {
+        std::vector<std::string> values;
+        std::vector<KvOp> ops(keys[t].size());
+        for (size_t i = 0; i < ops.size(); i++) {
+          values.push_back(
+              Checked(std::string(50 + (round * 7 + i) % 300, 'a' + t) + std::to_string(round)));
+          ops[i].kind = KvOp::Kind::kSet;
+          ops[i].key = keys[t][i];
+          ops[i].value = values.back();
+        }
+        kv->RunBatch(ops);
+        for (size_t i = 0; i < ops.size(); i++) {
+          if (ops[i].status.ok()) {
+            last[t][keys[t][i]] = values[i];
+          } else {
+            failures++;
+            ADD_FAILURE() << ops[i].key << ": " << ops[i].status.ToString();
+          }
+        }
+        rounds++;
+      }
+    });
+  }
+  while (rounds.load() < 60) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  WaitReplicated();
+  cluster_.KillServer(1);
+  const int at_kill = rounds.load();
+  for (auto& th : threads) th.join();
+  EXPECT_LT(at_kill, kThreads * kRounds) << "the load ended before the kill";
+  EXPECT_EQ(failures.load(), 0);
+  for (int t = 0; t < kThreads; t++) ExpectAll(kv_.get(), last[t]);
+  ASSERT_OK(cluster_.StartServer(1));
+  WaitReplicated();
+  for (int t = 0; t < kThreads; t++) ExpectAll(kv_.get(), last[t]);
   kv_.reset();
   second.reset();
   StopAndCheckAll();
