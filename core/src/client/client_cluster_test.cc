@@ -15,12 +15,12 @@
 #include "client/client.h"
 #include "client/cluster_harness.h"
 #include "client/cluster_journal.h"
+#include "client/cluster_pm_check.h"
 #include "common/crc32c.h"
 #include "monitor/monitor_client.h"
 #include "monitor/placement.h"
 #include "net/buffer_pool.h"
 #include "net/rpc.h"
-#include "server/fsck.h"
 #include "server/protocol.h"
 
 namespace pdpm::client {
@@ -45,28 +45,6 @@ class ClusterFixture : public ::testing::Test {
     return Client::Open(
         TestClientOptions(cluster_.monitor_address(), secret.empty() ? cluster_.secret() : secret),
         out);
-  }
-
-  // Stops every server cleanly and runs the offline checker on its PM;
-  // `clean` also refuses repairable findings.
-  void StopAndCheckAll(bool clean) {
-    for (int i = 0; i < 3; i++) {
-      if (cluster_.server(i).running()) {
-        Status s = cluster_.StopServer(i);
-        EXPECT_TRUE(s.ok()) << s.ToString();
-      }
-      CheckPm(i, clean);
-    }
-  }
-
-  void CheckPm(int i, bool clean) {
-    server::PmCheckReport report;
-    Status s = server::CheckServerPm(cluster_.pm_path(i), &report);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    EXPECT_TRUE(report.ok()) << report.ToString();
-    if (clean) {
-      EXPECT_TRUE(report.clean()) << report.ToString();
-    }
   }
 
   // Starts `n` load processes, each `ops` operations.
@@ -340,7 +318,7 @@ TEST_F(ClusterTest, BadInputsGetTheirErrorAndHarmNothing) {
   EXPECT_EQ(back, keep_data);
   ASSERT_TRUE(client_->GetObj({5, 5}, &got).ok());
   EXPECT_EQ(got, "kept object");
-  StopAndCheckAll(/*clean=*/true);
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 TEST_F(ClusterTest, RestartedServerKeepsDataAndClientsRefresh) {
@@ -368,7 +346,7 @@ TEST_F(ClusterTest, RestartedServerKeepsDataAndClientsRefresh) {
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(got, Pattern(i * 1000, i));
   }
-  StopAndCheckAll(/*clean=*/true);
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 TEST_F(ClusterTest, ConcurrentClientsReadBackTheirLastWrites) {
@@ -376,7 +354,7 @@ TEST_F(ClusterTest, ConcurrentClientsReadBackTheirLastWrites) {
   StartLoad(4, 150, &load);
   FinishLoad(&load);
   VerifyLoad(4);
-  StopAndCheckAll(/*clean=*/true);
+  StopServersAndExpectCleanPm(cluster_);
   // And everything again after a restart from PM alone.
   for (int i = 0; i < 3; i++) ASSERT_TRUE(cluster_.StartServer(i).ok());
   VerifyLoad(4);
@@ -387,12 +365,12 @@ TEST_F(ClusterTest, KillServerDuringWritesLosesNothingAcknowledged) {
   StartLoad(2, 500, &load);
   WaitForProgress(100);
   cluster_.KillServer(1);
-  CheckPm(1, /*clean=*/false);  // the image kill -9 left: no violation
+  ExpectPmChecks(cluster_, 1, /*clean=*/false);  // the image kill -9 left: no violation
   Status s = cluster_.StartServer(1);
   ASSERT_TRUE(s.ok()) << s.ToString();
   FinishLoad(&load);
   VerifyLoad(2);
-  StopAndCheckAll(/*clean=*/true);
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 // Server 1's PM is a file in every environment: the simulation needs one.
@@ -418,11 +396,11 @@ TEST_F(ClusterPowerLossTest, PowerLossDuringWritesLosesNothingAcknowledged) {
   FinishLoad(&load);
   // Crashed by the injection, or cut now: either way a power loss.
   cluster_.KillServer(1);
-  CheckPm(1, /*clean=*/false);
+  ExpectPmChecks(cluster_, 1, /*clean=*/false);
   s = cluster_.StartServer(1);
   ASSERT_TRUE(s.ok()) << s.ToString();
   VerifyLoad(2);
-  StopAndCheckAll(/*clean=*/true);
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 // Unpersisted writes are visible at once; only those a Persist covered
@@ -452,7 +430,7 @@ TEST_F(ClusterPowerLossTest, OnlyPersistedUnpersistedWritesSurviveAPowerLoss) {
   EXPECT_EQ(got, lost_data);
 
   cluster_.KillServer(1);
-  CheckPm(1, /*clean=*/false);
+  ExpectPmChecks(cluster_, 1, /*clean=*/false);
   s = cluster_.StartServer(1);
   ASSERT_TRUE(s.ok()) << s.ToString();
   s = client_->Read(kept, got.data(), kSize);
@@ -460,7 +438,7 @@ TEST_F(ClusterPowerLossTest, OnlyPersistedUnpersistedWritesSurviveAPowerLoss) {
   EXPECT_EQ(got, kept_data);
   ASSERT_TRUE(client_->Read(lost, got.data(), kSize).ok());
   EXPECT_EQ(got, before) << "the unpersisted write was persisted anyway";
-  StopAndCheckAll(/*clean=*/true);
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 // Two copies of every segment, and a monitor that declares a silent
@@ -575,7 +553,7 @@ TEST_F(ReplicatedClusterTest, KillDuringWritesLosesNothingAndReplicasComeBack) {
   // its backup is in sync (docs/replication.md).
   const uint32_t first = IdOf(1), second = IdOf(0);
   cluster_.KillServer(1);
-  CheckPm(1, /*clean=*/false);
+  ExpectPmChecks(cluster_, 1, /*clean=*/false);
   FinishLoad(&load);
   VerifyLoad(2);
   // Re-replication: every segment has its second copy again, on the two
@@ -584,7 +562,7 @@ TEST_F(ReplicatedClusterTest, KillDuringWritesLosesNothingAndReplicasComeBack) {
   // Those copies are complete: lose another server and read it all back
   // from the one left.
   cluster_.KillServer(0);
-  CheckPm(0, /*clean=*/false);
+  ExpectPmChecks(cluster_, 0, /*clean=*/false);
   WaitReplicated({first, second}, 1);
   VerifyLoad(2);
   // Both return with a stale epoch: fenced (their old copies freed), then
@@ -598,7 +576,7 @@ TEST_F(ReplicatedClusterTest, KillDuringWritesLosesNothingAndReplicasComeBack) {
         << FileTail(cluster_.server_log(i));
   }
   VerifyLoad(2);
-  StopAndCheckAll(/*clean=*/true);
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 TEST_F(ReplicatedClusterTest, DrainedServerHoldsNothingAndLeaves) {
@@ -639,7 +617,7 @@ TEST_F(ReplicatedClusterTest, DrainedServerHoldsNothingAndLeaves) {
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(mem, Pattern(i * 1000, static_cast<uint32_t>(i + 50)));
   }
-  StopAndCheckAll(/*clean=*/true);
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 // The daemon alone: it never formats without being asked, and wipes a

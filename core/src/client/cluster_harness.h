@@ -103,6 +103,7 @@ class LocalCluster {
   void KillServer(int i);    // SIGKILL, reaped
   Status StopServer(int i);  // SIGTERM, expects a clean exit
   ChildProcess& server(int i) { return servers_[i]; }
+  int server_count() const { return static_cast<int>(servers_.size()); }
 
   const std::string& dir() const { return dir_; }
   const std::string& monitor_address() const { return monitor_address_; }

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "client/cluster_harness.h"
+#include "client/cluster_pm_check.h"
 #include "client/tx_bank.h"
 #include "monitor/placement.h"
 #include "server/fsck.h"
@@ -295,16 +296,6 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
     EXPECT_EQ(total, kInitialBalance * static_cast<int64_t>(accounts_.size()));
   }
 
-  void CheckPm(int i, bool clean) {
-    server::PmCheckReport report;
-    Status s = server::CheckServerPm(cluster_.pm_path(i), &report);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    EXPECT_TRUE(report.ok()) << report.ToString();
-    if (clean) {
-      EXPECT_TRUE(report.clean()) << report.ToString();
-    }
-  }
-
   // Transactions whose coordinator gave up at a dead server (a failed
   // decision: outcome unknown) are resolved by their participants after
   // the lock timeout, as are the records a restarted server found: only
@@ -321,18 +312,12 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
   // it, so crash tests skip this).
   void StopAndCheckAll(bool exact_heap = true) {
     client_.reset();
+    std::vector<server::PmCheckReport> reports;
+    StopServersAndExpectCleanPm(cluster_, &reports);
     uint64_t heap_blocks = 0;
-    for (int i = 0; i < servers_; i++) {
-      if (cluster_.server(i).running()) {
-        Status s = cluster_.StopServer(i);
-        EXPECT_TRUE(s.ok()) << s.ToString();
-      }
-      server::PmCheckReport report;
-      Status s = server::CheckServerPm(cluster_.pm_path(i), &report);
-      ASSERT_TRUE(s.ok()) << s.ToString();
-      EXPECT_TRUE(report.clean()) << report.ToString();
-      for (const auto& seg : report.segments) {
-        EXPECT_EQ(seg.tx_log.in_doubt, 0u) << "server " << i << ":\n" << report.ToString();
+    for (size_t i = 0; i < reports.size(); i++) {
+      for (const auto& seg : reports[i].segments) {
+        EXPECT_EQ(seg.tx_log.in_doubt, 0u) << "server " << i << ":\n" << reports[i].ToString();
         if (seg.role.kind == server::SegmentKind::kHeap) {
           heap_blocks += seg.report.allocated_blocks;
         }
@@ -490,7 +475,7 @@ TEST_P(TxClusterTest, BankInvariantWithAServerKilledAndRestarted) {
   uint32_t killed = cluster_.ServerId(1);
   ASSERT_NE(killed, 0u);
   cluster_.KillServer(1);
-  CheckPm(1, /*clean=*/false);
+  ExpectPmChecks(cluster_, 1, /*clean=*/false);
   if (replicated()) {
     // Its segments' backups take over (committed records they hold are
     // applied, undecided ones resolved) while the load goes on; the
@@ -529,7 +514,7 @@ TEST_P(TxClusterTest, BankInvariantWithAParticipantLosingPowerMidCommit) {
   }
   EXPECT_TRUE(crashed) << "the injected power loss did not happen during the load";
   cluster_.KillServer(1);
-  CheckPm(1, /*clean=*/false);
+  ExpectPmChecks(cluster_, 1, /*clean=*/false);
   s = cluster_.StartServer(1);
   ASSERT_TRUE(s.ok()) << s.ToString();
   FinishBank(&bank);
@@ -601,7 +586,7 @@ TEST_P(TxClusterTest, ObjectTransactionSurvivesItsHolderDyingAfterTheDecision) {
   int killed = ServerIndex(owner_a);
   ASSERT_GE(killed, 0);
   cluster_.KillServer(killed);
-  CheckPm(killed, /*clean=*/false);
+  ExpectPmChecks(cluster_, killed, /*clean=*/false);
   if (replicated()) {
     WaitFailover(owner_a);
   } else {
@@ -676,7 +661,7 @@ TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
   bank[0].Signal(SIGCONT);
   FinishBank(&bank, 86);
   cluster_.KillServer(pi);
-  CheckPm(pi, /*clean=*/false);
+  ExpectPmChecks(cluster_, pi, /*clean=*/false);
   // A backup in sync would take over now; one still filling cannot.
   for (int i = 0; i < 400 && replicated() && PrimaryOf(g.segment) == p; i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -735,7 +720,7 @@ TEST_P(TxClusterFourTest, ReattachedBackupMissesNoCommit) {
   cluster_.server(holder).Signal(SIGCONT);
   bank[0].Signal(SIGKILL);
   bank[0].Wait();
-  CheckPm(t.pi, /*clean=*/false);
+  ExpectPmChecks(cluster_, t.pi, /*clean=*/false);
   // A backup in sync would take over now; one still filling cannot.
   for (int i = 0; i < 400 && PrimaryOf(t.g.segment) == t.p; i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

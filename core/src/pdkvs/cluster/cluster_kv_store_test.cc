@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "client/cluster_harness.h"
+#include "client/cluster_pm_check.h"
 #include "common/crc32c.h"
 #include "monitor/monitor_client.h"
 #include "monitor/placement.h"
@@ -118,19 +119,6 @@ class KvClusterTest : public ::testing::Test {
     }
     ADD_FAILURE() << "server " << i << " is not a member";
     return 0;
-  }
-
-  void StopAndCheckAll() {
-    for (int i = 0; i < 3; i++) {
-      if (cluster_.server(i).running()) {
-        Status s = cluster_.StopServer(i);
-        EXPECT_TRUE(s.ok()) << s.ToString();
-      }
-      server::PmCheckReport report;
-      Status s = server::CheckServerPm(cluster_.pm_path(i), &report);
-      ASSERT_TRUE(s.ok()) << s.ToString();
-      EXPECT_TRUE(report.clean()) << report.ToString();
-    }
   }
 
   // Every key of `want` reads back its value.
@@ -457,7 +445,7 @@ TEST_F(KvClusterTest, KillDuringWritesLosesNothing) {
   for (int t = 0; t < kThreads; t++) ExpectAll(kv_.get(), last[t]);
   kv_.reset();
   second.reset();
-  StopAndCheckAll();
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 // Every key survives a restart of every server, clean or by kill -9.
@@ -492,7 +480,7 @@ TEST_F(KvClusterTest, WholeClusterRestartKeepsEveryKey) {
   ASSERT_OK(kv_->Count(&count));
   EXPECT_EQ(count, want.size());
   kv_.reset();
-  StopAndCheckAll();
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 // Writers set keys of every vnode to one generation at a time while
@@ -544,7 +532,7 @@ TEST_F(KvClusterTest, MultiPutAcrossVnodesIsAtomicForReaders) {
   EXPECT_TRUE(OneGeneration(values));
   kv_.reset();
   second.reset();
-  StopAndCheckAll();
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 // Reads skip the segment's mutation lock (docs/pdkvs.md "Server side"), yet
@@ -1030,11 +1018,10 @@ TEST_F(KvClusterTest, CoordinatorKilledAtEachPhaseLeavesAllOrNone) {
   ASSERT_OK(PutAll(kv_.get(), fresh, "again", true, &applied));
   EXPECT_FALSE(applied);
   kv_.reset();
-  StopAndCheckAll();
-  for (int i = 0; i < 3; i++) {
-    server::PmCheckReport report;
-    ASSERT_OK(server::CheckServerPm(cluster_.pm_path(i), &report));
-    for (const auto& seg : report.segments) EXPECT_EQ(seg.tx_log.in_doubt, 0u) << i;
+  std::vector<server::PmCheckReport> reports;
+  StopServersAndExpectCleanPm(cluster_, &reports);
+  for (size_t i = 0; i < reports.size(); i++) {
+    for (const auto& seg : reports[i].segments) EXPECT_EQ(seg.tx_log.in_doubt, 0u) << i;
   }
 }
 
@@ -1114,7 +1101,7 @@ TEST_F(KvClusterTest, ServerKilledDuringMultiPutsLosesNoneAndTearsNone) {
   check();
   kv_.reset();
   second.reset();
-  StopAndCheckAll();
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 // Six vnodes on three servers: some server holds two or more, so the
@@ -1184,7 +1171,7 @@ TEST_F(KvClusterManyVnodesTest, BatchesShippedTogetherSurviveAServerKill) {
   for (int t = 0; t < kThreads; t++) ExpectAll(kv_.get(), last[t]);
   kv_.reset();
   second.reset();
-  StopAndCheckAll();
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 }  // namespace
