@@ -488,6 +488,14 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
   // segment's shipment.
   std::map<uint32_t, std::vector<TxEntry>> by_segment;
   for (auto& e : rec->entries) by_segment[e.segment].push_back(std::move(e));
+  // Checked under mu_, as PromoteSegment marks and collects: a record
+  // either reaches a promotion's resolution or is refused.
+  for (const auto& [segment, part] : by_segment) {
+    if (promoted_.count(segment) != 0) {
+      return Status::FailedPrecondition("segment " + std::to_string(segment) +
+                                        " was promoted here: no BACKUP record for it; route again");
+    }
+  }
   for (auto& [segment, part] : by_segment) {
     auto one = std::make_unique<Rec>();
     one->entries = std::move(part);
@@ -1025,41 +1033,52 @@ Status TxParticipant::ResolveRemote(Key key, uint32_t holder, bool holder_is_tab
 }
 
 Status TxParticipant::PromoteSegment(uint32_t segment) {
-  std::vector<std::pair<Key, uint64_t>> ask;  // holder | is-table << 32
   {
     Locked lock(this);
-    std::vector<Rec*> todo;
-    for (auto& [key, list] : recs_) {
-      for (auto& r : list) {
-        if (r->r.kind == TxRecordKind::kBackup && SegmentOf(r->entries) == segment) {
-          todo.push_back(r.get());
+    promoted_.insert(segment);
+  }
+  // Until every BACKUP record of the segment is applied or aborted: while
+  // a holder is asked (mu_ released), the resolver may commit a record
+  // without applying it (a backup's copy waits for its primary's shipment,
+  // which will never come now), so each round looks again.
+  for (;;) {
+    std::vector<std::pair<Key, uint64_t>> ask;  // holder | is-table << 32
+    {
+      Locked lock(this);
+      std::vector<Rec*> todo;
+      for (auto& [key, list] : recs_) {
+        for (auto& r : list) {
+          if (r->r.kind == TxRecordKind::kBackup && SegmentOf(r->entries) == segment) {
+            todo.push_back(r.get());
+          }
+        }
+      }
+      for (Rec* r : todo) {
+        // Committed and never marked applied: the primary's shipment did not
+        // come, and no later commit of these bytes can have overtaken it (a
+        // later writer locks only after this commit's shipment).
+        if (r->r.state == TxState::kCommitted) {
+          PDPM_RETURN_IF_ERROR(CommitRec(lock, r, false, segment));
+        } else if (r->r.state == TxState::kLocked) {
+          if (r->r.holder_segment == segment && (r->r.flags & dsm::kTxRecordHolderIsTable) == 0) {
+            AbortRec(lock, r);  // this server now holds the decision: none reached it
+          } else {
+            ask.push_back({{r->coordinator, r->r.tx}, HolderOf(r->r)});
+          }
         }
       }
     }
-    for (Rec* r : todo) {
-      // Committed and never marked applied: the primary's shipment did not
-      // come, and no later commit of these bytes can have overtaken it (a
-      // later writer locks only after this commit's shipment).
-      if (r->r.state == TxState::kCommitted) {
-        PDPM_RETURN_IF_ERROR(CommitRec(lock, r, false, segment));
-      } else if (r->r.state == TxState::kLocked) {
-        if (r->r.holder_segment == segment && (r->r.flags & dsm::kTxRecordHolderIsTable) == 0) {
-          AbortRec(lock, r);  // this server now holds the decision: none reached it
-        } else {
-          ask.push_back({{r->coordinator, r->r.tx}, HolderOf(r->r)});
-        }
-      }
+    if (ask.empty()) return Status::OK();
+    for (const auto& [key, holder] : ask) {
+      PDPM_RETURN_IF_ERROR(
+          ResolveRemote(key, static_cast<uint32_t>(holder), (holder >> 32) != 0, segment));
     }
   }
-  for (const auto& [key, holder] : ask) {
-    PDPM_RETURN_IF_ERROR(
-        ResolveRemote(key, static_cast<uint32_t>(holder), (holder >> 32) != 0, segment));
-  }
-  return Status::OK();
 }
 
 void TxParticipant::BackupRefilled(uint32_t segment) {
   Locked lock(this);
+  promoted_.erase(segment);
   std::vector<Rec*> done;
   for (auto& [key, list] : recs_) {
     for (auto& r : list) {

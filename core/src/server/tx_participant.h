@@ -165,7 +165,8 @@ class TxParticipant {
   // again from its primary, whose copy holds every commit it applied.
   // Committed BACKUP records of `segment` are marked applied (a promotion
   // must not apply them over newer values); undecided ones stay (their
-  // commit's shipment reaches the filling copy).
+  // commit's shipment reaches the filling copy). BACKUP records for it are
+  // taken again (a promotion here stopped them).
   void BackupRefilled(uint32_t segment);
   // For replication, at the primary of `segment`, before it reports the
   // backup on server `backup` in sync: from now on a LOCK on the segment
@@ -289,6 +290,10 @@ class TxParticipant {
   std::map<Key, std::vector<std::unique_ptr<Rec>>> recs_;
   std::vector<Rec*> swept_;
   std::map<uint32_t, std::set<uint32_t>> joining_;  // segment -> backup servers (BackupJoining)
+  // Segments promoted here (PromoteSegment) and not attached as a backup
+  // again (BackupRefilled): a BACKUP record for them is refused, since the
+  // promotion resolved those it found and would never apply a later one.
+  std::set<uint32_t> promoted_;
   uint32_t busy_ = 0;  // threads that released mu_ while working: no sweep
   std::condition_variable idle_cv_;
   std::function<void(const void*, size_t)> persist_;
