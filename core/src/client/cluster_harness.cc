@@ -264,13 +264,15 @@ Status LocalCluster::StartServer(int i, const std::vector<std::string>& env) {
   std::string port_file = dir_ + "/server" + std::to_string(i) + ".port";
   ::unlink(port_file.c_str());
   ChildProcess& p = servers_[i];
+  std::vector<std::string> all_env = options_.server_env;
+  all_env.insert(all_env.end(), env.begin(), env.end());
   PDPM_RETURN_IF_ERROR(
       p.Start({PDPM_SERVER_BINARY, "--pm", pm_path(i), "--pm-size",
                std::to_string(options_.pm_size), "--format", "--monitor", monitor_address_,
                "--secret-file", secret_file_, "--listen", net::testing::TestHost() + ":0",
                "--transport", std::string(net::BackendKindName(net::testing::TestBackend())),
                "--port-file", port_file, "--cores", std::to_string(options_.cores)},
-              env, server_log(i)));
+              all_env, server_log(i)));
   std::string address;
   return WaitForFile(port_file, &p, server_log(i), &address);
 }

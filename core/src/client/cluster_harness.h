@@ -73,6 +73,8 @@ struct LocalClusterOptions {
   // This server's PM is a file in every environment (the power-loss
   // simulation needs one); -1: none.
   int file_pm_server = -1;
+  // Extra environment ("K=V") of every server start (test hooks).
+  std::vector<std::string> server_env;
 };
 
 // libpdpm options for a cluster in the test environment (above): its

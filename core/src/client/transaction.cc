@@ -524,14 +524,26 @@ Status Transaction::Commit() {
   // LOCK carries no entries): its blocks follow the outcome. It holds the
   // decision only when nothing is written: the holder segment must be a
   // written one, whose backups get the decision with its commit.
+  // Its LOCK names them, and so do BACKUP records at their segments'
+  // backups, so that a promoted backup keeps them when it commits.
   const bool writes = !writes_.empty();
   for (const auto& [server, blocks] : allocated_) {
-    primaries[server];
+    std::vector<dsm::TxEntry>& entries = primaries[server];
     for (const auto& a : blocks) {
       if (!writes && a.segment < holder_key) {
         holder_key = a.segment;
         holder = server;
       }
+      TxHost::SegmentRoute route;
+      Status s = host->RouteSegment(a.segment, &route);
+      if (!s.ok()) return Fail(s);
+      dsm::TxEntry e;
+      e.kind = dsm::TxEntryKind::kAllocated;
+      e.segment = a.segment;
+      e.offset = a.offset;
+      segment_backups[a.segment] = route.backups;
+      for (uint32_t b : route.backups) backups[b].push_back(e);
+      entries.push_back(std::move(e));
     }
   }
   uint32_t holder_segment = static_cast<uint32_t>(holder_key);

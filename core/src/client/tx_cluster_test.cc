@@ -603,6 +603,57 @@ TEST_P(TxClusterTest, ObjectTransactionSurvivesItsHolderDyingAfterTheDecision) {
   StopAndCheckAll(/*exact_heap=*/false);
 }
 
+// Blocks allocated for transactions by a server that is then killed (-9)
+// before they commit: one transaction its coordinator abandons, one whose
+// commit fails at the dead server; a third, which only allocates, committed
+// just before. With two copies the blocks' segment fails over to its
+// backup, which logged each allocation with its shipment (a BACKUP-ALLOC
+// record): the promotion frees the blocks of the two unfinished ones and
+// keeps the committed one's (its commit marked it kept there). With one
+// copy the restarted server frees them after the lock timeout. Either way
+// no block leaks and the kept one is still allocated.
+TEST_P(TxClusterTest, AllocationsFollowTheirTransactionsWhenTheirServerDies) {
+  std::unique_ptr<Transaction> kept_tx;
+  ASSERT_TRUE(client_->TxBegin(&kept_tx).ok());
+  GlobalAddress kept;
+  ASSERT_TRUE(kept_tx->PAllocate(64, &kept).ok());
+  Status s = kept_tx->Commit();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const uint32_t victim = PrimaryOf(kept.segment);
+  const int killed = ServerIndex(victim);
+  ASSERT_GE(killed, 0);
+  // Transactions with a block on the victim (allocations go round-robin).
+  auto allocate_there = [&](std::unique_ptr<Transaction>* tx) {
+    for (int i = 0; i < 12; i++) {
+      ASSERT_TRUE(client_->TxBegin(tx).ok());
+      GlobalAddress a;
+      Status st = (*tx)->PAllocate(64, &a);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      if (PrimaryOf(a.segment) == victim) return;
+      (*tx)->Abort();
+    }
+    FAIL() << "no allocation on server " << victim;
+  };
+  std::unique_ptr<Transaction> abandoned, failing;
+  ASSERT_NO_FATAL_FAILURE(allocate_there(&abandoned));
+  ASSERT_NO_FATAL_FAILURE(allocate_there(&failing));
+  cluster_.KillServer(killed);
+  ExpectPmChecks(cluster_, killed, /*clean=*/false);
+  s = failing->Commit();
+  EXPECT_FALSE(s.ok()) << "a commit at a dead server";
+  if (replicated()) WaitFailover(victim);
+  // Back (with two copies fenced): it resolves its ALLOC records.
+  s = cluster_.StartServer(killed);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WaitOutLockTimeout();
+  abandoned.reset();  // its abort reaches no one who holds the block
+  WaitReplicated();
+  ASSERT_TRUE(OpenClient(&client_).ok());
+  s = client_->PFree(kept);
+  EXPECT_TRUE(s.ok()) << "the committed transaction's block was freed: " << s.ToString();
+  StopAndCheckAll();
+}
+
 // Whether process `pid` is stopped (SIGSTOP).
 bool Stopped(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");

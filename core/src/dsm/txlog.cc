@@ -178,7 +178,8 @@ Status DecodeTxEntries(std::string_view body, bool on_pm, std::vector<TxEntry>* 
         if (len == 0) return bad("a write of 0 bytes");
         break;
       case TxEntryKind::kFree:
-        if (len != 0) return bad("a free with data");
+      case TxEntryKind::kAllocated:
+        if (len != 0) return bad("a free or an allocated block with data");
         break;
       case TxEntryKind::kPutObject:
         if (len < kTxObjectIdSize) return bad("a put without an object id");
@@ -372,7 +373,7 @@ void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count,
     for (const auto& r : records) {
       std::string rw = where + "record " + std::to_string(r.seq) + ": ";
       if (r.kind != TxRecordKind::kLock && r.kind != TxRecordKind::kBackup &&
-          r.kind != TxRecordKind::kAlloc) {
+          r.kind != TxRecordKind::kAlloc && r.kind != TxRecordKind::kBackupAlloc) {
         out->violations.push_back(rw + "unknown kind");
         continue;
       }

@@ -26,17 +26,19 @@
 // grow in an area: a new assignment starts above every intact record.
 //
 // Body of a LOCK or BACKUP record (and of the LOCK request), or of an ALLOC
-// record (one free entry naming the block): entries
+// or BACKUP-ALLOC record (one free entry naming the block): entries
 //   kind u8 (1 write, 2 free, 3 put object, 4 delete object, 5 pDKVS put,
-//   6 pDKVS put if absent) | reserved 3 |
+//   6 pDKVS put if absent, 7 allocated) | reserved 3 |
 //   segment u32 | offset u64 | length u32 | reserved u32 | data (length bytes)
 // Writes carry the bytes; a free none; object entries have segment and
 // offset 0 and data = object id hi u64 | lo u64 | content (puts only);
 // pDKVS entries name the table segment (segment) and the table (offset),
-// data = key length u32 | key | value.
+// data = key length u32 | key | value; an allocated entry names a block the
+// transaction allocated (kept if it commits), no data.
 //
-// Record versions: 2 (written now) adds the pDKVS entry kinds; records of
-// version 1 are read as before.
+// Record versions: 3 (written now) adds the BACKUP-ALLOC record kind and
+// the allocated entry kind; 2 added the pDKVS entry kinds; records of
+// versions 1 and 2 are read as before.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +55,9 @@
 namespace pdpm::dsm {
 
 inline constexpr uint32_t kTxLogVersion = 1;  // of the area header
-// Of a record: 2 added the pDKVS entry kinds; 1 is still read.
-inline constexpr uint8_t kTxRecordVersion = 2;
+// Of a record: 3 added BACKUP-ALLOC records and allocated entries, 2 the
+// pDKVS entry kinds; 1 and 2 are still read.
+inline constexpr uint8_t kTxRecordVersion = 3;
 inline constexpr uint8_t kTxRecordVersionOldest = 1;
 inline constexpr uint64_t kTxAreaMagic = 0x524158544d504450ull;  // "PDPMTXAR"
 inline constexpr uint32_t kTxRecordMagic = 0x52585450;           // "PTXR"
@@ -80,6 +83,9 @@ enum class TxRecordKind : uint8_t {
   kBackup = 2,  // at a backup of a written segment: its new values
   kWrap = 3,    // continue at the area's first record
   kAlloc = 4,   // a block allocated by a transaction: kept if it commits, else freed
+  // At a backup of the block's segment: an ALLOC record of its primary,
+  // resolved by the primary's shipments or by a promotion here.
+  kBackupAlloc = 5,
 };
 
 // The life of a record; terminal states free its space.
@@ -99,6 +105,7 @@ enum class TxEntryKind : uint8_t {
   kDeleteObject = 4,
   kKvPut = 5,          // a pDKVS key set in a vnode (docs/pdkvs.md)
   kKvPutIfAbsent = 6,  // the same, refused at LOCK when the key exists
+  kAllocated = 7,      // a block the transaction allocated: kept if it commits
 };
 
 struct TxEntry {

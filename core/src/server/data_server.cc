@@ -433,11 +433,32 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
   PDPM_RETURN_IF_ERROR(d.U64(&size));
   PDPM_RETURN_IF_ERROR(d.Done());
   PDPM_RETURN_IF_ERROR(CheckHeader(h));
+  dsm::GlobalAddress a;
+  PDPM_RETURN_IF_ERROR(AllocateHeap(size, {}, &a));
+  Encoder(reply).Address(a);
+  return Status::OK();
+}
+
+Status DataServer::AllocateHeap(uint64_t size, TxTag tag, dsm::GlobalAddress* out) {
   if (size == 0) return Status::InvalidArgument("pallocate of 0 bytes");
   if (size > space_->segment_size() - dsm::kChunkSize) {
     return Status::TooLarge("pallocate of " + std::to_string(size) +
                             " bytes: more than a segment holds");
   }
+  // One attempt in `seg`: a tagged shipment names the block (and is not
+  // tagged when nothing was allocated).
+  auto allocate_in = [&](Segment* seg, uint64_t* offset) {
+    TxTag t = tag;
+    return Mutate(
+        seg,
+        [&] {
+          Status a = seg->alloc->Allocate(size, dsm::BlockOwner::kHeap,
+                                          dsm::PAllocator::kCurrentCore, offset);
+          t = a.ok() ? TxTag{tag.coordinator, tag.tx, tag.kind, *offset} : TxTag{};
+          return a;
+        },
+        t);
+  };
   auto try_all = [&](uint32_t* global, uint64_t* offset) {
     // Not under mu_: shipping may refresh the mapping (segments are never
     // freed while the server runs, only retired).
@@ -450,10 +471,7 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
       }
     }
     for (const auto& [g, seg] : heap) {
-      Status s = Mutate(seg, [&] {
-        return seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
-                                    offset);
-      });
+      Status s = allocate_in(seg, offset);
       if (s.ok()) {
         *global = g;
         return s;
@@ -476,10 +494,7 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
         PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kHeap, 0, 0}, &seg));
       }
       PDPM_RETURN_IF_ERROR(FillNewSegment(seg));
-      s = Mutate(seg, [&] {
-        return seg->alloc->Allocate(size, dsm::BlockOwner::kHeap, dsm::PAllocator::kCurrentCore,
-                                    &offset);
-      });
+      s = allocate_in(seg, &offset);
       global = seg->role.global;
     }
   }
@@ -489,9 +504,8 @@ Status DataServer::HandlePAllocate(std::span<const uint8_t> req, std::string* re
     std::shared_lock lock(mu_);
     replicas = replica_count_;
   }
-  dsm::GlobalAddress a{dsm::Descriptor::Make(dsm::kPermRead | dsm::kPermWrite, replicas), global,
-                       offset};
-  Encoder(reply).Address(a);
+  *out = dsm::GlobalAddress{dsm::Descriptor::Make(dsm::kPermRead | dsm::kPermWrite, replicas),
+                            global, offset};
   return Status::OK();
 }
 

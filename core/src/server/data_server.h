@@ -144,9 +144,9 @@ class DataServer {
   Status ClassifyRecovered(const std::atomic<bool>* stop);
   // Runs `op` (a mutation of seg) with its persists captured, then ships
   // them to every backup; the result is acknowledged only if all took it.
-  // `tag`: the transaction whose commit `op` applies (shipped even when
-  // `op` persisted nothing).
-  Status Mutate(Segment* seg, const std::function<Status()>& op, TxTag tag = {});
+  // `tag`: the transaction `op` works for (shipped even when `op`
+  // persisted nothing); read after `op` ran (an allocation names its block).
+  Status Mutate(Segment* seg, const std::function<Status()>& op, const TxTag& tag = {});
   // A backup's server did not answer: the monitor fails it over at once if
   // it is gone (ViewManager::ReportUnreachable).
   void ReportUnreachable(uint32_t server);
@@ -185,6 +185,10 @@ class DataServer {
   // The request handlers; `req` is the whole message.
   Status CheckHeader(const RequestHeader& h);
   Status HandlePAllocate(std::span<const uint8_t> req, std::string* reply);
+  // Allocates `size` heap bytes in some heap segment here (growing the
+  // heap when all are full). With `tag` (kAllocated), the allocation's
+  // shipment is tagged with it and the block.
+  Status AllocateHeap(uint64_t size, TxTag tag, dsm::GlobalAddress* out);
   Status HandlePFree(std::span<const uint8_t> req, std::string* reply);
   Status HandleObject(uint16_t method, std::span<const uint8_t> req, std::string* reply);
   // The table segment of `id`'s table after the ownership and epoch checks;

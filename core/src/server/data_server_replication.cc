@@ -178,7 +178,7 @@ Status DataServer::ClassifyRecovered(const std::atomic<bool>* stop) {
   return Status::OK();
 }
 
-Status DataServer::Mutate(Segment* seg, const std::function<Status()>& op, TxTag tag) {
+Status DataServer::Mutate(Segment* seg, const std::function<Status()>& op, const TxTag& tag) {
   std::lock_guard lock(seg->repl_mu);
   if (seg->fenced) {
     return Status::StaleEpoch("segment " + std::to_string(seg->role.global) +
@@ -618,8 +618,9 @@ Status DataServer::HandleReplicaApply(std::span<const uint8_t> req, std::string*
     }
     return Status::OK();
   };
-  // A transaction's commit: its BACKUP record of g is marked applied.
-  if (tag) return tx_->ApplyShipped(g, tag.coordinator, tag.tx, apply);
+  // A transaction's commit (its BACKUP record of g is marked applied) or
+  // allocation (its BACKUP-ALLOC records).
+  if (tag) return tx_->ApplyShipped(g, tag, apply);
   return apply();
 }
 

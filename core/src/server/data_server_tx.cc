@@ -1,6 +1,8 @@
 // The transaction participant's view of a DataServer (tx_participant.h):
 // the hooks it is built with and the server-local log segment. Kept apart
 // from data_server.cc so that the two evolve independently.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -123,7 +125,15 @@ TxHooks DataServer::MakeTxHooks() {
   h.kv = [this](uint32_t segment, uint32_t table, TxCopy copy, uint64_t epoch, TxTag tag,
                 bool create, const std::vector<std::string_view>& keys,
                 const std::function<Status(pdkvs::CcehIndex*)>& op) {
-    return TxKv(segment, table, copy, epoch, tag, create, keys, op);
+    Status s = TxKv(segment, table, copy, epoch, tag, create, keys, op);
+    // Test hook (pdkvs cluster test): the primary dies once the first part
+    // of a table segment's commit (its vnode's) reached the backups.
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): PDPM never modifies its environment
+    if (s.ok() && tag.kind == TxTagKind::kCommitPart && copy == TxCopy::kPrimary &&
+        std::getenv("PDPM_TEST_TX_EXIT_AFTER_PART") != nullptr) {
+      _exit(86);
+    }
+    return s;
   };
   h.log_segment = [this](bool create, dsm::PmRange* mem, dsm::PAllocator** alloc) {
     std::lock_guard<std::mutex> grow(grow_mu_);
@@ -149,18 +159,8 @@ TxHooks DataServer::MakeTxHooks() {
     *global = seg->role.global;
     return Status::OK();
   };
-  h.allocate = [this](uint64_t size, dsm::GlobalAddress* out) {
-    std::string req, reply;
-    Encoder e(&req);
-    {
-      std::shared_lock lock(mu_);
-      e.Header({epoch_, credential_});
-    }
-    e.U64(size);
-    PDPM_RETURN_IF_ERROR(
-        HandlePAllocate({reinterpret_cast<const uint8_t*>(req.data()), req.size()}, &reply));
-    Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
-    return d.Address(out);
+  h.allocate = [this](uint64_t size, TxTag tag, dsm::GlobalAddress* out) {
+    return AllocateHeap(size, tag, out);
   };
   h.backups = [this](uint32_t global, std::vector<uint32_t>* in_sync,
                      std::vector<uint32_t>* syncing) {

@@ -20,8 +20,7 @@ std::vector<std::string> RedoBatch::Encode(const RequestHeader& h, uint32_t glob
     e.Header(h);
     e.U64(global | (uint64_t{kReplicaApplyVersion} << 32));
     tag_at = msg.size();
-    e.U64(0);
-    e.U64(0);
+    for (int i = 0; i < 4; i++) e.U64(0);
     count_at = msg.size();
     e.U64(0);
     count = 0;
@@ -53,6 +52,8 @@ std::vector<std::string> RedoBatch::Encode(const RequestHeader& h, uint32_t glob
   if (count > 0 || tag) {
     put(tag_at, tag.coordinator);
     put(tag_at + 8, tag.tx);
+    put(tag_at + 16, static_cast<uint64_t>(tag.kind));
+    put(tag_at + 24, tag.block);
     finish();
   }
   return out;
@@ -64,13 +65,22 @@ Status DecodeApply(Decoder* d, uint32_t* global, std::vector<ApplyRange>* ranges
   PDPM_RETURN_IF_ERROR(d->U64(&g));
   uint64_t version = g >> 32;
   g &= 0xffffffffu;
-  if (version != 0 && version != kReplicaApplyVersion) {
+  if (version != 0 && version != 2 && version != kReplicaApplyVersion) {
     return Status::InvalidArgument("replica apply: unknown format version " +
                                    std::to_string(version));
   }
-  if (version == kReplicaApplyVersion) {
+  if (version >= 2) {
     PDPM_RETURN_IF_ERROR(d->U64(&t.coordinator));
     PDPM_RETURN_IF_ERROR(d->U64(&t.tx));
+  }
+  if (version >= 3) {
+    uint64_t kind = 0;
+    PDPM_RETURN_IF_ERROR(d->U64(&kind));
+    PDPM_RETURN_IF_ERROR(d->U64(&t.block));
+    if (kind > static_cast<uint64_t>(TxTagKind::kAllocFreed)) {
+      return Status::InvalidArgument("replica apply: unknown tag kind " + std::to_string(kind));
+    }
+    t.kind = static_cast<TxTagKind>(kind);
   }
   PDPM_RETURN_IF_ERROR(d->U64(&count));
   if (g == 0) return Status::InvalidArgument("replica apply: bad segment");

@@ -9,12 +9,14 @@
 // (the PM layer's persist order), so a backup that a crash leaves
 // mid-batch holds a state recovery handles.
 //
-// kReplicaApply body (after the 32-byte request header), format version 2:
+// kReplicaApply body (after the 32-byte request header), format version 3:
 //   u64 (global segment | version << 32) | u64 coordinator | u64 tx |
-//   u64 range count | (u64 offset | u64 length | bytes)*
-// (coordinator, tx) names the transaction whose commit the batch applies
-// (0, 0: none); only the last message of a batch carries it. Version 1
-// (version bits 0) had no coordinator and tx words.
+//   u64 tag kind | u64 block | u64 range count | (u64 offset | u64 length | bytes)*
+// (coordinator, tx) names the transaction the batch belongs to (0, 0:
+// none), the tag kind what it does for it (TxTagKind), block the block of
+// an allocation; only the last message of a batch carries them. Version 2
+// had no tag kind and block words (every tag a commit); version 1
+// (version bits 0) no coordinator and tx words either.
 #pragma once
 
 #include <cstdint>
@@ -36,13 +38,29 @@ namespace pdpm::server {
 // A backup copy: (server id, local segment index).
 using ReplicaId = std::pair<uint32_t, uint32_t>;
 
-inline constexpr uint32_t kReplicaApplyVersion = 2;
+inline constexpr uint32_t kReplicaApplyVersion = 3;
 
-// The transaction whose commit a batch applies (docs/tx.md): a backup marks
-// its BACKUP record of the segment applied once the batch is in.
+// What a tagged batch does for its transaction at a backup (docs/tx.md).
+enum class TxTagKind : uint64_t {
+  // Its commit's last part for the segment: the BACKUP record of the
+  // segment (and the BACKUP-ALLOC records there) are marked applied.
+  kCommit = 0,
+  // A part of its commit followed by another one of the same segment: the
+  // BACKUP record is marked committed, not applied.
+  kCommitPart = 1,
+  // The allocation of `block` for it: a BACKUP-ALLOC record is logged.
+  kAllocated = 2,
+  // The free of `block`, allocated for it, as it aborted: its BACKUP-ALLOC
+  // record is marked aborted.
+  kAllocFreed = 3,
+};
+
+// The transaction a batch belongs to.
 struct TxTag {
   uint64_t coordinator = 0;
   uint64_t tx = 0;
+  TxTagKind kind = TxTagKind::kCommit;
+  uint64_t block = 0;  // kAllocated, kAllocFreed: the block's offset
   explicit operator bool() const { return coordinator != 0; }
 };
 

@@ -27,7 +27,7 @@ TEST(RedoBatchTest, RangesTravelInOrderAndLargeOnesAreSplit) {
   ASSERT_GT(msgs.size(), 3u);
   std::string rebuilt(16384, '\0');
   for (const auto& m : msgs) {
-    EXPECT_LE(m.size(), 1024u + kRequestHeaderSize + 16 + 32);
+    EXPECT_LE(m.size(), 1024u + kRequestHeaderSize + 16 + 48);
     uint32_t g = 0;
     for (const ApplyRange& r : DecodeAll(m, &g)) {
       EXPECT_EQ(g, 42u);
@@ -64,7 +64,8 @@ TEST(RedoBatchTest, OnlyTheLastMessageCarriesTheTransaction) {
   RedoBatch b;
   std::string big(3000, 'y');
   b.Add(0, big.data(), big.size());
-  std::vector<std::string> msgs = b.Encode({7, 9}, 3, 1024, TxTag{11, 12});
+  std::vector<std::string> msgs =
+      b.Encode({7, 9}, 3, 1024, TxTag{11, 12, TxTagKind::kAllocFreed, 4096});
   ASSERT_GT(msgs.size(), 1u);
   for (size_t i = 0; i < msgs.size(); i++) {
     Decoder d({reinterpret_cast<const uint8_t*>(msgs[i].data()), msgs[i].size()});
@@ -79,12 +80,25 @@ TEST(RedoBatchTest, OnlyTheLastMessageCarriesTheTransaction) {
     if (last) {
       EXPECT_EQ(tag.coordinator, 11u);
       EXPECT_EQ(tag.tx, 12u);
+      EXPECT_EQ(tag.kind, TxTagKind::kAllocFreed);
+      EXPECT_EQ(tag.block, 4096u);
     }
   }
   // A commit that persisted nothing still tells the backups; an untagged
   // empty batch is not sent.
   EXPECT_EQ(RedoBatch().Encode({7, 9}, 3, 1024, TxTag{11, 12}).size(), 1u);
   EXPECT_TRUE(RedoBatch().Encode({7, 9}, 3, 1024).empty());
+}
+
+TEST(RedoBatchTest, UnknownTagKindIsRefused) {
+  std::string msg = RedoBatch().Encode({7, 9}, 5, 1 << 20, TxTag{11, 12}).at(0);
+  msg[kRequestHeaderSize + 24] = 9;  // the tag kind word
+  Decoder d({reinterpret_cast<const uint8_t*>(msg.data()), msg.size()});
+  RequestHeader h;
+  ASSERT_TRUE(d.Header(&h).ok());
+  uint32_t g;
+  std::vector<ApplyRange> ranges;
+  EXPECT_EQ(DecodeApply(&d, &g, &ranges).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(RedoBatchTest, UnknownFormatVersionIsRefused) {

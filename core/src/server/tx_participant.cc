@@ -66,6 +66,7 @@ Status ApplyHeapEntry(const TxEntry& e, const dsm::PmRange& mem, dsm::PAllocator
       }
       return Status::OK();
     }
+    case TxEntryKind::kAllocated: return Status::OK();  // the block stays
     default: return Status::Internal("not a heap entry");
   }
 }
@@ -306,6 +307,7 @@ std::vector<uint32_t> TxParticipant::SlotsOf(const std::vector<TxEntry>& entries
       slots.push_back(KvSlot(static_cast<uint32_t>(e.offset), dsm::KvEntryKey(e)));
       continue;
     }
+    if (e.kind == TxEntryKind::kAllocated) continue;  // no one else knows the block
     uint64_t first = e.offset / dsm::kTxGranule;
     uint64_t last =
         e.kind == TxEntryKind::kWrite ? (e.offset + e.data.size() - 1) / dsm::kTxGranule : first;
@@ -450,21 +452,13 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* repl
     }
   }
   Locked lock(this);
-  // The blocks the transaction allocated here must still be held for it
-  // (one freed after its coordinator's timeout makes the LOCK fail).
-  bool allocated = false;
-  for (Rec* r : RecordsOf({coordinator, tx})) {
-    if (r->r.kind != TxRecordKind::kAlloc) continue;
-    if (r->r.state != TxState::kLocked) {
-      for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
-      return Status::Aborted("a block the transaction allocated was reclaimed");
-    }
-    allocated = true;
+  if (rec->entries.empty()) {
+    for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
+    return Status::InvalidArgument("lock: no entries");
   }
-  if (rec->entries.empty() && !allocated) {
-    return Status::InvalidArgument("lock: no entries and no allocation");
-  }
-  Status s = role == kTxRolePrimary ? CheckBackupsListed(*rec) : Status::OK();
+  Status s =
+      role == kTxRolePrimary ? CheckAllocations({coordinator, tx}, rec->entries) : Status::OK();
+  if (s.ok() && role == kTxRolePrimary) s = CheckBackupsListed(*rec);
   Area* area = nullptr;
   if (s.ok()) s = AreaFor(coordinator, &area);
   if (!s.ok()) {
@@ -517,6 +511,28 @@ std::set<uint32_t> TxParticipant::SegmentsOf(const std::vector<TxEntry>& entries
   return out;
 }
 
+Status TxParticipant::CheckAllocations(Key key, const std::vector<TxEntry>& entries) {
+  std::set<std::pair<uint32_t, uint64_t>> named, held;
+  for (const auto& e : entries) {
+    if (e.kind == TxEntryKind::kAllocated) named.insert({e.segment, e.offset});
+  }
+  for (Rec* r : RecordsOf(key)) {
+    if (r->r.kind != TxRecordKind::kAlloc) continue;
+    const TxEntry& block = r->entries.front();
+    if (r->r.state == TxState::kLocked) {
+      held.insert({block.segment, block.offset});
+    } else if (named.count({block.segment, block.offset}) != 0) {
+      // Freed after its coordinator's timeout.
+      return Status::Aborted("a block the transaction allocated was reclaimed");
+    }
+  }
+  if (named != held) {
+    return Status::Aborted(
+        "the blocks the transaction allocated here are not those its LOCK names");
+  }
+  return Status::OK();
+}
+
 Status TxParticipant::CheckBackupsListed(const Rec& rec) {
   for (uint32_t segment : SegmentsOf(rec.entries)) {
     std::vector<uint32_t> in_sync, syncing;
@@ -551,9 +567,8 @@ Status TxParticipant::BackupJoining(uint32_t segment, uint32_t backup) {
     joining_[segment].insert(backup);
     for (const auto& [key, list] : recs_) {
       for (const auto& r : list) {
-        if (r->r.kind == TxRecordKind::kLock && SegmentsOf(r->entries).count(segment) != 0) {
-          before.insert(key);
-        }
+        bool locks = r->r.kind == TxRecordKind::kLock || r->r.kind == TxRecordKind::kAlloc;
+        if (locks && SegmentsOf(r->entries).count(segment) != 0) before.insert(key);
       }
     }
   }
@@ -565,7 +580,8 @@ Status TxParticipant::BackupJoining(uint32_t segment, uint32_t backup) {
       std::erase_if(before, [&](const Key& key) {
         for (Rec* r : RecordsOf(key)) {
           bool live = r->r.state == TxState::kLocked || r->r.state == TxState::kCommitted;
-          if (r->r.kind == TxRecordKind::kLock && live) return false;
+          bool locks = r->r.kind == TxRecordKind::kLock || r->r.kind == TxRecordKind::kAlloc;
+          if (locks && live) return false;
         }
         return true;
       });
@@ -596,7 +612,7 @@ void TxParticipant::AddRec(Area* area, std::unique_ptr<Rec> rec) {
 
 Status TxParticipant::Apply(const Rec& rec) {
   const TxCopy copy = rec.r.kind == TxRecordKind::kLock ? TxCopy::kPrimary : TxCopy::kBackup;
-  const TxTag tag{rec.coordinator, rec.r.tx};
+  const TxTag whole{rec.coordinator, rec.r.tx};
   const std::string what = "apply transaction " + std::to_string(rec.r.tx);
   // One replicated mutation per heap segment, per vnode and per object
   // table, the holder's first: once its backups have the commit, a failover
@@ -607,7 +623,8 @@ Status TxParticipant::Apply(const Rec& rec) {
   for (const auto& e : rec.entries) {
     switch (e.kind) {
       case TxEntryKind::kWrite:
-      case TxEntryKind::kFree: heap[e.segment].push_back(&e); break;
+      case TxEntryKind::kFree:
+      case TxEntryKind::kAllocated: heap[e.segment].push_back(&e); break;
       case TxEntryKind::kPutObject:
       case TxEntryKind::kDeleteObject:
         (e.segment != 0 ? objects[e.segment] : loose_objects).push_back(&e);
@@ -628,7 +645,15 @@ Status TxParticipant::Apply(const Rec& rec) {
       }
     }
   }
-  for (const auto& [segment, entries] : order) {
+  for (size_t i = 0; i < order.size(); i++) {
+    const auto& [segment, entries] = order[i];
+    // A table segment's pDKVS vnode and object table are two mutations: the
+    // first ships as a part, so that a backup marks its BACKUP record
+    // applied only with the last (a promotion between them applies both).
+    TxTag tag = whole;
+    for (size_t j = i + 1; j < order.size(); j++) {
+      if (order[j].first == segment) tag.kind = TxTagKind::kCommitPart;
+    }
     const TxEntry& first = *entries->front();
     if (dsm::IsKvEntry(first)) {
       // Absolute puts: applying twice (after a crash) leaves the same.
@@ -660,7 +685,7 @@ Status TxParticipant::Apply(const Rec& rec) {
                              .WithContext(what));
   }
   for (const TxEntry* e : loose_objects) {
-    PDPM_RETURN_IF_ERROR(ApplyObjects({e}, 0, copy, tag).WithContext(what));
+    PDPM_RETURN_IF_ERROR(ApplyObjects({e}, 0, copy, whole).WithContext(what));
   }
   return Status::OK();
 }
@@ -815,8 +840,8 @@ Status TxParticipant::CommitRec(Locked& lock, Rec* rec, bool decide, uint64_t pr
     case TxState::kTruncated: return Status::OK();
     default: break;
   }
-  if (rec->r.kind == TxRecordKind::kAlloc) {  // the block stays
-    SetState(rec, TxState::kApplied);
+  if (rec->r.kind == TxRecordKind::kAlloc || rec->r.kind == TxRecordKind::kBackupAlloc) {
+    SetState(rec, TxState::kApplied);  // the block stays
     return Status::OK();
   }
   if (decide || rec->r.kind == TxRecordKind::kBackup) {
@@ -849,25 +874,38 @@ Status TxParticipant::CommitRec(Locked& lock, Rec* rec, bool decide, uint64_t pr
   return Status::OK();
 }
 
+void TxParticipant::FreeBlock(Locked& lock, Rec* rec, TxCopy copy) {
+  (void)WithoutLock(lock, rec, [&] {
+    for (const auto& e : rec->entries) {
+      FreeAllocated(rec->coordinator, rec->r.tx, e.segment, e.offset, copy);
+    }
+    return Status::OK();
+  });
+}
+
+void TxParticipant::FreeAllocated(uint64_t coordinator, uint64_t tx, uint32_t segment,
+                                  uint64_t offset, TxCopy copy) {
+  // At a primary the free tells the backups which BACKUP-ALLOC record it
+  // ends; a promoted copy has none to tell.
+  TxTag tag;
+  if (copy == TxCopy::kPrimary) tag = {coordinator, tx, TxTagKind::kAllocFreed, offset};
+  Status s = hooks_.mutate(segment, copy, tag, [&](const dsm::PmRange&, dsm::PAllocator* alloc) {
+    return alloc->Free(offset, dsm::BlockOwner::kHeap);
+  });
+  if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) {
+    log_.Warn("cannot free a block of an aborted transaction", {{"tx", tx}, {"status", s}});
+  }
+}
+
 void TxParticipant::AbortRec(Locked& lock, Rec* rec) {
   WaitIdle(lock, rec);
   if (rec->r.state != TxState::kLocked) return;
+  // Its primary's shipment ends it, or a promotion here.
+  if (rec->r.kind == TxRecordKind::kBackupAlloc) return;
   if (rec->r.kind == TxRecordKind::kAlloc) {
     // Free the block first: a crash before the state store frees it again
     // at recovery (a double free, ignored).
-    (void)WithoutLock(lock, rec, [&] {
-      for (const auto& e : rec->entries) {
-        Status s = hooks_.mutate(e.segment, TxCopy::kPrimary, {},
-                                 [&](const dsm::PmRange&, dsm::PAllocator* alloc) {
-                                   return alloc->Free(e.offset, dsm::BlockOwner::kHeap);
-                                 });
-        if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) {
-          log_.Warn("cannot free a block of an aborted transaction",
-                    {{"tx", rec->r.tx}, {"status", s}});
-        }
-      }
-      return Status::OK();
-    });
+    FreeBlock(lock, rec, TxCopy::kPrimary);
     if (rec->r.state != TxState::kLocked) return;
   }
   Unlock(rec, false);
@@ -958,34 +996,37 @@ Status TxParticipant::HandleAlloc(std::span<const uint8_t> req, std::string* rep
     PDPM_RETURN_IF_ERROR(AreaFor(coordinator, &area));  // before allocating: no leak on failure
   }
   dsm::GlobalAddress a;
-  PDPM_RETURN_IF_ERROR(hooks_.allocate(size, &a));
-  auto rec = std::make_unique<Rec>();
-  dsm::TxEntry e;
-  e.kind = TxEntryKind::kFree;  // what an abort does
-  e.segment = a.segment;
-  e.offset = a.offset;
-  rec->entries.push_back(e);
-  std::string body;
-  dsm::EncodeTxEntries(rec->entries, &body);
-  rec->coordinator = coordinator;
+  // The backups log a BACKUP-ALLOC record with the allocation itself.
+  PDPM_RETURN_IF_ERROR(hooks_.allocate(size, {coordinator, tx, TxTagKind::kAllocated, 0}, &a));
   Status s;
   {
     Locked lock(this);
-    Area* area = nullptr;
-    s = AreaFor(coordinator, &area);
-    if (s.ok()) s = area->log->Append(TxRecordKind::kAlloc, 0, tx, 0, body, &rec->r);
+    s = LogBlock(TxRecordKind::kAlloc, {coordinator, tx}, a.segment, a.offset);
     if (s.ok()) {
-      AddRec(area, std::move(rec));
       Encoder(reply).Address(a);
       return Status::OK();
     }
   }
   // Not logged: the block goes back (outside mu_: the free is shipped).
-  (void)hooks_.mutate(a.segment, TxCopy::kPrimary, {},
-                      [&](const dsm::PmRange&, dsm::PAllocator* alloc) {
-                        return alloc->Free(a.offset, dsm::BlockOwner::kHeap);
-                      });
+  FreeAllocated(coordinator, tx, a.segment, a.offset, TxCopy::kPrimary);
   return s;
+}
+
+Status TxParticipant::LogBlock(TxRecordKind kind, Key key, uint32_t segment, uint64_t offset) {
+  auto rec = std::make_unique<Rec>();
+  TxEntry e;
+  e.kind = TxEntryKind::kFree;  // what an abort does
+  e.segment = segment;
+  e.offset = offset;
+  rec->entries.push_back(e);
+  rec->coordinator = key.first;
+  std::string body;
+  dsm::EncodeTxEntries(rec->entries, &body);
+  Area* area = nullptr;
+  PDPM_RETURN_IF_ERROR(AreaFor(key.first, &area));
+  PDPM_RETURN_IF_ERROR(area->log->Append(kind, 0, key.second, 0, body, &rec->r));
+  AddRec(area, std::move(rec));
+  return Status::OK();
 }
 
 Status TxParticipant::HandleTable(std::span<const uint8_t> req, std::string* reply) {
@@ -1068,11 +1109,48 @@ Status TxParticipant::PromoteSegment(uint32_t segment) {
         }
       }
     }
-    if (ask.empty()) return Status::OK();
+    if (ask.empty()) {
+      Locked lock(this);
+      ResolvePromotedAllocations(lock, segment);
+      return Status::OK();
+    }
     for (const auto& [key, holder] : ask) {
       PDPM_RETURN_IF_ERROR(
           ResolveRemote(key, static_cast<uint32_t>(holder), (holder >> 32) != 0, segment));
     }
+  }
+}
+
+void TxParticipant::ResolvePromotedAllocations(Locked& lock, uint32_t segment) {
+  std::vector<Rec*> blocks;
+  for (auto& [key, list] : recs_) {
+    for (auto& r : list) {
+      if (r->r.kind == TxRecordKind::kBackupAlloc && r->r.state == TxState::kLocked &&
+          SegmentOf(r->entries) == segment) {
+        blocks.push_back(r.get());
+      }
+    }
+  }
+  for (Rec* r : blocks) {
+    // The transaction's LOCK named the block, so a commit has a BACKUP
+    // record of the segment here (its coordinator logs at every in-sync
+    // backup, and none is taken from the promotion on). One marked applied
+    // by its shipment marked this record too; an aborted one may be
+    // trimmed already.
+    TxState fate = TxState::kAborted;
+    for (Rec* other : RecordsOf({r->coordinator, r->r.tx})) {
+      if (other->r.kind == TxRecordKind::kBackup && SegmentOf(other->entries) == segment) {
+        fate = other->r.state;
+      }
+    }
+    if (fate == TxState::kCommitted || fate == TxState::kApplied) {
+      SetState(r, TxState::kApplied);
+      continue;
+    }
+    log_.Info("block of an unfinished transaction freed at a promotion",
+              {{"coordinator", r->coordinator}, {"tx", r->r.tx}, {"segment", segment}});
+    FreeBlock(lock, r, TxCopy::kBackup);
+    SetState(r, TxState::kAborted);
   }
 }
 
@@ -1082,33 +1160,70 @@ void TxParticipant::BackupRefilled(uint32_t segment) {
   std::vector<Rec*> done;
   for (auto& [key, list] : recs_) {
     for (auto& r : list) {
-      if (r->r.kind == TxRecordKind::kBackup && r->r.state == TxState::kCommitted &&
-          SegmentOf(r->entries) == segment) {
-        done.push_back(r.get());
-      }
+      bool backup = r->r.kind == TxRecordKind::kBackup && r->r.state == TxState::kCommitted;
+      bool block = r->r.kind == TxRecordKind::kBackupAlloc && r->r.state == TxState::kLocked;
+      if ((backup || block) && SegmentOf(r->entries) == segment) done.push_back(r.get());
     }
   }
   for (Rec* r : done) SetState(r, TxState::kApplied);
 }
 
-Status TxParticipant::ApplyShipped(uint32_t segment, uint64_t coordinator, uint64_t tx,
+Status TxParticipant::ApplyShipped(uint32_t segment, const TxTag& tag,
                                    const std::function<Status()>& apply) {
   Locked lock(this);
+  const Key key{tag.coordinator, tag.tx};
+  // The transaction's BACKUP-ALLOC records of the segment not decided
+  // yet (of block `tag.block` only, when `one`).
+  auto blocks = [&](bool one) {
+    std::vector<Rec*> out;
+    for (Rec* r : RecordsOf(key)) {
+      if (r->r.kind == TxRecordKind::kBackupAlloc && r->r.state == TxState::kLocked &&
+          SegmentOf(r->entries) == segment && (!one || r->entries.front().offset == tag.block)) {
+        out.push_back(r);
+      }
+    }
+    return out;
+  };
+  switch (tag.kind) {
+    case TxTagKind::kAllocated: {
+      // Logged before the bytes: a crash between leaves a record of a block
+      // free here, whose free at a promotion is ignored. A shipment sent
+      // again finds its record.
+      if (blocks(true).empty()) {
+        PDPM_RETURN_IF_ERROR(LogBlock(TxRecordKind::kBackupAlloc, key, segment, tag.block));
+      }
+      return apply();
+    }
+    case TxTagKind::kAllocFreed:
+      PDPM_RETURN_IF_ERROR(apply());
+      for (Rec* r : blocks(true)) SetState(r, TxState::kAborted);
+      return Status::OK();
+    case TxTagKind::kCommit:
+    case TxTagKind::kCommitPart: break;
+  }
   std::vector<Rec*> mine;
-  for (Rec* r : RecordsOf({coordinator, tx})) {
+  for (Rec* r : RecordsOf(key)) {
     if (r->r.kind != TxRecordKind::kBackup || SegmentOf(r->entries) != segment) continue;
     if (r->r.state == TxState::kAborted) {
-      return Status::FailedPrecondition("transaction " + std::to_string(tx) +
+      return Status::FailedPrecondition("transaction " + std::to_string(tag.tx) +
                                         " was resolved as aborted at this backup");
     }
     mine.push_back(r);
   }
   PDPM_RETURN_IF_ERROR(apply());
+  if (tag.kind == TxTagKind::kCommitPart) {
+    // Decided; applied only with the segment's last part.
+    for (Rec* r : mine) {
+      if (r->r.state == TxState::kLocked) SetState(r, TxState::kCommitted);
+    }
+    return Status::OK();
+  }
   for (Rec* r : mine) {
     if (r->r.state == TxState::kLocked || r->r.state == TxState::kCommitted) {
       SetState(r, TxState::kApplied);
     }
   }
+  for (Rec* r : blocks(false)) SetState(r, TxState::kApplied);  // committed: kept
   return Status::OK();
 }
 
@@ -1124,7 +1239,11 @@ void TxParticipant::ResolverLoop() {
       std::vector<Rec*> local, allocs, unapplied;
       for (auto& [key, list] : recs_) {
         for (auto& r : list) {
-          if (r->since > deadline || r->working) continue;
+          // A BACKUP-ALLOC record ends with its primary's shipment or a
+          // promotion here.
+          if (r->since > deadline || r->working || r->r.kind == TxRecordKind::kBackupAlloc) {
+            continue;
+          }
           // Decided here, but its commit failed (a backup did not take the
           // shipment in time): applied again.
           if (r->r.state == TxState::kCommitted && r->r.kind == TxRecordKind::kLock) {

@@ -96,8 +96,9 @@ struct TxHooks {
                        const std::function<Status(pdkvs::CcehIndex*)>& op)>
       kv;
   // Allocates `size` heap bytes here (as kPAllocate does): the block's
-  // global address.
-  std::function<Status(uint64_t size, dsm::GlobalAddress* out)> allocate;
+  // global address. The allocation's shipment to the segment's backups is
+  // tagged `tag` (kAllocated) with the block.
+  std::function<Status(uint64_t size, TxTag tag, dsm::GlobalAddress* out)> allocate;
   // The transaction-log segment: its PM and allocator; created when
   // `create` and there is none, else kNotFound when there is none.
   std::function<Status(bool create, dsm::PmRange* mem, dsm::PAllocator** alloc)> log_segment;
@@ -149,30 +150,44 @@ class TxParticipant {
   // global segment `segment` (its allocator open), before it serves it.
   // Applies every committed BACKUP record of `segment` not marked applied,
   // and resolves the undecided ones with their decision holders (deciding
-  // abort itself when it is now the holder). Errors: kUnavailable when a
-  // holder cannot be asked (retry).
+  // abort itself when it is now the holder). Then the blocks of its
+  // undecided BACKUP-ALLOC records follow their transaction's BACKUP
+  // record of `segment`: kept if it committed, else (aborted, or none)
+  // freed. Errors: kUnavailable when a holder cannot be asked (retry).
   Status PromoteSegment(uint32_t segment);
 
-  // For replication, at a backup of `segment`: a shipped batch that
-  // applies the commit of transaction (coordinator, tx). `apply` writes its
-  // bytes; then the BACKUP record of the transaction for `segment` is
-  // marked applied (a later promotion does not apply it again).
-  // kFailedPrecondition (nothing written) when that record was resolved
-  // as aborted here.
-  Status ApplyShipped(uint32_t segment, uint64_t coordinator, uint64_t tx,
-                      const std::function<Status()>& apply);
+  // For replication, at a backup of `segment`: a shipped batch of
+  // transaction `tag`; `apply` writes its bytes. By the tag's kind:
+  //   kCommit: then the transaction's BACKUP record for `segment` is
+  //     marked applied (a later promotion does not apply it again), and so
+  //     are its BACKUP-ALLOC records there (the blocks stay);
+  //     kFailedPrecondition (nothing written) when that record was
+  //     resolved as aborted here;
+  //   kCommitPart: the same, but the record is only marked committed
+  //     (another part of the segment's commit follows; a promotion applies
+  //     the whole record again);
+  //   kAllocated: first a BACKUP-ALLOC record of block `tag.block` is
+  //     logged (a promotion here frees the block unless the transaction
+  //     committed);
+  //   kAllocFreed: then that record is marked aborted (the block is free).
+  Status ApplyShipped(uint32_t segment, const TxTag& tag, const std::function<Status()>& apply);
   // For replication: the copy of `segment` here is about to be filled
   // again from its primary, whose copy holds every commit it applied.
   // Committed BACKUP records of `segment` are marked applied (a promotion
   // must not apply them over newer values); undecided ones stay (their
   // commit's shipment reaches the filling copy). BACKUP records for it are
-  // taken again (a promotion here stopped them).
+  // taken again (a promotion here stopped them). Undecided BACKUP-ALLOC
+  // records of `segment` are done with: the fill brings their blocks'
+  // state, and the primary's fill waits for their ALLOC records to be
+  // resolved before the copy joins (BackupJoining).
   void BackupRefilled(uint32_t segment);
   // For replication, at the primary of `segment`, before it reports the
   // backup on server `backup` in sync: from now on a LOCK on the segment
   // must be logged at that backup too (else it is refused), and this
   // waits until every transaction locked on the segment before is applied
-  // or aborted here (so the backup holds its values, or a BACKUP record).
+  // or aborted here (so the backup holds its values, or a BACKUP record),
+  // and every block allocated in it for a transaction before is kept or
+  // freed here (an allocation after the start is logged at the backup).
   // kUnavailable after three lock timeouts (the backup is not required
   // then; the fill is tried again).
   Status BackupJoining(uint32_t segment, uint32_t backup);
@@ -243,6 +258,23 @@ class TxParticipant {
   Status CheckKvEntries(const std::vector<dsm::TxEntry>& entries, uint64_t epoch);
   // Writes the record's entries through the mutate hooks (mu_ released).
   Status Apply(const Rec& rec);
+  // Requires mu_. Kept on commit (the transaction's LOCK entries name the
+  // blocks it allocated here, their ALLOC records): kAborted when a block
+  // named was reclaimed already, or one allocated here is not named.
+  Status CheckAllocations(Key key, const std::vector<dsm::TxEntry>& entries);
+  // Frees the block of ALLOC or BACKUP-ALLOC record `rec` in its segment,
+  // held here as `copy` (mu_ released); a double free is ignored. At a
+  // primary the free's shipment ends the backups' BACKUP-ALLOC records.
+  void FreeBlock(Locked& lock, Rec* rec, TxCopy copy);
+  // The same for block (segment, offset) of transaction (coordinator, tx).
+  void FreeAllocated(uint64_t coordinator, uint64_t tx, uint32_t segment, uint64_t offset,
+                     TxCopy copy);
+  // Requires mu_. Logs an ALLOC (or BACKUP-ALLOC) record of block
+  // (segment, offset) for transaction `key`.
+  Status LogBlock(dsm::TxRecordKind kind, Key key, uint32_t segment, uint64_t offset);
+  // Requires mu_: at the end of a promotion of `segment`, the blocks of
+  // its undecided BACKUP-ALLOC records follow their BACKUP records there.
+  void ResolvePromotedAllocations(Locked& lock, uint32_t segment);
   // Puts and deletes of one object table (in global segment `segment`; 0:
   // wherever it is) as one mutation.
   Status ApplyObjects(const std::vector<const dsm::TxEntry*>& entries, uint32_t segment,

@@ -1174,5 +1174,77 @@ TEST_F(KvClusterManyVnodesTest, BatchesShippedTogetherSurviveAServerKill) {
   StopServersAndExpectCleanPm(cluster_);
 }
 
+// Every server dies (the test hook PDPM_TEST_TX_EXIT_AFTER_PART) once the
+// first part of a table segment's commit, its vnode's, reached the
+// segment's backup.
+LocalClusterOptions ExitAfterPartOptions() {
+  LocalClusterOptions o = KvClusterOptions();
+  o.server_env = {"PDPM_TEST_TX_EXIT_AFTER_PART=1"};
+  return o;
+}
+
+class KvClusterExitAfterPartTest : public KvClusterTest {
+ protected:
+  KvClusterExitAfterPartTest() : KvClusterTest(ExitAfterPartOptions()) {}
+};
+
+// A transaction that sets a key and puts an object of the same table
+// segment: its commit there is two mutations (the vnode's, then the object
+// table's). The segment's primary, the decision holder, dies between their
+// shipments: the backup's BACKUP record is then decided but not applied,
+// and its promotion applies the whole of it — the key and the object.
+TEST_F(KvClusterExitAfterPartTest, PrimaryDyingBetweenAKeyAndAnObjectOfOneSegmentLosesNeither) {
+  client::Client* c = kv_->client();
+  const std::string key = "both";
+  bool applied = false;
+  ASSERT_OK(kv_->MultiPut({{key, "old"}}, false, &applied));  // the table's segment and vnode
+  const uint32_t table = monitor::TableForKey(HashKey(key), c->table_count());
+  dsm::ObjectId id{7, 0};
+  for (uint64_t lo = 1; monitor::TableForObject(id.hi, id.lo, c->table_count()) != table; lo++) {
+    id.lo = lo;
+  }
+  ASSERT_OK(c->PutObj(id, "old"));
+  WaitReplicated();
+  auto owner_of_table = [&] {
+    const v1::GetMappingResponse m = Mapping();
+    for (const auto& t : m.tables()) {
+      if (t.table() == table) return t.server_id();
+    }
+    return 0u;
+  };
+  const uint32_t owner = owner_of_table();
+  int victim = -1;
+  for (int i = 0; i < 3; i++) {
+    if (IdOf(i) == owner) victim = i;
+  }
+  ASSERT_GE(victim, 0);
+  ASSERT_OK(c->RefreshMapping());  // names the table's segment
+  std::unique_ptr<client::Transaction> tx;
+  ASSERT_OK(c->TxBegin(&tx));
+  ASSERT_OK(tx->KvPut(table, key, "new", false));
+  ASSERT_OK(tx->PutObj(id, "new"));
+  Status s = tx->Commit();
+  EXPECT_FALSE(s.ok()) << "the holder died while committing";
+  cluster_.KillServer(victim);  // reaps it
+  // The table fails over to its backup.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (owner_of_table() == owner && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(owner_of_table(), owner) << "the table did not fail over";
+  std::unique_ptr<ClusterKvStore> fresh;
+  ASSERT_OK(OpenStore(&fresh));
+  std::string value, object;
+  ASSERT_OK(fresh->Get(key, &value));
+  ASSERT_OK(fresh->client()->GetObj(id, &object));
+  EXPECT_EQ(value, "new");
+  EXPECT_EQ(object, "new") << "the promoted backup lost the object of a decided transaction";
+  ASSERT_OK(cluster_.StartServer(victim));
+  WaitReplicated();
+  kv_.reset();
+  fresh.reset();
+  StopServersAndExpectCleanPm(cluster_);
+}
+
 }  // namespace
 }  // namespace pdpm::pdkvs
