@@ -1186,6 +1186,12 @@ Status TxParticipant::ApplyShipped(uint32_t segment, const TxTag& tag,
   };
   switch (tag.kind) {
     case TxTagKind::kAllocated: {
+      // A promotion here resolved the records it found (a deposed primary's
+      // shipment; its epoch is refused first).
+      if (promoted_.count(segment) != 0) {
+        return Status::FailedPrecondition("segment " + std::to_string(segment) +
+                                          " was promoted here");
+      }
       // Logged before the bytes: a crash between leaves a record of a block
       // free here, whose free at a promotion is ignored. A shipment sent
       // again finds its record.
@@ -1236,12 +1242,14 @@ void TxParticipant::ResolverLoop() {
       Locked lock(this);
       Clock::time_point deadline =
           Clock::now() - std::chrono::milliseconds(options_.lock_timeout_ms);
-      std::vector<Rec*> local, allocs, unapplied;
+      std::vector<Rec*> local, allocs, unapplied, orphans;
       for (auto& [key, list] : recs_) {
         for (auto& r : list) {
+          if (r->since > deadline || r->working) continue;
           // A BACKUP-ALLOC record ends with its primary's shipment or a
-          // promotion here.
-          if (r->since > deadline || r->working || r->r.kind == TxRecordKind::kBackupAlloc) {
+          // promotion here, unless its copy is gone.
+          if (r->r.kind == TxRecordKind::kBackupAlloc) {
+            if (r->r.state == TxState::kLocked) orphans.push_back(r.get());
             continue;
           }
           // Decided here, but its commit failed (a backup did not take the
@@ -1257,6 +1265,14 @@ void TxParticipant::ResolverLoop() {
           } else {
             ask.push_back({key, HolderOf(r->r)});
           }
+        }
+      }
+      // A copy the cluster dropped (or fenced at a restart) needs nothing.
+      for (Rec* r : orphans) {
+        dsm::PmRange mem;
+        dsm::PAllocator* alloc = nullptr;
+        if (Moved(hooks_.segment(SegmentOf(r->entries), TxCopy::kBackup, 0, &mem, &alloc))) {
+          SetState(r, TxState::kAborted);
         }
       }
       // The holder's own record past the timeout: its coordinator is gone
