@@ -16,6 +16,16 @@ std::vector<ApplyRange> DecodeAll(const std::string& msg, uint32_t* global) {
   return ranges;
 }
 
+// What decoding the kReplicaApply message `msg` yields.
+StatusCode DecodeCode(const std::string& msg) {
+  Decoder d({reinterpret_cast<const uint8_t*>(msg.data()), msg.size()});
+  RequestHeader h;
+  EXPECT_TRUE(d.Header(&h).ok());
+  uint32_t g;
+  std::vector<ApplyRange> ranges;
+  return DecodeApply(&d, &g, &ranges).code();
+}
+
 TEST(RedoBatchTest, RangesTravelInOrderAndLargeOnesAreSplit) {
   RedoBatch b;
   std::string big(3000, 'x');
@@ -43,21 +53,9 @@ TEST(RedoBatchTest, DamagedMessagesAreRefused) {
   b.Add(0, "0123456789", 10);
   std::string msg = b.Encode({7, 9}, 5, 1 << 20).at(0);
   for (size_t cut : {msg.size() - 1, kRequestHeaderSize + 12, kRequestHeaderSize + 20}) {
-    std::string shorter = msg.substr(0, cut);
-    Decoder d({reinterpret_cast<const uint8_t*>(shorter.data()), shorter.size()});
-    RequestHeader h;
-    ASSERT_TRUE(d.Header(&h).ok());
-    uint32_t g;
-    std::vector<ApplyRange> ranges;
-    EXPECT_EQ(DecodeApply(&d, &g, &ranges).code(), StatusCode::kInvalidArgument) << cut;
+    EXPECT_EQ(DecodeCode(msg.substr(0, cut)), StatusCode::kInvalidArgument) << cut;
   }
-  std::string longer = msg + "!";
-  Decoder d({reinterpret_cast<const uint8_t*>(longer.data()), longer.size()});
-  RequestHeader h;
-  ASSERT_TRUE(d.Header(&h).ok());
-  uint32_t g;
-  std::vector<ApplyRange> ranges;
-  EXPECT_EQ(DecodeApply(&d, &g, &ranges).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeCode(msg + "!"), StatusCode::kInvalidArgument);
 }
 
 TEST(RedoBatchTest, OnlyTheLastMessageCarriesTheTransaction) {
@@ -93,12 +91,7 @@ TEST(RedoBatchTest, OnlyTheLastMessageCarriesTheTransaction) {
 TEST(RedoBatchTest, UnknownTagKindIsRefused) {
   std::string msg = RedoBatch().Encode({7, 9}, 5, 1 << 20, TxTag{11, 12}).at(0);
   msg[kRequestHeaderSize + 24] = 9;  // the tag kind word
-  Decoder d({reinterpret_cast<const uint8_t*>(msg.data()), msg.size()});
-  RequestHeader h;
-  ASSERT_TRUE(d.Header(&h).ok());
-  uint32_t g;
-  std::vector<ApplyRange> ranges;
-  EXPECT_EQ(DecodeApply(&d, &g, &ranges).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeCode(msg), StatusCode::kInvalidArgument);
 }
 
 TEST(RedoBatchTest, UnknownFormatVersionIsRefused) {
@@ -106,12 +99,7 @@ TEST(RedoBatchTest, UnknownFormatVersionIsRefused) {
   b.Add(0, "0123456789", 10);
   std::string msg = b.Encode({7, 9}, 5, 1 << 20).at(0);
   msg[kRequestHeaderSize + 4] = 9;  // version byte of the segment word
-  Decoder d({reinterpret_cast<const uint8_t*>(msg.data()), msg.size()});
-  RequestHeader h;
-  ASSERT_TRUE(d.Header(&h).ok());
-  uint32_t g;
-  std::vector<ApplyRange> ranges;
-  EXPECT_EQ(DecodeApply(&d, &g, &ranges).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeCode(msg), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
