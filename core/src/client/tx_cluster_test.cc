@@ -392,6 +392,8 @@ TEST_P(TxClusterTest, ConflictAbortAndAllocation) {
   GlobalAddress ro = accounts_[0];
   ro.descriptor = dsm::Descriptor::Make(dsm::kPermRead, 1);
   EXPECT_EQ(t1->Write(ro, &w, 8).code(), StatusCode::kPermissionDenied);
+  t1.reset();  // before its client
+  t2.reset();
   StopAndCheckAll();
 }
 
@@ -452,6 +454,8 @@ TEST_P(TxClusterTest, ObjectsInTransactions) {
   EXPECT_EQ(v, kInitialBalance - 10);
   ASSERT_TRUE(client_->TxBegin(&t1).ok());
   EXPECT_EQ(t1->PutObj(b, std::string(kMaxTxObject + 1, 'x')).code(), StatusCode::kTooLarge);
+  t1.reset();  // before its client
+  t2.reset();
   StopAndCheckAll();
 }
 
@@ -648,6 +652,8 @@ TEST_P(TxClusterTest, AllocationsFollowTheirTransactionsWhenTheirServerDies) {
   WaitOutLockTimeout();
   abandoned.reset();  // its abort reaches no one who holds the block
   WaitReplicated();
+  kept_tx.reset();  // before their client
+  failing.reset();
   ASSERT_TRUE(OpenClient(&client_).ok());
   s = client_->PFree(kept);
   EXPECT_TRUE(s.ok()) << "the committed transaction's block was freed: " << s.ToString();
