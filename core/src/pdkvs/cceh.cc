@@ -567,8 +567,11 @@ Status CcehIndex::RemoveSlot(Slot* slot) {
   uint64_t item = slot->item;
   alloc_->StoreAndPersist(&slot->item, 0);
   items_.fetch_sub(1, std::memory_order_relaxed);
-  return alloc_->Free(item, BlockOwner::kKvStore)
-      .WithContext("the removal is durable, freeing item " + HexOffset(item) + " failed");
+  Status freed = alloc_->Free(item, BlockOwner::kKvStore);
+  if (!freed.ok()) {
+    return freed.WithContext("the removal is durable, freeing item " + HexOffset(item) + " failed");
+  }
+  return Status::OK();
 }
 
 Status CcehIndex::Get(std::string_view key, std::string* value, ItemMeta* meta) {
@@ -609,14 +612,14 @@ Status CcehIndex::Lookup(std::string_view key, std::string* value, ItemMeta* met
   if (!free_expired) return Status::FailedPrecondition(kExpiredMessage);
   // Expired: free it (a change that keeps the key as it is does).
   PDPM_RETURN_IF_ERROR(
-      Apply(key, /*may_insert=*/false,
+      Apply(key, /*may_insert=*/false, /*reads_old=*/false,
             [](const std::string_view*, const ItemMeta&, Change*) { return Status::OK(); }));
   return Status::NotFound("no such key (expired)");
 }
 
 Status CcehIndex::Put(std::string_view key, std::string_view value, const PutOptions& options) {
   PDPM_RETURN_IF_ERROR(CheckItemSize(key, value.size()));
-  return Apply(key, /*may_insert=*/true,
+  return Apply(key, /*may_insert=*/true, /*reads_old=*/false,
                [&](const std::string_view* old, const ItemMeta& old_meta, Change* c) {
                  if (old != nullptr && options.mode == PutMode::kIfAbsent) {
                    return Status::AlreadyExists("key exists");
@@ -634,7 +637,7 @@ Status CcehIndex::Put(std::string_view key, std::string_view value, const PutOpt
 }
 
 Status CcehIndex::Delete(std::string_view key) {
-  return Apply(key, /*may_insert=*/false,
+  return Apply(key, /*may_insert=*/false, /*reads_old=*/false,
                [](const std::string_view* old, const ItemMeta&, Change* c) {
                  if (old == nullptr) return Status::NotFound("no such key");
                  c->kind = Mutation::kDelete;
@@ -644,7 +647,7 @@ Status CcehIndex::Delete(std::string_view key) {
 
 Status CcehIndex::Update(std::string_view key, const UpdateFn& fn) {
   Mutation m;
-  return Apply(key, /*may_insert=*/true,
+  return Apply(key, /*may_insert=*/true, /*reads_old=*/true,
                [&](const std::string_view* old, const ItemMeta& old_meta, Change* c) {
                  PDPM_RETURN_IF_ERROR(fn(old, old_meta, &m));
                  c->kind = m.kind;
@@ -654,7 +657,8 @@ Status CcehIndex::Update(std::string_view key, const UpdateFn& fn) {
                });
 }
 
-Status CcehIndex::Apply(std::string_view key, bool may_insert, const Decide& decide) {
+Status CcehIndex::Apply(std::string_view key, bool may_insert, bool reads_old,
+                        const Decide& decide) {
   PDPM_RETURN_IF_ERROR(CheckItemSize(key, 0));
   const uint64_t hash = HashKey(key);
   for (;;) {
@@ -679,7 +683,7 @@ Status CcehIndex::Apply(std::string_view key, bool may_insert, const Decide& dec
       continue;
     }
     std::string_view old_value;
-    if (found != nullptr) {
+    if (found != nullptr && reads_old) {
       PDPM_RETURN_IF_ERROR(view.VerifyChecksum());
       old_value = view.value();
     }
@@ -707,8 +711,12 @@ Status CcehIndex::Apply(std::string_view key, bool may_insert, const Decide& dec
       // old item is freed only once the switch is durable.
       uint64_t old = found->item;
       alloc_->StoreAndPersist(&found->item, item);
-      return alloc_->Free(old, BlockOwner::kKvStore)
-          .WithContext("the update is durable, freeing item " + HexOffset(old) + " failed");
+      Status freed = alloc_->Free(old, BlockOwner::kKvStore);
+      if (!freed.ok()) {
+        return freed.WithContext("the update is durable, freeing item " + HexOffset(old) +
+                                 " failed");
+      }
+      return Status::OK();
     }
     // The hash first, durable while the slot is still empty; then the item.
     Store(&free_slot->hash, hash);

@@ -205,7 +205,10 @@ class CcehIndex {
   // expired item, makes room (splits), calls `decide` once with the current
   // value and applies its change.
   // `may_insert` false: the change never adds the key (no split for room).
-  Status Apply(std::string_view key, bool may_insert, const Decide& decide);
+  // `reads_old` false: `decide` looks only at whether the key exists and
+  // at its meta, not at its value (*old_value is then empty): a plain
+  // overwrite or delete does not verify the checksum of the item it drops.
+  Status Apply(std::string_view key, bool may_insert, bool reads_old, const Decide& decide);
   // Get without a copy when value is null (Exists); an expired item is
   // freed when `free_expired`, else answered as Peek does.
   Status Lookup(std::string_view key, std::string* value, ItemMeta* meta, bool free_expired);

@@ -431,6 +431,32 @@ TEST_F(CcehTest, CheckFindsDamage) {
   EXPECT_NE(r.ToString().find("not an allocated index block"), std::string::npos) << r.ToString();
 }
 
+// A plain overwrite does not read the item it replaces (nor verify its
+// checksum); a change that reads the old value does.
+TEST_F(CcehTest, OverwriteDoesNotReadTheItemItReplaces) {
+  ASSERT_TRUE(index_->Put("a", "old value").ok());
+  ASSERT_TRUE(index_->Put("b", "old value").ok());
+  CcehCheckReport r = CcehIndex::Check(alloc_.get(), header_);
+  ASSERT_TRUE(r.clean()) << r.ToString();
+  for (uint64_t off : r.reachable) {
+    ItemView view;
+    if (ItemView::Open(*alloc_, off, &view).ok()) {
+      region_->base()[off + sizeof(ItemHeader) + view.header().key_len] ^= 0x10;
+    }
+  }
+  EXPECT_EQ(Get("a"), "<" + std::string(StatusCodeName(StatusCode::kCorruption)) + ">");
+  auto append = [](const std::string_view* old, const ItemMeta&, Mutation* m) {
+    m->kind = Mutation::kPut;
+    m->value = std::string(old != nullptr ? *old : "") + "!";
+    return Status::OK();
+  };
+  EXPECT_EQ(index_->Update("b", append).code(), StatusCode::kCorruption);
+  ASSERT_TRUE(index_->Put("a", "new value").ok());
+  EXPECT_EQ(Get("a"), "new value");
+  ASSERT_TRUE(index_->Delete("b").ok());
+  ExpectClean();
+}
+
 // A directory entry moved to another segment: the checker names it, Open
 // refuses the index.
 TEST_F(CcehTest, DamagedDirectoryIsCorruption) {

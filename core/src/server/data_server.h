@@ -35,6 +35,7 @@
 #include "net/transport.h"
 #include "pdkvs/cceh.h"
 #include "pm/pm_space.h"
+#include "server/kv_protocol.h"
 #include "server/protocol.h"
 #include "server/replication.h"
 #include "server/segment_role.h"
@@ -205,13 +206,13 @@ class DataServer {
     std::function<Status(uint64_t budget)> run;
     std::shared_ptr<void> writing;  // counts it in seg->kv_writes until shipped
   };
-  // `reply_budget`: the bytes a kKvBatch reply may take (less than a whole
-  // reply inside a kKvVnodeBatches one; then it may answer no request).
-  // `deferred`: a kKvBatch that must mutate its vnode is left there
-  // instead of run.
-  Status HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply,
-                  uint64_t reply_budget = kMaxRpcPayload,
-                  std::vector<DeferredKvBatch>* deferred = nullptr);
+  Status HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply);
+  // HandleKv of a decoded request. `reply_budget`: the bytes a kKvBatch
+  // reply may take (less than a whole reply inside a kKvVnodeBatches one;
+  // then it may answer no request). `deferred`: a kKvBatch that must
+  // mutate its vnode is left there instead of run.
+  Status HandleKvRequest(uint16_t method, const RequestHeader& h, KvRequest r, std::string* reply,
+                         uint64_t reply_budget, std::vector<DeferredKvBatch>* deferred);
   Status HandleKvVnodeBatches(std::span<const uint8_t> req, std::string* reply);
   // Runs the batches of `jobs` (at most one a segment) as Mutate would, one
   // after the other, all under their segments' mutation locks; then ships

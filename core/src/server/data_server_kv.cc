@@ -449,14 +449,19 @@ Status DataServer::OpenVnode(Segment* seg) {
   return Status::OK();
 }
 
-Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply,
-                            uint64_t reply_budget, std::vector<DeferredKvBatch>* deferred) {
+Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::string* reply) {
   if (method == kKvVnodeBatches) return HandleKvVnodeBatches(req, reply);
   Decoder d(req);
   RequestHeader h;
   KvRequest r;
   PDPM_RETURN_IF_ERROR(d.Header(&h));
   PDPM_RETURN_IF_ERROR(DecodeKvRequest(method, &d, &r));
+  return HandleKvRequest(method, h, std::move(r), reply, kMaxRpcPayload, nullptr);
+}
+
+Status DataServer::HandleKvRequest(uint16_t method, const RequestHeader& h, KvRequest r,
+                                   std::string* reply, uint64_t reply_budget,
+                                   std::vector<DeferredKvBatch>* deferred) {
   PDPM_RETURN_IF_ERROR(CheckHeader(h));
   {
     // Every key must belong to the table under this server's table map: a
@@ -507,7 +512,7 @@ Status DataServer::HandleKv(uint16_t method, std::span<const uint8_t> req, std::
   }
   if (method == kKvBatch) {
     // One step for the whole batch: one shipment to the backups.
-    auto run = [this, seg, may_create, r, reply](uint64_t budget) -> Status {
+    auto run = [this, seg, may_create, r = std::move(r), reply](uint64_t budget) -> Status {
       if (seg->kv == nullptr && may_create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
       RunKvBatch(tx_.get(), r, seg->kv.get(), budget, reply);
       return Status::OK();
@@ -569,25 +574,25 @@ Status DataServer::HandleKvVnodeBatches(std::span<const uint8_t> req, std::strin
   std::vector<std::string_view> bodies(n);
   for (std::string_view& body : bodies) PDPM_RETURN_IF_ERROR(d.Str(&body));
   PDPM_RETURN_IF_ERROR(d.Done());
-  // Each batch runs as a kKvBatch request of its own (after this request's
+  // Each batch runs as a kKvBatch request of its own (with this request's
   // header); those that mutate their vnode run together at the end, so
   // each backup gets one shipment for all of them. Reads get what is left
   // of half the reply, each batch's framing counted.
   constexpr uint64_t kFraming = 64;
   uint64_t used = kFraming;
   auto budget = [&] { return kMaxRpcPayload / 2 > used ? kMaxRpcPayload / 2 - used : 0; };
-  std::vector<std::string> requests(n), replies(n);
+  std::vector<std::string> replies(n);
   std::vector<Status> statuses(n);
   std::vector<DeferredKvBatch> deferred;
   std::vector<size_t> deferred_batch;  // the batch of each deferred job
   for (size_t i = 0; i < n; ++i) {
-    requests[i].assign(reinterpret_cast<const char*>(req.data()), kRequestHeaderSize);
-    requests[i].append(bodies[i]);
     const size_t before = deferred.size();
-    statuses[i] = HandleKv(
-        kKvBatch,
-        std::span(reinterpret_cast<const uint8_t*>(requests[i].data()), requests[i].size()),
-        &replies[i], budget(), &deferred);
+    Decoder body(std::span(reinterpret_cast<const uint8_t*>(bodies[i].data()), bodies[i].size()));
+    KvRequest r;
+    statuses[i] = DecodeKvRequest(kKvBatch, &body, &r);
+    if (statuses[i].ok()) {
+      statuses[i] = HandleKvRequest(kKvBatch, h, std::move(r), &replies[i], budget(), &deferred);
+    }
     if (deferred.size() > before) {
       deferred_batch.push_back(i);
     } else {

@@ -63,10 +63,10 @@ void DataServer::MutateTogether(std::vector<DeferredKvBatch>* jobs, std::vector<
   // Each backup server's share of every segment, as kReplicaApply messages.
   struct Share {
     PeerAddress address;
-    std::vector<size_t> jobs;
-    std::vector<std::string> messages;
+    std::vector<size_t> jobs;  // each job's one message is messages[job]
     size_t bytes = 0;
   };
+  std::vector<std::string> messages(js.size());
   std::map<uint32_t, Share> shares;           // by backup server
   std::vector<bool> alone(js.size(), false);  // shipped on its own
   uint64_t epoch = 0;
@@ -77,15 +77,16 @@ void DataServer::MutateTogether(std::vector<DeferredKvBatch>* jobs, std::vector<
       if (!ship[i]) continue;
       Segment* seg = js[i].seg;
       auto it = placement_.find(seg->role.global);
-      std::vector<std::string> messages =
+      std::vector<std::string> encoded =
           batches[i].Encode({epoch, credential_}, seg->role.global, kShipManyBytes);
       const bool primary_here = it != placement_.end() &&
                                 it->second.primary().server_id() == server_id_ &&
                                 it->second.primary().local_index() == seg->local;
-      if (!primary_here || messages.size() != 1) {
+      if (!primary_here || encoded.size() != 1) {
         alone[i] = true;  // ShipLocked answers or splits it
         continue;
       }
+      messages[i] = std::move(encoded.front());
       for (const auto& b : it->second.backups()) {
         const ReplicaId id{b.server_id(), b.local_index()};
         if (b.state() != v1::REPLICA_STATE_IN_SYNC && seg->attached.count(id) == 0) continue;
@@ -93,8 +94,7 @@ void DataServer::MutateTogether(std::vector<DeferredKvBatch>* jobs, std::vector<
         Share& share = shares[b.server_id()];
         share.address = a == server_addresses_.end() ? PeerAddress{} : a->second;
         share.jobs.push_back(i);
-        share.bytes += messages.front().size();
-        share.messages.push_back(messages.front());
+        share.bytes += messages[i].size();
       }
     }
   }
@@ -104,10 +104,11 @@ void DataServer::MutateTogether(std::vector<DeferredKvBatch>* jobs, std::vector<
       s = Status::TooLarge("shipment of several segments");
     } else {
       std::string request, reply;
+      request.reserve(kRequestHeaderSize + 8 + share.bytes + 8 * share.jobs.size());
       Encoder e(&request);
       e.Header({epoch, credential_});
-      e.U64(share.messages.size());
-      for (const std::string& m : share.messages) e.Str(m);
+      e.U64(share.jobs.size());
+      for (size_t i : share.jobs) e.Str(messages[i]);
       s = peers_.Call(share.address, kReplicaApplyMany, request, &reply);
     }
     if (!s.ok()) {

@@ -48,10 +48,6 @@ void Encoder::Header(const RequestHeader& h) {
   PutU64(out_, 0);
 }
 
-void Encoder::U64(uint64_t v) {
-  PutU64(out_, v);
-}
-
 void Encoder::Id(const dsm::ObjectId& id) {
   PutU64(out_, id.hi);
   PutU64(out_, id.lo);

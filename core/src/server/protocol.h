@@ -118,7 +118,12 @@ class Encoder {
  public:
   explicit Encoder(std::string* out) : out_(out) {}
   void Header(const RequestHeader& h);
-  void U64(uint64_t v);
+  // Inline: the hot paths encode a few words per key.
+  void U64(uint64_t v) {
+    char b[8];
+    for (int i = 0; i < 8; i++) b[i] = static_cast<char>(v >> (8 * i));
+    out_->append(b, 8);
+  }
   void Id(const dsm::ObjectId& id);
   void Address(const dsm::GlobalAddress& a);
   void Bytes(std::string_view data) { out_->append(data); }

@@ -5,7 +5,8 @@
 namespace pdpm::server {
 
 void RedoBatch::Add(uint64_t offset, const void* p, size_t n) {
-  ranges_.push_back({offset, std::string(static_cast<const char*>(p), n)});
+  ranges_.push_back({offset, bytes_.size(), n});
+  bytes_.append(static_cast<const char*>(p), n);
 }
 
 std::vector<std::string> RedoBatch::Encode(const RequestHeader& h, uint32_t global,
@@ -33,10 +34,11 @@ std::vector<std::string> RedoBatch::Encode(const RequestHeader& h, uint32_t glob
     out.push_back(std::move(msg));
   };
   start();
+  msg.reserve(msg.size() + std::min(bytes_.size() + 16 * ranges_.size(), max_bytes));
   for (const Range& r : ranges_) {
     size_t done = 0;
     do {
-      size_t n = std::min(r.bytes.size() - done, max_bytes);
+      size_t n = std::min(r.length - done, max_bytes);
       if (count > 0 && msg.size() + 16 + n > max_bytes) {
         finish();
         start();
@@ -44,10 +46,10 @@ std::vector<std::string> RedoBatch::Encode(const RequestHeader& h, uint32_t glob
       Encoder e(&msg);
       e.U64(r.offset + done);
       e.U64(n);
-      e.Bytes(std::string_view(r.bytes).substr(done, n));
+      e.Bytes(bytes(r).substr(done, n));
       count++;
       done += n;
-    } while (done < r.bytes.size());
+    } while (done < r.length);
   }
   if (count > 0 || tag) {
     put(tag_at, tag.coordinator);

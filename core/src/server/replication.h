@@ -66,13 +66,18 @@ struct TxTag {
 
 class RedoBatch {
  public:
+  // Bytes [offset, offset + length) of the segment, at bytes_[at, at + length).
   struct Range {
     uint64_t offset = 0;
-    std::string bytes;
+    size_t at = 0;
+    size_t length = 0;
   };
+  // Ranges stay apart even when adjacent: the backup persists each before
+  // writing the next, as the primary did (a slot's hash before its item).
   void Add(uint64_t offset, const void* p, size_t n);
   bool empty() const { return ranges_.empty(); }
   const std::vector<Range>& ranges() const { return ranges_; }
+  std::string_view bytes(const Range& r) const { return {bytes_.data() + r.at, r.length}; }
 
   // kReplicaApply messages for `global`, each at most `max_bytes` of
   // ranges (a range longer than that is split); the last carries `tag`.
@@ -82,6 +87,7 @@ class RedoBatch {
 
  private:
   std::vector<Range> ranges_;
+  std::string bytes_;  // every range's bytes, one allocation for the batch
 };
 
 // A decoded kReplicaApply body: ranges pointing into the message.

@@ -48,6 +48,24 @@ TEST(RedoBatchTest, RangesTravelInOrderAndLargeOnesAreSplit) {
   EXPECT_EQ(rebuilt.substr(8192, big.size()), big);
 }
 
+TEST(RedoBatchTest, AdjacentRangesStayApart) {
+  RedoBatch b;
+  b.Add(64, "ab", 2);
+  b.Add(66, "cd", 2);  // adjacent: persisted after the first, on the backup too
+  ASSERT_EQ(b.ranges().size(), 2u);
+  EXPECT_EQ(b.bytes(b.ranges()[0]), "ab");
+  EXPECT_EQ(b.bytes(b.ranges()[1]), "cd");
+  std::vector<std::string> msgs = b.Encode({7, 9}, 42, 1024);
+  ASSERT_EQ(msgs.size(), 1u);
+  uint32_t g = 0;
+  std::vector<ApplyRange> ranges = DecodeAll(msgs[0], &g);
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_EQ(ranges[0].offset, 64u);
+  EXPECT_EQ(ranges[0].bytes, "ab");
+  EXPECT_EQ(ranges[1].offset, 66u);
+  EXPECT_EQ(ranges[1].bytes, "cd");
+}
+
 TEST(RedoBatchTest, DamagedMessagesAreRefused) {
   RedoBatch b;
   b.Add(0, "0123456789", 10);

@@ -24,7 +24,7 @@ constexpr size_t kBatchSenders = 7;
 // (the server takes half a reply's worth); larger ones go vnode by vnode.
 constexpr size_t kVnodeBatchesBytes = 8u << 20;
 
-Decoder ReplyDecoder(const std::string& reply) {
+Decoder ReplyDecoder(std::string_view reply) {
   return Decoder({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
 }
 
@@ -656,18 +656,25 @@ void ClusterKvStore::SendVnodeBatches(std::span<KvOp> ops,
                                       const std::vector<std::vector<size_t>>& groups,
                                       const std::vector<uint32_t>& tables,
                                       const std::vector<size_t>& members, uint32_t table_count) {
-  std::vector<std::string> bodies;
-  size_t bytes = 0;
+  // The request's body after its header, encoded once: u64 count, then
+  // each batch as bytes (u64 length, written once it is known).
+  std::string batches;
   bool idempotent = true;
+  Encoder e(&batches);
+  e.U64(members.size());
   for (size_t g : members) {
     KvRequest r = BatchRequest(ops, groups[g]);
     r.table = tables[g];
     idempotent = idempotent && server::IsKvIdempotent(server::kKvBatch, r);
-    Encoder e(&bodies.emplace_back());
+    const size_t length_at = batches.size();
+    e.U64(0);
     server::EncodeKvRequest(server::kKvBatch, r, &e);
-    bytes += bodies.back().size();
+    const uint64_t length = batches.size() - length_at - sizeof(uint64_t);
+    for (size_t i = 0; i < sizeof(uint64_t); ++i) {
+      batches[length_at + i] = static_cast<char>(length >> (8 * i));
+    }
   }
-  if (bytes > kVnodeBatchesBytes) {
+  if (batches.size() > kVnodeBatchesBytes) {
     for (size_t g : members) SendBatch(ops, groups[g]);
     return;
   }
@@ -680,12 +687,7 @@ void ClusterKvStore::SendVnodeBatches(std::span<KvOp> ops,
         *table = tables[members.front()];
         return regrouped ? Status::FailedPrecondition("the table count changed") : Status::OK();
       },
-      server::kKvVnodeBatches,
-      [&](uint32_t, std::string* body) {
-        Encoder e(body);
-        e.U64(bodies.size());
-        for (const std::string& one : bodies) e.Str(one);
-      },
+      server::kKvVnodeBatches, [&](uint32_t, std::string* body) { body->append(batches); },
       idempotent, &reply);
   if (regrouped) {
     for (size_t g : members) SendBatch(ops, groups[g]);
@@ -708,7 +710,7 @@ void ClusterKvStore::SendVnodeBatches(std::span<KvOp> ops,
       if (s.ok()) s = d.Str(&body);
       if (!s.ok()) break;
       if (static_cast<StatusCode>(code) != StatusCode::kOk) continue;
-      ReadBatchReply(ops, groups[members[k]], std::string(body), /*may_answer_none=*/true);
+      ReadBatchReply(ops, groups[members[k]], body, /*may_answer_none=*/true);
       answered[k] = true;
     }
     if (s.ok()) s = d.Done();
@@ -724,7 +726,7 @@ void ClusterKvStore::SendVnodeBatches(std::span<KvOp> ops,
 }
 
 void ClusterKvStore::ReadBatchReply(std::span<KvOp> ops, const std::vector<size_t>& group,
-                                    const std::string& reply, bool may_answer_none) {
+                                    std::string_view reply, bool may_answer_none) {
   std::vector<size_t> again;
   Decoder d = ReplyDecoder(reply);
   uint64_t n = 0;

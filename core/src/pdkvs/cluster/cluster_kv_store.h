@@ -135,8 +135,8 @@ class ClusterKvStore final : public KvStore {
   // Applies a kKvBatch reply to the ops of `group`: statuses and values;
   // ops not answered, or meeting a multi-put's lock, run again on their
   // own. `may_answer_none`: a reply inside a kKvVnodeBatches one.
-  void ReadBatchReply(std::span<KvOp> ops, const std::vector<size_t>& group,
-                      const std::string& reply, bool may_answer_none);
+  void ReadBatchReply(std::span<KvOp> ops, const std::vector<size_t>& group, std::string_view reply,
+                      bool may_answer_none);
   // Runs op on its own (KvStore::RunBatch's one-by-one way).
   void RunOne(KvOp* op);
 

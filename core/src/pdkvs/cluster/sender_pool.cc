@@ -36,11 +36,9 @@ void SenderPool::Run(size_t parts, const std::function<void(size_t)>& part) {
   std::unique_lock<std::mutex> lock(mu_);
   if (parts > 1) {
     jobs_.push_back(&job);
-    if (parts == 2) {
-      work_cv_.notify_one();
-    } else {
-      work_cv_.notify_all();
-    }
+    // One thread for each part beside the caller's, not every thread: the
+    // others would wake (a system call and a switch each) to find nothing.
+    for (size_t i = 1; i < std::min(parts, threads_.size() + 1); ++i) work_cv_.notify_one();
   }
   Work(&job, &lock);
   // `job` lives on this stack: wait for the parts other threads run.

@@ -99,10 +99,13 @@ struct Connection {
   std::string scratch;
 };
 
-// A request of the round's batch: its connection, and copies of its key
-// and value (the input buffer moves on).
+// A request of the round's batch: its connection; its key and value view
+// the connection's input buffer (which keeps its bytes until the round
+// ends), or copies of them for an inline request (whose arguments view the
+// connection's scratch string, reused by the next request).
 struct BatchedRequest {
   Connection* c;
+  bool copied = false;
   std::string key, value;
 };
 
@@ -257,16 +260,20 @@ void Gateway::Run(Loop* loop) {
         break;
       }
       if (batchable) {
-        batched.push_back({c, std::string(op.key), std::string(op.value)});
+        if (data.front() == '*') {
+          batched.push_back({c, false, {}, {}});
+        } else {
+          batched.push_back({c, true, std::string(op.key), std::string(op.value)});
+        }
         ops.push_back(op);
         ++c->batched;
       } else if (!c->args.empty() && !executor_.Execute(&c->state, c->args, &c->out)) {
         c->closing = true;
       }
-      // Only now: args view the buffer.
+      // Only now: args view the buffer (which keeps the bytes until the
+      // round ends: no read, nor ShrinkIfIdle, before).
       c->in.Consume(consumed);
     }
-    c->in.ShrinkIfIdle();
   };
   // Runs the requests of `ready` connections: the batchable ones of every
   // connection as one KvStore::RunBatch (the store groups them by vnode),
@@ -278,6 +285,7 @@ void Gateway::Run(Loop* loop) {
       for (Connection* c : active) process(c);
       if (!ops.empty()) {
         for (size_t i = 0; i < ops.size(); ++i) {
+          if (!batched[i].copied) continue;
           ops[i].key = batched[i].key;
           ops[i].value = batched[i].value;
         }
@@ -292,6 +300,7 @@ void Gateway::Run(Loop* loop) {
       }
       std::erase_if(active, [](const Connection* c) { return !c->blocked; });
     }
+    for (Connection* c : ready) c->in.ShrinkIfIdle();
   };
   auto accept_all = [&] {
     for (;;) {
