@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <typeinfo>
 
 namespace pdpm::net::verbs {
 
@@ -33,6 +34,8 @@ constexpr uint32_t kControlSlot = 64;
 // What we ask for as max_inline_data; providers that refuse get less.
 constexpr uint32_t kInlineWanted[] = {256, 128, 64, 0};
 constexpr uint32_t kPollsPerClockRead = 64;
+// Consumed receive buffers re-posted even while completions keep coming.
+constexpr size_t kRepostBatch = 16;
 
 Status StatusFromCompletion(const ibv_wc& wc) {
   std::string detail = std::string(" (") + ibv_wc_status_str(wc.status) + ")";
@@ -194,23 +197,44 @@ Status VerbsConnection::InitLink(Link* link) {
     created = ErrnoStatus("rdma_create_qp");
   }
   if (!link->has_qp) return created;
-  for (uint32_t i = 0; i < link->rq_depth; i++) PDPM_RETURN_IF_ERROR(PostReceive(i));
+  consumed_receives_.clear();
+  consumed_receives_.reserve(link->rq_depth);
+  for (uint32_t i = 0; i < link->rq_depth; i++) consumed_receives_.push_back(i);
+  return RepostReceives();
+}
+
+Status VerbsConnection::RepostReceives() {
+  constexpr size_t kChain = 32;
+  ibv_recv_wr wrs[kChain];
+  ibv_sge sges[kChain];
+  size_t posted = 0;
+  while (posted < consumed_receives_.size()) {
+    size_t n = std::min(kChain, consumed_receives_.size() - posted);
+    for (size_t i = 0; i < n; i++) {
+      uint32_t index = consumed_receives_[posted + i];
+      sges[i] = ibv_sge{reinterpret_cast<uintptr_t>(link_->control + size_t{index} * kControlSlot),
+                        kControlSlot, link_->control_mr->lkey};
+      wrs[i] = ibv_recv_wr{};
+      wrs[i].wr_id = kRecvTag | index;
+      wrs[i].sg_list = &sges[i];
+      wrs[i].num_sge = 1;
+      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+    }
+    ibv_recv_wr* bad;
+    int err = ibv_post_recv(link_->id->qp, wrs, &bad);
+    if (err != 0) return Status::FromErrno("ibv_post_recv", err);
+    posted += n;
+  }
+  consumed_receives_.clear();
   return Status::OK();
 }
 
-Status VerbsConnection::PostReceive(uint32_t index) {
-  ibv_sge sge{};
-  sge.addr = reinterpret_cast<uintptr_t>(link_->control + size_t{index} * kControlSlot);
-  sge.length = kControlSlot;
-  sge.lkey = link_->control_mr->lkey;
-  ibv_recv_wr wr{};
-  wr.wr_id = kRecvTag | index;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  ibv_recv_wr* bad;
-  int err = ibv_post_recv(link_->id->qp, &wr, &bad);
-  if (err != 0) return Status::FromErrno("ibv_post_recv", err);
-  return Status::OK();
+VerbsRegion* VerbsConnection::OwnRegion(MemoryRegion* region) const {
+  // VerbsRegion is final: comparing the dynamic type is the whole check,
+  // and it is cheaper than a dynamic_cast on the datapath.
+  if (region == nullptr || typeid(*region) != typeid(VerbsRegion)) return nullptr;
+  auto* verbs = static_cast<VerbsRegion*>(region);
+  return verbs->device() == device_.get() ? verbs : nullptr;
 }
 
 Status VerbsConnection::ConnectTo(std::shared_ptr<Device> device, const std::string& address,
@@ -342,8 +366,15 @@ Status VerbsConnection::ForRequest(std::shared_ptr<Device> device, rdma_cm_id* i
 }
 
 Status VerbsConnection::DescribeRemote(uint32_t key, Device::RangeInfo* info, bool* found) {
+  if (recent_range_ != nullptr && recent_key_ == key) {
+    *info = *recent_range_;
+    *found = true;
+    return Status::OK();
+  }
   auto cached = remote_ranges_.find(key);
   if (cached != remote_ranges_.end()) {
+    recent_key_ = key;
+    recent_range_ = &cached->second;
     *info = cached->second;
     *found = true;
     return Status::OK();
@@ -416,8 +447,8 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
   size_t requests = 0, signaled = 0;
   for (const Op& op : ops) {
     const LocalBuffer& local = op.local;
-    auto* region = dynamic_cast<VerbsRegion*>(local.region);
-    if (region == nullptr || region->device() != device_.get()) {
+    VerbsRegion* region = OwnRegion(local.region);
+    if (region == nullptr) {
       return Status::InvalidArgument(std::string(OpcodeName(op.opcode)) +
                                      ": local buffer not registered with this transport");
     }
@@ -458,6 +489,7 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
   // keys, bounds and rights fail the op here, as the peer's device would,
   // but without breaking the queue pair (the device still checks).
   targets_.resize(ops.size());
+  bool refused_any = false;
   for (size_t i = 0; i < ops.size(); i++) {
     const Op& op = ops[i];
     OpTarget& target = targets_[i];
@@ -492,14 +524,13 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
     } else {
       target.refused = Status::OK();
     }
+    refused_any = refused_any || !target.refused.ok();
   }
   // An op refused here completes in order, behind the ops posted before
   // it; if none of those is signaled, nothing may ever retire them (the
   // RPC layer posts its sends unsignaled) and the refusal would never
   // surface. A signaled zero-length WRITE to a range the peer described
   // (it moves no data) retires them.
-  const bool refused_any = std::any_of(targets_.begin(), targets_.end(),
-                                       [](const OpTarget& t) { return !t.refused.ok(); });
   const bool needs_marker =
       refused_any && !remote_ranges_.empty() &&
       std::any_of(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.retired; });
@@ -653,7 +684,8 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
 }
 
 size_t VerbsConnection::PollCompletions(std::span<Completion> out) {
-  owner_polls_.fetch_add(1, std::memory_order_relaxed);
+  // Only the owner writes it (the service thread reads): no locked add.
+  owner_polls_.store(owner_polls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   DrainLocked();
   size_t n = 0;
@@ -667,7 +699,8 @@ size_t VerbsConnection::PollCompletions(std::span<Completion> out) {
 }
 
 size_t VerbsConnection::PollIncoming(std::span<Incoming> out) {
-  owner_polls_.fetch_add(1, std::memory_order_relaxed);
+  // Only the owner writes it (the service thread reads): no locked add.
+  owner_polls_.store(owner_polls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   DrainLocked();
   size_t n = 0;
@@ -695,13 +728,25 @@ void VerbsConnection::DrainLocked() {
     }
     for (int i = 0; i < n; i++) HandleCompletion(wcs[i]);
     handled += n;
+    // The ring stays posted but for less than a batch, even in a burst:
+    // below that the peer's sends would meet receiver-not-ready.
+    if (consumed_receives_.size() >= kRepostBatch) RepostReceivesOrBreak();
     if (n < 32) break;
   }
   if (!broken_ && peer_gone_) Break(Status::Unavailable("peer " + peer_address_ + " disconnected"));
   if (!broken_) {
     FlushDeferredLocked();
-    if (handled == 0) CheckTimeoutLocked();
+    if (handled == 0) {
+      if (!consumed_receives_.empty()) RepostReceivesOrBreak();
+      CheckTimeoutLocked();
+    }
   }
+}
+
+void VerbsConnection::RepostReceivesOrBreak() {
+  if (broken_) return;
+  Status s = RepostReceives();
+  if (!s.ok()) Break(s);
 }
 
 void VerbsConnection::HandleCompletion(const ibv_wc& wc) {
@@ -721,10 +766,7 @@ void VerbsConnection::HandleCompletion(const ibv_wc& wc) {
     } else {
       Break(Status::Corruption("unexpected receive completion opcode"));
     }
-    if (!broken_) {
-      Status s = PostReceive(index);
-      if (!s.ok()) Break(s);
-    }
+    consumed_receives_.push_back(index);
     return;
   }
   if (wc.status != IBV_WC_SUCCESS) {

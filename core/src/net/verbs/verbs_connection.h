@@ -128,7 +128,11 @@ class VerbsConnection final : public Connection {
   Status Setup(std::unique_ptr<Link> link);
   Status Establish();  // active side: connect link_ and register it
   Status InitLink(Link* link);
-  Status PostReceive(uint32_t index);
+  // Hands the consumed receive buffers back to the device, chained.
+  Status RepostReceives();
+  void RepostReceivesOrBreak();
+  // `region` as this device's region, or null if it is not one.
+  VerbsRegion* OwnRegion(MemoryRegion* region) const;
 
   void DrainLocked();
   void HandleCompletion(const ibv_wc& wc);
@@ -180,6 +184,13 @@ class VerbsConnection final : public Connection {
   std::deque<Incoming> incoming_;
   std::deque<ControlMessage> deferred_;  // replies waiting for send queue room
   std::unordered_map<uint32_t, Device::RangeInfo> remote_ranges_;  // by peer key
+  // The last range looked up: most connections address one peer range.
+  uint32_t recent_key_ = 0;
+  const Device::RangeInfo* recent_range_ = nullptr;  // into remote_ranges_
+  // Receive buffers whose completion was handled but that are not posted
+  // again yet: re-posting is left to a poll that finds the queue idle (or
+  // to when a batch piled up), off the path of the message that used them.
+  std::vector<uint32_t> consumed_receives_;
   uint32_t peer_max_transfer_ = 0;  // from the first describe reply; 0 unknown
   struct OpTarget {
     Device::RangeInfo range;

@@ -485,6 +485,40 @@ TEST_F(VerbsPair, WriteWithImmRaisesIncomingAtThePeer) {
   EXPECT_EQ(RemoteWord(kPersistCount), 1u);
 }
 
+TEST_F(VerbsPair, ReceiveRingsRefillThroughBursts) {
+  // Waves of WRITE_WITH_IMMs, each echoed: together several times the
+  // receive ring of either side (2 * max_outstanding + 64 = 576), so both
+  // must keep re-posting what they consumed; nothing lost, nothing reordered.
+  constexpr int kWave = 400, kWaves = 5;
+  uint32_t next_imm = 0, expected_imm = 0;
+  for (int wave = 0; wave < kWaves; wave++) {
+    for (int sent = 0; sent < kWave;) {
+      Op batch[25];
+      for (Op& op : batch) {
+        op = Write(0, kEchoSource, 8);
+        op.opcode = Opcode::kWriteWithImm;
+        op.imm = next_imm++ % kEchoBelow;
+        op.signaled = false;
+      }
+      Status s = conn_->Post(batch);
+      if (s.ok()) {
+        sent += 25;
+        continue;
+      }
+      next_imm -= 25;
+      ASSERT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+      Completion c[16];
+      conn_->PollCompletions(c);
+    }
+    for (int received = 0; received < kWave; received++) {
+      Incoming in = WaitIncoming();
+      ASSERT_EQ(in.imm, expected_imm++ % kEchoBelow + 1)
+          << "echo " << received << " of wave " << wave;
+    }
+  }
+  EXPECT_TRUE(conn_->healthy());
+}
+
 TEST_F(VerbsPair, SelectiveSignalingRecyclesTheSendQueue) {
   // Far more requests than the send queue holds; one in 100 signaled.
   constexpr int kOps = 3000;
