@@ -381,7 +381,7 @@ void DataServer::HeartbeatLoop() {
       log_.Warn("heartbeat failed", {{"status", s}});
     }
     lock.lock();
-    if (s.ok() && resp.epoch() != known) {
+    if (s.ok() && (resp.epoch() != known || promotion_failed_.exchange(false))) {
       refresh_wanted_ = true;
       stop_cv_.notify_all();
     }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -270,6 +271,14 @@ class DataServer {
   bool stopping_ = false;
   std::thread heartbeat_;
   bool refresh_wanted_ = false;  // guarded by stop_mu_
+  // A promotion failed (a decision holder it asked did not answer in
+  // time, say): the next heartbeat applies the mapping again instead of
+  // leaving the segment unserved until the epoch changes.
+  std::atomic<bool> promotion_failed_{false};
+  // Test hook PDPM_TEST_REFUSE_PROMOTIONS_MS=n: promotions fail for n ms
+  // from the first one tried (-1: not read yet). Guarded by refresh_mu_.
+  int64_t refuse_promotions_ms_ = -1;
+  std::chrono::steady_clock::time_point refuse_promotions_until_{};
   std::thread refresher_;
   Segment* tx_log_ = nullptr;  // guarded by grow_mu_
   std::unique_ptr<TxParticipant> tx_;

@@ -1,6 +1,7 @@
 // DataServer: replication, promotion, fencing and backup fills
 // (docs/replication.md).
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -324,9 +325,18 @@ void DataServer::Reconcile(const v1::GetMappingResponse& m) {
       ++it;
     }
   }
+  if (!promote.empty() && refuse_promotions_ms_ < 0) {
+    const char* ms = std::getenv("PDPM_TEST_REFUSE_PROMOTIONS_MS");
+    refuse_promotions_ms_ = ms == nullptr ? 0 : std::atoll(ms);
+    refuse_promotions_until_ =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(refuse_promotions_ms_);
+  }
   for (auto& [seg, sm] : promote) {
-    Status s = Promote(seg, sm);
+    Status s = std::chrono::steady_clock::now() < refuse_promotions_until_
+                   ? Status::Unavailable("refused by the test hook PDPM_TEST_REFUSE_PROMOTIONS_MS")
+                   : Promote(seg, sm);
     if (!s.ok()) {
+      promotion_failed_ = true;  // the next heartbeat tries again
       log_.Error("promotion failed", {{"global", sm.segment()}, {"status", s}});
     } else {
       primaries.push_back(sm);  // its new backups fill now, not after the next change

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <set>
 #include <thread>
@@ -1171,6 +1172,50 @@ TEST_F(KvClusterManyVnodesTest, BatchesShippedTogetherSurviveAServerKill) {
   for (int t = 0; t < kThreads; t++) ExpectAll(kv_.get(), last[t]);
   kv_.reset();
   second.reset();
+  StopServersAndExpectCleanPm(cluster_);
+}
+
+// Every server's promotions fail for a second and a half from its first
+// (the test hook PDPM_TEST_REFUSE_PROMOTIONS_MS), as one whose decision
+// holder does not answer in time does; the view settles meanwhile.
+LocalClusterOptions FailFirstPromotionOptions() {
+  LocalClusterOptions o = KvClusterOptions();
+  o.server_env = {"PDPM_TEST_REFUSE_PROMOTIONS_MS=1500"};
+  return o;
+}
+
+class KvClusterFailedPromotionTest : public KvClusterTest {
+ protected:
+  KvClusterFailedPromotionTest() : KvClusterTest(FailFirstPromotionOptions()) {}
+};
+
+// The killed server's segments are promoted at the others, whose attempts
+// fail until the view no longer changes; yet every key is served again: a
+// failed promotion is tried again at the next heartbeat.
+TEST_F(KvClusterFailedPromotionTest, AFailedPromotionIsTriedAgainWithoutANewView) {
+  const std::vector<std::string> keys = KeysOnEveryVnode("p", 2);
+  for (const auto& key : keys) {
+    SetResult r;
+    ASSERT_OK(kv_->Set(key, Checked(key), {}, &r));
+  }
+  WaitReplicated();
+  cluster_.KillServer(1);
+  for (const auto& key : keys) {
+    std::string value;
+    Status s = kv_->Get(key, &value);
+    ASSERT_TRUE(s.ok()) << key << ": " << s.ToString();
+    EXPECT_EQ(value, Checked(key));
+  }
+  bool refused = false;
+  for (int i : {0, 2}) {
+    std::ifstream log(cluster_.server_log(i));
+    std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    refused |= text.find("PDPM_TEST_REFUSE_PROMOTIONS_MS") != std::string::npos;
+  }
+  EXPECT_TRUE(refused) << "no promotion was refused: the test proves nothing";
+  ASSERT_OK(cluster_.StartServer(1));
+  WaitReplicated();
+  kv_.reset();
   StopServersAndExpectCleanPm(cluster_);
 }
 
