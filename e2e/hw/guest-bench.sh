@@ -27,7 +27,16 @@ perftest() {
 
 write_bw=$(perftest ib_write_bw -s 65536 -D "$seconds" | awk '{print $4}') || exit 1
 read_bw=$(perftest ib_read_bw -s 65536 -D "$seconds" | awk '{print $4}') || exit 1
-write_lat=$(perftest ib_write_lat -s 64 -n 2000 | awk '{print $5}') || exit 1
+# A latency run lands in one of two modes (where the processes run), so
+# the reference is the median of five runs, as verbs_bench's figure is of
+# five rounds.
+lats=""
+for run in 1 2 3 4 5; do
+  lat=$(perftest ib_write_lat -s 64 -n 2000 | awk '{print $5}') || exit 1
+  lats="$lats $lat"
+done
+write_lat=$(echo $lats | tr ' ' '\n' | sort -g | sed -n 3p)
+echo "HW-BENCH ib_write_lat runs:$lats us"
 echo "HW-BENCH perftest ib_write_bw=${write_bw}MiB/s ib_read_bw=${read_bw}MiB/s ib_write_lat=${write_lat}us"
 bench=$(find "$build" -name verbs_bench -type f -perm -u+x | head -1)
 [ -n "$bench" ] || { echo "HW-BENCH FAIL no verbs_bench in $build"; exit 1; }
