@@ -1175,18 +1175,21 @@ TEST_F(KvClusterManyVnodesTest, BatchesShippedTogetherSurviveAServerKill) {
   StopServersAndExpectCleanPm(cluster_);
 }
 
-// Every server's promotions fail for a second and a half from its first
-// (the test hook PDPM_TEST_REFUSE_PROMOTIONS_MS), as one whose decision
-// holder does not answer in time does; the view settles meanwhile.
-LocalClusterOptions FailFirstPromotionOptions() {
+// The options of KvClusterTest with a test hook ("NAME=value") set for
+// every server.
+LocalClusterOptions KvClusterOptionsWithHook(const std::string& hook) {
   LocalClusterOptions o = KvClusterOptions();
-  o.server_env = {"PDPM_TEST_REFUSE_PROMOTIONS_MS=1500"};
+  o.server_env = {hook};
   return o;
 }
 
+// Every server's promotions fail for a second and a half from its first,
+// as one whose decision holder does not answer in time does; the view
+// settles meanwhile.
 class KvClusterFailedPromotionTest : public KvClusterTest {
  protected:
-  KvClusterFailedPromotionTest() : KvClusterTest(FailFirstPromotionOptions()) {}
+  KvClusterFailedPromotionTest()
+      : KvClusterTest(KvClusterOptionsWithHook("PDPM_TEST_REFUSE_PROMOTIONS_MS=1500")) {}
 };
 
 // The killed server's segments are promoted at the others, whose attempts
@@ -1219,18 +1222,12 @@ TEST_F(KvClusterFailedPromotionTest, AFailedPromotionIsTriedAgainWithoutANewView
   StopServersAndExpectCleanPm(cluster_);
 }
 
-// Every server dies (the test hook PDPM_TEST_TX_EXIT_AFTER_PART) once the
-// first part of a table segment's commit, its vnode's, reached the
-// segment's backup.
-LocalClusterOptions ExitAfterPartOptions() {
-  LocalClusterOptions o = KvClusterOptions();
-  o.server_env = {"PDPM_TEST_TX_EXIT_AFTER_PART=1"};
-  return o;
-}
-
+// Every server dies once the first part of a table segment's commit, its
+// vnode's, reached the segment's backup.
 class KvClusterExitAfterPartTest : public KvClusterTest {
  protected:
-  KvClusterExitAfterPartTest() : KvClusterTest(ExitAfterPartOptions()) {}
+  KvClusterExitAfterPartTest()
+      : KvClusterTest(KvClusterOptionsWithHook("PDPM_TEST_TX_EXIT_AFTER_PART=1")) {}
 };
 
 // A transaction that sets a key and puts an object of the same table
