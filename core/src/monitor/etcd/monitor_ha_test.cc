@@ -146,7 +146,9 @@ class TcpProxy {
       for (int i = 0; i < 2 && open; ++i) {
         if (fds[i].revents == 0) continue;
         ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
-        open = n > 0 && ::write(fds[1 - i].fd, buf, static_cast<size_t>(n)) == n;
+        // Cut() shuts the sockets down under a running pump: a write then
+        // must fail (EPIPE), not raise SIGPIPE and end the test process.
+        open = n > 0 && ::send(fds[1 - i].fd, buf, static_cast<size_t>(n), MSG_NOSIGNAL) == n;
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
