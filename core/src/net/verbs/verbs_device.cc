@@ -15,7 +15,13 @@
 namespace pdpm::net::verbs {
 
 namespace {
+// The service thread looks at the connections every kTickMs while one of
+// them goes unpolled by its owner. While every owner polls on its own, the
+// look finds nothing to do and the interval doubles up to kMaxTickMs: each
+// wakeup preempts a busy-polling owner, and a context switch (worse, one
+// between processes) costs a polling round trip several times its length.
 constexpr int kTickMs = 1;
+constexpr int kMaxTickMs = 16;
 }  // namespace
 
 Status ErrnoStatus(std::string_view what) {
@@ -191,6 +197,7 @@ void Device::Wake() {
 }
 
 void Device::ServiceLoop() {
+  int tick_ms = kTickMs;
   for (;;) {
     bool ticking;
     {
@@ -199,7 +206,7 @@ void Device::ServiceLoop() {
       ticking = !connections_.empty();
     }
     epoll_event events[4];
-    int n = epoll_wait(epoll_fd_, events, 4, ticking ? kTickMs : -1);
+    int n = epoll_wait(epoll_fd_, events, 4, ticking ? tick_ms : -1);
     for (int i = 0; i < n; i++) {
       if (events[i].data.fd == wake_fd_) {
         uint64_t value;
@@ -208,18 +215,23 @@ void Device::ServiceLoop() {
     }
     rdma_cm_event* event;
     while (rdma_get_cm_event(cm_channel_, &event) == 0) HandleCmEvent(event);
-    ServeIdleConnections();
+    tick_ms = ServeIdleConnections() ? kTickMs : std::min(2 * tick_ms, kMaxTickMs);
   }
 }
 
-void Device::ServeIdleConnections() {
+bool Device::ServeIdleConnections() {
   std::lock_guard lock(mu_);
+  bool served = false;
   for (auto& [id, conn] : connections_) {
     uint64_t polls = conn->owner_polls();
     uint64_t& seen = polls_seen_[conn];
-    if (polls == seen) conn->ServeIfIdle();
+    if (polls == seen) {
+      conn->ServeIfIdle();
+      served = true;
+    }
     seen = polls;
   }
+  return served;
 }
 
 void Device::HandleCmEvent(rdma_cm_event* event) {

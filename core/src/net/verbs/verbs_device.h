@@ -86,7 +86,9 @@ class Device : public std::enable_shared_from_this<Device> {
   void HandleCmEvent(rdma_cm_event* event);
   void HandleConnectRequest(rdma_cm_id* id, std::span<const uint8_t> data, uint8_t peer_initiator,
                             uint8_t peer_responder);
-  void ServeIdleConnections();
+  // Serves each connection its owner did not poll since the last call;
+  // true if there was one.
+  bool ServeIdleConnections();
   std::unique_ptr<VerbsConnection> TakeAccepting(rdma_cm_id* id);
   void Wake();
 
