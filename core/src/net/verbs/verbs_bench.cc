@@ -1,12 +1,17 @@
 // Verbs backend figures next to perftest's, measured in the same run (the
-// hardware guest's bench script runs perftest first and passes its results):
+// hardware guest's bench script runs perftest and passes its results):
 //   net.verbs.write.64KiB  MiB/s, 32 signaled 64 KiB WRITEs in flight   vs ib_write_bw
 //   net.verbs.read.64KiB   MiB/s, 32 signaled 64 KiB READs in flight    vs ib_read_bw
 //   net.verbs.rpc64.p50    µs, 64-byte WRITE_WITH_IMM request and reply vs ib_write_lat
-//                          (whose one-way figure is doubled: a round trip); the
-//                          median of 5 rounds, the reference the median of 5 runs
+//                          (whose one-way figure is doubled: a round trip)
 //
-//   verbs_bench <host> <seconds> <ib_write_bw MiB/s> <ib_read_bw MiB/s> <ib_write_lat µs>
+//   verbs_bench bw <host> <seconds> <ib_write_bw MiB/s> <ib_read_bw MiB/s>
+//   verbs_bench rpc <host> <seconds>
+//       one round: a fresh server process and connection; prints its p50 (µs)
+//   verbs_bench rpc-report <our p50s, comma-separated> <ib_write_lat one-way µs, comma-separated>
+//       the figure: the median of the rounds against twice the median of the
+//       perftest runs (the script alternates the two, so both see the same
+//       moments of the host)
 //
 // The server is this binary re-executed (verbs contexts do not survive fork).
 #include <poll.h>
@@ -36,7 +41,6 @@ constexpr uint32_t kBlock = 64 << 10;
 // default 128 in flight measured no better here than 32 (a little worse).
 constexpr int kWindow = 32;
 constexpr uint32_t kRpcSize = 64;
-constexpr int kRpcRounds = 5;
 constexpr char kServerEnv[] = "PDPM_VERBS_BENCH_SERVER";
 
 [[noreturn]] void Die(const char* what, const Status& s) {
@@ -247,42 +251,56 @@ void EndSession(Session& session) {
   waitpid(session.server, &status, 0);
 }
 
-int Main(int argc, char** argv) {
-  if (argc != 6) {
-    fprintf(stderr,
-            "usage: verbs_bench <host> <seconds> <ib_write_bw MiB/s> <ib_read_bw MiB/s> "
-            "<ib_write_lat us>\n");
-    return 2;
+// The median of comma-separated numbers (0 if none parse).
+double Median(const char* list) {
+  std::vector<double> values;
+  for (const char* p = list; *p != '\0';) {
+    char* end;
+    double v = strtod(p, &end);
+    if (end == p) break;
+    values.push_back(v);
+    p = *end == ',' ? end + 1 : end;
   }
-  std::string host = argv[1];
-  double seconds = atof(argv[2]);
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+int Usage() {
+  fprintf(stderr,
+          "usage: verbs_bench bw <host> <seconds> <ib_write_bw MiB/s> <ib_read_bw MiB/s>\n"
+          "       verbs_bench rpc <host> <seconds>\n"
+          "       verbs_bench rpc-report <p50s us,...> <ib_write_lat us,...>\n");
+  return 2;
+}
+
+int Main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "rpc-report" && argc == 4) {
+    double ours = Median(argv[2]), theirs = Median(argv[3]);
+    if (ours <= 0 || theirs <= 0) return Usage();
+    printf("net.verbs.rpc64.p50 rounds (us): %s; ib_write_lat runs (us, one way): %s\n", argv[2],
+           argv[3]);
+    Report("net.verbs.rpc64.p50", ours, "us", "ib_write_lat.rtt", 2 * theirs);
+    return 0;
+  }
+  if (!((mode == "bw" && argc == 6) || (mode == "rpc" && argc == 4))) return Usage();
+  std::string host = argv[2];
+  double seconds = atof(argv[3]);
   Endpoint client = OpenEndpoint();
   MemoryRegion* region = client.region.get();
-
   Session session = StartSession(host, client);
-  Report("net.verbs.write.64KiB",
-         Bandwidth(*session.conn, region, session.peer_key, Opcode::kWrite, seconds), "MiB/s",
-         "ib_write_bw", atof(argv[3]));
-  Report("net.verbs.read.64KiB",
-         Bandwidth(*session.conn, region, session.peer_key, Opcode::kRead, seconds), "MiB/s",
-         "ib_read_bw", atof(argv[4]));
-  EndSession(session);
-  // A round trip's time depends on where the guest's scheduler and the
-  // host's put the two processes (perftest's own runs differ by 2x from
-  // one to the next): the figure is the median of rounds, each with a
-  // fresh server process and connection, as the reference is the median
-  // of as many perftest runs.
-  std::vector<double> p50s;
-  for (int round = 0; round < kRpcRounds; round++) {
-    session = StartSession(host, client);
-    p50s.push_back(RpcP50(*session.conn, region, session.peer_key, seconds / 2));
-    EndSession(session);
+  if (mode == "bw") {
+    Report("net.verbs.write.64KiB",
+           Bandwidth(*session.conn, region, session.peer_key, Opcode::kWrite, seconds), "MiB/s",
+           "ib_write_bw", atof(argv[4]));
+    Report("net.verbs.read.64KiB",
+           Bandwidth(*session.conn, region, session.peer_key, Opcode::kRead, seconds), "MiB/s",
+           "ib_read_bw", atof(argv[5]));
+  } else {
+    printf("%.2f\n", RpcP50(*session.conn, region, session.peer_key, seconds));
   }
-  std::sort(p50s.begin(), p50s.end());
-  printf("net.verbs.rpc64.p50 rounds (us):");
-  for (double p : p50s) printf(" %.2f", p);
-  printf("\n");
-  Report("net.verbs.rpc64.p50", p50s[p50s.size() / 2], "us", "ib_write_lat.rtt", 2 * atof(argv[5]));
+  EndSession(session);
   return 0;
 }
 
