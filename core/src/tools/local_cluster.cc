@@ -127,9 +127,9 @@ Status CheckStarted(const std::vector<std::pair<DaemonSpec, pid_t>>& started) {
   return Status::OK();
 }
 
-std::vector<monitor::EtcdMember> EtcdMembers(const ClusterConfig& config) {
+std::vector<monitor::EtcdMember> EtcdMembers(const LocalClusterConfig& config) {
   std::vector<monitor::EtcdMember> members;
-  for (uint32_t i = 0; i < ClusterConfig::kHaMembers; ++i) {
+  for (uint32_t i = 0; i < LocalClusterConfig::kHaMembers; ++i) {
     members.push_back({"etcd-" + std::to_string(i + 1), config.host, config.etcd_port + 2 * i,
                        config.etcd_port + 2 * i + 1});
   }
@@ -137,7 +137,7 @@ std::vector<monitor::EtcdMember> EtcdMembers(const ClusterConfig& config) {
 }
 
 // Every monitor's address, comma-separated.
-std::string MonitorList(const ClusterConfig& config) {
+std::string MonitorList(const LocalClusterConfig& config) {
   std::string monitors;
   for (uint32_t m = 0; m < config.monitors(); ++m) {
     monitors += (m ? "," : "") + config.host + ":" + std::to_string(config.monitor_port + m);
@@ -147,7 +147,7 @@ std::string MonitorList(const ClusterConfig& config) {
 
 }  // namespace
 
-Status ClusterConfig::Validate() const {
+Status LocalClusterConfig::Validate() const {
   if (servers < 1 || servers > 64) return Status::InvalidArgument("--servers must be 1..64");
   // A table segment holds 4 MiB allocator chunks, one at least per size
   // class in use (object index and pages, pDKVS index, items of every
@@ -200,7 +200,7 @@ Status ClusterConfig::Validate() const {
   return Status::OK();
 }
 
-std::string ClusterConfig::Serialize() const {
+std::string LocalClusterConfig::Serialize() const {
   return "servers=" + std::to_string(servers) + "\npm-size=" + std::to_string(pm_size) +
          "\nsegment-size=" + std::to_string(segment_size) + "\nhost=" + host +
          "\nmonitor-port=" + std::to_string(monitor_port) +
@@ -211,7 +211,7 @@ std::string ClusterConfig::Serialize() const {
          "\n";
 }
 
-Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
+Status LocalClusterConfig::Parse(const std::string& text, LocalClusterConfig* out) {
   std::map<std::string, std::string> kv;
   size_t start = 0;
   while (start < text.size()) {
@@ -224,7 +224,7 @@ Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
     if (eq == std::string::npos) return Status::Corruption("cluster.conf: bad line: " + line);
     kv[line.substr(0, eq)] = line.substr(eq + 1);
   }
-  ClusterConfig c;
+  LocalClusterConfig c;
   uint64_t v = 0;
   for (const char* key :
        {"servers", "pm-size", "segment-size", "host", "monitor-port", "server-port", "transport"}) {
@@ -272,7 +272,7 @@ Status ClusterConfig::Parse(const std::string& text, ClusterConfig* out) {
   return Status::OK();
 }
 
-std::vector<std::string> ClusterConfig::Differences(const ClusterConfig& o) const {
+std::vector<std::string> LocalClusterConfig::Differences(const LocalClusterConfig& o) const {
   std::vector<std::string> keys;
   if (servers != o.servers) keys.push_back("servers");
   if (pm_size != o.pm_size) keys.push_back("pm-size");
@@ -296,7 +296,7 @@ LocalCluster::LocalCluster(std::string dir)
       gateway_binary_(FindBinary("pdkvs-gateway", PDKVS_GATEWAY_BINARY)),
       etcd_binary_(FindInPath("etcd")) {}
 
-Status LocalCluster::LoadConfig(ClusterConfig* config) const {
+Status LocalCluster::LoadConfig(LocalClusterConfig* config) const {
   std::string text;
   Status s = ReadWholeFile(Path("cluster.conf"), &text);
   if (s.code() == StatusCode::kNotFound) {
@@ -304,7 +304,7 @@ Status LocalCluster::LoadConfig(ClusterConfig* config) const {
                             dir_ + "`)");
   }
   PDPM_RETURN_IF_ERROR(s);
-  return ClusterConfig::Parse(text, config);
+  return LocalClusterConfig::Parse(text, config);
 }
 
 std::string LocalCluster::ServerPmFile(uint32_t index) const {
@@ -319,15 +319,16 @@ std::string LocalCluster::FormatPendingMarker(uint32_t index) const {
   return Path("server-" + std::to_string(index) + ".format-pending");
 }
 
-std::string LocalCluster::ServerAddress(const ClusterConfig& config, uint32_t index) const {
+std::string LocalCluster::ServerAddress(const LocalClusterConfig& config, uint32_t index) const {
   return config.host + ":" + std::to_string(config.server_port + index - 1);
 }
 
-std::string LocalCluster::MonitorAddressFile(const ClusterConfig& config, uint32_t index) const {
+std::string LocalCluster::MonitorAddressFile(const LocalClusterConfig& config,
+                                             uint32_t index) const {
   return config.ha ? Path("monitor-" + std::to_string(index) + ".addr") : Path("monitor.addr");
 }
 
-std::vector<DaemonSpec> LocalCluster::EtcdDaemons(const ClusterConfig& config) const {
+std::vector<DaemonSpec> LocalCluster::EtcdDaemons(const LocalClusterConfig& config) const {
   std::vector<DaemonSpec> daemons;
   if (!config.ha) return daemons;
   std::vector<monitor::EtcdMember> members = EtcdMembers(config);
@@ -343,7 +344,7 @@ std::vector<DaemonSpec> LocalCluster::EtcdDaemons(const ClusterConfig& config) c
   return daemons;
 }
 
-std::vector<DaemonSpec> LocalCluster::MonitorDaemons(const ClusterConfig& config) const {
+std::vector<DaemonSpec> LocalCluster::MonitorDaemons(const LocalClusterConfig& config) const {
   std::vector<DaemonSpec> daemons;
   std::vector<std::string> tables;
   if (config.tables != 0) tables = {"--tables", std::to_string(config.tables)};
@@ -362,7 +363,7 @@ std::vector<DaemonSpec> LocalCluster::MonitorDaemons(const ClusterConfig& config
     return daemons;
   }
   std::string etcd = monitor::EtcdClientEndpoints(EtcdMembers(config));
-  for (uint32_t i = 1; i <= ClusterConfig::kHaMembers; ++i) {
+  for (uint32_t i = 1; i <= LocalClusterConfig::kHaMembers; ++i) {
     std::string n = std::to_string(i);
     daemons.push_back(
         {"monitor " + n,
@@ -378,7 +379,7 @@ std::vector<DaemonSpec> LocalCluster::MonitorDaemons(const ClusterConfig& config
   return daemons;
 }
 
-DaemonSpec LocalCluster::ServerDaemon(const ClusterConfig& config, uint32_t i) const {
+DaemonSpec LocalCluster::ServerDaemon(const LocalClusterConfig& config, uint32_t i) const {
   std::string monitors = MonitorList(config);
   std::string n = std::to_string(i);
   return {"server " + n,
@@ -390,7 +391,7 @@ DaemonSpec LocalCluster::ServerDaemon(const ClusterConfig& config, uint32_t i) c
           Path("server-" + n + ".log")};
 }
 
-DaemonSpec LocalCluster::GatewayDaemon(const ClusterConfig& config) const {
+DaemonSpec LocalCluster::GatewayDaemon(const LocalClusterConfig& config) const {
   return {"gateway",
           {gateway_binary_, "--monitor", MonitorList(config), "--secret-file",
            Path("cluster.secret"), "--transport", config.transport, "--listen",
@@ -401,7 +402,7 @@ DaemonSpec LocalCluster::GatewayDaemon(const ClusterConfig& config) const {
           Path("gateway.log")};
 }
 
-std::vector<DaemonSpec> LocalCluster::Daemons(const ClusterConfig& config) const {
+std::vector<DaemonSpec> LocalCluster::Daemons(const LocalClusterConfig& config) const {
   std::vector<DaemonSpec> daemons = EtcdDaemons(config);
   for (DaemonSpec& d : MonitorDaemons(config)) daemons.push_back(std::move(d));
   for (uint32_t i = 1; i <= config.servers; ++i) daemons.push_back(ServerDaemon(config, i));
@@ -433,7 +434,7 @@ Status LocalCluster::Secret(std::string* secret) const {
 }
 
 Status LocalCluster::MonitorAddress(std::string* address) const {
-  ClusterConfig config;
+  LocalClusterConfig config;
   PDPM_RETURN_IF_ERROR(LoadConfig(&config));
   std::vector<DaemonSpec> monitors = MonitorDaemons(config);
   address->clear();
@@ -467,7 +468,7 @@ Status LocalCluster::RefuseIfRunning(const std::vector<DaemonSpec>& daemons) con
                                "`");
 }
 
-Status LocalCluster::Up(const ClusterConfig& config, const UpOptions& options,
+Status LocalCluster::Up(const LocalClusterConfig& config, const UpOptions& options,
                         std::ostream& progress) {
   PDPM_RETURN_IF_ERROR(config.Validate());
   PDPM_RETURN_IF_ERROR(MakeDirs(dir_, 0700));
@@ -503,7 +504,7 @@ Status LocalCluster::Up(const ClusterConfig& config, const UpOptions& options,
   return s;
 }
 
-Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& options,
+Status LocalCluster::StartAll(const LocalClusterConfig& config, const UpOptions& options,
                               std::ostream& progress,
                               std::vector<std::pair<DaemonSpec, pid_t>>* started) {
   auto deadline = steady_clock::now() + options.timeout;
@@ -632,8 +633,8 @@ Status LocalCluster::StartAll(const ClusterConfig& config, const UpOptions& opti
                                           status.message());
 }
 
-Status LocalCluster::StartGateway(const ClusterConfig& config, steady_clock::time_point deadline,
-                                  std::ostream& progress,
+Status LocalCluster::StartGateway(const LocalClusterConfig& config,
+                                  steady_clock::time_point deadline, std::ostream& progress,
                                   std::vector<std::pair<DaemonSpec, pid_t>>* started) {
   DaemonSpec spec = GatewayDaemon(config);
   pid_t pid = 0;
@@ -652,7 +653,7 @@ Status LocalCluster::StartGateway(const ClusterConfig& config, steady_clock::tim
 }
 
 Status LocalCluster::GatewayAddress(std::string* address) const {
-  ClusterConfig config;
+  LocalClusterConfig config;
   PDPM_RETURN_IF_ERROR(LoadConfig(&config));
   std::string text;
   if (config.gateway_port == 0 || RunningPid(GatewayDaemon(config)) == 0 ||
@@ -664,7 +665,7 @@ Status LocalCluster::GatewayAddress(std::string* address) const {
   return Status::OK();
 }
 
-Status LocalCluster::StartEtcd(const ClusterConfig& config, steady_clock::time_point deadline,
+Status LocalCluster::StartEtcd(const LocalClusterConfig& config, steady_clock::time_point deadline,
                                std::ostream& progress,
                                std::vector<std::pair<DaemonSpec, pid_t>>* started) {
   std::vector<monitor::EtcdMember> members = EtcdMembers(config);
@@ -686,7 +687,7 @@ Status LocalCluster::Down(milliseconds grace, std::ostream& progress) {
   if (!FileExists(dir_)) return Status::NotFound(dir_ + " does not exist");
   DirLock lock;
   PDPM_RETURN_IF_ERROR(lock.Acquire(dir_));
-  ClusterConfig config;
+  LocalClusterConfig config;
   PDPM_RETURN_IF_ERROR(LoadConfig(&config));
   std::vector<DaemonSpec> daemons = Daemons(config);
   // The reverse of the start: servers first, so none of them sees its

@@ -27,7 +27,7 @@ namespace pdpm::tools {
 
 // The parameters of a local cluster, fixed when it is created. The names
 // of the keys in cluster.conf are those of the `pdpm up` flags.
-struct ClusterConfig {
+struct LocalClusterConfig {
   uint32_t servers = 3;
   uint64_t pm_size = 1ULL << 30;  // per server
   uint64_t segment_size = 64ULL << 20;
@@ -55,9 +55,9 @@ struct ClusterConfig {
 
   Status Validate() const;
   std::string Serialize() const;  // key=value lines
-  static Status Parse(const std::string& text, ClusterConfig* out);
+  static Status Parse(const std::string& text, LocalClusterConfig* out);
   // Names of the keys whose values differ.
-  std::vector<std::string> Differences(const ClusterConfig& other) const;
+  std::vector<std::string> Differences(const LocalClusterConfig& other) const;
 };
 
 struct UpOptions {
@@ -73,14 +73,14 @@ class LocalCluster {
   const std::string& dir() const { return dir_; }
 
   // The stored configuration; kNotFound when no cluster was created here.
-  Status LoadConfig(ClusterConfig* config) const;
+  Status LoadConfig(LocalClusterConfig* config) const;
 
   // Creates (first time, with `config`) or restarts the cluster and waits
   // until the monitor reports every server UP and health OK. Refuses with
   // kAlreadyExists while any of its daemons runs. On failure it stops
   // what it started and the message names the daemon that failed, followed
   // by the tail of its log.
-  Status Up(const ClusterConfig& config, const UpOptions& options, std::ostream& progress);
+  Status Up(const LocalClusterConfig& config, const UpOptions& options, std::ostream& progress);
 
   // Stops servers then the monitor: SIGTERM, then SIGKILL after `grace`.
   // OK when nothing was running.
@@ -97,33 +97,34 @@ class LocalCluster {
 
   // The etcd members (HA only), the monitors, the servers of `config`, then
   // the gateway: the order they start in.
-  std::vector<DaemonSpec> Daemons(const ClusterConfig& config) const;
-  std::vector<DaemonSpec> EtcdDaemons(const ClusterConfig& config) const;
-  std::vector<DaemonSpec> MonitorDaemons(const ClusterConfig& config) const;
-  DaemonSpec ServerDaemon(const ClusterConfig& config, uint32_t index) const;  // from 1
+  std::vector<DaemonSpec> Daemons(const LocalClusterConfig& config) const;
+  std::vector<DaemonSpec> EtcdDaemons(const LocalClusterConfig& config) const;
+  std::vector<DaemonSpec> MonitorDaemons(const LocalClusterConfig& config) const;
+  DaemonSpec ServerDaemon(const LocalClusterConfig& config, uint32_t index) const;  // from 1
   // Only for a config with a gateway port.
-  DaemonSpec GatewayDaemon(const ClusterConfig& config) const;
+  DaemonSpec GatewayDaemon(const LocalClusterConfig& config) const;
   std::string ServerPmFile(uint32_t index) const;  // index from 1
-  std::string ServerAddress(const ClusterConfig& config, uint32_t index) const;
+  std::string ServerAddress(const LocalClusterConfig& config, uint32_t index) const;
 
  private:
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   // Written by server `index` once it serves (--port-file).
   std::string ServerAddressFile(uint32_t index) const;
   // Written by monitor `index` (from 1) once it serves.
-  std::string MonitorAddressFile(const ClusterConfig& config, uint32_t index) const;
+  std::string MonitorAddressFile(const LocalClusterConfig& config, uint32_t index) const;
   // Present from a server's first start until the cluster was healthy.
   std::string FormatPendingMarker(uint32_t index) const;
   Status EnsureSecret() const;
   Status RefuseIfRunning(const std::vector<DaemonSpec>& daemons) const;
   // Starts the daemons and waits for health; fills `started`.
-  Status StartAll(const ClusterConfig& config, const UpOptions& options, std::ostream& progress,
-                  std::vector<std::pair<DaemonSpec, pid_t>>* started);
+  Status StartAll(const LocalClusterConfig& config, const UpOptions& options,
+                  std::ostream& progress, std::vector<std::pair<DaemonSpec, pid_t>>* started);
   // Starts the gateway and waits until it serves.
-  Status StartGateway(const ClusterConfig& config, std::chrono::steady_clock::time_point deadline,
-                      std::ostream& progress, std::vector<std::pair<DaemonSpec, pid_t>>* started);
+  Status StartGateway(const LocalClusterConfig& config,
+                      std::chrono::steady_clock::time_point deadline, std::ostream& progress,
+                      std::vector<std::pair<DaemonSpec, pid_t>>* started);
   // Starts the etcd members and waits until they serve.
-  Status StartEtcd(const ClusterConfig& config, std::chrono::steady_clock::time_point deadline,
+  Status StartEtcd(const LocalClusterConfig& config, std::chrono::steady_clock::time_point deadline,
                    std::ostream& progress, std::vector<std::pair<DaemonSpec, pid_t>>* started);
 
   std::string dir_;

@@ -130,7 +130,7 @@ int BadCommandLine(const Status& s) {
 }
 
 int Up(CommandLine& cl) {
-  ClusterConfig requested;
+  LocalClusterConfig requested;
   milliseconds timeout{30000};
   FlagParser& p = cl.parser();
   p.AddUint32("servers", &requested.servers, "number of servers (new cluster; default 3)");
@@ -162,13 +162,13 @@ int Up(CommandLine& cl) {
   // Three monitors take the ports from --monitor-port on; the servers
   // follow them unless placed explicitly.
   if (requested.ha && !cl.parser().IsSet("server-port")) {
-    requested.server_port = requested.monitor_port + ClusterConfig::kHaMembers;
+    requested.server_port = requested.monitor_port + LocalClusterConfig::kHaMembers;
   }
   s = requested.Validate();
   if (!s.ok()) return BadCommandLine(s);
   LocalCluster cluster(cl.dir());
-  ClusterConfig config = requested;
-  ClusterConfig stored;
+  LocalClusterConfig config = requested;
+  LocalClusterConfig stored;
   s = cluster.LoadConfig(&stored);
   if (s.ok()) {
     // An existing cluster keeps its parameters; a flag contradicting them
@@ -332,7 +332,7 @@ Status WriteAll(int fd, const std::string& name, std::string_view data) {
 
 Status ClientOptionsFor(const std::string& dir, client::ClientOptions* options) {
   LocalCluster cluster(dir);
-  ClusterConfig config;
+  LocalClusterConfig config;
   PDPM_RETURN_IF_ERROR(cluster.LoadConfig(&config));
   PDPM_RETURN_IF_ERROR(cluster.MonitorAddress(&options->monitor));
   PDPM_RETURN_IF_ERROR(cluster.Secret(&options->cluster_secret));
@@ -494,7 +494,7 @@ int Fsck(CommandLine& cl) {
   if (cl.help_shown()) return 0;
   if (!s.ok()) return BadCommandLine(s);
   LocalCluster cluster(cl.dir());
-  ClusterConfig config;
+  LocalClusterConfig config;
   s = cluster.LoadConfig(&config);
   if (!s.ok()) return Fail(s);
   if (only > config.servers) {
