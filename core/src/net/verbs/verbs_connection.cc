@@ -984,6 +984,9 @@ Status VerbsConnection::Reconnect() {
   }
   posted_ = retired_ = last_signaled_ = last_read_ = 0;
   unsignaled_run_ = 0;
+  // The peer may be a new process whose ranges differ under the same keys.
+  remote_ranges_.clear();
+  recent_range_ = nullptr;
   broken_status_ = Status::OK();
   Status s = Establish();
   if (!s.ok()) {

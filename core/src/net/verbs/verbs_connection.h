@@ -183,8 +183,9 @@ class VerbsConnection final : public Connection {
   std::deque<Ready> ready_;
   std::deque<Incoming> incoming_;
   std::deque<ControlMessage> deferred_;  // replies waiting for send queue room
-  // By peer key. Entries are never erased, and an unordered_map's elements
-  // keep their addresses through rehashing: recent_range_ stays valid.
+  // By peer key. Entries are erased only all at once, with recent_range_,
+  // on Reconnect; an unordered_map's elements keep their addresses through
+  // rehashing, so recent_range_ stays valid meanwhile.
   std::unordered_map<uint32_t, Device::RangeInfo> remote_ranges_;
   // The last range looked up: most connections address one peer range.
   uint32_t recent_key_ = 0;
