@@ -343,6 +343,65 @@ class ClientImpl final : public Client, public TxHost {
         reply, idempotent);
   }
 
+  void TableCallAll(std::span<TableCallArgs> calls) override {
+    // First attempts in the order of their servers (the locks of their
+    // connections are held together: one order for every thread).
+    auto m = Snapshot();
+    struct Attempt {
+      size_t call;
+      uint32_t server = 0;
+      std::string request;
+      ConnRef ref;
+      bool posted = false;
+    };
+    std::vector<Attempt> attempts;
+    std::vector<size_t> again;  // calls to run as a TableCall
+    for (size_t i = 0; i < calls.size(); ++i) {
+      uint32_t table = 0, server = 0;
+      if (m->table_count == 0 || !calls[i].route(m->table_count, &table).ok() ||
+          !TableOwner(*m, table, &server).ok()) {
+        again.push_back(i);  // TableCall answers it, refreshing as it does
+        continue;
+      }
+      Attempt& a = attempts.emplace_back();
+      a.call = i;
+      a.server = server;
+      Encoder e(&a.request);
+      e.Header({m->epoch, credential_});
+      std::string body;
+      calls[i].body(table, &body);
+      e.Bytes(body);
+    }
+    std::stable_sort(attempts.begin(), attempts.end(),
+                     [](const Attempt& a, const Attempt& b) { return a.server < b.server; });
+    for (size_t k = 0; k < attempts.size(); ++k) {
+      Attempt& a = attempts[k];
+      if ((k > 0 && attempts[k - 1].server == a.server) || !GetConn(*m, a.server, &a.ref).ok()) {
+        Release(&a.ref);
+        again.push_back(a.call);
+        continue;
+      }
+      Status s = a.ref.conn->rpc->Start(
+          calls[a.call].method,
+          {reinterpret_cast<const uint8_t*>(a.request.data()), a.request.size()});
+      a.posted = s.ok();
+      if (!a.posted) Finished(a.server, &a.ref, std::move(s), &calls[a.call], &again, a.call);
+    }
+    for (Attempt& a : attempts) {
+      if (!a.posted) continue;
+      TableCallArgs& c = calls[a.call];
+      c.reply.clear();
+      Finished(a.server, &a.ref, a.ref.conn->rpc->Finish(&c.reply), &c, &again, a.call);
+      Release(&a.ref);  // free for other threads while the rest is awaited
+    }
+    attempts.clear();  // every connection unlocked before the TableCalls
+    std::sort(again.begin(), again.end());
+    for (size_t i : again) {
+      TableCallArgs& c = calls[i];
+      c.status = TableCall(c.route, c.method, c.body, c.idempotent, &c.reply);
+    }
+  }
+
   Status DelObj(const ObjectId& id) override {
     std::string reply;
     return ObjectCall(
@@ -393,6 +452,13 @@ class ClientImpl final : public Client, public TxHost {
     Conn* conn = nullptr;
     std::unique_lock<std::mutex> lock;  // destroyed before owner
   };
+
+  // Unlocks `ref`'s connection, then lets its owner go.
+  static void Release(ConnRef* ref) {
+    if (ref->lock.owns_lock()) ref->lock.unlock();
+    ref->conn = nullptr;
+    ref->owner.reset();
+  }
 
   // Connects on first use, or again after the connection broke.
   Status GetConn(const Mapping& m, uint32_t server, ConnRef* ref) {
@@ -489,6 +555,29 @@ class ClientImpl final : public Client, public TxHost {
       }
     }
     return s;
+  }
+
+  // The outcome `s` of a TableCallAll attempt on `server`, as Call judges
+  // it: final, or the call goes on as a TableCall (added to `again`) —
+  // unless it may have reached the server and may not run twice.
+  static void Finished(uint32_t server, ConnRef* ref, Status s, TableCallArgs* call,
+                       std::vector<size_t>* again, size_t index) {
+    bool maybe_applied = false;
+    if (IsConnectionFailure(s)) {
+      ref->conn->rpc.reset();
+      maybe_applied = true;
+    }
+    if (s.code() == StatusCode::kTimeout) {
+      s = Status::Unavailable("server " + std::to_string(server) + ": " + std::string(s.message()));
+    }
+    const bool retry =
+        s.code() == StatusCode::kStaleEpoch ||
+        (s.code() == StatusCode::kUnavailable && (call->idempotent || !maybe_applied));
+    if (retry) {
+      again->push_back(index);
+    } else {
+      call->status = std::move(s);
+    }
   }
 
   // `failed`, with why the mapping that might have routed around it could

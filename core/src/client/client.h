@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -138,6 +139,20 @@ class Client {
   using TableBody = std::function<void(uint32_t table, std::string* body)>;
   virtual Status TableCall(const TableRoute& route, uint16_t method, const TableBody& body,
                            bool idempotent, std::string* reply) = 0;
+  // Several TableCalls from one thread, those to different servers in
+  // flight at once: each first attempt is posted before any reply is
+  // awaited. A call whose first attempt fails as TableCall would try again
+  // (or that shares its server with an earlier call) goes on as a
+  // TableCall, after the others. Each outcome is as TableCall's.
+  struct TableCallArgs {
+    TableRoute route;
+    uint16_t method = 0;
+    TableBody body;
+    bool idempotent = true;
+    Status status;      // out
+    std::string reply;  // out
+  };
+  virtual void TableCallAll(std::span<TableCallArgs> calls) = 0;
 
   // The epoch of the cached mapping.
   virtual uint64_t epoch() const = 0;

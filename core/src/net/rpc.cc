@@ -164,6 +164,13 @@ class RpcClient::Impl {
 
   Status Call(uint16_t method, std::span<const uint8_t> request, std::string* reply,
               uint32_t timeout_ms) {
+    PDPM_RETURN_IF_ERROR(Start(method, request, timeout_ms));
+    return Finish(reply);
+  }
+
+  // Posts the request of the next Finish.
+  Status Start(uint16_t method, std::span<const uint8_t> request, uint32_t timeout_ms) {
+    if (started_.pending) return Status::FailedPrecondition("rpc: a started call awaits Finish");
     if (timeout_ms == 0) timeout_ms = options_.timeout_ms;
     Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     if (request.size() > options_.max_payload) {
@@ -216,7 +223,18 @@ class RpcClient::Impl {
     }
     slot.busy = true;
     slot.call_id = h.call_id;
+    started_ = {true, s, method, timeout_ms, deadline};
+    return Status::OK();
+  }
 
+  // Waits for the reply of the call Start posted.
+  Status Finish(std::string* reply) {
+    if (!started_.pending) return Status::FailedPrecondition("rpc: no call started");
+    started_.pending = false;
+    const uint32_t s = started_.slot;
+    const uint16_t method = started_.method;
+    const uint32_t timeout_ms = started_.timeout_ms;
+    const Clock::time_point deadline = started_.deadline;
     Clock::time_point spin_until = Clock::now() + std::chrono::microseconds(options_.spin_us);
     for (;;) {
       bool done = false;
@@ -244,6 +262,15 @@ class RpcClient::Impl {
   Connection& connection() { return *conn_; }
 
  private:
+  // The call Start posted and Finish has not yet waited for.
+  struct Started {
+    bool pending = false;
+    uint32_t slot = 0;
+    uint16_t method = 0;
+    uint32_t timeout_ms = 0;
+    Clock::time_point deadline;
+  };
+
   struct Slot {
     bool busy = false;  // a call (maybe timed out) awaits its reply here
     uint64_t call_id = 0;
@@ -313,6 +340,7 @@ class RpcClient::Impl {
   uint32_t server_key_ = 0;
   std::vector<Slot> slots_;
   uint64_t next_call_id_ = 0;
+  Started started_;
   Status reply_status_;
 };
 
@@ -330,6 +358,14 @@ Status RpcClient::Connect(Transport* transport, const std::string& address, uint
 Status RpcClient::Call(uint16_t method, std::span<const uint8_t> request, std::string* reply,
                        uint32_t timeout_ms) {
   return impl_->Call(method, request, reply, timeout_ms);
+}
+
+Status RpcClient::Start(uint16_t method, std::span<const uint8_t> request, uint32_t timeout_ms) {
+  return impl_->Start(method, request, timeout_ms);
+}
+
+Status RpcClient::Finish(std::string* reply) {
+  return impl_->Finish(reply);
 }
 
 Connection& RpcClient::connection() {

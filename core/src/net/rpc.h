@@ -81,6 +81,13 @@ class RpcClient {
   Status Call(uint16_t method, std::span<const uint8_t> request, std::string* reply,
               uint32_t timeout_ms = 0);
 
+  // Call in two halves, so that one thread can have calls on several
+  // connections in flight at once: Start posts the request (its deadline
+  // runs from now) and Finish waits for its reply, with Call's results. At
+  // most one started call per client; no other call until its Finish.
+  Status Start(uint16_t method, std::span<const uint8_t> request, uint32_t timeout_ms = 0);
+  Status Finish(std::string* reply);
+
   Connection& connection();
 
   class Impl;

@@ -144,6 +144,36 @@ TEST_F(RpcTest, DeadServerFailsCallsInTime) {
       RpcClient::Connect(transport_.get(), server_.address(), 0, RpcOptions(), &none).ok());
 }
 
+TEST_F(RpcTest, StartedCallsOnTwoServersOverlap) {
+  PeerProcess other;
+  ASSERT_TRUE(other.Start({"rpc-serve", TestHost() + ":0"}, true).ok());
+  auto a = Connect();
+  ASSERT_TRUE(a);
+  std::unique_ptr<RpcClient> b;
+  RpcOptions o;
+  o.timeout_ms = ScaledMs(o.timeout_ms);
+  ASSERT_TRUE(RpcClient::Connect(transport_.get(), other.address(), 0, o, &b).ok());
+  std::string reply;
+  EXPECT_EQ(a->Finish(&reply).code(), StatusCode::kFailedPrecondition);
+  // Both servers sleep at once: the two calls take about one sleep, not two.
+  const uint32_t sleep_ms = 1000;
+  auto start = Clock::now();
+  ASSERT_TRUE(a->Start(kSleepMs, Bytes(U32(sleep_ms)), 10000).ok());
+  EXPECT_EQ(a->Start(kEcho, Bytes("second")).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(b->Start(kSleepMs, Bytes(U32(sleep_ms)), 10000).ok());
+  EXPECT_TRUE(a->Finish(&reply).ok());
+  EXPECT_TRUE(b->Finish(&reply).ok());
+  auto took = Clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(sleep_ms));
+  EXPECT_LT(took, std::chrono::milliseconds(2 * sleep_ms - 200));
+  // Each client goes on with its own replies.
+  ASSERT_TRUE(a->Call(kEcho, Bytes("to a"), &reply).ok());
+  EXPECT_EQ(reply, "to a");
+  ASSERT_TRUE(b->Start(kEcho, Bytes("to b")).ok());
+  ASSERT_TRUE(b->Finish(&reply).ok());
+  EXPECT_EQ(reply, "to b");
+}
+
 TEST_F(RpcTest, HungServerTimesOut) {
   auto c = Connect();
   ASSERT_TRUE(c);

@@ -102,6 +102,8 @@ struct CcehSlot {
 static_assert(sizeof(CcehSlot) * kSlotsPerBucket == 64);
 
 struct CcehIndex::SegmentLock {
+  explicit SegmentLock(uint64_t off) : offset(off) {}
+  const uint64_t offset;  // the segment's
   std::shared_mutex mu;
 };
 
@@ -196,9 +198,6 @@ class CcehLayout {
     return (bucket + buckets_ - home(hash)) % buckets_ < probe_;
   }
 
-  uint64_t SegmentFor(uint64_t hash) const {
-    return Load(&entries()[Prefix(hash, global_depth())]);
-  }
   bool Covers(uint64_t seg_off, uint64_t hash) const {
     uint64_t w = Load(&seg(seg_off)->depth_pattern);
     return Prefix(hash, DepthOf(w)) == PatternOf(w);
@@ -354,7 +353,8 @@ Status CcehIndex::Create(PAllocator* alloc, const CcehOptions& options, uint64_t
   alloc->Persist(h, sizeof(*h));
 
   std::unique_ptr<CcehIndex> index(new CcehIndex(alloc, head, options));
-  index->locks_.emplace(seg, std::make_unique<SegmentLock>());
+  index->locks_.emplace(seg, std::make_unique<SegmentLock>(seg));
+  index->MirrorDirectory();
   *header_offset = head;
   *out = std::move(index);
   return Status::OK();
@@ -400,8 +400,9 @@ Status CcehIndex::Recover() {
       PDPM_RETURN_IF_ERROR(s.WithContext("segment " + HexOffset(ref.offset)));
       ++items;
     }
-    locks_.emplace(ref.offset, std::make_unique<SegmentLock>());
+    locks_.emplace(ref.offset, std::make_unique<SegmentLock>(ref.offset));
   }
+  MirrorDirectory();
   items_.store(items);
   return Status::OK();
 }
@@ -518,6 +519,14 @@ Status CcehIndex::ReclaimUnreachable(PAllocator* alloc, std::span<CcehIndex* con
   return alloc->ReclaimUnreachable(BlockOwner::kKvStore, reachable, reclaimed);
 }
 
+void CcehIndex::MirrorDirectory() {
+  const Layout& L = *layout_;
+  dir_depth_ = L.global_depth();
+  const uint64_t* e = L.entries();
+  dir_locks_.resize(uint64_t{1} << dir_depth_);
+  for (uint64_t j = 0; j < dir_locks_.size(); ++j) dir_locks_[j] = locks_.at(Load(&e[j])).get();
+}
+
 template <typename Lock>
 uint64_t CcehIndex::LockSegment(uint64_t hash, Lock* lock) {
   for (;;) {
@@ -525,8 +534,9 @@ uint64_t CcehIndex::LockSegment(uint64_t hash, Lock* lock) {
     std::shared_mutex* mu;
     {
       std::shared_lock<std::shared_mutex> dl(dir_mu_);
-      seg = layout_->SegmentFor(hash);
-      mu = &locks_.at(seg)->mu;
+      SegmentLock* sl = dir_locks_[Prefix(hash, dir_depth_)];
+      seg = sl->offset;
+      mu = &sl->mu;
     }
     Lock l(*mu);
     // A split may have moved the hash to a new segment in between.
@@ -777,6 +787,8 @@ Status CcehIndex::Split(uint64_t seg) {
       e[2 * p + 1] = child;
       alloc_->Persist(dh, Layout::DirectoryBytes(g + 1));
       alloc_->StoreAndPersist(&L.header()->directory, dir);
+      locks_.emplace(child, std::make_unique<SegmentLock>(child));
+      MirrorDirectory();
       doublings_.fetch_add(1, std::memory_order_relaxed);
       PDPM_RETURN_IF_ERROR(alloc_->Free(old_dir, BlockOwner::kKvStore)
                                .WithContext("freeing the old directory " + HexOffset(old_dir)));
@@ -787,8 +799,10 @@ Status CcehIndex::Split(uint64_t seg) {
       uint64_t* e = L.entries();
       for (uint64_t j = first; j < first + span / 2; ++j) Store(&e[j], child);
       alloc_->Persist(&e[first], span / 2 * sizeof(uint64_t));
+      SegmentLock* lock =
+          locks_.emplace(child, std::make_unique<SegmentLock>(child)).first->second.get();
+      for (uint64_t j = first; j < first + span / 2; ++j) dir_locks_[j] = lock;
     }
-    locks_.emplace(child, std::make_unique<SegmentLock>());
     // 3. The old segment now covers the lower half only.
     alloc_->StoreAndPersist(&L.seg(seg)->depth_pattern, EncodeDepth(d + 1, p << 1));
   }

@@ -194,6 +194,9 @@ class CcehIndex {
   uint64_t NowMs() const;
   // Recovery steps of Open.
   Status Recover();
+  // Rebuilds dir_locks_ and dir_depth_ from the directory on PM; dir_mu_
+  // held exclusively (or the index not yet shared).
+  void MirrorDirectory();
   // The segment covering `hash`, locked with `lock` (shared or exclusive).
   template <typename Lock>
   uint64_t LockSegment(uint64_t hash, Lock* lock);
@@ -228,6 +231,11 @@ class CcehIndex {
   // locks_. Lock order: a segment's lock before dir_mu_.
   std::shared_mutex dir_mu_;
   std::unordered_map<uint64_t, std::unique_ptr<SegmentLock>> locks_;
+  // The directory in DRAM: each entry's segment lock, which names the
+  // segment, so a lookup neither reads the entries on PM nor searches
+  // locks_. Kept with the directory under dir_mu_ (exclusive to change).
+  std::vector<SegmentLock*> dir_locks_;
+  uint32_t dir_depth_ = 0;  // the global depth: 2^dir_depth_ entries
   std::atomic<uint64_t> items_{0};
   std::atomic<uint64_t> splits_{0};
   std::atomic<uint64_t> doublings_{0};

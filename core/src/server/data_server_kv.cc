@@ -369,10 +369,11 @@ void RunKvBatch(TxParticipant* tx, const KvRequest& r, pdkvs::CcehIndex* index, 
   EncodeKvBatch(
       r,
       [&](const KvBatchEntry& b, std::string* one) {
-        if (tx->KvLocked(r.table, b.r.key)) return Status::Aborted(kKvKeyLockedMessage);
+        TxParticipant::KvKeyVersion version = tx->KvKey(r.table, b.r.key);
+        if (version.locked()) return Status::Aborted(kKvKeyLockedMessage);
         if (index == nullptr) return AnswerEmpty(b.method, b.r, one);
         Status s = RunKv(b.method, b.r, index, one);
-        if (s.ok() && WritesKeys(b.method)) tx->KvWritten(r.table, b.r.key);
+        if (s.ok() && WritesKeys(b.method)) version.Written();
         return s;
       },
       budget, reply);
@@ -531,7 +532,12 @@ Status DataServer::HandleKvRequest(uint16_t method, const RequestHeader& h, KvRe
     // mutation, which the transaction's LOCK check and commit also take).
     // The client asks again; waiting here would hold a serving thread the
     // transaction's commit may need.
-    for (std::string_view k : keys) locked = locked || tx_->KvLocked(r.table, k);
+    std::vector<TxParticipant::KvKeyVersion> versions;
+    versions.reserve(keys.size());
+    for (std::string_view k : keys) {
+      versions.push_back(tx_->KvKey(r.table, k));
+      locked = locked || versions.back().locked();
+    }
     if (locked) return Status::OK();
     if (seg->kv == nullptr) {
       if (!may_create) {
@@ -547,7 +553,7 @@ Status DataServer::HandleKvRequest(uint16_t method, const RequestHeader& h, KvRe
       return st;
     }
     if (WritesKeys(method)) {
-      for (std::string_view k : keys) tx_->KvWritten(r.table, k);
+      for (TxParticipant::KvKeyVersion& v : versions) v.Written();
     }
     if (method == kKvMultiGetVersioned) AppendVersions(*tx_, server_id_, r, reply);
     return st;

@@ -98,21 +98,31 @@ void DataServer::MutateTogether(std::vector<DeferredKvBatch>* jobs, std::vector<
       }
     }
   }
-  for (auto& [server, share] : shares) {
-    Status s;
-    if (share.bytes > kShipManyBytes) {
-      s = Status::TooLarge("shipment of several segments");
-    } else {
-      std::string request, reply;
-      request.reserve(kRequestHeaderSize + 8 + share.bytes + 8 * share.jobs.size());
-      Encoder e(&request);
-      e.Header({epoch, credential_});
-      e.U64(share.jobs.size());
-      for (size_t i : share.jobs) e.Str(messages[i]);
-      s = peers_.Call(share.address, kReplicaApplyMany, request, &reply);
-    }
-    if (!s.ok()) {
+  // Every backup server's share in flight at once.
+  std::vector<std::string> requests;
+  std::vector<const Share*> sent;
+  requests.reserve(shares.size());
+  for (const auto& [server, share] : shares) {
+    if (share.bytes > kShipManyBytes) {  // too large for one message
       for (size_t i : share.jobs) alone[i] = true;
+      continue;
+    }
+    std::string& request = requests.emplace_back();
+    request.reserve(kRequestHeaderSize + 8 + share.bytes + 8 * share.jobs.size());
+    Encoder e(&request);
+    e.Header({epoch, credential_});
+    e.U64(share.jobs.size());
+    for (size_t i : share.jobs) e.Str(messages[i]);
+    sent.push_back(&share);
+  }
+  std::vector<PeerCall> calls;
+  for (size_t k = 0; k < sent.size(); ++k) {
+    calls.emplace_back(sent[k]->address, kReplicaApplyMany, requests[k]);
+  }
+  peers_.CallAll(calls);
+  for (size_t k = 0; k < calls.size(); ++k) {
+    if (!calls[k].status.ok()) {
+      for (size_t i : sent[k]->jobs) alone[i] = true;
     }
   }
   for (size_t i = 0; i < js.size(); ++i) {

@@ -228,15 +228,29 @@ Status DataServer::ShipLocked(Segment* seg, const RedoBatch& batch, TxTag tag) {
       }
       epoch = epoch_;
     }
-    bool all = true;
-    for (const auto& [id, address] : targets) {
-      if (done.count(id)) continue;
-      Status s;
-      for (const std::string& msg : batch.Encode({epoch, credential_}, g, kShipMessageBytes, tag)) {
-        std::string reply;
-        s = peers_.Call(address, kReplicaApply, msg, &reply);
-        if (!s.ok()) break;
+    // Each message to every backup not yet done, the backups at once; a
+    // backup's first failure ends its messages.
+    std::vector<std::pair<ReplicaId, PeerAddress>> pending;
+    for (const auto& t : targets) {
+      if (done.count(t.first) == 0) pending.push_back(t);
+    }
+    std::vector<Status> outcome(pending.size());
+    for (const std::string& msg : batch.Encode({epoch, credential_}, g, kShipMessageBytes, tag)) {
+      std::vector<PeerCall> calls;
+      std::vector<size_t> of;  // calls[k] is pending[of[k]]'s
+      for (size_t k = 0; k < pending.size(); ++k) {
+        if (!outcome[k].ok()) continue;
+        calls.emplace_back(pending[k].second, kReplicaApply, msg);
+        of.push_back(k);
       }
+      if (calls.empty()) break;
+      peers_.CallAll(calls);
+      for (size_t k = 0; k < calls.size(); ++k) outcome[of[k]] = std::move(calls[k].status);
+    }
+    bool all = true;
+    for (size_t k = 0; k < pending.size(); ++k) {
+      const ReplicaId id = pending[k].first;
+      const Status& s = outcome[k];
       if (s.ok()) {
         done.insert(id);
       } else {

@@ -114,34 +114,83 @@ Status DecodeApply(Decoder* d, uint32_t* global, std::vector<ApplyRange>* ranges
   return Status::OK();
 }
 
-Status PeerLinks::Call(const PeerAddress& peer, uint16_t method, std::string_view request,
-                       std::string* reply) {
-  const std::string& address = peer.address;
-  Link* link;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& slot = links_[address];
-    if (slot == nullptr) slot = std::make_unique<Link>();
-    link = slot.get();
-  }
-  std::lock_guard<std::mutex> lock(link->mu);
-  if (link->rpc == nullptr || !link->rpc->connection().healthy()) {
+PeerLinks::Link* PeerLinks::LinkTo(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = links_[address];
+  if (slot == nullptr) slot = std::make_unique<Link>();
+  return slot.get();
+}
+
+Status PeerLinks::Connected(Link* link, const PeerAddress& peer) {
+  if (link->rpc != nullptr && link->rpc->connection().healthy()) return Status::OK();
+  link->rpc.reset();
+  net::RpcOptions ro = DataPlaneRpcOptions(1, timeout_ms_);
+  Status s = net::RpcClient::Connect(transport_, peer.address, peer.core, ro, &link->rpc);
+  if (!s.ok()) {
     link->rpc.reset();
-    net::RpcOptions ro = DataPlaneRpcOptions(1, timeout_ms_);
-    Status s = net::RpcClient::Connect(transport_, address, peer.core, ro, &link->rpc);
-    if (!s.ok()) {
-      link->rpc.reset();
-      return Status::Unavailable("peer " + address + ": " + std::string(s.message()));
-    }
+    return Status::Unavailable("peer " + peer.address + ": " + std::string(s.message()));
   }
-  reply->clear();
-  Status s = link->rpc->Call(
-      method, {reinterpret_cast<const uint8_t*>(request.data()), request.size()}, reply);
+  return Status::OK();
+}
+
+Status PeerLinks::Failed(Link* link, const std::string& address, Status s) {
   if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout) {
     link->rpc.reset();
     return Status::Unavailable("peer " + address + ": " + std::string(s.message()));
   }
   return s;
+}
+
+Status PeerLinks::Call(const PeerAddress& peer, uint16_t method, std::string_view request,
+                       std::string* reply) {
+  Link* link = LinkTo(peer.address);
+  std::lock_guard<std::mutex> lock(link->mu);
+  PDPM_RETURN_IF_ERROR(Connected(link, peer));
+  reply->clear();
+  Status s = link->rpc->Call(
+      method, {reinterpret_cast<const uint8_t*>(request.data()), request.size()}, reply);
+  return Failed(link, peer.address, std::move(s));
+}
+
+void PeerLinks::CallAll(std::span<PeerCall> calls) {
+  // The links locked in address order (other threads lock several too);
+  // a call to a peer already taken waits for the next round.
+  std::vector<size_t> order(calls.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return calls[a].peer.address < calls[b].peer.address;
+  });
+  while (!order.empty()) {
+    std::vector<size_t> round, later;
+    for (size_t i : order) {
+      if (!round.empty() && calls[round.back()].peer.address == calls[i].peer.address) {
+        later.push_back(i);
+      } else {
+        round.push_back(i);
+      }
+    }
+    std::vector<std::unique_lock<std::mutex>> locks;
+    std::vector<Link*> links;
+    std::vector<bool> started(round.size(), false);
+    for (size_t k = 0; k < round.size(); ++k) {
+      PeerCall& c = calls[round[k]];
+      links.push_back(LinkTo(c.peer.address));
+      locks.emplace_back(links[k]->mu);
+      c.reply.clear();
+      c.status = Connected(links[k], c.peer);
+      if (!c.status.ok()) continue;
+      c.status = links[k]->rpc->Start(
+          c.method, {reinterpret_cast<const uint8_t*>(c.request.data()), c.request.size()});
+      started[k] = c.status.ok();
+      if (!started[k]) c.status = Failed(links[k], c.peer.address, std::move(c.status));
+    }
+    for (size_t k = 0; k < round.size(); ++k) {
+      if (!started[k]) continue;
+      PeerCall& c = calls[round[k]];
+      c.status = Failed(links[k], c.peer.address, links[k]->rpc->Finish(&c.reply));
+    }
+    order = std::move(later);
+  }
 }
 
 }  // namespace pdpm::server

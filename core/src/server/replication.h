@@ -105,6 +105,17 @@ struct PeerAddress {
   uint32_t core = 0;
 };
 
+// One call of PeerLinks::CallAll: its inputs, then its outcome.
+struct PeerCall {
+  PeerCall(PeerAddress p, uint16_t m, std::string_view r)
+      : peer(std::move(p)), method(m), request(r) {}
+  PeerAddress peer;
+  uint16_t method = 0;
+  std::string_view request;
+  Status status;  // as Call's
+  std::string reply;
+};
+
 // One RPC connection per peer server, made on first use and again after it
 // broke. Calls to one peer are serialised.
 class PeerLinks {
@@ -115,12 +126,23 @@ class PeerLinks {
   }
   Status Call(const PeerAddress& peer, uint16_t method, std::string_view request,
               std::string* reply);
+  // Makes every call, those to different peers in flight at once: posts
+  // each request, then waits for each reply, so the wait is the slowest
+  // round trip, not their sum. Calls to one peer go one after another.
+  // Each call's outcome is as Call's.
+  void CallAll(std::span<PeerCall> calls);
 
  private:
   struct Link {
     std::mutex mu;
     std::unique_ptr<net::RpcClient> rpc;  // guarded by mu
   };
+  Link* LinkTo(const std::string& address);
+  // With link->mu held: a healthy connection, made again if it broke.
+  Status Connected(Link* link, const PeerAddress& peer);
+  // Call's failure of a call on `link` for `address`: a lost or late peer
+  // is kUnavailable and its connection dropped.
+  static Status Failed(Link* link, const std::string& address, Status s);
   net::Transport* transport_ = nullptr;
   uint32_t timeout_ms_ = 2000;
   std::mutex mu_;

@@ -719,8 +719,10 @@ uint64_t TxParticipant::KvVersion(uint32_t table, std::string_view key) const {
   return versions_[KvSlot(table, key)].load();
 }
 
-void TxParticipant::KvWritten(uint32_t table, std::string_view key) {
-  if (versions_ != nullptr) versions_[KvSlot(table, key)].fetch_add(1);
+TxParticipant::KvKeyVersion TxParticipant::KvKey(uint32_t table, std::string_view key) {
+  KvKeyVersion v;
+  if (versions_ != nullptr) v.word_ = &versions_[KvSlot(table, key)];
+  return v;
 }
 
 Status TxParticipant::CheckKvEntries(const std::vector<TxEntry>& entries, uint64_t epoch) {

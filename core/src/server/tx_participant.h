@@ -201,8 +201,21 @@ class TxParticipant {
   bool KvLocked(uint32_t table, std::string_view key) const;
   // The key's version word (lock bit included); 0 before Recover.
   uint64_t KvVersion(uint32_t table, std::string_view key) const;
-  // Called inside the vnode mutation that wrote the key.
-  void KvWritten(uint32_t table, std::string_view key);
+  // The version word of a key, found once for a write's lock check and
+  // its bump (the key's hash and the word's cache line taken once).
+  class KvKeyVersion {
+   public:
+    bool locked() const { return word_ != nullptr && (word_->load() & kTxVersionLock) != 0; }
+    // Called inside the vnode mutation that wrote the key.
+    void Written() {
+      if (word_ != nullptr) word_->fetch_add(1);
+    }
+
+   private:
+    friend class TxParticipant;
+    std::atomic<uint64_t>* word_ = nullptr;  // null before Recover
+  };
+  KvKeyVersion KvKey(uint32_t table, std::string_view key);
 
   // The handlers (public for in-process tests); `req` is a whole message.
   Status HandleHello(std::span<const uint8_t> req, std::string* reply);

@@ -18,8 +18,6 @@ using server::Encoder;
 using server::KvRequest;
 
 constexpr uint64_t kResidues = monitor::kKeyResidueMask + 1;
-// Batches of different vnodes in flight at once (beside the caller's).
-constexpr size_t kBatchSenders = 7;
 // A kKvVnodeBatches request carries at most this many bytes of batches
 // (the server takes half a reply's worth); larger ones go vnode by vnode.
 constexpr size_t kVnodeBatchesBytes = 8u << 20;
@@ -46,7 +44,7 @@ Status CheckValueSize(std::string_view key, uint64_t value_len) {
 }  // namespace
 
 ClusterKvStore::ClusterKvStore(std::unique_ptr<client::Client> client, uint32_t failover_wait_ms)
-    : client_(std::move(client)), failover_wait_ms_(failover_wait_ms), senders_(kBatchSenders) {}
+    : client_(std::move(client)), failover_wait_ms_(failover_wait_ms) {}
 
 ClusterKvStore::~ClusterKvStore() = default;
 
@@ -600,13 +598,39 @@ void ClusterKvStore::RunBatch(std::span<KvOp> ops) {
     if (added) sends.emplace_back();
     sends[it->second].push_back(g);
   }
-  senders_.Run(sends.size(), [&](size_t k) {
-    if (sends[k].size() == 1) {
-      SendBatch(ops, groups[sends[k].front()]);
-    } else {
-      SendVnodeBatches(ops, groups, tables, sends[k], table_count);
+  // Every server's request in flight at once, from this thread: a wake-up
+  // of another thread per server a round costs more than the posting.
+  std::vector<VnodeBatches> requests;
+  requests.reserve(sends.size());
+  std::vector<client::Client::TableCallArgs> calls;
+  for (const std::vector<size_t>& members : sends) {
+    if (tables[members.front()] == 0) {
+      SendBatch(ops, groups[members.front()]);  // no server: its error
+      continue;
     }
-  });
+    VnodeBatches& v = requests.emplace_back(EncodeVnodeBatches(ops, groups, tables, members));
+    if (v.batches.size() > kVnodeBatchesBytes) continue;  // each batch alone, below
+    client::Client::TableCallArgs& c = calls.emplace_back();
+    c.route = [&v, &tables, table_count](uint32_t count, uint32_t* table) {
+      // The groups hold under the table count they were made with only.
+      v.regrouped = count != table_count;
+      *table = tables[v.members->front()];
+      return v.regrouped ? Status::FailedPrecondition("the table count changed") : Status::OK();
+    };
+    c.method = server::kKvVnodeBatches;
+    c.body = [&v](uint32_t, std::string* body) { body->append(v.batches); };
+    c.idempotent = v.idempotent;
+  }
+  client_->TableCallAll(calls);
+  size_t k = 0;
+  for (VnodeBatches& v : requests) {
+    if (v.batches.size() > kVnodeBatchesBytes) {
+      for (size_t g : *v.members) SendBatch(ops, groups[g]);
+      continue;
+    }
+    ReadVnodeBatchesReply(ops, groups, v, calls[k].status, calls[k].reply);
+    ++k;
+  }
 }
 
 server::KvRequest ClusterKvStore::BatchRequest(std::span<KvOp> ops,
@@ -652,44 +676,36 @@ void ClusterKvStore::SendBatch(std::span<KvOp> ops, const std::vector<size_t>& g
   ReadBatchReply(ops, group, reply, /*may_answer_none=*/false);
 }
 
-void ClusterKvStore::SendVnodeBatches(std::span<KvOp> ops,
-                                      const std::vector<std::vector<size_t>>& groups,
-                                      const std::vector<uint32_t>& tables,
-                                      const std::vector<size_t>& members, uint32_t table_count) {
+ClusterKvStore::VnodeBatches ClusterKvStore::EncodeVnodeBatches(
+    std::span<KvOp> ops, const std::vector<std::vector<size_t>>& groups,
+    const std::vector<uint32_t>& tables, const std::vector<size_t>& members) {
   // The request's body after its header, encoded once: u64 count, then
   // each batch as bytes (u64 length, written once it is known).
-  std::string batches;
-  bool idempotent = true;
-  Encoder e(&batches);
+  VnodeBatches v;
+  v.members = &members;
+  Encoder e(&v.batches);
   e.U64(members.size());
   for (size_t g : members) {
     KvRequest r = BatchRequest(ops, groups[g]);
     r.table = tables[g];
-    idempotent = idempotent && server::IsKvIdempotent(server::kKvBatch, r);
-    const size_t length_at = batches.size();
+    v.idempotent = v.idempotent && server::IsKvIdempotent(server::kKvBatch, r);
+    const size_t length_at = v.batches.size();
     e.U64(0);
     server::EncodeKvRequest(server::kKvBatch, r, &e);
-    const uint64_t length = batches.size() - length_at - sizeof(uint64_t);
+    const uint64_t length = v.batches.size() - length_at - sizeof(uint64_t);
     for (size_t i = 0; i < sizeof(uint64_t); ++i) {
-      batches[length_at + i] = static_cast<char>(length >> (8 * i));
+      v.batches[length_at + i] = static_cast<char>(length >> (8 * i));
     }
   }
-  if (batches.size() > kVnodeBatchesBytes) {
-    for (size_t g : members) SendBatch(ops, groups[g]);
-    return;
-  }
-  bool regrouped = false;
-  std::string reply;
-  Status s = client_->TableCall(
-      [&](uint32_t count, uint32_t* table) {
-        // The groups hold under the table count they were made with only.
-        regrouped = count != table_count;
-        *table = tables[members.front()];
-        return regrouped ? Status::FailedPrecondition("the table count changed") : Status::OK();
-      },
-      server::kKvVnodeBatches, [&](uint32_t, std::string* body) { body->append(batches); },
-      idempotent, &reply);
-  if (regrouped) {
+  return v;
+}
+
+void ClusterKvStore::ReadVnodeBatchesReply(std::span<KvOp> ops,
+                                           const std::vector<std::vector<size_t>>& groups,
+                                           const VnodeBatches& v, Status s,
+                                           const std::string& reply) {
+  const std::vector<size_t>& members = *v.members;
+  if (v.regrouped) {
     for (size_t g : members) SendBatch(ops, groups[g]);
     return;
   }

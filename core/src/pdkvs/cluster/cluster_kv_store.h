@@ -36,7 +36,6 @@
 #include <vector>
 
 #include "client/client.h"
-#include "pdkvs/cluster/sender_pool.h"
 #include "pdkvs/gateway/kv_store.h"
 #include "server/kv_protocol.h"
 
@@ -69,8 +68,9 @@ class ClusterKvStore final : public KvStore {
   Status Count(uint64_t* count) override;
   Status Flush() override;
   // The ops of each vnode go as one kKvBatch request (one step of its
-  // server, one shipment to its backups), the requests of different vnodes
-  // at once (a SenderPool). An op refused for a key a multi-put holds
+  // server, one shipment to its backups), those of one server as one
+  // kKvVnodeBatches request, the servers' requests in flight at once
+  // (Client::TableCallAll, from the calling thread). An op refused for a key a multi-put holds
   // locked, or whose keys a new table count split, runs again on its own.
   void RunBatch(std::span<KvOp> ops) override;
 
@@ -127,11 +127,22 @@ class ClusterKvStore final : public KvStore {
   // One kKvBatch of the ops `group` names (all of one table under the
   // table count when grouped), in their order.
   void SendBatch(std::span<KvOp> ops, const std::vector<size_t>& group);
-  // One kKvVnodeBatches of the groups `members` names (tables of one
-  // server, grouped under `table_count`): a kKvBatch each, in one request.
-  void SendVnodeBatches(std::span<KvOp> ops, const std::vector<std::vector<size_t>>& groups,
-                        const std::vector<uint32_t>& tables, const std::vector<size_t>& members,
-                        uint32_t table_count);
+  // One kKvVnodeBatches request: the groups `members` names (tables of
+  // one server, grouped under one table count), a kKvBatch each.
+  struct VnodeBatches {
+    const std::vector<size_t>* members = nullptr;
+    std::string batches;  // the body after the header
+    bool idempotent = true;
+    bool regrouped = false;  // the table count changed: not sent
+  };
+  static VnodeBatches EncodeVnodeBatches(std::span<KvOp> ops,
+                                         const std::vector<std::vector<size_t>>& groups,
+                                         const std::vector<uint32_t>& tables,
+                                         const std::vector<size_t>& members);
+  // Applies the outcome of `v` (its call's status and reply) to its ops; a
+  // batch not answered runs again as its own kKvBatch.
+  void ReadVnodeBatchesReply(std::span<KvOp> ops, const std::vector<std::vector<size_t>>& groups,
+                             const VnodeBatches& v, Status s, const std::string& reply);
   // Applies a kKvBatch reply to the ops of `group`: statuses and values;
   // ops not answered, or meeting a multi-put's lock, run again on their
   // own. `may_answer_none`: a reply inside a kKvVnodeBatches one.
@@ -145,7 +156,6 @@ class ClusterKvStore final : public KvStore {
   std::mutex residue_mu_;
   uint32_t residue_count_ = 0;  // table count of residues_
   std::shared_ptr<const ResidueMap> residues_;
-  SenderPool senders_;
 };
 
 }  // namespace pdpm::pdkvs

@@ -686,6 +686,52 @@ TEST_F(KvClusterTest, ReadsOfOneVnodeNeverSeeHalfAWrite) {
 // each kKvBatch runs on its own — those of vnodes the server does not hold
 // are refused alone, nothing of theirs done — and a batch finding the
 // reply full answers as many requests as fit (maybe none).
+TEST_F(KvClusterTest, TableCallAllAnswersEachCallAsTableCallWould) {
+  client::Client* c = kv_->client();
+  const uint32_t tables = c->table_count();
+  std::vector<std::string> keys = KeysOnEveryVnode("tca", 1);  // one per table
+  for (const std::string& k : keys) {
+    SetResult ignored;
+    ASSERT_OK(kv_->Set(k, "v:" + k, SetOptions{}, &ignored));
+  }
+  // A kKvBatch GET of each key to its table's server (several calls per
+  // server: the later ones go as TableCalls), then one whose route fails.
+  std::vector<client::Client::TableCallArgs> calls(keys.size() + 1);
+  std::set<uint32_t> servers;
+  for (size_t i = 0; i < keys.size(); i++) {
+    const uint32_t table = monitor::TableForKey(HashKey(keys[i]), tables);
+    servers.insert(c->table_owner(table));
+    calls[i].route = [table](uint32_t, uint32_t* t) {
+      *t = table;
+      return Status::OK();
+    };
+    calls[i].method = server::kKvBatch;
+    calls[i].body = [&keys, i](uint32_t t, std::string* body) {
+      server::KvRequest r;
+      r.table = t;
+      server::KvBatchEntry& get = r.batch.emplace_back();
+      get.method = server::kKvGet;
+      get.r.key = keys[i];
+      server::Encoder e(body);
+      server::EncodeKvRequest(server::kKvBatch, r, &e);
+    };
+  }
+  ASSERT_GE(servers.size(), 2u);  // calls to several servers in flight
+  calls.back().route = [](uint32_t, uint32_t*) { return Status::FailedPrecondition("no route"); };
+  calls.back().method = server::kKvBatch;
+  calls.back().body = [](uint32_t, std::string*) {};
+  c->TableCallAll(calls);
+  for (size_t i = 0; i < keys.size(); i++) {
+    ASSERT_OK(calls[i].status);
+    std::string alone;
+    ASSERT_OK(c->TableCall(calls[i].route, calls[i].method, calls[i].body, true, &alone));
+    EXPECT_EQ(calls[i].reply, alone) << keys[i];
+    EXPECT_NE(calls[i].reply.find("v:" + keys[i]), std::string::npos) << keys[i];
+  }
+  EXPECT_EQ(calls.back().status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(calls.back().status.message(), "no route");
+}
+
 TEST_F(KvClusterTest, VnodeBatchesRunEachBatchOnItsOwn) {
   using server::Decoder;
   using server::Encoder;

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# CPU time and context switches per request of the pDKVS gateway's cluster
+# (docs/benchmarks.md "pDKVS", issue 7): starts `pdpm up` as
+# scripts/bench-kv.sh does (three servers, --replicas 2) and redis-server,
+# runs one warm-up SET -P 16, then each case against the gateway and Redis,
+# and prints per case the throughput of both and, from /proc, the CPU time
+# (utime + stime) of the monitor, the servers and the gateway per request
+# and their context switches (voluntary + involuntary) per request. Unlike
+# throughput, these two hold on a busy shared host.
+# usage: scripts/bench-kv-cpu.sh BUILD_DIR [REQUESTS] [CASE...]
+#   CASE: set:16:64 (test:pipeline:value bytes); default set:16:64
+#   get:16:64 set:16:1024 set:1:64 get:1:64
+set -euo pipefail
+build=$1
+requests=${2:-150000}
+shift $(($# < 2 ? $# : 2))
+cases=("$@")
+((${#cases[@]})) || cases=(set:16:64 get:16:64 set:16:1024 set:1:64 get:1:64)
+pdpm=$build/src/tools/pdpm
+dir=$(mktemp -d "${PDPM_BENCH_PM_DIR:-/dev/shm}/pdkvs-cpu.XXXXXX")
+free_ports() { "$(dirname "$0")/free-ports" "$1"; }
+rport=$(free_ports 1)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" >/dev/null &
+rpid=$!
+trap '"$pdpm" down --dir "$dir/cluster" >/dev/null 2>&1 || true; kill $rpid 2>/dev/null || true
+      wait 2>/dev/null || true; rm -rf "$dir"' EXIT
+"$pdpm" up --dir "$dir/cluster" --replicas 2 --pm-size 3GiB --segment-size 256MiB \
+  --monitor-port "$(free_ports 1)" --server-port "$(free_ports 3)" \
+  --gateway-port "$(free_ports 1)" --timeout 60s >/dev/null
+gport=$(sed 's/.*://' "$dir/cluster/gateway.addr")
+pids=$(cat "$dir"/cluster/*.pid)
+for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+# Sum over the cluster's processes: "ticks switches".
+usage() {
+  local t=0 c=0 p
+  for p in $pids; do
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    c=$((c + $(cat "/proc/$p"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}')))
+  done
+  echo "$t $c"
+}
+rps() {  # port pipeline test value_size
+  redis-benchmark -p "$1" -c 50 -n "$requests" -P "$2" -t "$3" -d "$4" -r 100000 -q 2>/dev/null |
+    tr '\r' '\n' | awk '/requests per second/ {v=$2} END {print v+0}'
+}
+hz=$(getconf CLK_TCK)
+echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
+rps "$gport" 16 set 64 >/dev/null
+for c in "${cases[@]}"; do
+  IFS=: read -r t p d <<<"$c"
+  read -r t0 c0 < <(usage)
+  g=$(rps "$gport" "$p" "$t" "$d")
+  read -r t1 c1 < <(usage)
+  r=$(rps "$rport" "$p" "$t" "$d")
+  awk -v t="$t" -v p="$p" -v d="$d" -v g="$g" -v r="$r" -v dt=$((t1 - t0)) -v dc=$((c1 - c0)) \
+    -v n="$requests" -v hz="$hz" 'BEGIN {
+      printf "%s -P%s %sB: gateway %s redis %s ratio %.3f cpu_us/req %.2f csw/req=%.2f\n",
+        t, p, d, g, r, (r > 0 ? g / r : 0), dt * 1e6 / hz / n, dc / n }'
+done
+echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
