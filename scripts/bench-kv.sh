@@ -19,19 +19,8 @@ seconds=${LOADGEN_SECONDS:-20}
 rounds=${LOADGEN_ROUNDS:-3}
 pdpm=$build/src/tools/pdpm
 loadgen=$build/src/pdkvs/loadgen/pdkvs-loadgen
-dir=$(mktemp -d "${PDPM_BENCH_PM_DIR:-/dev/shm}/pdkvs-bench.XXXXXX")
-# free_ports N: the first of N consecutive ports that are free now.
-free_ports() { "$(dirname "$0")/free-ports" "$1"; }
-rport=$(free_ports 1)
-redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" >/dev/null &
-rpid=$!
-trap '"$pdpm" down --dir "$dir/cluster" >/dev/null 2>&1 || true; kill $rpid 2>/dev/null || true
-      wait 2>/dev/null || true; rm -rf "$dir"' EXIT
-"$pdpm" up --dir "$dir/cluster" --replicas 2 --pm-size 3GiB --segment-size 256MiB \
-  --monitor-port "$(free_ports 1)" --server-port "$(free_ports 3)" \
-  --gateway-port "$(free_ports 1)" --timeout 60s >/dev/null
-gport=$(sed 's/.*://' "$dir/cluster/gateway.addr")
-for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+source "$(dirname "$0")/kv-bench-cluster.sh"
+start_kv_bench_cluster pdkvs-bench
 
 # Requests per second of one redis-benchmark run.
 rps() {  # port pipeline test value_size
