@@ -534,12 +534,7 @@ class ClientImpl final : public Client, public TxHost {
           maybe_applied = true;
         }
       }
-      if (s.code() == StatusCode::kTimeout) {
-        s = Status::Unavailable("server " + std::to_string(server) + ": " +
-                                std::string(s.message()));
-      }
-      bool retry = s.code() == StatusCode::kStaleEpoch ||
-                   (s.code() == StatusCode::kUnavailable && (idempotent || !maybe_applied));
+      const bool retry = Retryable(server, idempotent, maybe_applied, &s);
       if (!retry || !MayRetry(*m, attempt, deadline)) break;
       if (ref.lock.owns_lock()) ref.lock.unlock();
       if (s.code() == StatusCode::kUnavailable) ReportUnreachable(*m, server);
@@ -557,23 +552,26 @@ class ClientImpl final : public Client, public TxHost {
     return s;
   }
 
+  // Whether an attempt that failed with `*s` on `server` may go again: a
+  // refused epoch or route always, an unreachable server unless the request
+  // may have reached it (`maybe_applied`) and must not run twice. A timeout
+  // becomes kUnavailable naming the server.
+  static bool Retryable(uint32_t server, bool idempotent, bool maybe_applied, Status* s) {
+    if (s->code() == StatusCode::kTimeout) {
+      *s = Status::Unavailable("server " + std::to_string(server) + ": " +
+                               std::string(s->message()));
+    }
+    return s->code() == StatusCode::kStaleEpoch ||
+           (s->code() == StatusCode::kUnavailable && (idempotent || !maybe_applied));
+  }
+
   // The outcome `s` of a TableCallAll attempt on `server`, as Call judges
-  // it: final, or the call goes on as a TableCall (added to `again`) —
-  // unless it may have reached the server and may not run twice.
+  // it: final, or the call goes on as a TableCall (added to `again`).
   static void Finished(uint32_t server, ConnRef* ref, Status s, TableCallArgs* call,
                        std::vector<size_t>* again, size_t index) {
-    bool maybe_applied = false;
-    if (IsConnectionFailure(s)) {
-      ref->conn->rpc.reset();
-      maybe_applied = true;
-    }
-    if (s.code() == StatusCode::kTimeout) {
-      s = Status::Unavailable("server " + std::to_string(server) + ": " + std::string(s.message()));
-    }
-    const bool retry =
-        s.code() == StatusCode::kStaleEpoch ||
-        (s.code() == StatusCode::kUnavailable && (call->idempotent || !maybe_applied));
-    if (retry) {
+    const bool maybe_applied = IsConnectionFailure(s);
+    if (maybe_applied) ref->conn->rpc.reset();
+    if (Retryable(server, call->idempotent, maybe_applied, &s)) {
       again->push_back(index);
     } else {
       call->status = std::move(s);

@@ -133,7 +133,7 @@ Status PeerLinks::Connected(Link* link, const PeerAddress& peer) {
   return Status::OK();
 }
 
-Status PeerLinks::Failed(Link* link, const std::string& address, Status s) {
+Status PeerLinks::Judged(Link* link, const std::string& address, Status s) {
   if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout) {
     link->rpc.reset();
     return Status::Unavailable("peer " + address + ": " + std::string(s.message()));
@@ -149,7 +149,7 @@ Status PeerLinks::Call(const PeerAddress& peer, uint16_t method, std::string_vie
   reply->clear();
   Status s = link->rpc->Call(
       method, {reinterpret_cast<const uint8_t*>(request.data()), request.size()}, reply);
-  return Failed(link, peer.address, std::move(s));
+  return Judged(link, peer.address, std::move(s));
 }
 
 void PeerLinks::CallAll(std::span<PeerCall> calls) {
@@ -182,12 +182,12 @@ void PeerLinks::CallAll(std::span<PeerCall> calls) {
       c.status = links[k]->rpc->Start(
           c.method, {reinterpret_cast<const uint8_t*>(c.request.data()), c.request.size()});
       started[k] = c.status.ok();
-      if (!started[k]) c.status = Failed(links[k], c.peer.address, std::move(c.status));
+      if (!started[k]) c.status = Judged(links[k], c.peer.address, std::move(c.status));
     }
     for (size_t k = 0; k < round.size(); ++k) {
       if (!started[k]) continue;
       PeerCall& c = calls[round[k]];
-      c.status = Failed(links[k], c.peer.address, links[k]->rpc->Finish(&c.reply));
+      c.status = Judged(links[k], c.peer.address, links[k]->rpc->Finish(&c.reply));
     }
     order = std::move(later);
   }

@@ -140,9 +140,9 @@ class PeerLinks {
   Link* LinkTo(const std::string& address);
   // With link->mu held: a healthy connection, made again if it broke.
   Status Connected(Link* link, const PeerAddress& peer);
-  // Call's failure of a call on `link` for `address`: a lost or late peer
-  // is kUnavailable and its connection dropped.
-  static Status Failed(Link* link, const std::string& address, Status s);
+  // The outcome `s` of a call on `link` to `address`, as Call returns it:
+  // a lost or late peer is kUnavailable and its connection dropped.
+  static Status Judged(Link* link, const std::string& address, Status s);
   net::Transport* transport_ = nullptr;
   uint32_t timeout_ms_ = 2000;
   std::mutex mu_;

@@ -70,8 +70,9 @@ class ClusterKvStore final : public KvStore {
   // The ops of each vnode go as one kKvBatch request (one step of its
   // server, one shipment to its backups), those of one server as one
   // kKvVnodeBatches request, the servers' requests in flight at once
-  // (Client::TableCallAll, from the calling thread). An op refused for a key a multi-put holds
-  // locked, or whose keys a new table count split, runs again on its own.
+  // (Client::TableCallAll, from the calling thread). An op refused for a
+  // key a multi-put holds locked, or whose keys a new table count split,
+  // runs again on its own.
   void RunBatch(std::span<KvOp> ops) override;
 
   client::Client* client() { return client_.get(); }
