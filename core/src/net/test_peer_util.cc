@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -159,17 +160,13 @@ void PeerProcess::Signal(int sig) {
 }
 
 void PeerProcess::Freeze() {
-  Signal(SIGSTOP);
-  std::string path = "/proc/" + std::to_string(pid_) + "/stat";
-  for (int i = 0; i < 1000; i++) {
-    char buf[512] = {};
-    int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) return;
-    ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
-    ::close(fd);
-    const char* paren = n > 0 ? std::strrchr(buf, ')') : nullptr;
-    if (paren != nullptr && (paren[2] == 'T' || paren[2] == 't')) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGSTOP);
+  // kill() only queues the signal: a thread running on another CPU goes on
+  // until it is interrupted. The stop is reported to the parent (us) once
+  // every thread of the process has stopped.
+  int status = 0;
+  while (::waitpid(pid_, &status, WUNTRACED) < 0 && errno == EINTR) {
   }
 }
 

@@ -628,6 +628,11 @@ TEST_F(VerbsPair, NotifyFdWakesASleepingCaller) {
 TEST_F(VerbsPair, HungPeerTimesOutAndDeadPeerFailsOps) {
   // A stopped server's NIC still places data but nobody answers persist.
   ASSERT_EQ(kill(server_, SIGSTOP), 0);
+  // Reported once every thread of the server has stopped; until then a
+  // thread running on another CPU may still answer.
+  int status;
+  ASSERT_EQ(waitpid(server_, &status, WUNTRACED), server_);
+  ASSERT_TRUE(WIFSTOPPED(status));
   Op op = Write(0, 8192, 64);
   op.persist = true;
   auto start = Clock::now();
@@ -640,7 +645,6 @@ TEST_F(VerbsPair, HungPeerTimesOutAndDeadPeerFailsOps) {
 
   ASSERT_EQ(kill(server_, SIGKILL), 0);
   killed_ = true;
-  int status;
   ASSERT_EQ(waitpid(server_, &status, 0), server_);
   server_ = -1;
   start = Clock::now();
