@@ -57,6 +57,14 @@ class ServerConnsTest : public ::testing::Test {
     return o;
   }
 
+  // Takes a connection (preferring the first) and keeps it locked in `*lock`.
+  ServerConns::Conn* Hold(ServerConns* conns, std::unique_lock<std::mutex>* lock) {
+    ServerConns::Conn* c = nullptr;
+    Status s = conns->Acquire(transport_.get(), rpc_options_, 0, &c, lock);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return s.ok() ? c : nullptr;
+  }
+
   std::unique_ptr<net::Transport> server_transport_;
   std::unique_ptr<net::RpcServer> server_;  // destroyed before its transport
   std::unique_ptr<net::Transport> transport_;
@@ -72,16 +80,15 @@ TEST_F(ServerConnsTest, SecondThreadTakesAFreeConnectionToAOneCoreServer) {
   StartServer(1);
   ServerConns conns(address_, /*cores=*/1, /*connections=*/2, kStagingSize);
   ASSERT_EQ(conns.size(), 2u);
-  ServerConns::Conn* held = nullptr;
   std::unique_lock<std::mutex> held_lock;
-  Status s = conns.Acquire(transport_.get(), rpc_options_, 0, &held, &held_lock);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ServerConns::Conn* held = Hold(&conns, &held_lock);
+  ASSERT_NE(held, nullptr);
   ASSERT_TRUE(held->rpc->Start(kEcho, Bytes("first")).ok());
 
   auto other = std::async(std::launch::async, [&] { return CallOn(&conns, 0, "second"); });
   const bool completed = other.wait_for(10s) == std::future_status::ready;
   std::string first;
-  s = held->rpc->Finish(&first);
+  Status s = held->rpc->Finish(&first);
   EXPECT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(first, "first");
   held_lock.unlock();  // lets a waiting second thread go, so that get() returns
@@ -99,10 +106,9 @@ TEST_F(ServerConnsTest, SecondThreadTakesAFreeConnectionToAOneCoreServer) {
 TEST_F(ServerConnsTest, AllBusyWaitsForThePreferredConnection) {
   StartServer(1);
   ServerConns conns(address_, /*cores=*/1, /*connections=*/1, kStagingSize);
-  ASSERT_EQ(conns.size(), 1u);
-  ServerConns::Conn* held = nullptr;
   std::unique_lock<std::mutex> held_lock;
-  ASSERT_TRUE(conns.Acquire(transport_.get(), rpc_options_, 0, &held, &held_lock).ok());
+  ServerConns::Conn* held = Hold(&conns, &held_lock);
+  ASSERT_NE(held, nullptr);
   auto other = std::async(std::launch::async, [&] { return CallOn(&conns, 0, "waited"); });
   EXPECT_EQ(other.wait_for(100ms), std::future_status::timeout);
   held_lock.unlock();
