@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/server_conns.h"
 #include "monitor/monitor_client.h"
 #include "monitor/placement.h"
 #include "net/buffer_pool.h"
@@ -409,16 +410,7 @@ class ClientImpl final : public Client, public TxHost {
   }
 
  private:
-  // One connection to one core of a server, used by one thread at a time.
-  struct Conn {
-    std::mutex mu;
-    std::unique_ptr<net::RpcClient> rpc;       // guarded by mu
-    std::unique_ptr<net::BufferPool> staging;  // one buffer for one-sided ops
-  };
-  struct ServerConns {
-    std::string address;
-    std::vector<std::unique_ptr<Conn>> conns;
-  };
+  using Conn = ServerConns::Conn;
   using Route = std::function<Status(const Mapping&, uint32_t* server)>;
   using Body = std::function<void(Encoder&)>;
 
@@ -467,36 +459,22 @@ class ClientImpl final : public Client, public TxHost {
     {
       std::lock_guard<std::mutex> l(conns_mu_);
       auto& slot = conns_[server];
-      if (slot == nullptr || slot->address != it->second.address) {
-        slot = std::make_shared<ServerConns>();
-        slot->address = it->second.address;
-        for (uint32_t i = 0; i < it->second.cores; i++) {
-          slot->conns.push_back(std::make_unique<Conn>());
-        }
+      if (slot == nullptr || slot->address() != it->second.address) {
+        slot = std::make_shared<ServerConns>(it->second.address, it->second.cores,
+                                             options_.connections_per_server, kStagingSize);
       }
       ref->owner = slot;
     }
-    size_t core =
-        std::hash<std::thread::id>{}(std::this_thread::get_id()) % ref->owner->conns.size();
-    Conn* c = ref->owner->conns[core].get();
-    ref->lock = std::unique_lock<std::mutex>(c->mu);
-    if (c->staging == nullptr) {
-      PDPM_RETURN_IF_ERROR(net::BufferPool::Create(
-          transport_.get(), kStagingSize, 1, net::kRemoteRead | net::kRemoteWrite, &c->staging));
+    const size_t preferred = std::hash<std::thread::id>{}(std::this_thread::get_id());
+    Status s = ref->owner->Acquire(transport_.get(),
+                                   server::DataPlaneRpcOptions(1, options_.op_timeout_ms),
+                                   preferred, &ref->conn, &ref->lock);
+    if (!s.ok()) ref->conn = nullptr;
+    if (s.code() == StatusCode::kUnavailable) {
+      return Status::Unavailable("server " + std::to_string(server) + " at " +
+                                 std::string(s.message()));
     }
-    if (c->rpc == nullptr || !c->rpc->connection().healthy()) {
-      c->rpc.reset();
-      net::RpcOptions ro = server::DataPlaneRpcOptions(1, options_.op_timeout_ms);
-      Status s = net::RpcClient::Connect(transport_.get(), ref->owner->address,
-                                         static_cast<uint32_t>(core), ro, &c->rpc);
-      if (!s.ok()) {
-        c->rpc.reset();
-        return Status::Unavailable("server " + std::to_string(server) + " at " +
-                                   ref->owner->address + ": " + std::string(s.message()));
-      }
-    }
-    ref->conn = c;
-    return Status::OK();
+    return s;
   }
 
   // An RPC routed by `route`, refreshed and retried once when the server

@@ -30,8 +30,9 @@
 //       kUnavailable        the server is dead or unreachable (within the
 //                           transport timeout); the monitor is unreachable
 //       kResourceExhausted  no PM left
-//   * Thread-safe: one Client may be shared by many threads; calls to one
-//     server are spread over its per-core connections.
+//   * Thread-safe: one Client may be shared by many threads; a call to a
+//     server takes one of the client's connections to it that is free
+//     (ClientOptions::connections_per_server), waiting only when all are busy.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +69,12 @@ struct ClientOptions {
   // it gives up with kUnavailable. Longer than the monitor's down timeout
   // (10 s by default) plus a backup's promotion.
   uint32_t failover_wait_ms = 30000;
+  // Connections kept to each server (made on first use): at least one per
+  // server core, and at least this many. A call takes a free one, so this
+  // many threads calling one server at once need not wait for each other;
+  // give the number of threads that call concurrently (the pDKVS gateway
+  // gives its event-loop threads).
+  uint32_t connections_per_server = 1;
 };
 
 class Client {

@@ -422,6 +422,13 @@ void DataServer::SyncLoop() {
 }
 
 Status DataServer::SyncBackup(uint32_t g, ReplicaId backup) {
+  // Whether the backup still needs a fill, from the monitor's mapping of
+  // now: the placement held here may predate the in-sync report of a fill
+  // another thread just finished (the creator's first fill and the sync
+  // loop both fill a new segment's backups), and a fill of an in-sync
+  // backup wipes its region header until the copy ends — a primary lost
+  // meanwhile would leave a backup that cannot be promoted.
+  PDPM_RETURN_IF_ERROR(RefreshMapping());
   Segment* seg;
   PeerAddress address;
   uint64_t epoch;

@@ -53,6 +53,9 @@ Status OpenStore(const StoreFlags& f, uint32_t threads, const Logger& log,
   if (!f.monitor.empty()) {
     client::ClientOptions options;
     options.monitor = f.monitor;
+    // Each event loop its own connection to a server: a loop's round in
+    // flight to a server does not hold up the other loops' rounds.
+    options.connections_per_server = threads;
     PDPM_RETURN_IF_ERROR(ReadSecretFile("secret-file", f.secret_file, &options.cluster_secret));
     PDPM_RETURN_IF_ERROR(net::ParseBackendKind(f.transport, &options.transport));
     std::unique_ptr<ClusterKvStore> store;
