@@ -39,8 +39,8 @@ build-fuzz: deps
 	cmake --preset fuzz -S core >/dev/null
 	cmake --build build/fuzz -j $(JOBS) --target fuzzers
 
-# Everything: the whole core suite optimised, the PM and transport suites
-# under ASan+UBSan and TSan, each fuzzer for a bounded time, the operator,
+# Everything: the whole core suite optimised, the PM, transport and client
+# suites under ASan+UBSan and TSan, each fuzzer for a bounded time, the operator,
 # pDKVS linearizability under kill -9, and the pm, net, pdkvs and cluster
 # suites on real verbs and DAX in the hardware guest.
 test: deps
@@ -51,10 +51,10 @@ test-core: build
 	cd build/release && $(CTEST)
 
 test-asan: build-asan
-	cd build/asan && $(CTEST) -L '^(common|pm|net|pdkvs)$$'
+	cd build/asan && $(CTEST) -L '^(common|pm|net|client|pdkvs)$$'
 
 test-tsan: build-tsan
-	cd build/tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L '^(common|pm|net|pdkvs)$$'
+	cd build/tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L '^(common|pm|net|client|pdkvs)$$'
 
 test-fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_SECONDS)
