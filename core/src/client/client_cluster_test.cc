@@ -34,7 +34,7 @@ std::string Pattern(size_t n, uint32_t seed) {
 
 class ClusterFixture : public ::testing::Test {
  protected:
-  explicit ClusterFixture(LocalClusterOptions options) : cluster_(options) {}
+  explicit ClusterFixture(const LocalClusterOptions& options) : cluster_(options) {}
   void SetUp() override {
     Status s = cluster_.Start();
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -681,6 +681,7 @@ TEST_F(CrossReplicationTest, WritersBeyondServingThreadsNeverWaitForThePeer) {
   }
   std::atomic<int> failures{0}, stalls{0};
   std::vector<std::thread> writers;
+  writers.reserve(kWriters);
   for (int w = 0; w < kWriters; w++) {
     writers.emplace_back([&, w] {
       std::unique_ptr<Client> c;
@@ -693,7 +694,7 @@ TEST_F(CrossReplicationTest, WritersBeyondServingThreadsNeverWaitForThePeer) {
       for (uint64_t i = 0; i < kOps; i++) {
         auto start = std::chrono::steady_clock::now();
         s = c->PutObj({static_cast<uint64_t>(w + 1), i},
-                      Pattern(3000, static_cast<uint32_t>(w * 1000 + i)));
+                      Pattern(3000, static_cast<uint32_t>(static_cast<uint64_t>(w) * 1000 + i)));
         if (!s.ok()) {
           ADD_FAILURE() << "writer " << w << " op " << i << ": " << s.ToString();
           failures++;
@@ -718,7 +719,7 @@ TEST_F(CrossReplicationTest, WritersBeyondServingThreadsNeverWaitForThePeer) {
       std::string got;
       Status s = client_->GetObj({static_cast<uint64_t>(w + 1), i}, &got);
       ASSERT_TRUE(s.ok()) << s.ToString();
-      ASSERT_EQ(got, Pattern(3000, static_cast<uint32_t>(w * 1000 + i)));
+      ASSERT_EQ(got, Pattern(3000, static_cast<uint32_t>(static_cast<uint64_t>(w) * 1000 + i)));
     }
   }
 }

@@ -71,7 +71,7 @@ std::string ProcessStacks(pid_t pid) {
   out = "(no gdb) threads of " + p + ", wait channels:";
   std::string tasks = "/proc/" + p + "/task/";
   if (DIR* d = ::opendir(tasks.c_str()); d != nullptr) {
-    while (dirent* e = ::readdir(d)) {
+    while (dirent* e = ::readdir(d)) {  // NOLINT(concurrency-mt-unsafe): this thread's stream
       if (e->d_name[0] == '.') continue;
       out += " " + std::string(e->d_name) + ":" + ReadAll(tasks + e->d_name + "/wchan");
     }
@@ -145,7 +145,7 @@ bool ChildProcess::WaitFor(uint32_t timeout_ms, int* wait_status) {
   return true;
 }
 
-LocalCluster::LocalCluster(LocalClusterOptions options)
+LocalCluster::LocalCluster(const LocalClusterOptions& options)
     : options_(options), servers_(static_cast<size_t>(options.servers)) {
   std::string base = "/tmp";
   if (const char* t = Env("PDPM_TEST_TMPDIR"); t != nullptr) {

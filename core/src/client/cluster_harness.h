@@ -94,7 +94,7 @@ inline ClientOptions TestClientOptions(const std::string& monitor, const std::st
 
 class LocalCluster {
  public:
-  explicit LocalCluster(LocalClusterOptions options = {});
+  explicit LocalCluster(const LocalClusterOptions& options = {});
   ~LocalCluster();
 
   // Starts the monitor and every server; returns once all serve.

@@ -39,7 +39,7 @@ TxCoordinator::TxCoordinator(TxHost* host) : host_(host), id_(NewCoordinatorId()
   // Test hook: "phase:n" makes the process _exit at the n-th pass of phase.
   // "phase:n" as PDPM_TX_STOP_AT makes it stop (SIGSTOP) there instead.
   auto parse = [](const char* name, std::string* phase, uint64_t* countdown) {
-    const char* spec = std::getenv(name);
+    const char* spec = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): env never changes
     if (spec == nullptr) return;
     std::string v(spec);
     size_t colon = v.find(':');

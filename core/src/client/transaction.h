@@ -124,7 +124,7 @@ class Transaction {
   struct Slot {
     uint32_t server;
     uint32_t slot;
-    auto operator<=>(const Slot&) const = default;
+    auto operator<=>(const Slot&) const = default;  // NOLINT(modernize-use-nullptr): tidy 14 bug
   };
   // Reads the version words of [offset, offset+len) of `segment` on its primary.
   Status ReadVersions(uint32_t server, uint32_t segment, uint64_t offset, uint64_t len,

@@ -25,20 +25,23 @@ Status ClusterConfig::Parse(const std::string& path, const std::string& text, Cl
   ClusterConfig c;
   c.path_ = path;
   size_t pos = 0;
-  for (int number = 1; pos < text.size(); number++) {
+  int number = 1;
+  auto invalid = [&](const std::string& what) {
+    return Status::InvalidArgument(path + " line " + std::to_string(number) + ": " + what);
+  };
+  for (; pos < text.size(); number++) {
     size_t nl = text.find('\n', pos);
     std::string_view raw(text.data() + pos, (nl == std::string::npos ? text.size() : nl) - pos);
     pos = nl == std::string::npos ? text.size() : nl + 1;
     std::string line = Trim(raw);
     if (line.empty() || line[0] == '#') continue;
-    const std::string where = path + " line " + std::to_string(number);
     size_t eq = line.find('=');
     if (eq == std::string::npos || Trim(line.substr(0, eq)).empty()) {
-      return Status::InvalidArgument(where + ": not a key = value line: " + line);
+      return invalid("not a key = value line: " + line);
     }
     std::string key = Trim(line.substr(0, eq));
     if (!c.values_.emplace(key, Trim(line.substr(eq + 1))).second) {
-      return Status::InvalidArgument(where + ": " + key + " is given twice");
+      return invalid(key + " is given twice");
     }
   }
   if (c.Has("config_version") && c.Get("config_version") != "1") {

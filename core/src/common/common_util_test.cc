@@ -46,6 +46,7 @@ TEST(Logger, ConcurrentLinesStayWhole) {
   log.Debug("dropped below the level");
   constexpr int kThreads = 4, kLines = 50;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kLines; ++i) log.Info("event", {{"thread", t}, {"i", i}});

@@ -34,7 +34,8 @@ Status::Status(StatusCode code, std::string_view message) : code_(code) {
 Status Status::FromErrno(std::string_view m, int err) {
   std::string msg(m);
   msg += ": ";
-  msg += std::strerror(err);
+  char buffer[128];
+  msg += strerror_r(err, buffer, sizeof(buffer));  // GNU: the message, wherever it lives
   return Status(StatusCode::kIOError, msg);
 }
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 namespace pdpm::monitor {
 namespace {
 
@@ -51,10 +53,10 @@ ReconfigureInput Input(const v1::ClusterView& v, std::set<uint32_t> dead,
                        std::set<uint32_t> leaving = {}) {
   ReconfigureInput in;
   in.epoch = v.epoch() + 1;
-  in.dead = dead;
-  in.leaving = leaving;
+  in.dead = std::move(dead);
+  in.leaving = std::move(leaving);
   for (const auto& s : v.servers()) {
-    if (!dead.count(s.id()) && !leaving.count(s.id())) {
+    if (!in.dead.count(s.id()) && !in.leaving.count(s.id())) {
       in.candidates.push_back({s.id(), s.segment_count(), 0, {}});
     }
   }

@@ -117,19 +117,19 @@ class FileMap {
     void* reserved = mmap(nullptr, length + kAlign, PROT_NONE,
                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (reserved == MAP_FAILED) return OsError("reserve address space for " + path, errno);
-    const auto start = reinterpret_cast<uintptr_t>(reserved);
-    const uintptr_t aligned = (start + kAlign - 1) / kAlign * kAlign;
+    char* const start = static_cast<char*>(reserved);
+    char* const aligned = start + (kAlign - reinterpret_cast<uintptr_t>(start) % kAlign) % kAlign;
     // Replaces part of our own reservation: the range is never unmapped.
-    void* addr = mmap(reinterpret_cast<void*>(aligned), length, PROT_READ | PROT_WRITE,
+    void* addr = mmap(aligned, length, PROT_READ | PROT_WRITE,
                       MAP_FIXED | (shared ? MAP_SHARED : MAP_PRIVATE), fd, 0);
     const int err = errno;
     if (addr == MAP_FAILED) {
       munmap(reserved, length + kAlign);
       return OsError("map " + path, err);
     }
-    if (aligned > start) munmap(reserved, aligned - start);
-    const size_t tail = start + length + kAlign - (aligned + length);
-    if (tail > 0) munmap(reinterpret_cast<void*>(aligned + length), tail);
+    if (aligned > start) munmap(start, aligned - start);
+    const size_t tail = start + kAlign - aligned;  // past aligned + length
+    if (tail > 0) munmap(aligned + length, tail);
     out->reset(new FileMap(static_cast<char*>(addr), length));
     return Status::OK();
   }
@@ -150,10 +150,11 @@ class FileMap {
 // acknowledged after it, so the process stops (recovery starts from what
 // is durable).
 void MsyncPersist(const void* addr, size_t len) {
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(addr) / page * page;
-  const auto end = reinterpret_cast<uintptr_t>(addr) + len;
-  if (msync(reinterpret_cast<void*>(begin), end - begin, MS_SYNC) != 0) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  // msync wants a page-aligned start: back up to the page that holds addr.
+  const uintptr_t into_page = reinterpret_cast<uintptr_t>(addr) % page;
+  char* const begin = const_cast<char*>(static_cast<const char*>(addr)) - into_page;
+  if (msync(begin, len + into_page, MS_SYNC) != 0) {
     std::fprintf(stderr, "pdpm: msync of PM range [%p, +%zu) failed: %s\n", addr, len,
                  std::strerror(errno));  // NOLINT(concurrency-mt-unsafe): aborting
     std::abort();

@@ -34,7 +34,7 @@ int OpenFiles(pid_t pid) {
   DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
   if (d == nullptr) return -1;
   int n = 0;
-  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';  // NOLINT(concurrency-mt-unsafe)
   ::closedir(d);
   return n;
 }

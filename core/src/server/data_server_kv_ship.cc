@@ -37,6 +37,7 @@ void DataServer::MutateTogether(std::vector<DeferredKvBatch>* jobs, std::vector<
     }
   }
   std::vector<std::unique_lock<FairMutex>> locks;
+  locks.reserve(order.size());
   for (size_t i : order) locks.emplace_back(js[i].seg->repl_mu);
 
   // Each batch runs as inside Mutate, its persists captured.

@@ -340,7 +340,8 @@ void DataServer::Reconcile(const v1::GetMappingResponse& m) {
     }
   }
   if (!promote.empty() && refuse_promotions_ms_ < 0) {
-    const char* ms = std::getenv("PDPM_TEST_REFUSE_PROMOTIONS_MS");
+    const char* ms =
+        std::getenv("PDPM_TEST_REFUSE_PROMOTIONS_MS");  // NOLINT(concurrency-mt-unsafe)
     refuse_promotions_ms_ = ms == nullptr ? 0 : std::atoll(ms);
     refuse_promotions_until_ =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(refuse_promotions_ms_);

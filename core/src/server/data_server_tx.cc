@@ -128,9 +128,8 @@ TxHooks DataServer::MakeTxHooks() {
     Status s = TxKv(segment, table, copy, epoch, tag, create, keys, op);
     // Test hook (pdkvs cluster test): the primary dies once the first part
     // of a table segment's commit (its vnode's) reached the backups.
-    // NOLINTNEXTLINE(concurrency-mt-unsafe): PDPM never modifies its environment
     if (s.ok() && tag.kind == TxTagKind::kCommitPart && copy == TxCopy::kPrimary &&
-        std::getenv("PDPM_TEST_TX_EXIT_AFTER_PART") != nullptr) {
+        std::getenv("PDPM_TEST_TX_EXIT_AFTER_PART") != nullptr) {  // NOLINT(concurrency-mt-unsafe)
       _exit(86);
     }
     return s;

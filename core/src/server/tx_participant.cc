@@ -16,7 +16,7 @@ using dsm::TxEntryKind;
 using dsm::TxRecordKind;
 using dsm::TxState;
 
-Status Begin(Decoder* d, const TxHooks& hooks, uint64_t* coordinator, RequestHeader* h) {
+Status Begin(Decoder* d, uint64_t* coordinator, RequestHeader* h) {
   PDPM_RETURN_IF_ERROR(d->Header(h));
   PDPM_RETURN_IF_ERROR(d->U64(coordinator));
   if (*coordinator == 0) return Status::InvalidArgument("coordinator id 0");
@@ -324,7 +324,7 @@ Status TxParticipant::HandleHello(std::span<const uint8_t> req, std::string* rep
   Decoder d(req);
   RequestHeader h;
   uint64_t coordinator = 0;
-  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
+  PDPM_RETURN_IF_ERROR(Begin(&d, &coordinator, &h));
   PDPM_RETURN_IF_ERROR(d.Done());
   PDPM_RETURN_IF_ERROR(hooks_.check(h));
   Locked lock(this);
@@ -334,11 +334,11 @@ Status TxParticipant::HandleHello(std::span<const uint8_t> req, std::string* rep
   return Status::OK();
 }
 
-Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* reply) {
+Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* /*reply*/) {
   Decoder d(req);
   RequestHeader h;
   uint64_t coordinator = 0, tx = 0, info = 0, counts = 0;
-  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
+  PDPM_RETURN_IF_ERROR(Begin(&d, &coordinator, &h));
   PDPM_RETURN_IF_ERROR(d.U64(&tx));
   PDPM_RETURN_IF_ERROR(d.U64(&info));
   PDPM_RETURN_IF_ERROR(d.U64(&counts));
@@ -646,7 +646,10 @@ Status TxParticipant::Apply(const Rec& rec) {
     }
   }
   for (size_t i = 0; i < order.size(); i++) {
-    const auto& [segment, entries] = order[i];
+    // Named references, not a structured binding: the lambdas below
+    // capture them.
+    const auto& segment = order[i].first;
+    const auto& entries = order[i].second;
     // A table segment's pDKVS vnode and object table are two mutations: the
     // first ships as a part, so that a backup marks its BACKUP record
     // applied only with the last (a promotion between them applies both).
@@ -918,7 +921,7 @@ Status TxParticipant::ParseTxRequest(std::span<const uint8_t> req, uint64_t* coo
                                      uint64_t* tx, uint64_t* extra) {
   Decoder d(req);
   RequestHeader h;
-  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, coordinator, &h));
+  PDPM_RETURN_IF_ERROR(Begin(&d, coordinator, &h));
   PDPM_RETURN_IF_ERROR(d.U64(tx));
   if (extra != nullptr) PDPM_RETURN_IF_ERROR(d.U64(extra));
   PDPM_RETURN_IF_ERROR(d.Done());
@@ -956,7 +959,7 @@ Status TxParticipant::HandleTruncate(std::span<const uint8_t> req, std::string* 
   Decoder d(req);
   RequestHeader h;
   uint64_t coordinator = 0, n = 0;
-  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
+  PDPM_RETURN_IF_ERROR(Begin(&d, &coordinator, &h));
   PDPM_RETURN_IF_ERROR(d.U64(&n));
   if (n > (1u << 20)) return Status::InvalidArgument("truncate: too many transactions");
   std::vector<uint64_t> txs(n);
@@ -1036,7 +1039,7 @@ Status TxParticipant::HandleTable(std::span<const uint8_t> req, std::string* rep
   RequestHeader h;
   uint64_t coordinator = 0;
   dsm::ObjectId id;
-  PDPM_RETURN_IF_ERROR(Begin(&d, hooks_, &coordinator, &h));
+  PDPM_RETURN_IF_ERROR(Begin(&d, &coordinator, &h));
   PDPM_RETURN_IF_ERROR(d.U64(&id.hi));
   PDPM_RETURN_IF_ERROR(d.U64(&id.lo));
   PDPM_RETURN_IF_ERROR(d.Done());

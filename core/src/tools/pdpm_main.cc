@@ -307,17 +307,15 @@ Status ReadAll(int fd, const std::string& name, uint64_t limit, const std::strin
                std::string* out) {
   out->clear();
   char buf[1 << 16];
-  while (true) {
+  while (out->size() <= limit) {
     ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Status::FromErrno("read " + name, errno);
     if (n == 0) return Status::OK();
     out->append(buf, static_cast<size_t>(n));
-    if (out->size() > limit) {
-      return Status::TooLarge(name + " is larger than the largest " + what + " (" +
-                              HumanBytes(limit) + ")");
-    }
   }
+  return Status::TooLarge(name + " is larger than the largest " + what + " (" + HumanBytes(limit) +
+                          ")");
 }
 
 Status WriteAll(int fd, const std::string& name, std::string_view data) {

@@ -87,10 +87,11 @@ class MonitorConfigTest : public ::testing::Test {
 TEST_F(MonitorConfigTest, StartsFromTheOperatorsFile) {
   ChildProcess monitor;
   std::string log = etcd_.dir() + "/monitor.log";
-  std::string address = StartMonitor(&monitor,
-                                     {"--config=" PDPM_OPERATOR_CONFIG, "--etcd", etcd_.endpoints(),
-                                      "--secret-file", secret_, "--lease-ttl", "2s"},
-                                     log);
+  std::string address =
+      StartMonitor(&monitor,
+                   {std::string("--config=") + PDPM_OPERATOR_CONFIG, "--etcd", etcd_.endpoints(),
+                    "--secret-file", secret_, "--lease-ttl", "2s"},
+                   log);
   ASSERT_FALSE(address.empty()) << FileTail(log);
   MonitorClientOptions mo;
   mo.cluster_secret = kSecret;

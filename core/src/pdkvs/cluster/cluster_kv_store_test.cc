@@ -29,7 +29,7 @@ namespace {
 
 #define ASSERT_OK(expr)                              \
   do {                                               \
-    const Status status_ = (expr);                   \
+    const Status& status_ = (expr);                  \
     ASSERT_TRUE(status_.ok()) << status_.ToString(); \
   } while (0)
 
@@ -125,6 +125,7 @@ class KvClusterTest : public ::testing::Test {
   // Every key of `want` reads back its value.
   void ExpectAll(KvStore* kv, const std::map<std::string, std::string>& want) {
     std::vector<std::string_view> keys;
+    keys.reserve(want.size());
     for (const auto& [k, v] : want) keys.push_back(k);
     std::vector<std::optional<std::string>> got;
     Status s = kv->MultiGet(keys, &got);
@@ -154,6 +155,7 @@ class KvClusterTest : public ::testing::Test {
   static Status PutAll(KvStore* kv, const std::vector<std::string>& keys, const std::string& value,
                        bool if_none_exist, bool* applied) {
     std::vector<std::pair<std::string_view, std::string_view>> pairs;
+    pairs.reserve(keys.size());
     for (const auto& k : keys) pairs.emplace_back(k, value);
     return kv->MultiPut(pairs, if_none_exist, applied);
   }
@@ -307,6 +309,7 @@ TEST_F(KvClusterTest, MultiKeyOperationsScanCountAndFlushSpanVnodes) {
   std::map<std::string, std::string> want;
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
   for (int i = 0; i < 300; i++) want["key" + std::to_string(i)] = "value" + std::to_string(i);
+  pairs.reserve(want.size());
   for (const auto& [k, v] : want) pairs.emplace_back(k, v);
   bool applied = false;
   ASSERT_OK(kv->MultiPut(pairs, /*if_none_exist=*/false, &applied));
@@ -362,6 +365,7 @@ TEST_F(KvClusterTest, ConcurrentWritersKeepTheirLastValues) {
   std::unique_ptr<ClusterKvStore> second;
   ASSERT_OK(OpenStore(&second));
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; t++) {
     threads.emplace_back([&, t] {
       KvStore* kv = t % 2 == 0 ? kv_.get() : second.get();
@@ -397,6 +401,7 @@ TEST_F(KvClusterTest, KillDuringWritesLosesNothing) {
   std::unique_ptr<ClusterKvStore> second;
   ASSERT_OK(OpenStore(&second));
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; t++) {
     threads.emplace_back([&, t] {
       KvStore* kv = t == 0 ? kv_.get() : second.get();
@@ -459,7 +464,7 @@ TEST_F(KvClusterTest, WholeClusterRestartKeepsEveryKey) {
     SetOptions o;
     if (i % 10 == 0) {
       o.expiry = SetOptions::Expiry::kSet;
-      o.expire_at_ms = NowMs() + 3600 * 1000;
+      o.expire_at_ms = NowMs() + uint64_t{3600} * 1000;
     }
     ASSERT_OK(kv_->Set(key, want[key], o, &r));
   }
@@ -496,6 +501,7 @@ TEST_F(KvClusterTest, MultiPutAcrossVnodesIsAtomicForReaders) {
   std::atomic<bool> stop{false};
   std::atomic<int> puts{0}, reads{0}, torn{0}, errors{0};
   std::vector<std::thread> threads;
+  threads.reserve(2);
   for (int w = 0; w < 2; w++) {
     threads.emplace_back([&, w] {
       KvStore* kv = w == 0 ? kv_.get() : second.get();
@@ -629,6 +635,7 @@ TEST_F(KvClusterTest, ReadsOfOneVnodeNeverSeeHalfAWrite) {
   std::atomic<bool> stop{false};
   std::atomic<int> writes{0}, reads{0}, torn{0};
   std::vector<std::thread> threads;
+  threads.reserve(2);
   // Writer 0 multi-puts (0x40b), writer 1 sends batches of sets (0x413).
   for (int w = 0; w < 2; w++) {
     threads.emplace_back([&, w] {
@@ -970,6 +977,7 @@ TEST_F(KvClusterTest, MultiPutIfNoneExistIsAllOrNothingUnderContention) {
     for (int t = 0; t < kThreads; t++) wants[t] = {ring[t], ring[(t + 1) % kThreads]};
     std::vector<int> applied(kThreads, 0);
     std::vector<std::thread> threads;
+    threads.reserve(kThreads);
     for (int t = 0; t < kThreads; t++) {
       threads.emplace_back([&, t] {
         KvStore* kv = t % 2 == 0 ? kv_.get() : second.get();
@@ -1090,6 +1098,7 @@ TEST_F(KvClusterTest, ServerKilledDuringMultiPutsLosesNoneAndTearsNone) {
     return Checked("w" + std::to_string(w) + "@" + std::to_string(g));
   };
   std::vector<std::thread> threads;
+  threads.reserve(kWriters);
   for (int w = 0; w < kWriters; w++) {
     threads.emplace_back([&, w] {
       KvStore* kv = w == 0 ? kv_.get() : second.get();
@@ -1179,6 +1188,7 @@ TEST_F(KvClusterManyVnodesTest, BatchesShippedTogetherSurviveAServerKill) {
   std::vector<std::vector<std::string>> keys(kThreads);
   for (int t = 0; t < kThreads; t++) keys[t] = KeysOnEveryVnode("m" + std::to_string(t) + "-", 4);
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; t++) {
     threads.emplace_back([&, t] {
       KvStore* kv = t == 0 ? kv_.get() : second.get();
@@ -1187,7 +1197,8 @@ TEST_F(KvClusterManyVnodesTest, BatchesShippedTogetherSurviveAServerKill) {
         std::vector<KvOp> ops(keys[t].size());
         for (size_t i = 0; i < ops.size(); i++) {
           values.push_back(
-              Checked(std::string(50 + (round * 7 + i) % 300, 'a' + t) + std::to_string(round)));
+              Checked(std::string(50 + (static_cast<size_t>(round) * 7 + i) % 300, 'a' + t) +
+                      std::to_string(round)));
           ops[i].kind = KvOp::Kind::kSet;
           ops[i].key = keys[t][i];
           ops[i].value = values.back();

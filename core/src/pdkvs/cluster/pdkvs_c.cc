@@ -75,6 +75,7 @@ int pdkvs_get(pdkvs_store* s, const void* key, size_t key_len, void** value, siz
   void* p = std::malloc(v.size() + 1);
   if (p == nullptr) return Report(s, Status::ResourceExhausted("out of memory for the value"));
   std::memcpy(p, v.data(), v.size());
+  static_cast<char*>(p)[v.size()] = '\0';  // a text value prints as a C string
   *value = p;
   *value_len = v.size();
   return PDPM_OK;
