@@ -25,8 +25,9 @@ typedef struct pdkvs_store pdkvs_store;
 int pdkvs_open(const char* monitor, const char* secret, const char* transport, pdkvs_store** out);
 void pdkvs_close(pdkvs_store* s);
 
-/* *value is allocated with malloc (free it with pdkvs_free); PDPM_NOT_FOUND
- * when the key is absent. */
+/* *value is allocated with malloc (free it with pdkvs_free) and holds
+ * *value_len bytes followed by a NUL (a text value is a C string);
+ * PDPM_NOT_FOUND when the key is absent. */
 int pdkvs_get(pdkvs_store* s, const void* key, size_t key_len, void** value, size_t* value_len);
 
 /* Conditions of pdkvs_put. */

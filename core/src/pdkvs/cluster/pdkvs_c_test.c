@@ -40,7 +40,7 @@ int pdkvs_c_abi_test(const char* monitor, const char* secret, const char* transp
   size_t n = 0;
   CHECK(pdkvs_put(s, "c-abi", 5, "one\0two", 7, PDKVS_PUT_ALWAYS, 0) == PDPM_OK);
   CHECK(pdkvs_get(s, "c-abi", 5, &v, &n) == PDPM_OK);
-  CHECK(n == 7 && memcmp(v, "one\0two", 7) == 0);
+  CHECK(n == 7 && memcmp(v, "one\0two", 7) == 0 && ((const char*)v)[7] == '\0');
   pdkvs_free(v);
   CHECK(pdkvs_put(s, "c-abi", 5, "x", 1, PDKVS_PUT_IF_ABSENT, 0) == PDPM_ALREADY_EXISTS);
   CHECK(strlen(pdkvs_last_error(s)) > 0);
