@@ -19,13 +19,16 @@
 namespace pdpm::server {
 namespace {
 
-// Whether /proc/<pid>/maps lists a mapping starting at `addr`.
+// Whether /proc/<pid>/maps lists a mapping that contains `addr`. Not one
+// that starts there: the kernel merges a new anonymous mapping into its
+// neighbours when their flags match (under ASan it lands next to the
+// allocator's own), so its first byte can sit anywhere inside a line.
 bool MapsAddress(pid_t pid, const void* addr) {
-  char start[32];
-  std::snprintf(start, sizeof(start), "%lx-", reinterpret_cast<unsigned long>(addr));
+  const auto a = reinterpret_cast<unsigned long>(addr);
   std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
   for (std::string line; std::getline(maps, line);) {
-    if (line.rfind(start, 0) == 0) return true;
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && lo <= a && a < hi) return true;
   }
   return false;
 }
