@@ -436,6 +436,144 @@ bool VerbsConnection::TakeSignal(bool wanted) {
   return false;
 }
 
+void VerbsConnection::FillWorkRequest(const Op& op, VerbsRegion* region, uint64_t remote_address,
+                                      bool persist, ibv_send_wr* wr, ibv_sge* sge) {
+  *wr = ibv_send_wr{};
+  *sge = ibv_sge{};
+  // The device addresses registered memory by I/O address (io_base +
+  // offset); inline data is copied by the CPU from the real address.
+  sge->addr = region->io_base() + op.local.offset;
+  sge->length = op.local.length;
+  sge->lkey = region->lkey();
+  wr->wr_id = ++posted_;
+  wr->sg_list = sge;
+  wr->num_sge = op.local.length == 0 ? 0 : 1;
+  switch (op.opcode) {
+    case Opcode::kRead:
+      wr->opcode = IBV_WR_RDMA_READ;
+      wr->wr.rdma.remote_addr = remote_address;
+      wr->wr.rdma.rkey = op.remote_key;
+      last_read_ = posted_;
+      break;
+    case Opcode::kWrite:
+    case Opcode::kWriteWithImm:
+      // A persisted WRITE_WITH_IMM travels as WRITE + persist request;
+      // the peer raises the Incoming event once the range is durable.
+      wr->opcode = op.opcode == Opcode::kWriteWithImm && !persist ? IBV_WR_RDMA_WRITE_WITH_IMM
+                                                                  : IBV_WR_RDMA_WRITE;
+      wr->imm_data = htonl(op.imm);
+      wr->wr.rdma.remote_addr = remote_address;
+      wr->wr.rdma.rkey = op.remote_key;
+      if (op.local.length <= link_->max_inline) {
+        wr->send_flags |= IBV_SEND_INLINE;
+        sge->addr = reinterpret_cast<uintptr_t>(region->data() + op.local.offset);
+      }
+      // A write must not overtake an earlier READ or atomic whose result
+      // lands in memory it may be sending.
+      if (last_read_ > retired_) wr->send_flags |= IBV_SEND_FENCE;
+      break;
+    case Opcode::kCompareSwap:
+    case Opcode::kFetchAdd:
+      wr->opcode = op.opcode == Opcode::kCompareSwap ? IBV_WR_ATOMIC_CMP_AND_SWP
+                                                     : IBV_WR_ATOMIC_FETCH_AND_ADD;
+      wr->wr.atomic.remote_addr = remote_address;
+      wr->wr.atomic.rkey = op.remote_key;
+      wr->wr.atomic.compare_add = op.compare_or_add;
+      wr->wr.atomic.swap = op.swap;
+      last_read_ = posted_;
+      break;
+  }
+}
+
+Status VerbsConnection::CheckLocal(const Op& op) const {
+  const LocalBuffer& local = op.local;
+  VerbsRegion* region = OwnRegion(local.region);
+  if (region == nullptr) {
+    return Status::InvalidArgument(std::string(OpcodeName(op.opcode)) +
+                                   ": local buffer not registered with this transport");
+  }
+  if (local.offset > region->size() || local.length > region->size() - local.offset) {
+    return Status::InvalidArgument(std::string(OpcodeName(op.opcode)) +
+                                   ": local buffer outside its region");
+  }
+  switch (op.opcode) {
+    case Opcode::kCompareSwap:
+    case Opcode::kFetchAdd:
+      if (local.length != 8 || op.remote_offset % 8 != 0 ||
+          (reinterpret_cast<uintptr_t>(region->data()) + local.offset) % 8 != 0) {
+        return Status::InvalidArgument(std::string(OpcodeName(op.opcode)) +
+                                       ": atomics take 8 bytes at 8-aligned offsets");
+      }
+      if (device_->attr().atomic_cap == IBV_ATOMIC_NONE) {
+        return Status::NotSupported("device " + device_->name() + " has no atomics");
+      }
+      break;
+    case Opcode::kRead:
+    case Opcode::kWrite:
+    case Opcode::kWriteWithImm:
+      if (local.length > device_->options().max_transfer ||
+          local.length > device_->attr().max_mr_size) {
+        return Status::TooLarge(std::string(OpcodeName(op.opcode)) + " of " +
+                                std::to_string(local.length) + " bytes exceeds max_transfer");
+      }
+      break;
+    default:
+      return Status::InvalidArgument("unknown opcode " +
+                                     std::to_string(static_cast<int>(op.opcode)));
+  }
+  return Status::OK();
+}
+
+Status VerbsConnection::CheckRemote(const Op& op, const Device::RangeInfo& range) const {
+  uint32_t needed = op.opcode == Opcode::kRead ? kRemoteRead
+                    : op.opcode == Opcode::kWrite || op.opcode == Opcode::kWriteWithImm
+                        ? kRemoteWrite
+                        : kRemoteAtomic;
+  if (op.remote_offset > range.size || op.local.length > range.size - op.remote_offset) {
+    return Status::OutOfRange(std::string(OpcodeName(op.opcode)) + " outside the remote range");
+  }
+  if ((range.access & needed) == 0) {
+    return Status::PermissionDenied(std::string(OpcodeName(op.opcode)) +
+                                    ": no such access right to the remote range");
+  }
+  return Status::OK();
+}
+
+bool VerbsConnection::PostAlone(const Op& op) {
+  if (op.persist || recent_range_ == nullptr || recent_key_ != op.remote_key) return false;
+  if (op.opcode != Opcode::kRead && op.opcode != Opcode::kWrite &&
+      op.opcode != Opcode::kWriteWithImm) {
+    return false;
+  }
+  if (!CheckLocal(op).ok() || !CheckRemote(op, *recent_range_).ok()) return false;
+  if ((peer_max_transfer_ != 0 && op.local.length > peer_max_transfer_) ||
+      signaled_outstanding_ + (op.signaled ? 1 : 0) > device_->options().max_outstanding ||
+      1 + link_->sq_depth / 8 > FreeSendSlots()) {
+    return false;
+  }
+  const bool had_expected = !pending_.empty() && last_signaled_ >= pending_.front().first_seq;
+  ibv_send_wr wr;
+  ibv_sge sge;
+  FillWorkRequest(op, static_cast<VerbsRegion*>(op.local.region),
+                  recent_range_->io_base + op.remote_offset, false, &wr, &sge);
+  if (TakeSignal(op.signaled)) {
+    wr.send_flags |= IBV_SEND_SIGNALED;
+    last_signaled_ = posted_;
+  }
+  Pending pending{};
+  pending.first_seq = pending.last_seq = posted_;
+  pending.id = op.id;
+  pending.opcode = op.opcode;
+  pending.signaled = op.signaled;
+  pending_.push_back(std::move(pending));
+  if (op.signaled) signaled_outstanding_++;
+  if (!had_expected) progress_++;  // the stall clock starts now
+  ibv_send_wr* bad = nullptr;
+  int err = ibv_post_send(link_->id->qp, &wr, &bad);
+  if (err != 0) Break(Status::FromErrno("ibv_post_send", err));
+  return true;
+}
+
 Status VerbsConnection::Post(std::span<const Op> ops) {
   std::lock_guard lock(mu_);
   if (broken_ || peer_gone_ || !link_) {
@@ -443,43 +581,11 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
         "connection to " + peer_address_ + " is broken: " +
         (broken_status_.ok() ? std::string("peer disconnected") : broken_status_.ToString()));
   }
+  if (ops.size() == 1 && PostAlone(ops[0])) return Status::OK();
   const TransportOptions& options = device_->options();
   size_t requests = 0, signaled = 0;
   for (const Op& op : ops) {
-    const LocalBuffer& local = op.local;
-    VerbsRegion* region = OwnRegion(local.region);
-    if (region == nullptr) {
-      return Status::InvalidArgument(std::string(OpcodeName(op.opcode)) +
-                                     ": local buffer not registered with this transport");
-    }
-    if (local.offset > region->size() || local.length > region->size() - local.offset) {
-      return Status::InvalidArgument(std::string(OpcodeName(op.opcode)) +
-                                     ": local buffer outside its region");
-    }
-    switch (op.opcode) {
-      case Opcode::kCompareSwap:
-      case Opcode::kFetchAdd:
-        if (local.length != 8 || op.remote_offset % 8 != 0 ||
-            (reinterpret_cast<uintptr_t>(region->data()) + local.offset) % 8 != 0) {
-          return Status::InvalidArgument(std::string(OpcodeName(op.opcode)) +
-                                         ": atomics take 8 bytes at 8-aligned offsets");
-        }
-        if (device_->attr().atomic_cap == IBV_ATOMIC_NONE) {
-          return Status::NotSupported("device " + device_->name() + " has no atomics");
-        }
-        break;
-      case Opcode::kRead:
-      case Opcode::kWrite:
-      case Opcode::kWriteWithImm:
-        if (local.length > options.max_transfer || local.length > device_->attr().max_mr_size) {
-          return Status::TooLarge(std::string(OpcodeName(op.opcode)) + " of " +
-                                  std::to_string(local.length) + " bytes exceeds max_transfer");
-        }
-        break;
-      default:
-        return Status::InvalidArgument("unknown opcode " +
-                                       std::to_string(static_cast<int>(op.opcode)));
-    }
+    PDPM_RETURN_IF_ERROR(CheckLocal(op));
     bool persist = op.persist && op.opcode != Opcode::kRead && op.opcode != Opcode::kCompareSwap &&
                    op.opcode != Opcode::kFetchAdd;
     requests += persist ? 2 : 1;
@@ -502,28 +608,15 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
       FinishReady();
       return Status::OK();
     }
-    uint32_t needed = op.opcode == Opcode::kRead ? kRemoteRead
-                      : op.opcode == Opcode::kWrite || op.opcode == Opcode::kWriteWithImm
-                          ? kRemoteWrite
-                          : kRemoteAtomic;
     if (peer_max_transfer_ != 0 && op.local.length > peer_max_transfer_) {
       return Status::TooLarge(std::string(OpcodeName(op.opcode)) + " of " +
                               std::to_string(op.local.length) + " bytes exceeds the peer's " +
                               std::to_string(peer_max_transfer_));
     }
-    if (!found) {
-      target.refused = Status::PermissionDenied("no range with key " +
-                                                std::to_string(op.remote_key) + " at the peer");
-    } else if (op.remote_offset > target.range.size ||
-               op.local.length > target.range.size - op.remote_offset) {
-      target.refused =
-          Status::OutOfRange(std::string(OpcodeName(op.opcode)) + " outside the remote range");
-    } else if ((target.range.access & needed) == 0) {
-      target.refused = Status::PermissionDenied(std::string(OpcodeName(op.opcode)) +
-                                                ": no such access right to the remote range");
-    } else {
-      target.refused = Status::OK();
-    }
+    target.refused = found
+                         ? CheckRemote(op, target.range)
+                         : Status::PermissionDenied("no range with key " +
+                                                    std::to_string(op.remote_key) + " at the peer");
     refused_any = refused_any || !target.refused.ok();
   }
   // An op refused here completes in order, behind the ops posted before
@@ -567,51 +660,8 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
     pending.signaled = op.signaled;
     pending.needs_reply = persist;
 
+    FillWorkRequest(op, region, remote_address, persist, &wrs_[w], &sges_[w]);
     ibv_send_wr& wr = wrs_[w];
-    ibv_sge& sge = sges_[w];
-    // The device addresses registered memory by I/O address (io_base +
-    // offset); inline data is copied by the CPU from the real address.
-    sge.addr = region->io_base() + op.local.offset;
-    sge.length = op.local.length;
-    sge.lkey = region->lkey();
-    wr.wr_id = ++posted_;
-    wr.sg_list = &sge;
-    wr.num_sge = op.local.length == 0 ? 0 : 1;
-    switch (op.opcode) {
-      case Opcode::kRead:
-        wr.opcode = IBV_WR_RDMA_READ;
-        wr.wr.rdma.remote_addr = remote_address;
-        wr.wr.rdma.rkey = op.remote_key;
-        last_read_ = posted_;
-        break;
-      case Opcode::kWrite:
-      case Opcode::kWriteWithImm:
-        // A persisted WRITE_WITH_IMM travels as WRITE + persist request;
-        // the peer raises the Incoming event once the range is durable.
-        wr.opcode = op.opcode == Opcode::kWriteWithImm && !persist ? IBV_WR_RDMA_WRITE_WITH_IMM
-                                                                   : IBV_WR_RDMA_WRITE;
-        wr.imm_data = htonl(op.imm);
-        wr.wr.rdma.remote_addr = remote_address;
-        wr.wr.rdma.rkey = op.remote_key;
-        if (op.local.length <= link_->max_inline) {
-          wr.send_flags |= IBV_SEND_INLINE;
-          sge.addr = reinterpret_cast<uintptr_t>(region->data() + op.local.offset);
-        }
-        // A write must not overtake an earlier READ or atomic whose result
-        // lands in memory it may be sending.
-        if (last_read_ > retired_) wr.send_flags |= IBV_SEND_FENCE;
-        break;
-      case Opcode::kCompareSwap:
-      case Opcode::kFetchAdd:
-        wr.opcode = op.opcode == Opcode::kCompareSwap ? IBV_WR_ATOMIC_CMP_AND_SWP
-                                                      : IBV_WR_ATOMIC_FETCH_AND_ADD;
-        wr.wr.atomic.remote_addr = remote_address;
-        wr.wr.atomic.rkey = op.remote_key;
-        wr.wr.atomic.compare_add = op.compare_or_add;
-        wr.wr.atomic.swap = op.swap;
-        last_read_ = posted_;
-        break;
-    }
     if (TakeSignal(op.signaled && !persist)) {
       wr.send_flags |= IBV_SEND_SIGNALED;
       last_signaled_ = posted_;

@@ -146,6 +146,21 @@ class VerbsConnection final : public Connection {
   // first use of a key on a connection). *found is false for a key the
   // peer does not have. Fails only if the connection breaks meanwhile.
   Status DescribeRemote(uint32_t key, Device::RangeInfo* info, bool* found);
+  // Why `op`'s local buffer cannot be used (InvalidArgument, TooLarge,
+  // NotSupported), or OK.
+  Status CheckLocal(const Op& op) const;
+  // Why the peer's device would refuse `op` on `range` (bounds, rights), or OK.
+  Status CheckRemote(const Op& op, const Device::RangeInfo& range) const;
+  // Fills one work request (taking the next sequence number) for `op`,
+  // whose local buffer CheckLocal accepted, at `remote_address`.
+  void FillWorkRequest(const Op& op, VerbsRegion* region, uint64_t remote_address, bool persist,
+                       ibv_send_wr* wr, ibv_sge* sge);
+  // The common post, one READ, WRITE or WRITE_WITH_IMM without persist to
+  // the range addressed last, without the batch bookkeeping of the general
+  // path (a few microseconds a message in an emulated guest). False, with
+  // nothing queued, when the op needs the general path, which then also
+  // produces its error.
+  bool PostAlone(const Op& op);
   // Queues `op` as already failed (its completion keeps posting order).
   void AcceptFailed(const Op& op, const Status& status);
   void FlushDeferredLocked();
