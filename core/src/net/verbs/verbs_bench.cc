@@ -142,9 +142,12 @@ Endpoint OpenEndpoint() {
   // would take a core from the NIC's work, which perftest's idle server
   // leaves alone.
   for (uint64_t idle_polls = 0;;) {
+    // Each poll drains the whole completion queue; the replies' own
+    // completions (failures only: they are unsignaled) are collected after
+    // answering, off the path of the next request.
     size_t n = c->PollIncoming(in);
     answer(n);
-    c->PollCompletions(done);
+    if (n > 0) c->PollCompletions(done);
     idle_polls = n > 0 ? 0 : idle_polls + 1;
     if (idle_polls < kSpinPolls) continue;
     idle_polls = 0;
