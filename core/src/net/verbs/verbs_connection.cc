@@ -539,6 +539,34 @@ Status VerbsConnection::CheckRemote(const Op& op, const Device::RangeInfo& range
   return Status::OK();
 }
 
+Status VerbsConnection::CheckRoom(size_t requests, size_t signaled) const {
+  if (signaled_outstanding_ + signaled > device_->options().max_outstanding) {
+    return Status::ResourceExhausted("more than max_outstanding signaled ops in flight");
+  }
+  // Keep room for the replies to the peer's persist requests (deferred
+  // when the queue is full, but never starved by our own ops).
+  if (requests + link_->sq_depth / 8 > FreeSendSlots()) {
+    return Status::ResourceExhausted("send queue full: poll completions first");
+  }
+  return Status::OK();
+}
+
+bool VerbsConnection::ExpectingCompletion() const {
+  return !pending_.empty() && last_signaled_ >= pending_.front().first_seq;
+}
+
+void VerbsConnection::AddPending(const Op& op, uint64_t first_seq, bool needs_reply) {
+  Pending pending{};
+  pending.first_seq = first_seq;
+  pending.last_seq = posted_;
+  pending.id = op.id;
+  pending.opcode = op.opcode;
+  pending.signaled = op.signaled;
+  pending.needs_reply = needs_reply;
+  pending_.push_back(std::move(pending));
+  if (op.signaled) signaled_outstanding_++;
+}
+
 bool VerbsConnection::PostAlone(const Op& op) {
   if (op.persist || recent_range_ == nullptr || recent_key_ != op.remote_key) return false;
   if (op.opcode != Opcode::kRead && op.opcode != Opcode::kWrite &&
@@ -547,11 +575,10 @@ bool VerbsConnection::PostAlone(const Op& op) {
   }
   if (!CheckLocal(op).ok() || !CheckRemote(op, *recent_range_).ok()) return false;
   if ((peer_max_transfer_ != 0 && op.local.length > peer_max_transfer_) ||
-      signaled_outstanding_ + (op.signaled ? 1 : 0) > device_->options().max_outstanding ||
-      1 + link_->sq_depth / 8 > FreeSendSlots()) {
+      !CheckRoom(1, op.signaled ? 1 : 0).ok()) {
     return false;
   }
-  const bool had_expected = !pending_.empty() && last_signaled_ >= pending_.front().first_seq;
+  const bool had_expected = ExpectingCompletion();
   ibv_send_wr wr;
   ibv_sge sge;
   FillWorkRequest(op, static_cast<VerbsRegion*>(op.local.region),
@@ -560,13 +587,7 @@ bool VerbsConnection::PostAlone(const Op& op) {
     wr.send_flags |= IBV_SEND_SIGNALED;
     last_signaled_ = posted_;
   }
-  Pending pending{};
-  pending.first_seq = pending.last_seq = posted_;
-  pending.id = op.id;
-  pending.opcode = op.opcode;
-  pending.signaled = op.signaled;
-  pending_.push_back(std::move(pending));
-  if (op.signaled) signaled_outstanding_++;
+  AddPending(op, posted_, false);
   if (!had_expected) progress_++;  // the stall clock starts now
   ibv_send_wr* bad = nullptr;
   int err = ibv_post_send(link_->id->qp, &wr, &bad);
@@ -582,7 +603,6 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
         (broken_status_.ok() ? std::string("peer disconnected") : broken_status_.ToString()));
   }
   if (ops.size() == 1 && PostAlone(ops[0])) return Status::OK();
-  const TransportOptions& options = device_->options();
   size_t requests = 0, signaled = 0;
   for (const Op& op : ops) {
     PDPM_RETURN_IF_ERROR(CheckLocal(op));
@@ -628,20 +648,12 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
       refused_any && !remote_ranges_.empty() &&
       std::any_of(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.retired; });
   if (needs_marker) requests++;
-  if (signaled_outstanding_ + signaled > options.max_outstanding) {
-    return Status::ResourceExhausted("more than max_outstanding signaled ops in flight");
-  }
-  // Keep room for the replies to the peer's persist requests (deferred
-  // when the queue is full, but never starved by our own ops).
-  size_t reserve = link_->sq_depth / 8;
-  if (requests + reserve > FreeSendSlots()) {
-    return Status::ResourceExhausted("send queue full: poll completions first");
-  }
+  PDPM_RETURN_IF_ERROR(CheckRoom(requests, signaled));
   if (ops.empty()) return Status::OK();
 
   wrs_.assign(requests, ibv_send_wr{});
   sges_.assign(requests, ibv_sge{});
-  bool had_expected = !pending_.empty() && last_signaled_ >= pending_.front().first_seq;
+  const bool had_expected = ExpectingCompletion();
   size_t w = 0;
   for (size_t op_index = 0; op_index < ops.size(); op_index++) {
     const Op& op = ops[op_index];
@@ -653,13 +665,7 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
     auto* region = static_cast<VerbsRegion*>(op.local.region);
     bool persist =
         op.persist && (op.opcode == Opcode::kWrite || op.opcode == Opcode::kWriteWithImm);
-    Pending pending{};
-    pending.first_seq = posted_ + 1;
-    pending.id = op.id;
-    pending.opcode = op.opcode;
-    pending.signaled = op.signaled;
-    pending.needs_reply = persist;
-
+    const uint64_t first_seq = posted_ + 1;
     FillWorkRequest(op, region, remote_address, persist, &wrs_[w], &sges_[w]);
     ibv_send_wr& wr = wrs_[w];
     if (TakeSignal(op.signaled && !persist)) {
@@ -697,9 +703,7 @@ Status VerbsConnection::Post(std::span<const Op> ops) {
       last_signaled_ = posted_;
       w++;
     }
-    pending.last_seq = posted_;
-    pending_.push_back(std::move(pending));
-    if (op.signaled) signaled_outstanding_++;
+    AddPending(op, first_seq, persist);
   }
   if (needs_marker) {
     const auto& [key, range] = *remote_ranges_.begin();

@@ -155,9 +155,17 @@ class VerbsConnection final : public Connection {
   // whose local buffer CheckLocal accepted, at `remote_address`.
   void FillWorkRequest(const Op& op, VerbsRegion* region, uint64_t remote_address, bool persist,
                        ibv_send_wr* wr, ibv_sge* sge);
+  // Why `requests` more work requests, `signaled` of them the caller's,
+  // do not fit now (kResourceExhausted), or OK.
+  Status CheckRoom(size_t requests, size_t signaled) const;
+  // Whether a signaled request already posted will retire the oldest op
+  // (else a post starts the op timeout's stall clock).
+  bool ExpectingCompletion() const;
+  // Records the caller's op whose requests are [first_seq, posted_].
+  void AddPending(const Op& op, uint64_t first_seq, bool needs_reply);
   // The common post, one READ, WRITE or WRITE_WITH_IMM without persist to
   // the range addressed last, without the batch bookkeeping of the general
-  // path (a few microseconds a message in an emulated guest). False, with
+  // path (about a microsecond a post in the emulated guest). False, with
   // nothing queued, when the op needs the general path, which then also
   // produces its error.
   bool PostAlone(const Op& op);
