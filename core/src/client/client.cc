@@ -674,17 +674,16 @@ class ClientImpl final : public Client, public TxHost {
         return HeapWriteThroughPrimary(addr, buf, len);
       }
       uint32_t failed = seg.server;
-      {
+      if (write && !seg.backups.empty()) {
+        // A write is durable only once every in-sync copy has it: it goes
+        // to all of them at once.
+        std::vector<Mapping::Copy> copies{{seg.server, seg.key}};
+        copies.insert(copies.end(), seg.backups.begin(), seg.backups.end());
+        s = WriteCopies(*m, copies, addr.offset, buf, len, &failed);
+      } else {
         ConnRef ref;
         s = GetConn(*m, seg.server, &ref);
         if (s.ok()) s = Transfer(ref.conn, seg.key, addr.offset, buf, len, write, persisted);
-      }
-      // A write is durable only once every in-sync copy has it.
-      for (size_t b = 0; write && s.ok() && b < seg.backups.size(); b++) {
-        failed = seg.backups[b].server;
-        ConnRef ref;
-        s = GetConn(*m, failed, &ref);
-        if (s.ok()) s = Transfer(ref.conn, seg.backups[b].key, addr.offset, buf, len, true, true);
       }
       bool retry =
           s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kUnavailable;
@@ -718,6 +717,64 @@ class ClientImpl final : public Client, public TxHost {
                  e.Bytes(std::string_view(buf + done, n));
                },
                &reply));
+      done += n;
+    }
+    return Status::OK();
+  }
+
+  // Writes buf to [offset, offset+len) of every copy, persisted, each
+  // staged chunk posted to all copies before any completion is awaited.
+  // `*failed` names the copy whose server failed first.
+  Status WriteCopies(const Mapping& m, std::vector<Mapping::Copy> copies, uint64_t offset,
+                     const char* buf, uint64_t len, uint32_t* failed) {
+    // Connections of several servers are taken in the order of servers
+    // (ServerConns::Acquire), so threads writing overlapping sets of
+    // copies cannot deadlock.
+    std::sort(copies.begin(), copies.end(),
+              [](const Mapping::Copy& a, const Mapping::Copy& b) { return a.server < b.server; });
+    std::vector<ConnRef> refs(copies.size());
+    std::vector<net::BufferPool::Buffer> staging(copies.size());
+    for (size_t i = 0; i < copies.size(); i++) {
+      *failed = copies[i].server;
+      PDPM_RETURN_IF_ERROR(GetConn(m, copies[i].server, &refs[i]));
+      PDPM_RETURN_IF_ERROR(refs[i].conn->staging->Acquire(&staging[i]));
+    }
+    std::vector<uint64_t> ids(copies.size());
+    for (uint64_t done = 0; done < len;) {
+      const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kStagingSize, len - done));
+      Status first;
+      size_t first_failed = 0;
+      size_t posted = 0;
+      for (; posted < copies.size(); posted++) {
+        std::memcpy(staging[posted].data(), buf + done, n);
+        net::Op op;
+        op.opcode = net::Opcode::kWrite;
+        op.id = ids[posted] = ++op_id_;
+        op.local = staging[posted].local(n);
+        op.remote_key = copies[posted].key;
+        op.remote_offset = offset + done;
+        op.persist = true;
+        first = refs[posted].conn->rpc->connection().Post({&op, 1});
+        if (!first.ok()) {
+          first_failed = posted;
+          break;
+        }
+      }
+      // Every posted op is awaited, even after a failure: its staging
+      // buffer must not be reused while the transport may still read it.
+      for (size_t i = 0; i < posted; i++) {
+        Status s = net::AwaitCompletion(refs[i].conn->rpc->connection(), ids[i]);
+        if (!s.ok() && first.ok()) {
+          first = s;
+          first_failed = i;
+        }
+      }
+      if (!first.ok()) {
+        *failed = copies[first_failed].server;
+        if (!IsConnectionFailure(first)) return first;
+        refs[first_failed].conn->rpc.reset();
+        return Status::Unavailable(std::string(first.message()));
+      }
       done += n;
     }
     return Status::OK();

@@ -38,17 +38,21 @@ Status ExecuteSync(Connection& conn, const Op& op) {
   Op signaled = op;
   signaled.signaled = true;
   PDPM_RETURN_IF_ERROR(conn.Post({&signaled, 1}));
+  return AwaitCompletion(conn, op.id);
+}
+
+Status AwaitCompletion(Connection& conn, uint64_t id) {
   Completion c;
   for (;;) {
     if (conn.PollCompletions({&c, 1}) == 1) {
-      if (c.id == op.id) return c.status;
+      if (c.id == id) return c.status;
       continue;  // another op's completion: not ours to report
     }
     // The transport fails the op within its op timeout, so this wait ends.
     PDPM_RETURN_IF_ERROR(conn.ArmNotify());
     if (conn.PollCompletions({&c, 1}) == 1) {
       conn.AckNotify();
-      if (c.id == op.id) return c.status;
+      if (c.id == id) return c.status;
       continue;
     }
     pollfd p{conn.notify_fd(), POLLIN, 0};

@@ -249,4 +249,10 @@ class Transport {
 // arrive meanwhile are consumed: use it when no other op is in flight.
 Status ExecuteSync(Connection& conn, const Op& op);
 
+// The waiting half of ExecuteSync: polls `conn` until the completion of the
+// signaled op `id` (already posted) arrives and returns its status. Lets a
+// caller post to several connections first and then wait for each, so the
+// ops are in flight at once. Same rules for other ops' completions.
+Status AwaitCompletion(Connection& conn, uint64_t id);
+
 }  // namespace pdpm::net
