@@ -1,12 +1,15 @@
 // pdpm: the command-line tool of PDPM (docs/cli.md).
 //
-//   pdpm up | down | status | obj put|get|del | kv get|put|del|scan | fsck |
-//        server drain   [--dir DIR] [flags]
+//   pdpm up | down | status | obj put|get|del | kv get|put|del|scan |
+//        fs mount|umount|volume | fsck | server drain   [--dir DIR] [flags]
 //
 // Every failure is one line "pdpm: <what>" on stderr (a failing daemon's
 // log tail follows it, indented) and a non-zero exit: 1 for errors, 2 for
 // a bad command line.
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "monitor/monitor_client.h"
+#include "pdfs/client/file_system.h"
 #include "pdkvs/cluster/cluster_kv_store.h"
 #include "server/fsck.h"
 #include "server/kv_protocol.h"
@@ -47,6 +51,11 @@ constexpr const char* kUsage =
     "  kv get <key>          print a key's value\n"
     "  kv del <key>          delete a key\n"
     "  kv scan               list the keys\n"
+    "  fs volume create <name>   create a pDFS volume (a top-level directory)\n"
+    "  fs volume delete <name>   delete a volume and everything in it (not while mounted)\n"
+    "  fs volume list            list the volumes\n"
+    "  fs mount <volume> <dir>   mount a volume on a directory (pdfs-fuse, a daemon)\n"
+    "  fs umount <dir>           unmount it\n"
     "  fsck                  check the PM of the stopped servers offline\n"
     "  server drain <id>     move a server's data away; it is DRAINED and may leave\n"
     "  help [command]        this text, or the flags of one command\n"
@@ -575,6 +584,139 @@ int ServerCommand(CommandLine& cl) {
   return 0;
 }
 
+// Removes everything below directory `dir` of `fs` (depth first).
+int RemoveTree(pdfs::FileSystem* fs, uint64_t dir) {
+  for (;;) {
+    std::vector<pdfs::ReaddirEntry> page;
+    bool eof = false;
+    int err = fs->Readdir(dir, 0, 256, &page, &eof);
+    if (err != 0 || page.empty()) return err;
+    for (const pdfs::ReaddirEntry& e : page) {
+      if (e.type == DT_DIR) {
+        err = RemoveTree(fs, e.ino);
+        if (err == 0) err = fs->Rmdir(dir, e.name);
+      } else {
+        err = fs->Unlink(dir, e.name);
+      }
+      if (err != 0 && err != ENOENT) return err;
+    }
+  }
+}
+
+// A volume name: one directory name of the root.
+Status CheckVolumeName(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.size() > pdfs::kMaxNameLength) {
+    return Status::InvalidArgument("bad volume name \"" + name +
+                                   "\": one path component of at most 255 bytes");
+  }
+  return Status::OK();
+}
+
+Status FsError(const std::string& what, int err) {
+  switch (err) {
+    case ENOENT: return Status::NotFound(what + ": no such volume");
+    case EEXIST: return Status::AlreadyExists(what + ": it exists");
+    default: return Status::FromErrno(what, err);
+  }
+}
+
+// `pdpm fs volume create|delete|list`, `pdpm fs mount|umount`.
+int FsCommand(CommandLine& cl) {
+  milliseconds timeout{20000};
+  cl.parser().AddDuration("timeout", &timeout,
+                          "mount: how long to wait for the mount (default 20s); umount: how long "
+                          "pdfs-fuse gets after SIGTERM");
+  Status s = cl.Parse(2, 3,
+                      " volume create|delete|list [name] | mount <volume> <dir> | umount "
+                      "<dir> [flags]");
+  if (cl.help_shown()) return 0;
+  if (!s.ok()) return BadCommandLine(s);
+  const std::vector<std::string>& args = cl.positional();
+  LocalCluster cluster(cl.dir());
+  if (args[0] == "umount") {
+    if (args.size() != 2)
+      return BadCommandLine(Status::InvalidArgument("usage: pdpm fs umount <dir>"));
+    char abs[PATH_MAX];
+    if (::realpath(args[1].c_str(), abs) == nullptr) {
+      return Fail(Status::FromErrno(args[1], errno));
+    }
+    s = cluster.FsUnmount(abs, timeout);
+    if (!s.ok()) return Fail(s);
+    std::printf("unmounted %s\n", abs);
+    return 0;
+  }
+  const bool mount = args[0] == "mount";
+  if (!mount && args[0] != "volume") {
+    return BadCommandLine(Status::InvalidArgument("unknown fs command \"" + args[0] +
+                                                  "\": want volume, mount or umount"));
+  }
+  if (mount && args.size() != 3) {
+    return BadCommandLine(Status::InvalidArgument("usage: pdpm fs mount <volume> <dir>"));
+  }
+  const std::string& verb = mount ? args[0] : args[1];
+  if (!mount && verb != "create" && verb != "delete" && verb != "list") {
+    return BadCommandLine(Status::InvalidArgument("unknown fs volume command \"" + verb +
+                                                  "\": want create, delete or list"));
+  }
+  if (!mount && (verb == "list") != (args.size() == 2)) {
+    return BadCommandLine(Status::InvalidArgument("usage: pdpm fs volume " + verb +
+                                                  (verb == "list" ? "" : " <name>")));
+  }
+  const std::string name = mount ? args[1] : args.size() == 3 ? args[2] : "";
+  if (!name.empty()) {
+    s = CheckVolumeName(name);
+    if (!s.ok()) return BadCommandLine(s);
+  }
+  std::unique_ptr<client::Client> c;
+  s = OpenClient(cl.dir(), &c);
+  std::unique_ptr<pdfs::FileSystem> fs;
+  if (s.ok()) s = pdfs::FileSystem::Open(c.get(), {}, &fs);
+  if (!s.ok()) return Fail(s);
+  pdfs::Attr a;
+  if (verb == "list") {
+    uint64_t cookie = 0;
+    for (bool eof = false; !eof;) {
+      std::vector<pdfs::ReaddirEntry> page;
+      int err = fs->Readdir(pdfs::kRootIno, cookie, 256, &page, &eof);
+      if (err != 0) return Fail(FsError("list the volumes", err));
+      for (const pdfs::ReaddirEntry& e : page) {
+        cookie = e.next_cookie;
+        if (e.type == DT_DIR) std::printf("%s\n", e.name.c_str());
+      }
+    }
+    return 0;
+  }
+  if (verb == "create") {
+    int err = fs->Mkdir(pdfs::kRootIno, name, 0755, {::getuid(), ::getgid()}, &a);
+    if (err != 0) return Fail(FsError("create volume " + name, err));
+    std::printf("created volume %s\n", name.c_str());
+    return 0;
+  }
+  int err = fs->Lookup(pdfs::kRootIno, name, &a);
+  if (err == 0 && !S_ISDIR(a.mode)) err = ENOTDIR;
+  if (err != 0) return Fail(FsError("volume " + name, err));
+  if (verb == "delete") {
+    for (const auto& [mountpoint, volume] : cluster.FsMounts()) {
+      if (volume == name) {
+        return Fail(Status::FailedPrecondition("volume " + name + " is mounted on " + mountpoint +
+                                               " (pdpm fs umount it first)"));
+      }
+    }
+    err = RemoveTree(fs.get(), a.ino);
+    if (err == 0) err = fs->Rmdir(pdfs::kRootIno, name);
+    if (err != 0) return Fail(FsError("delete volume " + name, err));
+    std::printf("deleted volume %s\n", name.c_str());
+    return 0;
+  }
+  char abs[PATH_MAX];
+  if (::realpath(args[2].c_str(), abs) == nullptr) return Fail(Status::FromErrno(args[2], errno));
+  s = cluster.FsMount(abs, name, timeout);
+  if (!s.ok()) return Fail(s.WithContext("mount volume " + name + " on " + abs));
+  std::printf("mounted volume %s on %s\n", name.c_str(), abs);
+  return 0;
+}
+
 int Dispatch(const std::string& command, CommandLine& cl) {
   if (command == "server") return ServerCommand(cl);
   if (command == "up") return Up(cl);
@@ -582,6 +724,7 @@ int Dispatch(const std::string& command, CommandLine& cl) {
   if (command == "status") return StatusCommand(cl);
   if (command == "obj") return Obj(cl);
   if (command == "kv") return Kv(cl);
+  if (command == "fs") return FsCommand(cl);
   if (command == "fsck") return Fsck(cl);
   std::fprintf(stderr, "pdpm: unknown command \"%s\" (`pdpm help` lists the commands)\n",
                command.c_str());

@@ -34,8 +34,24 @@ namespace {
 // The largest write the kernel sends in one request.
 constexpr unsigned kMaxWrite = 1u << 20;
 
+// What the mount serves: the file system, and the directory that is the
+// mount's root (a volume, or the file system's root). FUSE's root inode
+// number (1) is pDFS's root's too; with a volume they are mapped.
+struct Served {
+  FileSystem* fs;
+  uint64_t root;
+};
+
 FileSystem* Fs(fuse_req_t req) {
-  return static_cast<FileSystem*>(fuse_req_userdata(req));
+  return static_cast<Served*>(fuse_req_userdata(req))->fs;
+}
+
+// The pDFS inode of a FUSE inode number, and back.
+uint64_t In(fuse_req_t req, fuse_ino_t ino) {
+  return ino == FUSE_ROOT_ID ? static_cast<Served*>(fuse_req_userdata(req))->root : ino;
+}
+uint64_t Out(fuse_req_t req, uint64_t ino) {
+  return ino == static_cast<Served*>(fuse_req_userdata(req))->root ? FUSE_ROOT_ID : ino;
 }
 
 Owner OwnerOf(fuse_req_t req) {
@@ -70,20 +86,22 @@ fuse_entry_param ToEntry(const Attr& a) {
   return e;
 }
 
-void ReplyEntry(fuse_req_t req, int err, const Attr& a) {
+void ReplyEntry(fuse_req_t req, int err, Attr a) {
   if (err != 0) {
     fuse_reply_err(req, err);
     return;
   }
+  a.ino = Out(req, a.ino);
   fuse_entry_param e = ToEntry(a);
   fuse_reply_entry(req, &e);
 }
 
-void ReplyAttr(fuse_req_t req, int err, const Attr& a) {
+void ReplyAttr(fuse_req_t req, int err, Attr a) {
   if (err != 0) {
     fuse_reply_err(req, err);
     return;
   }
+  a.ino = Out(req, a.ino);
   struct stat st = ToStat(a);
   fuse_reply_attr(req, &st, 0);
 }
@@ -100,7 +118,7 @@ void Init(void* userdata, fuse_conn_info* conn) {
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Attr a;
-  int err = Fs(req)->Lookup(parent, name, &a);
+  int err = Fs(req)->Lookup(In(req, parent), name, &a);
   if (err == ENOENT) {  // a negative entry, not cached either
     fuse_entry_param e{};
     fuse_reply_entry(req, &e);
@@ -111,7 +129,7 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   Attr a;
-  ReplyAttr(req, Fs(req)->GetAttr(ino, &a), a);
+  ReplyAttr(req, Fs(req)->GetAttr(In(req, ino), &a), a);
 }
 
 void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse_file_info*) {
@@ -131,12 +149,12 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse_f
   args.mtime_now = (to_set & FUSE_SET_ATTR_MTIME_NOW) != 0;
   args.mtime = {st->st_mtim.tv_sec, static_cast<uint32_t>(st->st_mtim.tv_nsec)};
   Attr a;
-  ReplyAttr(req, Fs(req)->SetAttr(ino, args, &a), a);
+  ReplyAttr(req, Fs(req)->SetAttr(In(req, ino), args, &a), a);
 }
 
 void Readlink(fuse_req_t req, fuse_ino_t ino) {
   std::string target;
-  int err = Fs(req)->Readlink(ino, &target);
+  int err = Fs(req)->Readlink(In(req, ino), &target);
   if (err != 0) {
     fuse_reply_err(req, err);
   } else {
@@ -146,59 +164,59 @@ void Readlink(fuse_req_t req, fuse_ino_t ino) {
 
 void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   Attr a;
-  ReplyEntry(req, Fs(req)->Mknod(parent, name, mode, rdev, OwnerOf(req), &a), a);
+  ReplyEntry(req, Fs(req)->Mknod(In(req, parent), name, mode, rdev, OwnerOf(req), &a), a);
 }
 
 void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   Attr a;
-  ReplyEntry(req, Fs(req)->Mkdir(parent, name, mode, OwnerOf(req), &a), a);
+  ReplyEntry(req, Fs(req)->Mkdir(In(req, parent), name, mode, OwnerOf(req), &a), a);
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  fuse_reply_err(req, Fs(req)->Unlink(parent, name));
+  fuse_reply_err(req, Fs(req)->Unlink(In(req, parent), name));
 }
 
 void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  fuse_reply_err(req, Fs(req)->Rmdir(parent, name));
+  fuse_reply_err(req, Fs(req)->Rmdir(In(req, parent), name));
 }
 
 void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
   Attr a;
-  ReplyEntry(req, Fs(req)->Symlink(parent, name, target, OwnerOf(req), &a), a);
+  ReplyEntry(req, Fs(req)->Symlink(In(req, parent), name, target, OwnerOf(req), &a), a);
 }
 
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
             const char* new_name, unsigned flags) {
-  fuse_reply_err(req, Fs(req)->Rename(parent, name, new_parent, new_name, flags));
+  fuse_reply_err(req, Fs(req)->Rename(In(req, parent), name, In(req, new_parent), new_name, flags));
 }
 
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) {
   Attr a;
-  ReplyEntry(req, Fs(req)->Link(ino, new_parent, new_name, &a), a);
+  ReplyEntry(req, Fs(req)->Link(In(req, ino), In(req, new_parent), new_name, &a), a);
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Attr a;
-  int err = Fs(req)->GetAttr(ino, &a);
+  int err = Fs(req)->GetAttr(In(req, ino), &a);
   if (err == 0 && (fi->flags & O_TRUNC) != 0 && (fi->flags & O_ACCMODE) != O_RDONLY &&
       a.size != 0) {
     SetAttrArgs args;
     args.set_size = true;
-    err = Fs(req)->SetAttr(ino, args, &a);
+    err = Fs(req)->SetAttr(In(req, ino), args, &a);
   }
   if (err != 0) {
     fuse_reply_err(req, err);
     return;
   }
-  Fs(req)->Acquire(ino);
+  Fs(req)->Acquire(In(req, ino));
   fi->keep_cache = 0;  // close-to-open: what others wrote is read afresh
   fi->fh = static_cast<uint64_t>(fi->flags);
-  if (fuse_reply_open(req, fi) == -ENOENT) Fs(req)->Release(ino);  // interrupted
+  if (fuse_reply_open(req, fi) == -ENOENT) Fs(req)->Release(In(req, ino));  // interrupted
 }
 
 void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   Attr a;
-  int err = Fs(req)->Mknod(parent, name, S_IFREG | (mode & 07777), 0, OwnerOf(req), &a);
+  int err = Fs(req)->Mknod(In(req, parent), name, S_IFREG | (mode & 07777), 0, OwnerOf(req), &a);
   if (err != 0) {
     fuse_reply_err(req, err);
     return;
@@ -212,7 +230,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   std::string data;
-  int err = Fs(req)->Read(ino, static_cast<uint64_t>(off), size, &data);
+  int err = Fs(req)->Read(In(req, ino), static_cast<uint64_t>(off), size, &data);
   if (err != 0) {
     fuse_reply_err(req, err);
   } else {
@@ -224,7 +242,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
            fuse_file_info* fi) {
   uint64_t at = static_cast<uint64_t>(off);
   const bool append = (fi->fh & O_APPEND) != 0;
-  int err = Fs(req)->Write(ino, &at, std::string_view(buf, size), append);
+  int err = Fs(req)->Write(In(req, ino), &at, std::string_view(buf, size), append);
   if (err != 0) {
     fuse_reply_err(req, err);
   } else {
@@ -237,17 +255,17 @@ void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
 }
 
 void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
-  Fs(req)->Release(ino);
+  Fs(req)->Release(In(req, ino));
   fuse_reply_err(req, 0);
 }
 
 void Fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
-  fuse_reply_err(req, Fs(req)->Fsync(ino));
+  fuse_reply_err(req, Fs(req)->Fsync(In(req, ino)));
 }
 
 void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Attr a;
-  int err = Fs(req)->GetAttr(ino, &a);
+  int err = Fs(req)->GetAttr(In(req, ino), &a);
   if (err == 0 && !S_ISDIR(a.mode)) err = ENOTDIR;
   if (err != 0) {
     fuse_reply_err(req, err);
@@ -257,11 +275,13 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 // FUSE offsets: 1 after ".", 2 after "..", then a pDFS cookie + 2.
-void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
+void ReadDir(fuse_req_t req, fuse_ino_t fuse_ino, size_t size, off_t off, bool plus) {
   FileSystem* fs = Fs(req);
+  const uint64_t ino = In(req, fuse_ino);
   std::vector<char> buf(size);
   size_t used = 0;
-  auto add = [&](const char* name, const Attr& a, uint64_t next) {
+  auto add = [&](const char* name, Attr a, uint64_t next) {
+    a.ino = Out(req, a.ino);
     const size_t room = size - used;
     size_t need = 0;
     if (plus) {
@@ -328,7 +348,7 @@ void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
 }
 
 void FsyncDir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
-  fuse_reply_err(req, Fs(req)->Fsync(ino));
+  fuse_reply_err(req, Fs(req)->Fsync(In(req, ino)));
 }
 
 void StatFs(fuse_req_t req, fuse_ino_t) {
@@ -341,7 +361,7 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
 
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags) {
-  fuse_reply_err(req, Fs(req)->SetXattr(ino, name, std::string_view(value, size), flags));
+  fuse_reply_err(req, Fs(req)->SetXattr(In(req, ino), name, std::string_view(value, size), flags));
 }
 
 // getxattr/listxattr: size 0 asks for the length only; too small is ERANGE.
@@ -357,14 +377,14 @@ void ReplySized(fuse_req_t req, const std::string& data, size_t size) {
 
 void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   std::string value;
-  int err = Fs(req)->GetXattr(ino, name, &value);
+  int err = Fs(req)->GetXattr(In(req, ino), name, &value);
   if (err != 0) return (void)fuse_reply_err(req, err);
   ReplySized(req, value, size);
 }
 
 void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   std::vector<std::string> names;
-  int err = Fs(req)->ListXattr(ino, &names);
+  int err = Fs(req)->ListXattr(In(req, ino), &names);
   if (err != 0) return (void)fuse_reply_err(req, err);
   std::string list;
   for (const std::string& n : names) list.append(n).push_back('\0');
@@ -372,7 +392,7 @@ void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  fuse_reply_err(req, Fs(req)->RemoveXattr(ino, name));
+  fuse_reply_err(req, Fs(req)->RemoveXattr(In(req, ino), name));
 }
 
 fuse_lowlevel_ops Ops() {
@@ -411,7 +431,7 @@ fuse_lowlevel_ops Ops() {
 
 int Main(int argc, char** argv) {
   Logger log("pdfs-fuse");
-  std::string monitor, secret_file, transport = "tcp", mountpoint;
+  std::string monitor, secret_file, transport = "tcp", mountpoint, volume;
   uint32_t threads = 8;
   FlagParser flags("pdfs-fuse");
   flags.AddString("monitor", &monitor,
@@ -419,6 +439,8 @@ int Main(int argc, char** argv) {
   flags.AddString("secret-file", &secret_file, "file holding the cluster secret");
   flags.AddString("transport", &transport, "tcp or verbs");
   flags.AddString("mountpoint", &mountpoint, "the directory to mount on");
+  flags.AddString("volume", &volume,
+                  "the volume (a directory of the file system's root) to mount; default: all");
   flags.AddUint32("threads", &threads, "most threads serving requests at once");
   Status s = flags.Parse(argc, argv);
   if (s.ok() && (monitor.empty() || secret_file.empty() || mountpoint.empty())) {
@@ -441,6 +463,17 @@ int Main(int argc, char** argv) {
     log.Error("cannot open the file system", {{"status", s}});
     return 1;
   }
+  Served served{fs.get(), kRootIno};
+  if (!volume.empty()) {
+    Attr a;
+    int err = fs->Lookup(kRootIno, volume, &a);
+    if (err == 0 && !S_ISDIR(a.mode)) err = ENOTDIR;
+    if (err != 0) {
+      log.Error("no such volume", {{"volume", volume}, {"error", strerror(err)}});
+      return 1;
+    }
+    served.root = a.ino;
+  }
 
   // Permission checks by the kernel on the attributes pDFS returns.
   std::vector<std::string> args = {"pdfs-fuse", "-o",
@@ -450,7 +483,7 @@ int Main(int argc, char** argv) {
   for (std::string& a : args) argp.push_back(a.data());
   fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argp.size()), argp.data());
   const fuse_lowlevel_ops ops = Ops();
-  fuse_session* se = fuse_session_new(&fargs, &ops, sizeof(ops), fs.get());
+  fuse_session* se = fuse_session_new(&fargs, &ops, sizeof(ops), &served);
   if (se == nullptr) {
     log.Error("fuse_session_new failed");
     return 1;
