@@ -159,16 +159,21 @@ expect_fail 1 "not_found" "$pdpm" kv get brief --dir "$dir"
   die "kv scan: $("$pdpm" kv scan --dir "$dir")"
 check_all
 
-step "pDFS: volumes, a FUSE mount, its errors"
-"$pdpm" fs volume create vol1 --dir "$dir" >/dev/null
+step "pDFS: volumes with quotas, a FUSE mount, its errors"
+"$pdpm" fs volume create vol1 --bytes 1MiB --inodes 100 --dir "$dir" >/dev/null
 expect_fail 1 "already_exists" "$pdpm" fs volume create vol1 --dir "$dir"
 expect_fail 2 "bad volume name" "$pdpm" fs volume create a/b --dir "$dir"
-[[ $("$pdpm" fs volume list --dir "$dir") == vol1 ]] || die "fs volume list"
+[[ $("$pdpm" fs volume list --dir "$dir" | awk '{print $1}') == vol1 ]] || die "fs volume list"
 mkdir -p "$work/mnt" "$work/mnt2"
 "$pdpm" fs mount vol1 "$work/mnt" --dir "$dir" >/dev/null
+if cp "$work/big" "$work/mnt/big" 2>"$work/err"; then die "a file over the quota was written"; fi
+grep -q "quota" "$work/err" || die "cp past the quota: $(cat "$work/err")"
+"$pdpm" fs volume resize vol1 --bytes 64MiB --dir "$dir" >/dev/null
 cp "$work/big" "$work/mnt/big"
 mkdir "$work/mnt/sub"
 cmp "$work/big" "$work/mnt/big" || die "a file read back through the mount differs"
+"$pdpm" fs volume stat vol1 --dir "$dir" >"$work/stat.out"
+grep -q "inodes 2/100" "$work/stat.out" || die "fs volume stat: $(cat "$work/stat.out")"
 expect_fail 1 "already_exists" "$pdpm" fs mount vol1 "$work/mnt" --dir "$dir"
 expect_fail 1 "is mounted on" "$pdpm" fs volume delete vol1 --dir "$dir"
 expect_fail 1 "not_found" "$pdpm" fs mount nosuch "$work/mnt2" --dir "$dir"

@@ -45,9 +45,9 @@ else
 fi
 mnt=$dir/mnt/demo
 echo
-if ! "$pdpm" fs volume list "${dir_flag[@]}" | grep -qx demo; then
-  echo "\$ pdpm fs volume create demo"
-  "$pdpm" fs volume create demo "${dir_flag[@]}"
+if ! "$pdpm" fs volume list "${dir_flag[@]}" | awk '{print $1}' | grep -qx demo; then
+  echo "\$ pdpm fs volume create demo --bytes 256MiB --inodes 10000"
+  "$pdpm" fs volume create demo --bytes 256MiB --inodes 10000 "${dir_flag[@]}"
 fi
 if ! mountpoint -q "$mnt"; then
   mkdir -p "$mnt"

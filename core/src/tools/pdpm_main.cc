@@ -51,9 +51,11 @@ constexpr const char* kUsage =
     "  kv get <key>          print a key's value\n"
     "  kv del <key>          delete a key\n"
     "  kv scan               list the keys\n"
-    "  fs volume create <name>   create a pDFS volume (a top-level directory)\n"
+    "  fs volume create <name>   create a pDFS volume (--bytes, --inodes: its quota)\n"
+    "  fs volume resize <name>   change its quota (--bytes, --inodes)\n"
+    "  fs volume stat <name>     its use and quota\n"
     "  fs volume delete <name>   delete a volume and everything in it (not while mounted)\n"
-    "  fs volume list            list the volumes\n"
+    "  fs volume list            list the volumes with their use and quota\n"
     "  fs mount <volume> <dir>   mount a volume on a directory (pdfs-fuse, a daemon)\n"
     "  fs umount <dir>           unmount it\n"
     "  fsck                  check the PM of the stopped servers offline\n"
@@ -584,25 +586,6 @@ int ServerCommand(CommandLine& cl) {
   return 0;
 }
 
-// Removes everything below directory `dir` of `fs` (depth first).
-int RemoveTree(pdfs::FileSystem* fs, uint64_t dir) {
-  for (;;) {
-    std::vector<pdfs::ReaddirEntry> page;
-    bool eof = false;
-    int err = fs->Readdir(dir, 0, 256, &page, &eof);
-    if (err != 0 || page.empty()) return err;
-    for (const pdfs::ReaddirEntry& e : page) {
-      if (e.type == DT_DIR) {
-        err = RemoveTree(fs, e.ino);
-        if (err == 0) err = fs->Rmdir(dir, e.name);
-      } else {
-        err = fs->Unlink(dir, e.name);
-      }
-      if (err != 0 && err != ENOENT) return err;
-    }
-  }
-}
-
 // A volume name: one directory name of the root.
 Status CheckVolumeName(const std::string& name) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
@@ -617,26 +600,49 @@ Status FsError(const std::string& what, int err) {
   switch (err) {
     case ENOENT: return Status::NotFound(what + ": no such volume");
     case EEXIST: return Status::AlreadyExists(what + ": it exists");
+    case ENOTDIR: return Status::InvalidArgument(what + ": not a volume");
+    case ENODATA: return Status::FailedPrecondition(what + ": the directory has no quota");
     default: return Status::FromErrno(what, err);
   }
 }
 
-// `pdpm fs volume create|delete|list`, `pdpm fs mount|umount`.
+// "used/limit" of a quota figure ("-" for no limit).
+std::string UsedOf(uint64_t used, uint64_t limit, bool bytes) {
+  auto show = [&](uint64_t v) { return bytes ? HumanBytes(v) : std::to_string(v); };
+  return show(used) + "/" + (limit == 0 ? std::string("-") : show(limit));
+}
+
+void PrintVolume(const pdfs::VolumeInfo& v) {
+  if (!v.has_quota) {
+    std::printf("%-24s (no quota)\n", v.name.c_str());
+    return;
+  }
+  std::printf("%-24s bytes %-24s inodes %s\n", v.name.c_str(),
+              UsedOf(v.quota.bytes_used, v.quota.byte_limit, true).c_str(),
+              UsedOf(v.quota.inodes_used, v.quota.inode_limit, false).c_str());
+}
+
+// `pdpm fs volume create|resize|stat|delete|list`, `pdpm fs mount|umount`.
 int FsCommand(CommandLine& cl) {
   milliseconds timeout{20000};
-  cl.parser().AddDuration("timeout", &timeout,
-                          "mount: how long to wait for the mount (default 20s); umount: how long "
-                          "pdfs-fuse gets after SIGTERM");
+  uint64_t bytes = 0, inodes = 0;
+  FlagParser& p = cl.parser();
+  p.AddDuration("timeout", &timeout,
+                "mount: how long to wait for the mount (default 20s); umount: how long "
+                "pdfs-fuse gets after SIGTERM");
+  p.AddSize("bytes", &bytes, "volume create|resize: byte quota (default 0: none)");
+  p.AddUint64("inodes", &inodes, "volume create|resize: inode quota (default 0: none)");
   Status s = cl.Parse(2, 3,
-                      " volume create|delete|list [name] | mount <volume> <dir> | umount "
-                      "<dir> [flags]");
+                      " volume create|resize|stat|delete|list [name] | mount <volume> <dir> | "
+                      "umount <dir> [flags]");
   if (cl.help_shown()) return 0;
   if (!s.ok()) return BadCommandLine(s);
   const std::vector<std::string>& args = cl.positional();
   LocalCluster cluster(cl.dir());
   if (args[0] == "umount") {
-    if (args.size() != 2)
+    if (args.size() != 2) {
       return BadCommandLine(Status::InvalidArgument("usage: pdpm fs umount <dir>"));
+    }
     char abs[PATH_MAX];
     if (::realpath(args[1].c_str(), abs) == nullptr) {
       return Fail(Status::FromErrno(args[1], errno));
@@ -655,9 +661,10 @@ int FsCommand(CommandLine& cl) {
     return BadCommandLine(Status::InvalidArgument("usage: pdpm fs mount <volume> <dir>"));
   }
   const std::string& verb = mount ? args[0] : args[1];
-  if (!mount && verb != "create" && verb != "delete" && verb != "list") {
+  if (!mount && verb != "create" && verb != "resize" && verb != "stat" && verb != "delete" &&
+      verb != "list") {
     return BadCommandLine(Status::InvalidArgument("unknown fs volume command \"" + verb +
-                                                  "\": want create, delete or list"));
+                                                  "\": want create, resize, stat, delete or list"));
   }
   if (!mount && (verb == "list") != (args.size() == 2)) {
     return BadCommandLine(Status::InvalidArgument("usage: pdpm fs volume " + verb +
@@ -673,47 +680,53 @@ int FsCommand(CommandLine& cl) {
   std::unique_ptr<pdfs::FileSystem> fs;
   if (s.ok()) s = pdfs::FileSystem::Open(c.get(), {}, &fs);
   if (!s.ok()) return Fail(s);
-  pdfs::Attr a;
+  pdfs::VolumeInfo v;
+  int err = 0;
   if (verb == "list") {
-    uint64_t cookie = 0;
-    for (bool eof = false; !eof;) {
-      std::vector<pdfs::ReaddirEntry> page;
-      int err = fs->Readdir(pdfs::kRootIno, cookie, 256, &page, &eof);
-      if (err != 0) return Fail(FsError("list the volumes", err));
-      for (const pdfs::ReaddirEntry& e : page) {
-        cookie = e.next_cookie;
-        if (e.type == DT_DIR) std::printf("%s\n", e.name.c_str());
-      }
-    }
+    std::vector<pdfs::VolumeInfo> volumes;
+    err = fs->ListVolumes(&volumes);
+    if (err != 0) return Fail(FsError("list the volumes", err));
+    for (const pdfs::VolumeInfo& each : volumes) PrintVolume(each);
     return 0;
   }
   if (verb == "create") {
-    int err = fs->Mkdir(pdfs::kRootIno, name, 0755, {::getuid(), ::getgid()}, &a);
-    if (err != 0) return Fail(FsError("create volume " + name, err));
-    std::printf("created volume %s\n", name.c_str());
-    return 0;
-  }
-  int err = fs->Lookup(pdfs::kRootIno, name, &a);
-  if (err == 0 && !S_ISDIR(a.mode)) err = ENOTDIR;
-  if (err != 0) return Fail(FsError("volume " + name, err));
-  if (verb == "delete") {
+    err = fs->CreateVolume(name, bytes, inodes, {::getuid(), ::getgid()}, &v);
+  } else if (verb == "resize") {
+    if (!p.IsSet("bytes") && !p.IsSet("inodes")) {
+      return BadCommandLine(Status::InvalidArgument("resize wants --bytes and/or --inodes"));
+    }
+    err = fs->StatVolume(name, &v);
+    if (err == 0) {
+      err = fs->ResizeVolume(name, p.IsSet("bytes") ? bytes : v.quota.byte_limit,
+                             p.IsSet("inodes") ? inodes : v.quota.inode_limit, &v);
+    }
+  } else if (verb == "stat") {
+    err = fs->StatVolume(name, &v);
+  } else if (verb == "delete") {
     for (const auto& [mountpoint, volume] : cluster.FsMounts()) {
       if (volume == name) {
         return Fail(Status::FailedPrecondition("volume " + name + " is mounted on " + mountpoint +
                                                " (pdpm fs umount it first)"));
       }
     }
-    err = RemoveTree(fs.get(), a.ino);
-    if (err == 0) err = fs->Rmdir(pdfs::kRootIno, name);
-    if (err != 0) return Fail(FsError("delete volume " + name, err));
-    std::printf("deleted volume %s\n", name.c_str());
-    return 0;
+    err = fs->DeleteVolume(name);
+    if (err == 0) std::printf("deleted volume %s\n", name.c_str());
+    return err == 0 ? 0 : Fail(FsError("delete volume " + name, err));
+  } else {
+    err = fs->StatVolume(name, &v);
+    if (err == 0) {
+      char abs[PATH_MAX];
+      if (::realpath(args[2].c_str(), abs) == nullptr) {
+        return Fail(Status::FromErrno(args[2], errno));
+      }
+      s = cluster.FsMount(abs, name, timeout);
+      if (!s.ok()) return Fail(s.WithContext("mount volume " + name + " on " + abs));
+      std::printf("mounted volume %s on %s\n", name.c_str(), abs);
+      return 0;
+    }
   }
-  char abs[PATH_MAX];
-  if (::realpath(args[2].c_str(), abs) == nullptr) return Fail(Status::FromErrno(args[2], errno));
-  s = cluster.FsMount(abs, name, timeout);
-  if (!s.ok()) return Fail(s.WithContext("mount volume " + name + " on " + abs));
-  std::printf("mounted volume %s on %s\n", name.c_str(), abs);
+  if (err != 0) return Fail(FsError(verb + " volume " + name, err));
+  PrintVolume(v);
   return 0;
 }
 

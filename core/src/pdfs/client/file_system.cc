@@ -49,6 +49,12 @@ bool IsDotName(std::string_view name) {
   return name == "." || name == "..";
 }
 
+// The volume `child` would count against as an entry of `parent`.
+uint64_t VolumeBelow(const Inode& parent, const Inode& child) {
+  if (parent.ino != kRootIno) return parent.volume;
+  return S_ISDIR(child.mode) ? child.ino : 0;
+}
+
 Attr ToAttr(const Inode& n) {
   Attr a;
   a.ino = n.ino;
@@ -210,6 +216,50 @@ class FileSystem::Txn {
     return 0;
   }
 
+  // The quota record of `volume` (nullptr: none; no accounting then).
+  int LoadQuota(uint64_t volume, VolumeQuota** out) {
+    *out = nullptr;
+    if (volume == 0) return 0;
+    auto it = quotas_.find(volume);
+    if (it == quotas_.end()) {
+      Cached<VolumeQuota> c;
+      int err = Load(VolumeId(volume), &c, DecodeVolumeQuota);
+      if (err != 0) return err;
+      it = quotas_.emplace(volume, std::move(c)).first;
+    }
+    if (it->second.present) *out = &it->second.value;
+    return 0;
+  }
+  void SaveQuota(uint64_t volume, const VolumeQuota& q) {
+    Cached<VolumeQuota>& c = quotas_[volume];
+    c.value = q;
+    c.present = c.dirty = true;
+  }
+  void DeleteQuota(uint64_t volume) { Drop(&quotas_[volume]); }
+
+  // Charges `bytes` and `inodes` (negative: gives them back) to the quota
+  // of `volume`; with `enforce`, EDQUOT (and nothing charged) when a
+  // growth would pass a limit.
+  int Charge(uint64_t volume, int64_t bytes, int64_t inodes, bool enforce = true) {
+    VolumeQuota* q = nullptr;
+    int err = LoadQuota(volume, &q);
+    if (err != 0 || q == nullptr) return err;
+    auto apply = [](uint64_t used, int64_t delta) {
+      return delta >= 0 ? used + static_cast<uint64_t>(delta)
+                        : used - std::min(used, static_cast<uint64_t>(-delta));
+    };
+    const uint64_t bytes_after = apply(q->bytes_used, bytes);
+    const uint64_t inodes_after = apply(q->inodes_used, inodes);
+    if (enforce && ((bytes > 0 && q->byte_limit != 0 && bytes_after > q->byte_limit) ||
+                    (inodes > 0 && q->inode_limit != 0 && inodes_after > q->inode_limit))) {
+      return EDQUOT;
+    }
+    q->bytes_used = bytes_after;
+    q->inodes_used = inodes_after;
+    SaveQuota(volume, *q);
+    return 0;
+  }
+
   // Creates data chunk `id` (empty) unless it exists.
   int EnsureObject(const dsm::ObjectId& id) {
     std::string data;
@@ -228,6 +278,7 @@ class FileSystem::Txn {
       for (auto& [dir, c] : indexes_) Flush(DirIndexId(dir), c, EncodeDirIndex);
       for (auto& [key, c] : buckets_) Flush(DirBucketId(key.first, key.second), c, EncodeDirBucket);
       for (auto& [shard, c] : orphans_) Flush(OrphanShardId(shard), c, EncodeOrphanList);
+      for (auto& [volume, c] : quotas_) Flush(VolumeId(volume), c, EncodeVolumeQuota);
       if (!status_.ok()) {
         tx_->Abort();
         return status_;
@@ -401,6 +452,7 @@ class FileSystem::Txn {
   std::map<uint64_t, Cached<DirIndex>> indexes_;
   std::map<std::pair<uint64_t, uint32_t>, Cached<DirBucket>> buckets_;
   std::map<uint32_t, Cached<OrphanList>> orphans_;
+  std::map<uint64_t, Cached<VolumeQuota>> quotas_;
 };
 
 FileSystem::FileSystem(client::Client* client, const FsOptions& options)
@@ -551,6 +603,10 @@ int FileSystem::SetAttr(uint64_t ino, const SetAttrArgs& args, Attr* out) {
     data_end = n->data_end;
     if (args.set_size) {
       if (!S_ISREG(n->mode)) return EINVAL;
+      if (n->nlink > 0) {  // an orphan's bytes were given back already
+        e = t.Charge(n->volume, static_cast<int64_t>(args.size) - static_cast<int64_t>(n->size), 0);
+        if (e != 0) return e;
+      }
       n->size = args.size;
       n->mtime = now;
     }
@@ -593,7 +649,8 @@ int FileSystem::ClearData(uint64_t ino, uint64_t from, uint64_t to) {
 }
 
 int FileSystem::CreateNode(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
-                           std::string_view target, const Owner& owner, Attr* out) {
+                           std::string_view target, const Owner& owner, Attr* out,
+                           const std::function<int(Txn&, const Inode&)>& also) {
   if (name.empty() || IsDotName(name)) return EEXIST;  // "/", "." or ".."
   int err = CheckName(name);
   if (err != 0) return err;
@@ -627,6 +684,16 @@ int FileSystem::CreateNode(uint64_t parent, std::string_view name, uint32_t mode
     n.parent = dir ? parent : 0;
     n.target = std::string(target);
     n.size = target.size();
+    // A directory of the root is a volume of its own; below, the parent's.
+    n.volume = parent == kRootIno ? (dir ? n.ino : 0) : p->volume;
+    if (n.volume != n.ino) {
+      e = t.Charge(n.volume, static_cast<int64_t>(n.size), 1);
+      if (e != 0) return e;
+    }
+    if (also) {
+      e = also(t, n);
+      if (e != 0) return e;
+    }
     e = t.Insert(parent, name, n.ino, DirentType(mode));
     if (e != 0) return e;
     p->size++;
@@ -698,6 +765,28 @@ int FileSystem::Unlink(uint64_t parent, std::string_view name) {
   return PurgeUnlessOpen(orphan);
 }
 
+int FileSystem::CheckSameVolume(Txn& t, uint64_t from, uint64_t to) {
+  if (from == to) return 0;
+  for (uint64_t volume : {from, to}) {
+    VolumeQuota* q = nullptr;
+    int err = t.LoadQuota(volume, &q);
+    if (err != 0) return err;
+    if (q != nullptr) return EXDEV;
+  }
+  return 0;
+}
+
+int FileSystem::DropDirectory(Txn& t, const Inode* dir) {
+  int err = t.DeleteDirRecords(dir->ino);
+  if (err != 0) return err;
+  t.DeleteInode(dir->ino);
+  if (dir->ino == dir->volume) {
+    t.DeleteQuota(dir->ino);
+    return 0;
+  }
+  return t.Charge(dir->volume, 0, -1);
+}
+
 int FileSystem::DropLink(Txn& t, Inode* n, const Time& now, uint64_t* orphan) {
   n->nlink--;
   n->ctime = now;
@@ -705,6 +794,8 @@ int FileSystem::DropLink(Txn& t, Inode* n, const Time& now, uint64_t* orphan) {
     t.SaveInode(*n);
     return 0;
   }
+  int err = t.Charge(n->volume, -static_cast<int64_t>(n->size), -1);
+  if (err != 0) return err;
   if (n->data_end == 0 && !IsOpen(n->ino)) {  // nothing to free later
     t.DeleteInode(n->ino);
     return 0;
@@ -766,9 +857,8 @@ int FileSystem::Rmdir(uint64_t parent, std::string_view name) {
     if (!S_ISDIR(c->mode)) return ENOTDIR;
     if (c->size != 0) return ENOTEMPTY;
     e = t.Remove(parent, name);
-    if (e == 0) e = t.DeleteDirRecords(c->ino);
+    if (e == 0) e = DropDirectory(t, c);
     if (e != 0) return e;
-    t.DeleteInode(c->ino);
     p->size--;
     p->nlink--;
     p->mtime = p->ctime = Now();
@@ -825,6 +915,8 @@ int FileSystem::Rename(uint64_t parent, std::string_view name, uint64_t new_pare
       e = below(src->ino, new_parent);
       if (e != 0) return e;
     }
+    e = CheckSameVolume(t, src->volume, VolumeBelow(*dp, *src));
+    if (e != 0) return e;
     const Time now = Now();
     Inode* dst = nullptr;
     if (dst_exists) {
@@ -837,6 +929,8 @@ int FileSystem::Rename(uint64_t parent, std::string_view name, uint64_t new_pare
         e = below(dst->ino, parent);
         if (e != 0) return e;
       }
+      e = CheckSameVolume(t, dst->volume, VolumeBelow(*sp, *dst));
+      if (e != 0) return e;
       e = t.SetEntry(parent, name, de.ino, de.type);
       if (e == 0) e = t.SetEntry(new_parent, new_name, se.ino, se.type);
       if (e != 0) return e;
@@ -868,9 +962,8 @@ int FileSystem::Rename(uint64_t parent, std::string_view name, uint64_t new_pare
       e = t.SetEntry(new_parent, new_name, se.ino, se.type);
       if (e != 0) return e;
       if (dst_dir) {
-        e = t.DeleteDirRecords(dst->ino);
+        e = DropDirectory(t, dst);
         if (e != 0) return e;
-        t.DeleteInode(dst->ino);
         dp->nlink--;
       } else {
         e = DropLink(t, dst, now, &orphan);
@@ -914,6 +1007,8 @@ int FileSystem::Link(uint64_t ino, uint64_t new_parent, std::string_view new_nam
     if (e != 0) return e;
     if (!S_ISDIR(p->mode)) return ENOTDIR;
     if (p->nlink == 0) return ENOENT;
+    e = CheckSameVolume(t, n->volume, VolumeBelow(*p, *n));
+    if (e != 0) return e;
     DirEntry existing;
     e = t.Find(new_parent, new_name, &existing);
     if (e != ENOENT) return e == 0 ? EEXIST : e;
@@ -994,6 +1089,21 @@ int FileSystem::Write(uint64_t ino, uint64_t* offset, std::string_view data, boo
   if (*offset > kMaxFileSize || data.size() > kMaxFileSize - *offset) return EFBIG;
   if (data.empty()) return 0;
   const uint64_t end = *offset + data.size();
+  if (end > n.size && n.volume != 0) {
+    // The quota is checked before any byte is written: EDQUOT changes
+    // nothing. (Writers racing to grow one volume may pass it by their
+    // in-flight writes: the charge after the write is not refused.)
+    err = RunTx([&](Txn& t) {
+      Inode* m = nullptr;
+      int e = t.LoadInode(ino, &m);
+      if (e != 0) return e;
+      VolumeQuota* q = nullptr;
+      e = t.LoadQuota(m->volume, &q);
+      if (e != 0 || q == nullptr || end <= m->size) return e;
+      return q->byte_limit != 0 && q->bytes_used + (end - m->size) > q->byte_limit ? EDQUOT : 0;
+    });
+    if (err != 0) return err;
+  }
   if (n.data_end > n.size && end > n.size) {
     err = ClearTail(ino);
     if (err != 0) return err;
@@ -1017,6 +1127,10 @@ int FileSystem::Write(uint64_t ino, uint64_t* offset, std::string_view data, boo
     Inode* m = nullptr;
     int e = t.LoadInode(ino, &m);
     if (e != 0) return e;
+    if (end > m->size && m->nlink > 0) {
+      e = t.Charge(m->volume, static_cast<int64_t>(end - m->size), 0, false);
+      if (e != 0) return e;
+    }
     m->size = std::max(m->size, end);
     m->data_end = std::max(m->data_end, end);
     m->mtime = m->ctime = Now();
@@ -1255,6 +1369,108 @@ int FileSystem::OpenPath(std::string_view path, int flags, uint32_t mode, const 
   Acquire(ino);
   out->reset(new File(this, ino, flags));
   return 0;
+}
+
+int FileSystem::CreateVolume(std::string_view name, uint64_t byte_limit, uint64_t inode_limit,
+                             const Owner& owner, VolumeInfo* out) {
+  Attr a;
+  int err =
+      CreateNode(kRootIno, name, S_IFDIR | 0755, 0, "", owner, &a, [&](Txn& t, const Inode& n) {
+        t.SaveQuota(n.ino, {byte_limit, inode_limit, 0, 0});
+        return 0;
+      });
+  return err != 0 ? err : StatVolume(name, out);
+}
+
+int FileSystem::ResizeVolume(std::string_view name, uint64_t byte_limit, uint64_t inode_limit,
+                             VolumeInfo* out) {
+  Attr a;
+  int err = Lookup(kRootIno, name, &a);
+  if (err == 0 && !S_ISDIR(a.mode)) err = ENOTDIR;
+  if (err == 0) {
+    err = RunTx([&](Txn& t) {
+      VolumeQuota* q = nullptr;
+      int e = t.LoadQuota(a.ino, &q);
+      if (e != 0) return e;
+      if (q == nullptr) return ENODATA;  // a directory made without a quota
+      q->byte_limit = byte_limit;
+      q->inode_limit = inode_limit;
+      t.SaveQuota(a.ino, *q);
+      return 0;
+    });
+  }
+  return err != 0 ? err : StatVolume(name, out);
+}
+
+int FileSystem::StatVolume(uint64_t ino, VolumeInfo* out) {
+  return RunTx([&](Txn& t) {
+    Inode* n = nullptr;
+    int e = t.LoadInode(ino, &n);
+    if (e != 0) return e;
+    if (!S_ISDIR(n->mode) || n->volume != n->ino) return ENOTDIR;
+    VolumeQuota* q = nullptr;
+    e = t.LoadQuota(ino, &q);
+    if (e != 0) return e;
+    out->ino = ino;
+    out->has_quota = q != nullptr;
+    out->quota = q != nullptr ? *q : VolumeQuota{};
+    return 0;
+  });
+}
+
+int FileSystem::StatVolume(std::string_view name, VolumeInfo* out) {
+  Attr a;
+  int err = Lookup(kRootIno, name, &a);
+  if (err == 0) err = StatVolume(a.ino, out);
+  if (err == 0) out->name = std::string(name);
+  return err;
+}
+
+int FileSystem::ListVolumes(std::vector<VolumeInfo>* out) {
+  out->clear();
+  uint64_t cookie = 0;
+  for (bool eof = false; !eof;) {
+    std::vector<ReaddirEntry> page;
+    int err = Readdir(kRootIno, cookie, 256, &page, &eof);
+    if (err != 0) return err;
+    for (const ReaddirEntry& e : page) {
+      cookie = e.next_cookie;
+      if (e.type != DT_DIR) continue;
+      VolumeInfo v;
+      err = StatVolume(e.ino, &v);
+      if (err == ENOENT) continue;  // removed meanwhile
+      if (err != 0) return err;
+      v.name = e.name;
+      out->push_back(std::move(v));
+    }
+  }
+  return 0;
+}
+
+int FileSystem::RemoveTree(uint64_t dir) {
+  for (;;) {
+    std::vector<ReaddirEntry> page;
+    bool eof = false;
+    int err = Readdir(dir, 0, 256, &page, &eof);
+    if (err != 0 || page.empty()) return err;
+    for (const ReaddirEntry& e : page) {
+      if (e.type == DT_DIR) {
+        err = RemoveTree(e.ino);
+        if (err == 0) err = Rmdir(dir, e.name);
+      } else {
+        err = Unlink(dir, e.name);
+      }
+      if (err != 0 && err != ENOENT) return err;
+    }
+  }
+}
+
+int FileSystem::DeleteVolume(std::string_view name) {
+  Attr a;
+  int err = Lookup(kRootIno, name, &a);
+  if (err == 0 && !S_ISDIR(a.mode)) err = ENOTDIR;
+  if (err == 0) err = RemoveTree(a.ino);
+  return err != 0 ? err : Rmdir(kRootIno, name);
 }
 
 File::File(FileSystem* fs, uint64_t ino, int flags) : fs_(fs), ino_(ino), flags_(flags) {}

@@ -97,6 +97,15 @@ struct ReaddirEntry {
   uint64_t next_cookie = 0;  // the cookie that continues after this entry
 };
 
+// A volume: a directory of the root, with a quota when it was made by
+// CreateVolume.
+struct VolumeInfo {
+  std::string name;
+  uint64_t ino = 0;
+  bool has_quota = false;
+  VolumeQuota quota;
+};
+
 class File;
 
 class FileSystem {
@@ -162,8 +171,24 @@ class FileSystem {
                std::unique_ptr<File>* out);
 
   // Frees the data and inodes of every orphan no client of this process
-  // holds open (what Open runs; for recovery after crashes).
+  // holds open (for recovery after crashes).
   int PurgeOrphans();
+
+  // --- volumes (docs/pdfs.md "Volumes") ---
+  // A directory of the root with a quota (limits 0: unlimited), made in one
+  // transaction. Inodes below it count against it: their number and the
+  // sum of their sizes; an operation that would pass a limit fails with
+  // EDQUOT and changes nothing; moving or linking across volumes is EXDEV.
+  int CreateVolume(std::string_view name, uint64_t byte_limit, uint64_t inode_limit,
+                   const Owner& owner, VolumeInfo* out);
+  // New limits (below the current use is allowed: growth then fails).
+  int ResizeVolume(std::string_view name, uint64_t byte_limit, uint64_t inode_limit,
+                   VolumeInfo* out);
+  int StatVolume(std::string_view name, VolumeInfo* out);
+  int StatVolume(uint64_t ino, VolumeInfo* out);
+  int ListVolumes(std::vector<VolumeInfo>* out);
+  // Removes the volume with everything in it.
+  int DeleteVolume(std::string_view name);
 
  private:
   class Txn;
@@ -171,8 +196,19 @@ class FileSystem {
   // Runs `fn` in a transaction until it commits (retrying conflicts and
   // failovers); `fn` returns 0 or an errno (its reads are validated then).
   int RunTx(const std::function<int(Txn&)>& fn);
+  // `also` runs in the creating transaction with the new inode.
   int CreateNode(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
-                 std::string_view target, const Owner& owner, Attr* out);
+                 std::string_view target, const Owner& owner, Attr* out,
+                 const std::function<int(Txn&, const Inode&)>& also = nullptr);
+  // Removes everything below directory `dir`.
+  int RemoveTree(uint64_t dir);
+  // Deletes an empty directory's records in `t`, giving back its inode
+  // (or, for a volume, deleting its quota).
+  int DropDirectory(Txn& t, const Inode* dir);
+  // EXDEV when an inode counting against volume `from` would count against
+  // `to` and either has a quota (directories of the root made without one
+  // exchange entries freely).
+  int CheckSameVolume(Txn& t, uint64_t from, uint64_t to);
   // Frees the chunks of [from, to) of `ino` (zeroing the partial one).
   int ClearData(uint64_t ino, uint64_t from, uint64_t to);
   // Clears [size, data_end) when an interrupted truncate left garbage.

@@ -496,6 +496,72 @@ TEST_F(FsTest, RandomDataOperationsMatchAModel) {
   }
 }
 
+// Volumes: quotas on bytes and inodes enforced (EDQUOT, nothing changed),
+// usage following every create, write, truncate and unlink, EXDEV across
+// volumes.
+TEST_F(FsTest, VolumesEnforceTheirQuotas) {
+  VolumeInfo v;
+  ASSERT_EQ(fs_->CreateVolume("v", 10000, 5, {1000, 1000}, &v), 0);
+  EXPECT_TRUE(v.has_quota);
+  EXPECT_EQ(v.quota, (VolumeQuota{10000, 5, 0, 0}));
+  EXPECT_EQ(fs_->CreateVolume("v", 1, 1, {}, &v), EEXIST);
+  ASSERT_EQ(fs_->CreateVolume("w", 0, 0, {}, &v), 0);
+  auto usage = [&](const char* name) {
+    VolumeInfo info;
+    EXPECT_EQ(fs_->StatVolume(name, &info), 0);
+    return std::make_pair(info.quota.bytes_used, info.quota.inodes_used);
+  };
+
+  std::unique_ptr<File> f;
+  ASSERT_EQ(fs_->OpenPath("/v/f", O_CREAT | O_RDWR, 0644, {}, &f), 0);
+  ASSERT_EQ(f->Pwrite(0, std::string(8000, 'a')), 0);
+  EXPECT_EQ(usage("v"), std::make_pair(uint64_t{8000}, uint64_t{1}));
+  // A write passing the byte quota fails whole: nothing written.
+  EXPECT_EQ(f->Pwrite(7000, std::string(5000, 'b')), EDQUOT);
+  std::string out;
+  ASSERT_EQ(f->Pread(0, 20000, &out), 0);
+  EXPECT_EQ(out, std::string(8000, 'a'));
+  EXPECT_EQ(f->Truncate(20000), EDQUOT);
+  ASSERT_EQ(f->Pwrite(0, std::string(2000, 'c')), 0);  // inside the size: free
+  ASSERT_EQ(f->Truncate(100), 0);
+  EXPECT_EQ(usage("v"), std::make_pair(uint64_t{100}, uint64_t{1}));
+  // Inodes: four more fit (a directory counts), the fifth does not.
+  ASSERT_EQ(Mkdir("/v/d"), 0);
+  ASSERT_EQ(Symlink("f", "/v/link"), 0);
+  ASSERT_EQ(WriteFile("/v/d/g", "gg"), 0);
+  ASSERT_EQ(WriteFile("/v/h", ""), 0);
+  EXPECT_EQ(WriteFile("/v/i", ""), EDQUOT);
+  EXPECT_EQ(Mkdir("/v/e"), EDQUOT);
+  Attr a;
+  EXPECT_EQ(fs_->Lstat("/v/i", &a), ENOENT);
+  EXPECT_EQ(usage("v"), std::make_pair(uint64_t{100 + 1 + 2}, uint64_t{5}));
+  // Across volumes and to the root: EXDEV; inside a volume: fine.
+  EXPECT_EQ(Rename("/v/h", "/w/h"), EXDEV);
+  EXPECT_EQ(Rename("/v/d", "/d"), EXDEV);
+  EXPECT_EQ(Link("/v/f", "/w/f"), EXDEV);
+  ASSERT_EQ(Rename("/v/h", "/v/d/h"), 0);
+  ASSERT_EQ(Rename("/v", "/v2"), 0);  // a volume renamed keeps its quota
+  EXPECT_EQ(usage("v2"), std::make_pair(uint64_t{103}, uint64_t{5}));
+  // Unlink gives back; an open file's bytes go back at the unlink.
+  ASSERT_EQ(Unlink("/v2/d/h"), 0);
+  f.reset();
+  ASSERT_EQ(Unlink("/v2/f"), 0);
+  EXPECT_EQ(usage("v2"), std::make_pair(uint64_t{3}, uint64_t{3}));
+  // Resize: room again.
+  ASSERT_EQ(fs_->ResizeVolume("v2", 1 << 20, 100, &v), 0);
+  ASSERT_EQ(WriteFile("/v2/big", std::string(500000, 'x')), 0);
+  EXPECT_EQ(usage("v2"), std::make_pair(uint64_t{500003}, uint64_t{4}));
+  EXPECT_EQ(fs_->ResizeVolume("none", 1, 1, &v), ENOENT);
+  std::vector<VolumeInfo> all;
+  ASSERT_EQ(fs_->ListVolumes(&all), 0);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].name == "v2" ? all[0].quota.bytes_used : all[1].quota.bytes_used, 500003u);
+  // Delete: everything in it goes.
+  ASSERT_EQ(fs_->DeleteVolume("v2"), 0);
+  EXPECT_EQ(fs_->StatVolume("v2", &v), ENOENT);
+  EXPECT_EQ(List("/"), (std::set<std::string>{"w"}));
+}
+
 // Two copies of every segment; a server killed (-9) while clients create,
 // write and rename: every operation that returned success is there after
 // the failover and after the server's return.

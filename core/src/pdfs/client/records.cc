@@ -11,6 +11,7 @@ constexpr uint32_t kInodeMagic = 0x49464450;   // "PDFI"
 constexpr uint32_t kIndexMagic = 0x58464450;   // "PDFX"
 constexpr uint32_t kBucketMagic = 0x42464450;  // "PDFB"
 constexpr uint32_t kOrphanMagic = 0x4f464450;  // "PDFO"
+constexpr uint32_t kVolumeMagic = 0x56464450;  // "PDFV"
 
 dsm::ObjectId MakeId(RecordKind kind, uint32_t low24, uint64_t lo) {
   return {kRecordTag | (uint64_t{static_cast<uint8_t>(kind)} << 24) | (low24 & 0xffffff), lo};
@@ -117,6 +118,9 @@ dsm::ObjectId DataId(uint64_t ino, uint64_t chunk) {
 dsm::ObjectId OrphanShardId(uint32_t shard) {
   return MakeId(RecordKind::kOrphans, 0, shard);
 }
+dsm::ObjectId VolumeId(uint64_t volume) {
+  return MakeId(RecordKind::kVolume, 0, volume);
+}
 
 std::string EncodeInode(const Inode& n) {
   Writer w;
@@ -133,6 +137,7 @@ std::string EncodeInode(const Inode& n) {
   PutTime(&w, n.mtime);
   PutTime(&w, n.ctime);
   w.U64(n.parent);
+  w.U64(n.volume);
   w.U32(static_cast<uint32_t>(n.target.size()));
   w.Bytes(n.target);
   w.U32(static_cast<uint32_t>(n.xattrs.size()));
@@ -152,7 +157,7 @@ Status DecodeInode(std::string_view data, Inode* out) {
   uint32_t target_len = 0, xattr_count = 0;
   if (!r.U64(&n.ino) || !r.U32(&n.mode) || !r.U32(&n.uid) || !r.U32(&n.gid) || !r.U64(&n.nlink) ||
       !r.U64(&n.size) || !r.U64(&n.data_end) || !r.U64(&n.rdev) || !GetTime(&r, &n.atime) ||
-      !GetTime(&r, &n.mtime) || !GetTime(&r, &n.ctime) || !r.U64(&n.parent) ||
+      !GetTime(&r, &n.mtime) || !GetTime(&r, &n.ctime) || !r.U64(&n.parent) || !r.U64(&n.volume) ||
       !r.U32(&target_len)) {
     return r.Bad("truncated or bad field");
   }
@@ -289,6 +294,29 @@ Status DecodeOrphanList(std::string_view data, OrphanList* out) {
   }
   PDPM_RETURN_IF_ERROR(r.Done());
   *out = std::move(list);
+  return Status::OK();
+}
+
+std::string EncodeVolumeQuota(const VolumeQuota& q) {
+  Writer w;
+  w.Header(kVolumeMagic);
+  w.U64(q.byte_limit);
+  w.U64(q.inode_limit);
+  w.U64(q.bytes_used);
+  w.U64(q.inodes_used);
+  return w.Finish();
+}
+
+Status DecodeVolumeQuota(std::string_view data, VolumeQuota* out) {
+  Reader r(data);
+  PDPM_RETURN_IF_ERROR(r.Open(kVolumeMagic, "volume"));
+  VolumeQuota q;
+  if (!r.U64(&q.byte_limit) || !r.U64(&q.inode_limit) || !r.U64(&q.bytes_used) ||
+      !r.U64(&q.inodes_used)) {
+    return r.Bad("truncated");
+  }
+  PDPM_RETURN_IF_ERROR(r.Done());
+  *out = q;
   return Status::OK();
 }
 

@@ -7,6 +7,7 @@
 //   dir bucket id {tag | 3 << 24 | bucket, dir ino}  entries of a key range
 //   data chunk id {tag | 4 << 24 | chunk, ino}    bytes [chunk * 64 MiB, +64 MiB)
 //   orphans    id {tag | 5 << 24, shard}          inodes unlinked, data not freed
+//   volume     id {tag | 6 << 24, volume dir ino} a volume's quota and usage
 //
 // `tag` is "PDFS" in the upper 32 bits of ObjectId::hi: pDFS records share
 // the object store with `pdpm obj` users but never its pDKVS key space.
@@ -36,6 +37,7 @@ enum class RecordKind : uint8_t {
   kDirBucket = 3,
   kData = 4,
   kOrphans = 5,
+  kVolume = 6,
 };
 
 // Bytes of one data chunk (an object of the store is at most 64 MiB).
@@ -58,6 +60,7 @@ dsm::ObjectId DirIndexId(uint64_t dir);
 dsm::ObjectId DirBucketId(uint64_t dir, uint32_t bucket);
 dsm::ObjectId DataId(uint64_t ino, uint64_t chunk);
 dsm::ObjectId OrphanShardId(uint32_t shard);
+dsm::ObjectId VolumeId(uint64_t volume);
 
 struct Time {
   int64_t sec = 0;
@@ -82,7 +85,10 @@ struct Inode {
   uint64_t rdev = 0;
   Time atime, mtime, ctime;
   uint64_t parent = 0;  // directories: the directory holding its entry
-  std::string target;   // symbolic links
+  // The volume (a directory of the root: its inode number) whose quota
+  // this inode counts against; 0: none (the root and its other entries).
+  uint64_t volume = 0;
+  std::string target;  // symbolic links
   std::map<std::string, std::string> xattrs;
   bool operator==(const Inode&) const = default;
 };
@@ -141,5 +147,19 @@ struct OrphanList {
 
 std::string EncodeOrphanList(const OrphanList& list);
 Status DecodeOrphanList(std::string_view data, OrphanList* out);
+
+// A volume's quota (limits 0: none) and what its inodes use: the sum of
+// their sizes (regular files and symbolic links) and their number (the
+// volume's own directory not counted).
+struct VolumeQuota {
+  uint64_t byte_limit = 0;
+  uint64_t inode_limit = 0;
+  uint64_t bytes_used = 0;
+  uint64_t inodes_used = 0;
+  bool operator==(const VolumeQuota&) const = default;
+};
+
+std::string EncodeVolumeQuota(const VolumeQuota& quota);
+Status DecodeVolumeQuota(std::string_view data, VolumeQuota* out);
 
 }  // namespace pdpm::pdfs

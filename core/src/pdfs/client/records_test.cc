@@ -22,6 +22,7 @@ Inode SampleInode() {
   n.mtime = {-3, 999999999};
   n.ctime = {5, 6};
   n.parent = 42;
+  n.volume = 43;
   n.target = "../x/y";
   n.xattrs["user.a"] = "1";
   n.xattrs["security.selinux"] = std::string(300, 'z');
@@ -57,25 +58,32 @@ TEST(PdfsRecords, RoundTrips) {
   OrphanList o{{1, 2, 3}}, o2;
   ASSERT_TRUE(DecodeOrphanList(EncodeOrphanList(o), &o2).ok());
   EXPECT_EQ(o, o2);
+
+  VolumeQuota q{1, 2, 3, 4}, q2;
+  ASSERT_TRUE(DecodeVolumeQuota(EncodeVolumeQuota(q), &q2).ok());
+  EXPECT_EQ(q, q2);
 }
 
 // Every flipped byte and every truncation is refused as corruption.
 TEST(PdfsRecords, DamageIsRefused) {
-  const std::string encodings[] = {EncodeInode(SampleInode()),
-                                   EncodeDirIndex({2, {{0, 0}, {9, 1}}}),
-                                   EncodeDirBucket(SampleBucket()), EncodeOrphanList({{4, 5}})};
-  for (size_t kind = 0; kind < 4; ++kind) {
+  const std::string encodings[] = {
+      EncodeInode(SampleInode()), EncodeDirIndex({2, {{0, 0}, {9, 1}}}),
+      EncodeDirBucket(SampleBucket()), EncodeOrphanList({{4, 5}}), EncodeVolumeQuota({5, 6, 7, 8})};
+  constexpr size_t kKinds = 5;
+  for (size_t kind = 0; kind < kKinds; ++kind) {
     const std::string& good = encodings[kind];
     auto decode = [&](const std::string& d) {
       Inode n;
       DirIndex i;
       DirBucket b;
       OrphanList o;
+      VolumeQuota q;
       switch (kind) {
         case 0: return DecodeInode(d, &n);
         case 1: return DecodeDirIndex(d, &i);
         case 2: return DecodeDirBucket(d, &b);
-        default: return DecodeOrphanList(d, &o);
+        case 3: return DecodeOrphanList(d, &o);
+        default: return DecodeVolumeQuota(d, &q);
       }
     };
     ASSERT_TRUE(decode(good).ok());
@@ -86,7 +94,7 @@ TEST(PdfsRecords, DamageIsRefused) {
       EXPECT_EQ(decode(good.substr(0, i)).code(), StatusCode::kCorruption);
     }
     // A record of another kind is not taken for this one.
-    EXPECT_EQ(decode(encodings[(kind + 1) % 4]).code(), StatusCode::kCorruption);
+    EXPECT_EQ(decode(encodings[(kind + 1) % kKinds]).code(), StatusCode::kCorruption);
   }
 }
 
@@ -115,7 +123,7 @@ TEST(PdfsRecords, IdsAreDistinctAndTagged) {
   std::set<std::pair<uint64_t, uint64_t>> ids;
   for (uint64_t x : {1ull, 2ull, 77ull}) {
     for (const dsm::ObjectId& id : {InodeId(x), DirIndexId(x), DirBucketId(x, 0), DirBucketId(x, 1),
-                                    DataId(x, 0), DataId(x, kMaxChunks - 1)}) {
+                                    DataId(x, 0), DataId(x, kMaxChunks - 1), VolumeId(x)}) {
       EXPECT_EQ(id.hi >> 32, kRecordTag >> 32);
       EXPECT_TRUE(ids.insert({id.hi, id.lo}).second);
     }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include <thread>
 
 #include "client/cluster_harness.h"
+#include "pdfs/client/file_system.h"
 
 namespace pdpm::pdfs {
 namespace {
@@ -41,12 +43,19 @@ LocalClusterOptions MountClusterOptions() {
 // A pdfs-fuse process mounted on `dir`; unmounted on destruction.
 class Mount {
  public:
-  Mount(const LocalCluster& cluster, std::string dir) : dir_(std::move(dir)) {
+  Mount(const LocalCluster& cluster, std::string dir, const std::string& volume = "")
+      : dir_(std::move(dir)) {
     ::mkdir(dir_.c_str(), 0755);
     log_ = dir_ + ".log";
-    Status s = proc_.Start({PDFS_FUSE_BINARY, "--monitor", cluster.monitor_address(),
-                            "--secret-file", cluster.secret_file(), "--mountpoint", dir_},
-                           {}, log_);
+    std::vector<std::string> argv = {PDFS_FUSE_BINARY,
+                                     "--monitor",
+                                     cluster.monitor_address(),
+                                     "--secret-file",
+                                     cluster.secret_file(),
+                                     "--mountpoint",
+                                     dir_};
+    if (!volume.empty()) argv.insert(argv.end(), {"--volume", volume});
+    Status s = proc_.Start(argv, {}, log_);
     EXPECT_TRUE(s.ok()) << s.ToString();
     for (int i = 0; i < 400; ++i) {
       struct statfs st {};
@@ -318,6 +327,42 @@ TEST_F(FuseMountTest, TwoMountsSeeEachOtherCloseToOpen) {
   ASSERT_EQ(::rename(P("dir").c_str(), P("moved").c_str()), 0);
   EXPECT_ERRNO(::stat((other.dir() + "/dir").c_str(), &st), ENOENT);
   EXPECT_EQ(::stat((other.dir() + "/moved").c_str(), &st), 0);
+}
+
+// A volume mounted alone: its quota is the mount's size (statfs), a write
+// passing it fails whole with EDQUOT (no short write), and the volume's
+// root is the mount's root.
+TEST_F(FuseMountTest, VolumeMountEnforcesItsQuota) {
+  std::unique_ptr<client::Client> c;
+  ASSERT_TRUE(client::Client::Open(
+                  client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()), &c)
+                  .ok());
+  std::unique_ptr<FileSystem> fs;
+  ASSERT_TRUE(FileSystem::Open(c.get(), {}, &fs).ok());
+  VolumeInfo v;
+  ASSERT_EQ(fs->CreateVolume("vol", 1 << 20, 10, {}, &v), 0);
+  Mount vol(cluster_, cluster_.dir() + "/vol", "vol");
+  ASSERT_TRUE(vol.mounted());
+  struct statvfs st {};
+  ASSERT_EQ(::statvfs(vol.dir().c_str(), &st), 0);
+  EXPECT_EQ(st.f_blocks * st.f_frsize, 1u << 20);
+  EXPECT_EQ(st.f_files, 10u);
+  const std::string file = vol.dir() + "/f";
+  int fd = ::open(file.c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0);
+  std::string data(700 << 10, 'q');
+  ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  EXPECT_ERRNO(::write(fd, data.data(), data.size()), EDQUOT);
+  ::close(fd);
+  struct stat sb {};
+  ASSERT_EQ(::stat(file.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_size, static_cast<off_t>(data.size()));
+  ASSERT_EQ(::statvfs(vol.dir().c_str(), &st), 0);
+  EXPECT_EQ(st.f_files - st.f_ffree, 1u);
+  // The volume is the mount's root; through the whole-file-system mount it
+  // is a directory.
+  EXPECT_EQ(ReadAll(P("vol/f")), data);
+  EXPECT_ERRNO(::rename(P("vol/f").c_str(), P("elsewhere").c_str()), EXDEV);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <linux/fs.h>
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -351,11 +352,29 @@ void FsyncDir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
   fuse_reply_err(req, Fs(req)->Fsync(In(req, ino)));
 }
 
+// A volume's quota and use as the file system's size; 0 (unknown) for the
+// whole file system or a volume without a quota.
 void StatFs(fuse_req_t req, fuse_ino_t) {
+  constexpr uint64_t kBlock = 4096;
   struct statvfs st {};
-  st.f_bsize = 4096;
-  st.f_frsize = 4096;
+  st.f_bsize = kBlock;
+  st.f_frsize = kBlock;
   st.f_namemax = kMaxNameLength;
+  const uint64_t root = In(req, FUSE_ROOT_ID);
+  VolumeInfo v;
+  if (root != kRootIno) {
+    int err = Fs(req)->StatVolume(root, &v);
+    if (err != 0) return (void)fuse_reply_err(req, err);
+  }
+  const VolumeQuota& q = v.quota;
+  if (q.byte_limit != 0) {
+    st.f_blocks = q.byte_limit / kBlock;
+    st.f_bfree = st.f_bavail = (q.byte_limit - std::min(q.byte_limit, q.bytes_used)) / kBlock;
+  }
+  if (q.inode_limit != 0) {
+    st.f_files = q.inode_limit;
+    st.f_ffree = st.f_favail = q.inode_limit - std::min(q.inode_limit, q.inodes_used);
+  }
   fuse_reply_statfs(req, &st);
 }
 
