@@ -56,6 +56,7 @@ class Reader {
     uint16_t version = 0, reserved = 0;
     if (!U32(&m) || !U16(&version) || !U16(&reserved)) return Bad("too short");
     if (m != magic) return Bad("bad magic");
+    if (reserved != 0) return Bad("reserved bits set");
     if (version != kRecordVersion) return Bad("unknown version " + std::to_string(version));
     return Status::OK();
   }
@@ -174,9 +175,11 @@ Status DecodeInode(std::string_view data, Inode* out) {
       return r.Bad("bad xattr");
     }
     total += name_len + value_len;
-    if (total > kMaxXattrTotal || !n.xattrs.emplace(std::move(name), std::move(value)).second) {
+    // Sorted by name, each once: a record has one encoding.
+    if (total > kMaxXattrTotal || (!n.xattrs.empty() && n.xattrs.rbegin()->first >= name)) {
       return r.Bad("bad xattr set");
     }
+    n.xattrs.emplace_hint(n.xattrs.end(), std::move(name), std::move(value));
   }
   PDPM_RETURN_IF_ERROR(r.Done());
   *out = std::move(n);
