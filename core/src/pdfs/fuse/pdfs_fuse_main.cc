@@ -505,6 +505,7 @@ int Main(int argc, char** argv) {
   fuse_session* se = fuse_session_new(&fargs, &ops, sizeof(ops), &served);
   if (se == nullptr) {
     log.Error("fuse_session_new failed");
+    fuse_opt_free_args(&fargs);
     return 1;
   }
   int rc = 1;
@@ -524,6 +525,7 @@ int Main(int argc, char** argv) {
     fuse_remove_signal_handlers(se);
   }
   fuse_session_destroy(se);
+  fuse_opt_free_args(&fargs);  // what the session parsing added to them
   return rc == 0 ? 0 : 1;
 }
 
