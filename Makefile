@@ -40,7 +40,7 @@ build-fuzz: deps
 	cmake --build build/fuzz -j $(JOBS) --target fuzzers
 
 # Everything: the whole core suite optimised, the PM, transport and client
-# suites under ASan+UBSan and TSan, each fuzzer for a bounded time, the operator,
+# suites under ASan+UBSan and TSan (pDFS under ASan+UBSan too), each fuzzer for a bounded time, the operator,
 # pDKVS linearizability under kill -9, and the pm, net, pdkvs and cluster
 # suites on real verbs and DAX in the hardware guest.
 test: deps
@@ -51,7 +51,7 @@ test-core: build
 	cd build/release && $(CTEST)
 
 test-asan: build-asan
-	cd build/asan && $(CTEST) -L '^(common|pm|net|client|pdkvs)$$'
+	cd build/asan && $(CTEST) -L '^(common|pm|net|client|pdkvs|pdfs)$$'
 
 test-tsan: build-tsan
 	cd build/tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L '^(common|pm|net|client|pdkvs)$$'

@@ -2,7 +2,8 @@
 # End-to-end test of the `pdpm` CLI on a temporary directory: up, status,
 # object round trips (binary, empty, several MiB, stdin/stdout), down, up
 # again, kill -9 of every daemon then up, a drained server leaving, fsck,
-# pDKVS through `pdpm kv` and through the gateway (redis-cli), and the
+# pDKVS through `pdpm kv` and through the gateway (redis-cli), pDFS volumes
+# and a FUSE mount (`pdpm fs`), and the
 # errors of bad input; then `up --ha` (three etcd members, three
 # monitors), kill -9 of the leader monitor, down and up again. Every step
 # checks exit codes and data byte for byte.
@@ -158,8 +159,29 @@ expect_fail 1 "not_found" "$pdpm" kv get brief --dir "$dir"
   die "kv scan: $("$pdpm" kv scan --dir "$dir")"
 check_all
 
-step "down, fsck, up again: data still there"
+step "pDFS: volumes with quotas, a FUSE mount, its errors"
+"$pdpm" fs volume create vol1 --bytes 1MiB --inodes 100 --dir "$dir" >/dev/null
+expect_fail 1 "already_exists" "$pdpm" fs volume create vol1 --dir "$dir"
+expect_fail 2 "bad volume name" "$pdpm" fs volume create a/b --dir "$dir"
+[[ $("$pdpm" fs volume list --dir "$dir" | awk '{print $1}') == vol1 ]] || die "fs volume list"
+mkdir -p "$work/mnt" "$work/mnt2"
+"$pdpm" fs mount vol1 "$work/mnt" --dir "$dir" >/dev/null
+if cp "$work/big" "$work/mnt/big" 2>"$work/err"; then die "a file over the quota was written"; fi
+grep -q "quota" "$work/err" || die "cp past the quota: $(cat "$work/err")"
+"$pdpm" fs volume resize vol1 --bytes 64MiB --dir "$dir" >/dev/null
+cp "$work/big" "$work/mnt/big"
+mkdir "$work/mnt/sub"
+cmp "$work/big" "$work/mnt/big" || die "a file read back through the mount differs"
+"$pdpm" fs volume stat vol1 --dir "$dir" >"$work/stat.out"
+grep -q "inodes 2/100" "$work/stat.out" || die "fs volume stat: $(cat "$work/stat.out")"
+expect_fail 1 "already_exists" "$pdpm" fs mount vol1 "$work/mnt" --dir "$dir"
+expect_fail 1 "is mounted on" "$pdpm" fs volume delete vol1 --dir "$dir"
+expect_fail 1 "not_found" "$pdpm" fs mount nosuch "$work/mnt2" --dir "$dir"
+expect_fail 1 "not_found" "$pdpm" fs umount "$work/mnt2" --dir "$dir"
+
+step "down (unmounts), fsck, up again: data still there"
 "$pdpm" down --dir "$dir" >"$work/down.out"
+grep -q "^unmounted $work/mnt" "$work/down.out" || die "down did not unmount: $(cat "$work/down.out")"
 [[ $(grep -c "^stopped" "$work/down.out") == 5 ]] || die "down: $(cat "$work/down.out")"
 [[ -z $(ls "$dir"/*.pid 2>/dev/null) ]] || die "down left pid files"
 expect_fail 1 "not running|no PDPM cluster is running" "$pdpm" status --dir "$dir"
@@ -170,6 +192,12 @@ expect_fail 1 "no PDPM cluster is running" "$pdpm" obj get 7 --dir "$dir"
 grep -q "recovering its PM" "$work/up.out" || die "up after down reformatted? $(cat "$work/up.out")"
 [[ $(cat "$dir/cluster.secret") == "$secret" ]] || die "the secret changed"
 check_all
+"$pdpm" fs mount vol1 "$work/mnt" --dir "$dir" >/dev/null
+cmp "$work/big" "$work/mnt/big" || die "a pDFS file lost or changed across down and up"
+"$pdpm" fs umount "$work/mnt" --dir "$dir" >/dev/null
+expect_fail 1 "not_found" "$pdpm" fs umount "$work/mnt" --dir "$dir"
+"$pdpm" fs volume delete vol1 --dir "$dir" >/dev/null
+[[ -z $("$pdpm" fs volume list --dir "$dir") ]] || die "fs volume list after delete"
 expect_fail 1 "server 1 is running" "$pdpm" fsck --dir "$dir"
 
 step "kill -9 of every daemon, then up: data still there"

@@ -2,7 +2,8 @@
 # What `make up` runs after building: starts the local cluster with
 # `pdpm up` (unless it already runs) and shows it working — a file stored
 # as an object, read back and compared; a key written with `pdpm kv` and
-# read through the Redis protocol; then `pdpm status`.
+# read through the Redis protocol; a pDFS volume mounted (FUSE), files
+# written and read in it, `pdpm fs volume list`; then `pdpm status`.
 #
 #   scripts/cluster-up.sh <build dir>      (PDPM_DIR overrides the cluster directory)
 set -euo pipefail
@@ -42,6 +43,28 @@ else
   echo "\$ pdpm kv get greeting"
   "$pdpm" kv get greeting "${dir_flag[@]}"
 fi
+mnt=$dir/mnt/demo
+echo
+if ! "$pdpm" fs volume list "${dir_flag[@]}" | awk '{print $1}' | grep -qx demo; then
+  echo "\$ pdpm fs volume create demo --bytes 256MiB --inodes 10000"
+  "$pdpm" fs volume create demo --bytes 256MiB --inodes 10000 "${dir_flag[@]}"
+fi
+if ! mountpoint -q "$mnt"; then
+  mkdir -p "$mnt"
+  echo "\$ pdpm fs mount demo $mnt"
+  "$pdpm" fs mount demo "$mnt" "${dir_flag[@]}"
+fi
+echo "\$ cp sample $mnt/sample && cmp sample $mnt/sample    # through the FUSE mount"
+cp "$tmp/sample" "$mnt/sample"
+cmp "$tmp/sample" "$mnt/sample"
+echo "read back identical"
+echo "\$ echo 'hello from pDFS' > $mnt/hello.txt && cat $mnt/hello.txt"
+echo 'hello from pDFS' >"$mnt/hello.txt"
+cat "$mnt/hello.txt"
+echo "\$ ls -l $mnt"
+ls -l "$mnt"
+echo "\$ pdpm fs volume list"
+"$pdpm" fs volume list "${dir_flag[@]}"
 # The second copy of a new segment fills in the background: give it (at
 # most 30 s) before showing the status.
 for _ in $(seq 60); do
@@ -51,4 +74,5 @@ done
 echo "\$ pdpm status"
 "$pdpm" status "${dir_flag[@]}"
 echo
-echo "pdpm is $pdpm; \`$pdpm help\` lists its commands, \`$pdpm down${dir_flag[*]:+ ${dir_flag[*]}}\` stops the cluster."
+echo "pdpm is $pdpm; \`$pdpm help\` lists its commands, \`$pdpm down${dir_flag[*]:+ ${dir_flag[*]}}\` stops the cluster"
+echo "(and unmounts $mnt)."

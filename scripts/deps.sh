@@ -13,6 +13,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libfuse3-dev fuse3 uuid-dev
+  # real programs the pDFS mount tests run (tar and diff are essential)
+  git sqlite3
   # real parts the tests and benchmarks start
   etcd-server etcd-client redis-server redis-tools iperf3 sockperf
   # the pDKVS gateway comparison test keeps redis-py in a venv

@@ -317,6 +317,12 @@ class ClientImpl final : public Client, public TxHost {
         &reply);
   }
 
+  Status TruncateObj(const ObjectId& id, uint64_t size) override {
+    std::string reply;
+    return ObjectCall(
+        id, server::kTruncateObj, [&](Encoder& e) { e.U64(size); }, &reply);
+  }
+
   Status ObjSize(const ObjectId& id, uint64_t* size) override {
     std::string reply;
     PDPM_RETURN_IF_ERROR(ObjectCall(

@@ -126,6 +126,9 @@ class Client {
   // zeros); atomic like PutObj.
   virtual Status WriteObj(const ObjectId& id, uint64_t offset, std::string_view data) = 0;
   virtual Status ObjSize(const ObjectId& id, uint64_t* size) = 0;
+  // Drops the bytes at and past `size` of an object larger than that (its
+  // size becomes `size`; a smaller object is unchanged); atomic like PutObj.
+  virtual Status TruncateObj(const ObjectId& id, uint64_t size) = 0;
   virtual Status DelObj(const ObjectId& id) = 0;
 
   // Starts a transaction over heap data (client/transaction.h, docs/tx.md).

@@ -30,6 +30,15 @@ Status ReadWholeFile(const std::string& path, std::string* out) {
   return Status::OK();
 }
 
+Status ReadSecretFile(const std::string& path, std::string* secret) {
+  PDPM_RETURN_IF_ERROR(ReadWholeFile(path, secret));
+  while (!secret->empty() && (secret->back() == '\n' || secret->back() == '\r')) {
+    secret->pop_back();
+  }
+  if (secret->empty()) return Status::InvalidArgument(path + " is empty");
+  return Status::OK();
+}
+
 Status WriteFileAtomically(const std::string& path, const std::string& data, mode_t mode) {
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);

@@ -129,6 +129,13 @@ Status ObjectStoreTable::Get(const ObjectId& id, std::string* value) const {
   return Status::OK();
 }
 
+Status ObjectStoreTable::Truncate(const ObjectId& id, uint64_t size) {
+  std::unique_lock lock(mu_);
+  uint64_t header;
+  PDPM_RETURN_IF_ERROR(HeaderOf(id, &header));
+  return lists_.Truncate(header, size);
+}
+
 Status ObjectStoreTable::Size(const ObjectId& id, uint64_t* size) const {
   std::shared_lock lock(mu_);
   uint64_t header;

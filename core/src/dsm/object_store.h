@@ -70,6 +70,9 @@ class ObjectStoreTable {
   Status Put(const ObjectId& id, std::string_view value);
   // Writes `data` at `offset` of an existing object, growing it if needed.
   Status Write(const ObjectId& id, uint64_t offset, std::string_view data);
+  // Drops the bytes at and past `size` of an existing object that is
+  // larger (its size becomes `size`); a smaller object is left as it is.
+  Status Truncate(const ObjectId& id, uint64_t size);
   // Reads [offset, offset + length) of an object into `out`.
   Status Read(const ObjectId& id, uint64_t offset, uint64_t length, char* out) const;
   // The whole object.

@@ -199,6 +199,42 @@ TEST_F(ObjectStoreTest, FullRegionLeavesObjectsIntactAndLeaksNothing) {
   EXPECT_TRUE(table_->Put(keep, Bytes(8 << 20, 2)).ok());
 }
 
+TEST_F(ObjectStoreTest, TruncateDropsTheTailAndFreesItsPages) {
+  ObjectId id{4, 4};
+  std::string model = Bytes(700000, 4);
+  ASSERT_TRUE(table_->Put(id, model).ok());
+  ASSERT_TRUE(table_->Write(id, 3 << 20, "far").ok());  // a hole, then 3 bytes
+  model.resize((3 << 20) + 3, '\0');
+  model.replace(3 << 20, 3, "far");
+  // Larger or equal: nothing changes. Inside the hole, inside a page,
+  // on a page boundary, to zero.
+  for (uint64_t size : {uint64_t{4} << 20, uint64_t{(3 << 20) + 3}, uint64_t{2} << 20,
+                        uint64_t{600001}, uint64_t{409600}, uint64_t{1}, uint64_t{0}}) {
+    ASSERT_TRUE(table_->Truncate(id, size).ok()) << size;
+    if (size < model.size()) model.resize(size);
+    ASSERT_EQ(Get(id), model) << size;
+    uint64_t got = 0;
+    ASSERT_TRUE(table_->Size(id, &got).ok());
+    EXPECT_EQ(got, model.size());
+    // Growing again reads zeros where the old bytes were.
+    ASSERT_TRUE(table_->Write(id, size + 5000, "x").ok());
+    model.resize(size + 5001, '\0');
+    model[size + 5000] = 'x';
+    ASSERT_EQ(Get(id), model) << size;
+    SegmentCheckReport r = Check();
+    ASSERT_TRUE(r.clean()) << r.ToString();
+  }
+  EXPECT_EQ(table_->Truncate({9, 9}, 0).code(), StatusCode::kNotFound);
+  // Truncation gives the pages back: the 96 MiB region could not hold 120
+  // MiB of them.
+  for (int i = 0; i < 120; ++i) {
+    ASSERT_TRUE(table_->Write(id, (60 << 20) + 1, Bytes(1 << 20, i)).ok()) << i;
+    ASSERT_TRUE(table_->Truncate(id, 1).ok());
+  }
+  Reopen();
+  EXPECT_EQ(Get(id), model.substr(0, 1));
+}
+
 TEST_F(ObjectStoreTest, RandomOperationsMatchAModel) {
   std::map<uint64_t, std::string> model;
   std::mt19937_64 rng(42);
@@ -222,6 +258,11 @@ TEST_F(ObjectStoreTest, RandomOperationsMatchAModel) {
       ASSERT_TRUE(s.ok()) << s.ToString();
       if (it->second.size() < off + d.size()) it->second.resize(off + d.size(), '\0');
       it->second.replace(off, d.size(), d);
+    } else if (op == 6 && step % 2 == 0) {
+      uint64_t size = rng() % 200000;
+      Status s = table_->Truncate(id, size);
+      ASSERT_EQ(s.code(), it == model.end() ? StatusCode::kNotFound : StatusCode::kOk);
+      if (it != model.end() && size < it->second.size()) it->second.resize(size);
     } else if (op < 7) {
       Status s = table_->Delete(id);
       ASSERT_EQ(s.code(), it == model.end() ? StatusCode::kNotFound : StatusCode::kOk);

@@ -208,19 +208,33 @@ void SkipList::Read(uint64_t header, uint64_t offset, uint64_t length, char* out
   }
 }
 
+Status SkipList::Replace(uint64_t** preds, const std::vector<uint64_t>& fresh, const uint64_t* succ,
+                         const std::vector<uint64_t>& old) {
+  uint64_t first[kMaxLevel];
+  LinkChain(fresh, succ, first);
+  // The switch: from here on the new extents are the object.
+  alloc_->StoreAndPersist(&preds[0][0], first[0]);
+  for (int l = 1; l < kMaxLevel; ++l) {
+    if (preds[l][l] != first[l]) alloc_->StoreAndPersist(&preds[l][l], first[l]);
+  }
+  return FreeExtents(old);
+}
+
+void SkipList::FindPreds(uint64_t header, uint64_t offset, uint64_t** preds) const {
+  uint64_t* x = Header(header)->head;
+  for (int l = kMaxLevel - 1; l >= 0; --l) {
+    while (x[l] != 0 && Node(x[l])->end() <= offset) x = Node(x[l])->next;
+    preds[l] = x;
+  }
+}
+
 Status SkipList::Write(uint64_t header, uint64_t offset, std::string_view data) {
   if (data.empty()) return Status::OK();
   uint64_t end = offset + data.size();
   uint64_t p0 = offset / kPageSize * kPageSize;
   uint64_t p1 = PageCeil(end);
-  // preds[l]: the next-array of the last node of level l ending at or before
-  // p0 (or the head tower).
   uint64_t* preds[kMaxLevel];
-  uint64_t* x = Header(header)->head;
-  for (int l = kMaxLevel - 1; l >= 0; --l) {
-    while (x[l] != 0 && Node(x[l])->end() <= p0) x = Node(x[l])->next;
-    preds[l] = x;
-  }
+  FindPreds(header, p0, preds);
   std::vector<uint64_t> old;
   for (uint64_t n = preds[0][0]; n != 0 && Node(n)->offset < p1; n = Node(n)->next[0]) {
     old.push_back(n);
@@ -250,14 +264,35 @@ Status SkipList::Write(uint64_t header, uint64_t offset, std::string_view data) 
   };
   std::vector<uint64_t> fresh;
   PDPM_RETURN_IF_ERROR(MakeExtents(begin, stop, std::max(Size(header), end), fill, &fresh));
-  uint64_t first[kMaxLevel];
-  LinkChain(fresh, succ, first);
-  // The switch: from here on the new extents are the object.
-  alloc_->StoreAndPersist(&preds[0][0], first[0]);
-  for (int l = 1; l < kMaxLevel; ++l) {
-    if (preds[l][l] != first[l]) alloc_->StoreAndPersist(&preds[l][l], first[l]);
-  }
-  return FreeExtents(old);
+  return Replace(preds, fresh, succ, old);
+}
+
+Status SkipList::Truncate(uint64_t header, uint64_t size) {
+  if (size >= Size(header)) return Status::OK();
+  // [p0, p1) is the page holding the last byte kept; it and everything
+  // after it is replaced by a copy of what lies below `size`.
+  const uint64_t p0 = size == 0 ? 0 : (size - 1) / kPageSize * kPageSize;
+  const uint64_t p1 = PageCeil(size);
+  uint64_t* preds[kMaxLevel];
+  FindPreds(header, p0, preds);
+  std::vector<uint64_t> old;
+  for (uint64_t n = preds[0][0]; n != 0; n = Node(n)->next[0]) old.push_back(n);
+  const uint64_t begin = old.empty() ? p0 : std::min(p0, Node(old.front())->offset);
+  auto fill = [&](char* dst, uint64_t off, uint64_t len) {
+    memset(dst, 0, len);
+    for (uint64_t n : old) {
+      const ExtentNode* node = Node(n);
+      uint64_t from = std::max(off, node->offset);
+      uint64_t to = std::min({off + len, node->end(), size});
+      if (from < to) {
+        memcpy(dst + (from - off), alloc_->At<char>(node->data) + (from - node->offset), to - from);
+      }
+    }
+  };
+  std::vector<uint64_t> fresh;
+  if (size > 0) PDPM_RETURN_IF_ERROR(MakeExtents(begin, p1, size, fill, &fresh));
+  const uint64_t none[kMaxLevel] = {};
+  return Replace(preds, fresh, none, old);
 }
 
 Status SkipList::Destroy(uint64_t header) {

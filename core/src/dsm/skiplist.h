@@ -97,6 +97,10 @@ class SkipList {
   // Copy-on-write of [offset, offset + data.size()) into a published object;
   // the caller checks the range against kMaxObjectSize.
   Status Write(uint64_t header, uint64_t offset, std::string_view data);
+  // Drops the bytes at and past `size` when the object is larger (its size
+  // becomes `size`; nothing changes otherwise): copy-on-write of the page
+  // holding the new end, one persisted store unlinking every extent after.
+  Status Truncate(uint64_t header, uint64_t size);
   // Frees an object nothing points to any more.
   Status Destroy(uint64_t header);
   // Adds the object's blocks (header, nodes, data) to `blocks`.
@@ -111,6 +115,9 @@ class SkipList {
   ObjectHeader* Header(uint64_t off) const { return alloc_->At<ObjectHeader>(off); }
   ExtentNode* Node(uint64_t off) const { return alloc_->At<ExtentNode>(off); }
   int RandomLevel();
+  // preds[l]: the next-array of the last node of level l ending at or
+  // before `offset` (or the head tower).
+  void FindPreds(uint64_t header, uint64_t offset, uint64_t** preds) const;
   // Allocates and fills persisted extents covering [begin, end) (page
   // aligned); fill(dst, logical_offset, length) writes their content. Links
   // are left zero. On failure frees what it allocated.
@@ -122,6 +129,11 @@ class SkipList {
   // succ[level] when none has that level). Persists the nodes.
   void LinkChain(const std::vector<uint64_t>& nodes, const uint64_t* succ, uint64_t* first);
   Status FreeExtents(const std::vector<uint64_t>& nodes);
+  // Links `fresh` between preds and succ (LinkChain), publishes them with
+  // one persisted store to preds[0] (then the upper levels) and frees
+  // the extents `old` they replace.
+  Status Replace(uint64_t** preds, const std::vector<uint64_t>& fresh, const uint64_t* succ,
+                 const std::vector<uint64_t>& old);
 
   PAllocator* alloc_;
   std::mt19937_64 rng_;

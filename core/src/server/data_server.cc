@@ -73,7 +73,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   s->rpc_->Register(kPFree, [self](std::span<const uint8_t> r, std::string* out) {
     return self->HandlePFree(r, out);
   });
-  for (uint16_t m : {kPutObj, kWriteObj, kReadObj, kObjSize, kDelObj}) {
+  for (uint16_t m : {kPutObj, kWriteObj, kReadObj, kObjSize, kDelObj, kTruncateObj}) {
     s->rpc_->Register(m, [self, m](std::span<const uint8_t> r, std::string* out) {
       return self->HandleObject(m, r, out);
     });
@@ -613,6 +613,7 @@ Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req, s
       data = d.Rest();
       break;
     case kPutObj: data = d.Rest(); break;
+    case kTruncateObj: PDPM_RETURN_IF_ERROR(d.U64(&offset)); break;
     case kReadObj:
       PDPM_RETURN_IF_ERROR(d.U64(&offset));
       PDPM_RETURN_IF_ERROR(d.U64(&length));
@@ -628,6 +629,7 @@ Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req, s
     case kPutObj: return Mutate(seg, [&] { return table->Put(id, data); });
     case kWriteObj: return Mutate(seg, [&] { return table->Write(id, offset, data); });
     case kDelObj: return Mutate(seg, [&] { return table->Delete(id); });
+    case kTruncateObj: return Mutate(seg, [&] { return table->Truncate(id, offset); });
     case kObjSize: {
       uint64_t size = 0;
       PDPM_RETURN_IF_ERROR(table->Size(id, &size));

@@ -18,6 +18,7 @@
 //                                               -> data
 //   kObjSize    16-byte id                     -> u64 size
 //   kDelObj     16-byte id                     -> empty
+//   kTruncateObj 16-byte id | u64 size         -> empty
 //   kTx*        transactions: docs/tx.md
 //   kKv*        pDKVS vnode operations: docs/pdkvs.md ("Distributed store")
 // A decoder refuses a short, long or unknown-version message with
@@ -60,6 +61,7 @@ enum Method : uint16_t {
   kReadObj = 0x113,
   kObjSize = 0x114,
   kDelObj = 0x115,
+  kTruncateObj = 0x116,  // drops an object's bytes past a size (pDFS truncate)
   // Transactions (server/tx_participant.h, docs/tx.md).
   kTxHello = 0x201,
   kTxLock = 0x202,

@@ -1,18 +1,24 @@
 #include "tools/local_cluster.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/random.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <thread>
 
+#include "common/crc32c.h"
 #include "common/file_util.h"
 #include "dsm/address.h"
 #include "monitor/etcd/etcd_members.h"
@@ -294,6 +300,7 @@ LocalCluster::LocalCluster(std::string dir)
       monitor_binary_(FindBinary("pdpm-monitor", PDPM_MONITOR_BINARY)),
       server_binary_(FindBinary("pdpm-server", PDPM_SERVER_BINARY)),
       gateway_binary_(FindBinary("pdkvs-gateway", PDKVS_GATEWAY_BINARY)),
+      fuse_binary_(FindBinary("pdfs-fuse", PDFS_FUSE_BINARY)),
       etcd_binary_(FindInPath("etcd")) {}
 
 Status LocalCluster::LoadConfig(LocalClusterConfig* config) const {
@@ -400,6 +407,117 @@ DaemonSpec LocalCluster::GatewayDaemon(const LocalClusterConfig& config) const {
           Path("gateway.addr"),
           Path("gateway.pid"),
           Path("gateway.log")};
+}
+
+namespace {
+
+// The name of a mount's files in fs/: its mountpoint with '/' as '_' and
+// a checksum telling apart mountpoints that read alike then.
+std::string MountKey(const std::string& mountpoint) {
+  std::string key = mountpoint;
+  std::replace(key.begin(), key.end(), '/', '_');
+  char crc[16];
+  std::snprintf(crc, sizeof(crc), "-%08x", Crc32c(mountpoint));
+  return key + crc;
+}
+
+constexpr long kFuseSuperMagic = 0x65735546;
+
+// Drops a FUSE mount whose daemon is gone (lazily: open files keep it
+// until closed): umount2 as root, else fusermount3.
+void DetachMount(const std::string& mountpoint) {
+  if (::umount2(mountpoint.c_str(), MNT_DETACH) == 0 || errno != EPERM) return;
+  pid_t pid = fork();
+  if (pid == 0) {
+    execlp("fusermount3", "fusermount3", "-u", "-z", mountpoint.c_str(), nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  if (pid > 0) (void)waitpid(pid, &status, 0);
+}
+
+}  // namespace
+
+DaemonSpec LocalCluster::FsMountDaemon(const LocalClusterConfig& config,
+                                       const std::string& mountpoint,
+                                       const std::string& volume) const {
+  const std::string base = Path("fs/" + MountKey(mountpoint));
+  std::vector<std::string> argv = {
+      fuse_binary_,  "--monitor",      MonitorList(config), "--secret-file", Path("cluster.secret"),
+      "--transport", config.transport, "--mountpoint",      mountpoint};
+  if (!volume.empty()) {
+    argv.push_back("--volume");
+    argv.push_back(volume);
+  }
+  return {"mount " + mountpoint, argv, mountpoint, base + ".pid", base + ".log"};
+}
+
+std::vector<std::pair<std::string, std::string>> LocalCluster::FsMounts() const {
+  std::vector<std::pair<std::string, std::string>> mounts;
+  DIR* d = ::opendir(Path("fs").c_str());
+  if (d == nullptr) return mounts;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() < 7 || name.compare(name.size() - 6, 6, ".mount") != 0) continue;
+    std::string text;
+    if (!ReadWholeFile(Path("fs/" + name), &text).ok()) continue;
+    const size_t nl = text.find('\n');
+    if (nl == std::string::npos) continue;
+    mounts.emplace_back(text.substr(0, nl), text.substr(nl + 1));
+  }
+  ::closedir(d);
+  std::sort(mounts.begin(), mounts.end());
+  return mounts;
+}
+
+Status LocalCluster::FsMount(const std::string& mountpoint, const std::string& volume,
+                             milliseconds timeout) {
+  LocalClusterConfig config;
+  PDPM_RETURN_IF_ERROR(LoadConfig(&config));
+  PDPM_RETURN_IF_ERROR(MakeDirs(Path("fs"), 0700));
+  DaemonSpec spec = FsMountDaemon(config, mountpoint, volume);
+  if (RunningPid(spec) != 0) {
+    return Status::AlreadyExists("a pDFS mount of this cluster runs on " + mountpoint);
+  }
+  pid_t pid = 0;
+  PDPM_RETURN_IF_ERROR(StartDaemon(spec, &pid));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    struct statfs st {};
+    if (::statfs(mountpoint.c_str(), &st) == 0 && st.f_type == kFuseSuperMagic &&
+        RunningPid(spec) != 0) {
+      break;
+    }
+    std::string how;
+    if (ChildExited(pid, &how) || std::chrono::steady_clock::now() > deadline) {
+      bool killed = false;
+      (void)StopDaemon(spec, milliseconds(2000), &killed);
+      return Status::Unavailable("pdfs-fuse " + (how.empty() ? "did not mount" : how) + "\n" +
+                                 LogTail(spec.log_file, 10));
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  const std::string base = Path("fs/" + MountKey(mountpoint));
+  return WriteFileAtomically(base + ".mount", mountpoint + "\n" + volume, 0600);
+}
+
+Status LocalCluster::FsUnmount(const std::string& mountpoint, milliseconds grace) {
+  LocalClusterConfig config;
+  PDPM_RETURN_IF_ERROR(LoadConfig(&config));
+  const std::string base = Path("fs/" + MountKey(mountpoint));
+  std::string volume;
+  for (const auto& [m, v] : FsMounts()) {
+    if (m == mountpoint) volume = v;
+  }
+  DaemonSpec spec = FsMountDaemon(config, mountpoint, volume);
+  if (RunningPid(spec) == 0 && !FileExists(base + ".mount")) {
+    return Status::NotFound("no pDFS mount of this cluster on " + mountpoint);
+  }
+  bool killed = false;
+  PDPM_RETURN_IF_ERROR(StopDaemon(spec, grace, &killed));
+  if (killed) DetachMount(mountpoint);  // killed before it unmounted
+  ::unlink((base + ".mount").c_str());
+  return Status::OK();
 }
 
 std::vector<DaemonSpec> LocalCluster::Daemons(const LocalClusterConfig& config) const {
@@ -689,6 +807,10 @@ Status LocalCluster::Down(milliseconds grace, std::ostream& progress) {
   PDPM_RETURN_IF_ERROR(lock.Acquire(dir_));
   LocalClusterConfig config;
   PDPM_RETURN_IF_ERROR(LoadConfig(&config));
+  for (const auto& [mountpoint, volume] : FsMounts()) {
+    PDPM_RETURN_IF_ERROR(FsUnmount(mountpoint, grace));
+    progress << "unmounted " << mountpoint << "\n";
+  }
   std::vector<DaemonSpec> daemons = Daemons(config);
   // The reverse of the start: servers first, so none of them sees its
   // monitor go away, and etcd last, so the leader can resign.

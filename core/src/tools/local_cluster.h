@@ -82,7 +82,8 @@ class LocalCluster {
   // by the tail of its log.
   Status Up(const LocalClusterConfig& config, const UpOptions& options, std::ostream& progress);
 
-  // Stops servers then the monitor: SIGTERM, then SIGKILL after `grace`.
+  // Unmounts the file-system mounts (FsMounts), then stops servers then the
+  // monitor: SIGTERM, then SIGKILL after `grace`.
   // OK when nothing was running.
   Status Down(std::chrono::milliseconds grace, std::ostream& progress);
 
@@ -103,6 +104,19 @@ class LocalCluster {
   DaemonSpec ServerDaemon(const LocalClusterConfig& config, uint32_t index) const;  // from 1
   // Only for a config with a gateway port.
   DaemonSpec GatewayDaemon(const LocalClusterConfig& config) const;
+  // pdfs-fuse mounting `volume` ("": the whole file system) on `mountpoint`
+  // (absolute), its pid, log and record in fs/ of the directory.
+  DaemonSpec FsMountDaemon(const LocalClusterConfig& config, const std::string& mountpoint,
+                           const std::string& volume) const;
+  // The mounts started here and not unmounted: mountpoint -> volume.
+  std::vector<std::pair<std::string, std::string>> FsMounts() const;
+  // Starts a mount (kAlreadyExists when one runs on `mountpoint`) and
+  // waits until it serves; records it for FsMounts.
+  Status FsMount(const std::string& mountpoint, const std::string& volume,
+                 std::chrono::milliseconds timeout);
+  // Stops the mount on `mountpoint` (unmounting it); kNotFound when none
+  // of this cluster runs there.
+  Status FsUnmount(const std::string& mountpoint, std::chrono::milliseconds grace);
   std::string ServerPmFile(uint32_t index) const;  // index from 1
   std::string ServerAddress(const LocalClusterConfig& config, uint32_t index) const;
 
@@ -131,6 +145,7 @@ class LocalCluster {
   std::string monitor_binary_;
   std::string server_binary_;
   std::string gateway_binary_;
+  std::string fuse_binary_;
   std::string etcd_binary_;  // "" when no etcd is installed
 };
 

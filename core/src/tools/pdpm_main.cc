@@ -1,12 +1,15 @@
 // pdpm: the command-line tool of PDPM (docs/cli.md).
 //
-//   pdpm up | down | status | obj put|get|del | kv get|put|del|scan | fsck |
-//        server drain   [--dir DIR] [flags]
+//   pdpm up | down | status | obj put|get|del | kv get|put|del|scan |
+//        fs mount|umount|volume | fsck | server drain   [--dir DIR] [flags]
 //
 // Every failure is one line "pdpm: <what>" on stderr (a failing daemon's
 // log tail follows it, indented) and a non-zero exit: 1 for errors, 2 for
 // a bad command line.
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "monitor/monitor_client.h"
+#include "pdfs/client/file_system.h"
 #include "pdkvs/cluster/cluster_kv_store.h"
 #include "server/fsck.h"
 #include "server/kv_protocol.h"
@@ -47,6 +51,13 @@ constexpr const char* kUsage =
     "  kv get <key>          print a key's value\n"
     "  kv del <key>          delete a key\n"
     "  kv scan               list the keys\n"
+    "  fs volume create <name>   create a pDFS volume (--bytes, --inodes: its quota)\n"
+    "  fs volume resize <name>   change its quota (--bytes, --inodes)\n"
+    "  fs volume stat <name>     its use and quota\n"
+    "  fs volume delete <name>   delete a volume and everything in it (not while mounted)\n"
+    "  fs volume list            list the volumes with their use and quota\n"
+    "  fs mount <volume> <dir>   mount a volume on a directory (pdfs-fuse, a daemon)\n"
+    "  fs umount <dir>           unmount it\n"
     "  fsck                  check the PM of the stopped servers offline\n"
     "  server drain <id>     move a server's data away; it is DRAINED and may leave\n"
     "  help [command]        this text, or the flags of one command\n"
@@ -575,6 +586,150 @@ int ServerCommand(CommandLine& cl) {
   return 0;
 }
 
+// A volume name: one directory name of the root.
+Status CheckVolumeName(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.size() > pdfs::kMaxNameLength) {
+    return Status::InvalidArgument("bad volume name \"" + name +
+                                   "\": one path component of at most 255 bytes");
+  }
+  return Status::OK();
+}
+
+Status FsError(const std::string& what, int err) {
+  switch (err) {
+    case ENOENT: return Status::NotFound(what + ": no such volume");
+    case EEXIST: return Status::AlreadyExists(what + ": it exists");
+    case ENOTDIR: return Status::InvalidArgument(what + ": not a volume");
+    case ENODATA: return Status::FailedPrecondition(what + ": the directory has no quota");
+    default: return Status::FromErrno(what, err);
+  }
+}
+
+// "used/limit" of a quota figure ("-" for no limit).
+std::string UsedOf(uint64_t used, uint64_t limit, bool bytes) {
+  auto show = [&](uint64_t v) { return bytes ? HumanBytes(v) : std::to_string(v); };
+  return show(used) + "/" + (limit == 0 ? std::string("-") : show(limit));
+}
+
+void PrintVolume(const pdfs::VolumeInfo& v) {
+  if (!v.has_quota) {
+    std::printf("%-24s (no quota)\n", v.name.c_str());
+    return;
+  }
+  std::printf("%-24s bytes %-24s inodes %s\n", v.name.c_str(),
+              UsedOf(v.quota.bytes_used, v.quota.byte_limit, true).c_str(),
+              UsedOf(v.quota.inodes_used, v.quota.inode_limit, false).c_str());
+}
+
+// `pdpm fs volume create|resize|stat|delete|list`, `pdpm fs mount|umount`.
+int FsCommand(CommandLine& cl) {
+  milliseconds timeout{20000};
+  uint64_t bytes = 0, inodes = 0;
+  FlagParser& p = cl.parser();
+  p.AddDuration("timeout", &timeout,
+                "mount: how long to wait for the mount (default 20s); umount: how long "
+                "pdfs-fuse gets after SIGTERM");
+  p.AddSize("bytes", &bytes, "volume create|resize: byte quota (default 0: none)");
+  p.AddUint64("inodes", &inodes, "volume create|resize: inode quota (default 0: none)");
+  Status s = cl.Parse(2, 3,
+                      " volume create|resize|stat|delete|list [name] | mount <volume> <dir> | "
+                      "umount <dir> [flags]");
+  if (cl.help_shown()) return 0;
+  if (!s.ok()) return BadCommandLine(s);
+  const std::vector<std::string>& args = cl.positional();
+  LocalCluster cluster(cl.dir());
+  if (args[0] == "umount") {
+    if (args.size() != 2) {
+      return BadCommandLine(Status::InvalidArgument("usage: pdpm fs umount <dir>"));
+    }
+    char abs[PATH_MAX];
+    if (::realpath(args[1].c_str(), abs) == nullptr) {
+      return Fail(Status::FromErrno(args[1], errno));
+    }
+    s = cluster.FsUnmount(abs, timeout);
+    if (!s.ok()) return Fail(s);
+    std::printf("unmounted %s\n", abs);
+    return 0;
+  }
+  const bool mount = args[0] == "mount";
+  if (!mount && args[0] != "volume") {
+    return BadCommandLine(Status::InvalidArgument("unknown fs command \"" + args[0] +
+                                                  "\": want volume, mount or umount"));
+  }
+  if (mount && args.size() != 3) {
+    return BadCommandLine(Status::InvalidArgument("usage: pdpm fs mount <volume> <dir>"));
+  }
+  const std::string& verb = mount ? args[0] : args[1];
+  if (!mount && verb != "create" && verb != "resize" && verb != "stat" && verb != "delete" &&
+      verb != "list") {
+    return BadCommandLine(Status::InvalidArgument("unknown fs volume command \"" + verb +
+                                                  "\": want create, resize, stat, delete or list"));
+  }
+  if (!mount && (verb == "list") != (args.size() == 2)) {
+    return BadCommandLine(Status::InvalidArgument("usage: pdpm fs volume " + verb +
+                                                  (verb == "list" ? "" : " <name>")));
+  }
+  const std::string name = mount ? args[1] : args.size() == 3 ? args[2] : "";
+  if (!name.empty()) {
+    s = CheckVolumeName(name);
+    if (!s.ok()) return BadCommandLine(s);
+  }
+  std::unique_ptr<client::Client> c;
+  s = OpenClient(cl.dir(), &c);
+  std::unique_ptr<pdfs::FileSystem> fs;
+  if (s.ok()) s = pdfs::FileSystem::Open(c.get(), {}, &fs);
+  if (!s.ok()) return Fail(s);
+  pdfs::VolumeInfo v;
+  int err = 0;
+  if (verb == "list") {
+    std::vector<pdfs::VolumeInfo> volumes;
+    err = fs->ListVolumes(&volumes);
+    if (err != 0) return Fail(FsError("list the volumes", err));
+    for (const pdfs::VolumeInfo& each : volumes) PrintVolume(each);
+    return 0;
+  }
+  if (verb == "create") {
+    err = fs->CreateVolume(name, bytes, inodes, {::getuid(), ::getgid()}, &v);
+  } else if (verb == "resize") {
+    if (!p.IsSet("bytes") && !p.IsSet("inodes")) {
+      return BadCommandLine(Status::InvalidArgument("resize wants --bytes and/or --inodes"));
+    }
+    err = fs->StatVolume(name, &v);
+    if (err == 0) {
+      err = fs->ResizeVolume(name, p.IsSet("bytes") ? bytes : v.quota.byte_limit,
+                             p.IsSet("inodes") ? inodes : v.quota.inode_limit, &v);
+    }
+  } else if (verb == "stat") {
+    err = fs->StatVolume(name, &v);
+  } else if (verb == "delete") {
+    for (const auto& [mountpoint, volume] : cluster.FsMounts()) {
+      if (volume == name) {
+        return Fail(Status::FailedPrecondition("volume " + name + " is mounted on " + mountpoint +
+                                               " (pdpm fs umount it first)"));
+      }
+    }
+    err = fs->DeleteVolume(name);
+    if (err == 0) std::printf("deleted volume %s\n", name.c_str());
+    return err == 0 ? 0 : Fail(FsError("delete volume " + name, err));
+  } else {
+    err = fs->StatVolume(name, &v);
+    if (err == 0) {
+      char abs[PATH_MAX];
+      if (::realpath(args[2].c_str(), abs) == nullptr) {
+        return Fail(Status::FromErrno(args[2], errno));
+      }
+      s = cluster.FsMount(abs, name, timeout);
+      if (!s.ok()) return Fail(s.WithContext("mount volume " + name + " on " + abs));
+      std::printf("mounted volume %s on %s\n", name.c_str(), abs);
+      return 0;
+    }
+  }
+  if (err != 0) return Fail(FsError(verb + " volume " + name, err));
+  PrintVolume(v);
+  return 0;
+}
+
 int Dispatch(const std::string& command, CommandLine& cl) {
   if (command == "server") return ServerCommand(cl);
   if (command == "up") return Up(cl);
@@ -582,6 +737,7 @@ int Dispatch(const std::string& command, CommandLine& cl) {
   if (command == "status") return StatusCommand(cl);
   if (command == "obj") return Obj(cl);
   if (command == "kv") return Kv(cl);
+  if (command == "fs") return FsCommand(cl);
   if (command == "fsck") return Fsck(cl);
   std::fprintf(stderr, "pdpm: unknown command \"%s\" (`pdpm help` lists the commands)\n",
                command.c_str());

@@ -30,16 +30,6 @@ Status ParseListen(const std::string& listen, GatewayConfig* config) {
   return Status::OK();
 }
 
-// The first line of `file` (a password or the cluster secret).
-Status ReadSecretFile(const std::string& flag, const std::string& file, std::string* secret) {
-  PDPM_RETURN_IF_ERROR(ReadWholeFile(file, secret).WithContext("--" + flag));
-  while (!secret->empty() && (secret->back() == '\n' || secret->back() == '\r')) {
-    secret->pop_back();
-  }
-  if (secret->empty()) return Status::InvalidArgument("--" + flag + ": " + file + " is empty");
-  return Status::OK();
-}
-
 // The store the flags name: exactly one of --monitor and --pm.
 struct StoreFlags {
   std::string monitor, secret_file, transport = "tcp";
@@ -56,7 +46,8 @@ Status OpenStore(const StoreFlags& f, uint32_t threads, const Logger& log,
     // Each event loop its own connection to a server: a loop's round in
     // flight to a server does not hold up the other loops' rounds.
     options.connections_per_server = threads;
-    PDPM_RETURN_IF_ERROR(ReadSecretFile("secret-file", f.secret_file, &options.cluster_secret));
+    PDPM_RETURN_IF_ERROR(
+        ReadSecretFile(f.secret_file, &options.cluster_secret).WithContext("--secret-file"));
     PDPM_RETURN_IF_ERROR(net::ParseBackendKind(f.transport, &options.transport));
     std::unique_ptr<ClusterKvStore> store;
     PDPM_RETURN_IF_ERROR(ClusterKvStore::Open(options, &store));
@@ -116,7 +107,7 @@ int Main(int argc, char** argv) {
     s = Status::InvalidArgument("--monitor needs --secret-file");
   }
   if (s.ok() && !password_file.empty()) {
-    s = ReadSecretFile("password-file", password_file, &config.password);
+    s = ReadSecretFile(password_file, &config.password).WithContext("--password-file");
   }
   if (s.ok() && password_file.empty()) {
     // Single-threaded here, and nothing changes the environment.

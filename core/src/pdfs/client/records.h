@@ -1,0 +1,165 @@
+// pDFS records (docs/pdfs.md "Format"): the objects a pDFS file system keeps
+// in the pDSM object store, their object ids and their encoding (version 1,
+// little-endian, each record ends with a crc32c of everything before it).
+//
+//   inode      id {tag | 1 << 24, ino}            one per file, directory, link
+//   dir index  id {tag | 2 << 24, dir ino}        the bucket map of a directory
+//   dir bucket id {tag | 3 << 24 | bucket, dir ino}  entries of a key range
+//   data chunk id {tag | 4 << 24 | chunk, ino}    bytes [chunk * 64 MiB, +64 MiB)
+//   orphans    id {tag | 5 << 24, shard}          inodes unlinked, data not freed
+//   volume     id {tag | 6 << 24, volume dir ino} a volume's quota and usage
+//
+// `tag` is "PDFS" in the upper 32 bits of ObjectId::hi: pDFS records share
+// the object store with `pdpm obj` users but never its pDKVS key space.
+//
+// Decoding validates everything (magic, version, lengths, crc) and fails
+// with kCorruption, so a damaged or foreign object is never taken for a
+// record. Pure functions: no I/O.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "dsm/hash_index.h"
+
+namespace pdpm::pdfs {
+
+inline constexpr uint64_t kRecordTag = 0x50444653ull << 32;  // "PDFS"
+inline constexpr uint16_t kRecordVersion = 1;
+
+enum class RecordKind : uint8_t {
+  kInode = 1,
+  kDirIndex = 2,
+  kDirBucket = 3,
+  kData = 4,
+  kOrphans = 5,
+  kVolume = 6,
+};
+
+// Bytes of one data chunk (an object of the store is at most 64 MiB).
+inline constexpr uint64_t kChunkSize = 64ull << 20;
+// Chunk numbers take 24 bits of the id: files up to 1 PiB.
+inline constexpr uint64_t kMaxChunks = 1ull << 24;
+inline constexpr uint64_t kMaxFileSize = kMaxChunks * kChunkSize;
+inline constexpr uint32_t kMaxBuckets = 1u << 24;
+inline constexpr uint32_t kOrphanShards = 64;
+inline constexpr uint64_t kRootIno = 1;
+inline constexpr size_t kMaxNameLength = 255;
+inline constexpr size_t kMaxSymlinkLength = 4095;
+inline constexpr size_t kMaxXattrName = 255;
+inline constexpr size_t kMaxXattrValue = 64 * 1024;
+// All xattrs of one inode together (names and values).
+inline constexpr size_t kMaxXattrTotal = 128 * 1024;
+
+dsm::ObjectId InodeId(uint64_t ino);
+dsm::ObjectId DirIndexId(uint64_t dir);
+dsm::ObjectId DirBucketId(uint64_t dir, uint32_t bucket);
+dsm::ObjectId DataId(uint64_t ino, uint64_t chunk);
+dsm::ObjectId OrphanShardId(uint32_t shard);
+dsm::ObjectId VolumeId(uint64_t volume);
+
+struct Time {
+  int64_t sec = 0;
+  uint32_t nsec = 0;
+  bool operator==(const Time&) const = default;
+};
+
+struct Inode {
+  uint64_t ino = 0;
+  uint32_t mode = 0;  // S_IFMT type and permission bits
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  // Directories: 2 + subdirectories. Others: the names linking to it; 0 on
+  // an orphan (unlinked, its data not freed yet).
+  uint64_t nlink = 0;
+  // Regular files: bytes. Directories: entries (without . and ..).
+  uint64_t size = 0;
+  // Regular files: every byte at or past data_end reads as zero in the
+  // chunk objects (they may hold garbage in [size, data_end) after an
+  // interrupted truncate, which is cleared before the size grows again).
+  uint64_t data_end = 0;
+  uint64_t rdev = 0;
+  Time atime, mtime, ctime;
+  uint64_t parent = 0;  // directories: the directory holding its entry
+  // The volume (a directory of the root: its inode number) whose quota
+  // this inode counts against; 0: none (the root and its other entries).
+  uint64_t volume = 0;
+  std::string target;  // symbolic links
+  std::map<std::string, std::string> xattrs;
+  bool operator==(const Inode&) const = default;
+};
+
+std::string EncodeInode(const Inode& inode);
+Status DecodeInode(std::string_view data, Inode* out);
+
+// A directory's entries are ordered by key: (46-bit hash of the name) << 16
+// | a sequence number telling apart names of one hash. Keys never change
+// while their entry exists: readdir cookies are keys.
+uint64_t NameHash(std::string_view name);  // 46 bits
+inline constexpr uint64_t kKeySeqBits = 16;
+
+struct DirEntry {
+  uint64_t key = 0;
+  uint64_t ino = 0;
+  uint8_t type = 0;  // DT_* of the child
+  std::string name;
+  bool operator==(const DirEntry&) const = default;
+};
+
+// Bucket `bucket` holds the keys in [low, next bucket's low).
+struct BucketRange {
+  uint64_t low = 0;
+  uint32_t bucket = 0;
+  bool operator==(const BucketRange&) const = default;
+};
+
+// Absent (no object) = one empty bucket 0 covering every key.
+struct DirIndex {
+  uint32_t next_bucket = 1;
+  std::vector<BucketRange> ranges;  // sorted by low; ranges[0].low == 0
+  bool operator==(const DirIndex&) const = default;
+};
+
+std::string EncodeDirIndex(const DirIndex& index);
+Status DecodeDirIndex(std::string_view data, DirIndex* out);
+
+struct DirBucket {
+  std::vector<DirEntry> entries;  // sorted by key
+  bool operator==(const DirBucket&) const = default;
+};
+
+// A bucket is split once its encoding passes this.
+inline constexpr size_t kBucketSplitBytes = 32 * 1024;
+
+std::string EncodeDirBucket(const DirBucket& bucket);
+Status DecodeDirBucket(std::string_view data, DirBucket* out);
+size_t EncodedEntrySize(const DirEntry& e);
+
+// Inode numbers of one orphan shard.
+struct OrphanList {
+  std::vector<uint64_t> inos;
+  bool operator==(const OrphanList&) const = default;
+};
+
+std::string EncodeOrphanList(const OrphanList& list);
+Status DecodeOrphanList(std::string_view data, OrphanList* out);
+
+// A volume's quota (limits 0: none) and what its inodes use: the sum of
+// their sizes (regular files and symbolic links) and their number (the
+// volume's own directory not counted).
+struct VolumeQuota {
+  uint64_t byte_limit = 0;
+  uint64_t inode_limit = 0;
+  uint64_t bytes_used = 0;
+  uint64_t inodes_used = 0;
+  bool operator==(const VolumeQuota&) const = default;
+};
+
+std::string EncodeVolumeQuota(const VolumeQuota& quota);
+Status DecodeVolumeQuota(std::string_view data, VolumeQuota* out);
+
+}  // namespace pdpm::pdfs

@@ -1,0 +1,369 @@
+// pdfs-fuse through a real FUSE mount on a real cluster: POSIX calls as
+// root and as an unprivileged user, real programs with their own checks,
+// and two mounts of one file system (close-to-open).
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "client/cluster_harness.h"
+#include "pdfs/client/file_system.h"
+
+namespace pdpm::pdfs {
+namespace {
+
+using client::ChildProcess;
+using client::LocalCluster;
+using client::LocalClusterOptions;
+
+constexpr long kFuseSuperMagic = 0x65735546;
+
+LocalClusterOptions MountClusterOptions() {
+  LocalClusterOptions o;
+  o.segment_size = 64ull << 20;
+  o.pm_size = (4 * 64 + 2) * (1ull << 20);
+  return o;
+}
+
+// A pdfs-fuse process mounted on `dir`; unmounted on destruction.
+class Mount {
+ public:
+  Mount(const LocalCluster& cluster, std::string dir, const std::string& volume = "")
+      : dir_(std::move(dir)) {
+    ::mkdir(dir_.c_str(), 0755);
+    log_ = dir_ + ".log";
+    std::vector<std::string> argv = {PDFS_FUSE_BINARY,
+                                     "--monitor",
+                                     cluster.monitor_address(),
+                                     "--secret-file",
+                                     cluster.secret_file(),
+                                     "--mountpoint",
+                                     dir_};
+    if (!volume.empty()) argv.insert(argv.end(), {"--volume", volume});
+    Status s = proc_.Start(argv, {}, log_);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    for (int i = 0; i < 400; ++i) {
+      struct statfs st {};
+      if (::statfs(dir_.c_str(), &st) == 0 && st.f_type == kFuseSuperMagic) {
+        mounted_ = true;
+        return;
+      }
+      int status = 0;
+      if (proc_.Exited(&status)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "pdfs-fuse did not mount " << dir_ << ": " << client::FileTail(log_);
+  }
+  ~Mount() {
+    if (mounted_) {
+      const std::string cmd = "fusermount3 -u " + dir_;
+      if (std::system(cmd.c_str()) != 0) proc_.Signal(SIGTERM);  // NOLINT(cert-env33-c)
+    }
+    int status = 0;
+    if (!proc_.WaitFor(20000, &status)) {
+      ADD_FAILURE() << "pdfs-fuse did not exit: " << client::FileTail(log_);
+    } else {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << client::FileTail(log_);
+    }
+  }
+  const std::string& dir() const { return dir_; }
+  bool mounted() const { return mounted_; }
+  const std::string& log() const { return log_; }
+
+ private:
+  std::string dir_, log_;
+  ChildProcess proc_;
+  bool mounted_ = false;
+};
+
+class FuseMountTest : public ::testing::Test {
+ protected:
+  FuseMountTest() : cluster_(MountClusterOptions()) {}
+  void SetUp() override {
+    if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "no usable /dev/fuse here";
+    Status s = cluster_.Start();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    mount_ = std::make_unique<Mount>(cluster_, cluster_.dir() + "/mnt");
+    ASSERT_TRUE(mount_->mounted());
+    root_ = mount_->dir();
+  }
+  void TearDown() override { mount_.reset(); }
+
+  std::string P(const std::string& rel) const { return root_ + "/" + rel; }
+
+  static bool WriteAll(const std::string& path, const std::string& data, int flags = O_TRUNC) {
+    int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | flags, 0644);
+    if (fd < 0) return false;
+    bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+    return ::close(fd) == 0 && ok;
+  }
+  static std::string ReadAll(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  // Runs a bash script (with -e); its output is in the failure message.
+  int Sh(const std::string& script) {
+    const std::string file = cluster_.dir() + "/script.sh", out = cluster_.dir() + "/script.out";
+    std::ofstream(file) << "set -e\n" << script << "\n";
+    const std::string cmd = "bash " + file + " > " + out + " 2>&1";
+    int status = std::system(cmd.c_str());  // NOLINT(cert-env33-c)
+    const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    if (rc != 0) ADD_FAILURE() << script << "\nfailed:\n" << client::FileTail(out, 4000);
+    return rc;
+  }
+
+  LocalCluster cluster_;
+  std::unique_ptr<Mount> mount_;
+  std::string root_;
+};
+
+#define EXPECT_ERRNO(call, err)               \
+  do {                                        \
+    errno = 0;                                \
+    EXPECT_EQ((call), -1) << #call;           \
+    EXPECT_EQ(errno, err) << strerror(errno); \
+  } while (0)
+
+TEST_F(FuseMountTest, PosixCallsAsRoot) {
+  ASSERT_EQ(::mkdir(P("d").c_str(), 0755), 0);
+  EXPECT_ERRNO(::mkdir(P("d").c_str(), 0755), EEXIST);
+  EXPECT_ERRNO(::mkdir(P(std::string(256, 'n')).c_str(), 0755), ENAMETOOLONG);
+  EXPECT_ERRNO(::open(P("d/missing").c_str(), O_RDONLY), ENOENT);
+  // Writes of 1 MiB and more, read back.
+  std::string big(3 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7 + i / 4096);
+  int fd = ::open(P("d/f").c_str(), O_CREAT | O_EXCL | O_RDWR, 0640);
+  ASSERT_GE(fd, 0);
+  EXPECT_ERRNO(::open(P("d/f").c_str(), O_CREAT | O_EXCL | O_RDWR, 0640), EEXIST);
+  ASSERT_EQ(::pwrite(fd, big.data(), big.size(), 0), static_cast<ssize_t>(big.size()));
+  std::string back(big.size(), 'x');
+  ASSERT_EQ(::pread(fd, back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
+  EXPECT_TRUE(back == big);
+  ASSERT_EQ(::fsync(fd), 0);
+  ASSERT_EQ(::ftruncate(fd, 10), 0);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, 10);
+  EXPECT_EQ(st.st_mode, S_IFREG | 0640u);
+  ASSERT_EQ(::close(fd), 0);
+  // O_APPEND.
+  ASSERT_TRUE(WriteAll(P("d/f"), "tail", O_APPEND));
+  EXPECT_EQ(ReadAll(P("d/f")), big.substr(0, 10) + "tail");
+  // Links, renames, errors.
+  ASSERT_EQ(::symlink("f", P("d/sym").c_str()), 0);
+  char target[64] = {};
+  ASSERT_EQ(::readlink(P("d/sym").c_str(), target, sizeof(target)), 1);
+  EXPECT_STREQ(target, "f");
+  ASSERT_EQ(::link(P("d/f").c_str(), P("d/hard").c_str()), 0);
+  ASSERT_EQ(::stat(P("d/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 2u);
+  ASSERT_EQ(::mkdir(P("d/sub").c_str(), 0755), 0);
+  EXPECT_ERRNO(::rename(P("d").c_str(), P("d/sub/x").c_str()), EINVAL);
+  EXPECT_ERRNO(::rmdir(P("d").c_str()), ENOTEMPTY);
+  EXPECT_ERRNO(::rmdir(P("d/f").c_str()), ENOTDIR);
+  EXPECT_ERRNO(::unlink(P("d/sub").c_str()), EISDIR);
+  EXPECT_ERRNO(::open(P("d/f/x").c_str(), O_RDONLY), ENOTDIR);
+  ASSERT_EQ(::rename(P("d/hard").c_str(), P("d/sub/hard").c_str()), 0);
+  ASSERT_EQ(::chmod(P("d/sub/hard").c_str(), 0600), 0);
+  ASSERT_EQ(::chown(P("d/sub/hard").c_str(), 123, 456), 0);
+  ASSERT_EQ(::stat(P("d/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode, S_IFREG | 0600u);
+  EXPECT_EQ(st.st_uid, 123u);
+  EXPECT_EQ(st.st_gid, 456u);
+  ASSERT_EQ(::mkfifo(P("d/fifo").c_str(), 0600), 0);
+  ASSERT_EQ(::lstat(P("d/fifo").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  // xattrs.
+  ASSERT_EQ(::setxattr(P("d/f").c_str(), "user.k", "v1", 2, XATTR_CREATE), 0);
+  EXPECT_ERRNO(::setxattr(P("d/f").c_str(), "user.k", "v1", 2, XATTR_CREATE), EEXIST);
+  char value[16] = {};
+  ASSERT_EQ(::getxattr(P("d/f").c_str(), "user.k", value, sizeof(value)), 2);
+  EXPECT_STREQ(value, "v1");
+  EXPECT_ERRNO(::getxattr(P("d/f").c_str(), "user.none", value, sizeof(value)), ENODATA);
+  // Readdir (readdirplus) with . and ..
+  std::set<std::string> names;
+  DIR* dir = ::opendir(P("d").c_str());
+  ASSERT_NE(dir, nullptr);
+  while (dirent* e = ::readdir(dir)) names.insert(e->d_name);
+  ::closedir(dir);
+  EXPECT_EQ(names, (std::set<std::string>{".", "..", "f", "sym", "sub", "fifo"}));
+  // An unlinked file stays readable while open.
+  fd = ::open(P("d/f").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::unlink(P("d/f").c_str()), 0);
+  ASSERT_EQ(::unlink(P("d/sub/hard").c_str()), 0);
+  char buf[4];
+  EXPECT_EQ(::pread(fd, buf, 4, 10), 4);
+  EXPECT_EQ(std::string(buf, 4), "tail");
+  ::close(fd);
+}
+
+// An unprivileged user (nobody): mode bits, sticky and set-group-ID
+// directories, as the kernel checks them on pDFS's attributes.
+TEST_F(FuseMountTest, PermissionsOfAnUnprivilegedUser) {
+  ASSERT_EQ(::mkdir(P("private").c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir(P("tmp").c_str(), 01777), 0);
+  ASSERT_EQ(::chmod(P("tmp").c_str(), 01777), 0);
+  ASSERT_TRUE(WriteAll(P("tmp/roots"), "r"));
+  ASSERT_EQ(::mkdir(P("group").c_str(), 0777), 0);
+  ASSERT_EQ(::chown(P("group").c_str(), 0, 4242), 0);
+  ASSERT_EQ(::chmod(P("group").c_str(), 02777), 0);
+  ASSERT_TRUE(WriteAll(P("readonly"), "ro"));
+  ASSERT_EQ(::chmod(P("readonly").c_str(), 0644), 0);
+  // The cluster's directory is private (mkdtemp): let others through to
+  // the mount.
+  ASSERT_EQ(::chmod(cluster_.dir().c_str(), 0711), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The child reports a failed check by its exit code (the line number).
+    auto fail = [](int line) {
+      fprintf(stderr, "unprivileged check at line %d failed: %s\n", line, strerror(errno));
+      _exit(line % 250 + 1);
+    };
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) fail(__LINE__);
+    errno = 0;
+    if (::open(P("private/x").c_str(), O_CREAT | O_WRONLY, 0644) >= 0 || errno != EACCES) {
+      fail(__LINE__);
+    }
+    if (::open(P("readonly").c_str(), O_WRONLY) >= 0 || errno != EACCES) fail(__LINE__);
+    if (::chmod(P("readonly").c_str(), 0777) == 0 || errno != EPERM) fail(__LINE__);
+    if (::chown(P("tmp/roots").c_str(), 65534, 65534) == 0 || errno != EPERM) fail(__LINE__);
+    // Sticky: may create and remove its own, not root's.
+    if (!WriteAll(P("tmp/mine"), "m")) fail(__LINE__);
+    if (::unlink(P("tmp/roots").c_str()) == 0 || errno != EPERM) fail(__LINE__);
+    if (::rename(P("tmp/roots").c_str(), P("tmp/stolen").c_str()) == 0 || errno != EPERM) {
+      fail(__LINE__);
+    }
+    if (::unlink(P("tmp/mine").c_str()) != 0) fail(__LINE__);
+    // Set-group-ID directory: new files take its group.
+    if (!WriteAll(P("group/file"), "g")) fail(__LINE__);
+    struct stat st {};
+    if (::stat(P("group/file").c_str(), &st) != 0 || st.st_gid != 4242 || st.st_uid != 65534) {
+      fail(__LINE__);
+    }
+    if (::mkdir(P("group/sub").c_str(), 0755) != 0) fail(__LINE__);
+    if (::stat(P("group/sub").c_str(), &st) != 0 || (st.st_mode & S_ISGID) == 0) fail(__LINE__);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "the check failing near line " << WEXITSTATUS(status) - 1 << " (mod 250) of this file";
+  EXPECT_EQ(ReadAll(P("tmp/roots")), "r");
+}
+
+// Real programs with their own checks.
+TEST_F(FuseMountTest, RealPrograms) {
+  const std::string src = PDPM_SOURCE_DIR;
+  // tar round trip, compared with diff -r.
+  EXPECT_EQ(Sh("mkdir " + P("tar") + " && tar -C " + src + "/src -cf - common dsm | tar -C " +
+               P("tar") + " -xf - && diff -r " + src + "/src/common " + P("tar/common") +
+               " && diff -r " + src + "/src/dsm " + P("tar/dsm")),
+            0);
+  // git: a repository with history, then git fsck.
+  EXPECT_EQ(Sh("cd " + P("") + " && git init -q repo && cd repo && cp -r " + P("tar/common") +
+               " . && git add -A && git -c user.name=t -c user.email=t@t commit -qm one && "
+               "echo more >> common/log.h && git -c user.name=t -c user.email=t@t commit -qam two"
+               " && git fsck --full --strict && git gc -q && git fsck --full && test "
+               "$(git rev-list --count HEAD) = 2"),
+            0);
+  // make: a small C project, built, run, rebuilt after a change.
+  EXPECT_EQ(Sh("mkdir " + P("cproj") + " && cd " + P("cproj") +
+               " && printf \"int twice(int x);\\n\" > lib.h"
+               " && printf \"#include \\\"lib.h\\\"\\nint twice(int x) { return 2 * x; }\\n\" > "
+               "lib.c && printf \"#include \\\"lib.h\\\"\\nint main(void) { return twice(21) "
+               "== 42 ? 0 : 1; }\\n\" > main.c && printf "
+               "\"app: main.o lib.o\\n\\tcc -o app main.o lib.o\\n%%.o: %%.c lib.h\\n\\tcc -c "
+               "$<\\n\" > Makefile && make -s && ./app && touch lib.h && make -s && ./app"),
+            0);
+  // SQLite: concurrent writers, then its integrity check.
+  EXPECT_EQ(Sh("cd " + P("") +
+               " && sqlite3 db.sqlite \"create table t(k integer primary key, "
+               "v text);\" && for w in 1 2 3; do (for i in $(seq 1 40); do "
+               "sqlite3 -cmd \".timeout 20000\" db.sqlite \"insert into t(v) "
+               "values(\\\"w$w-$i\\\");\"; done) & done; wait; test $(sqlite3 "
+               "db.sqlite \"select count(*) from t;\") = 120 && test $(sqlite3 "
+               "db.sqlite \"pragma integrity_check;\") = ok"),
+            0);
+}
+
+// Two mounts of one file system (two client processes): what one wrote and
+// closed, the other reads at its next open; names appear at once.
+TEST_F(FuseMountTest, TwoMountsSeeEachOtherCloseToOpen) {
+  Mount other(cluster_, cluster_.dir() + "/mnt2");
+  ASSERT_TRUE(other.mounted());
+  const std::string a = P("shared"), b = other.dir() + "/shared";
+  ASSERT_TRUE(WriteAll(a, "first"));
+  EXPECT_EQ(ReadAll(b), "first");
+  ASSERT_TRUE(WriteAll(b, "second, longer"));
+  EXPECT_EQ(ReadAll(a), "second, longer");
+  // A reader holding the file open across the other's write sees it at its
+  // next open.
+  int fd = ::open(a.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(WriteAll(b, "third"));
+  ::close(fd);
+  EXPECT_EQ(ReadAll(a), "third");
+  ASSERT_EQ(::mkdir((other.dir() + "/dir").c_str(), 0755), 0);
+  struct stat st {};
+  EXPECT_EQ(::stat(P("dir").c_str(), &st), 0);
+  ASSERT_EQ(::rename(P("dir").c_str(), P("moved").c_str()), 0);
+  EXPECT_ERRNO(::stat((other.dir() + "/dir").c_str(), &st), ENOENT);
+  EXPECT_EQ(::stat((other.dir() + "/moved").c_str(), &st), 0);
+}
+
+// A volume mounted alone: its quota is the mount's size (statfs), a write
+// passing it fails whole with EDQUOT (no short write), and the volume's
+// root is the mount's root.
+TEST_F(FuseMountTest, VolumeMountEnforcesItsQuota) {
+  std::unique_ptr<client::Client> c;
+  ASSERT_TRUE(client::Client::Open(
+                  client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()), &c)
+                  .ok());
+  std::unique_ptr<FileSystem> fs;
+  ASSERT_TRUE(FileSystem::Open(c.get(), {}, &fs).ok());
+  VolumeInfo v;
+  ASSERT_EQ(fs->CreateVolume("vol", 1 << 20, 10, {}, &v), 0);
+  Mount vol(cluster_, cluster_.dir() + "/vol", "vol");
+  ASSERT_TRUE(vol.mounted());
+  struct statvfs st {};
+  ASSERT_EQ(::statvfs(vol.dir().c_str(), &st), 0);
+  EXPECT_EQ(st.f_blocks * st.f_frsize, 1u << 20);
+  EXPECT_EQ(st.f_files, 10u);
+  const std::string file = vol.dir() + "/f";
+  int fd = ::open(file.c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0);
+  std::string data(700 << 10, 'q');
+  ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  EXPECT_ERRNO(::write(fd, data.data(), data.size()), EDQUOT);
+  ::close(fd);
+  struct stat sb {};
+  ASSERT_EQ(::stat(file.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_size, static_cast<off_t>(data.size()));
+  ASSERT_EQ(::statvfs(vol.dir().c_str(), &st), 0);
+  EXPECT_EQ(st.f_files - st.f_ffree, 1u);
+  // The volume is the mount's root; through the whole-file-system mount it
+  // is a directory.
+  EXPECT_EQ(ReadAll(P("vol/f")), data);
+  EXPECT_ERRNO(::rename(P("vol/f").c_str(), P("elsewhere").c_str()), EXDEV);
+}
+
+}  // namespace
+}  // namespace pdpm::pdfs

@@ -1,0 +1,537 @@
+// pdfs-fuse: mounts the pDFS of a PDPM cluster on a directory through the
+// libfuse3 low-level API (docs/pdfs.md "FUSE mount"). Runs in the
+// foreground until unmounted or SIGINT/SIGTERM (which unmount); `pdpm fs
+// mount` starts it as a daemon with a pid file and a log.
+//
+// Consistency: no attribute, entry or negative-entry caching in the kernel
+// (timeouts 0) and the page cache dropped at every open, so what a client
+// wrote and closed (every write reaches pDFS before it returns: no
+// write-back cache) is what any client sees at its next open:
+// close-to-open, across mounts.
+#define FUSE_USE_VERSION 312
+
+#include <dirent.h>
+#include <fuse3/fuse_lowlevel.h>
+#include <linux/fs.h>
+#include <sys/xattr.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/file_util.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "net/transport.h"
+#include "pdfs/client/file_system.h"
+
+namespace pdpm::pdfs {
+namespace {
+
+// The largest write the kernel sends in one request.
+constexpr unsigned kMaxWrite = 1u << 20;
+
+// What the mount serves: the file system, and the directory that is the
+// mount's root (a volume, or the file system's root). FUSE's root inode
+// number (1) is pDFS's root's too; with a volume they are mapped.
+struct Served {
+  FileSystem* fs;
+  uint64_t root;
+};
+
+FileSystem* Fs(fuse_req_t req) {
+  return static_cast<Served*>(fuse_req_userdata(req))->fs;
+}
+
+// The pDFS inode of a FUSE inode number, and back.
+uint64_t In(fuse_req_t req, fuse_ino_t ino) {
+  return ino == FUSE_ROOT_ID ? static_cast<Served*>(fuse_req_userdata(req))->root : ino;
+}
+uint64_t Out(fuse_req_t req, uint64_t ino) {
+  return ino == static_cast<Served*>(fuse_req_userdata(req))->root ? FUSE_ROOT_ID : ino;
+}
+
+Owner OwnerOf(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  return {ctx->uid, ctx->gid};
+}
+
+struct stat ToStat(const Attr& a) {
+  struct stat st {};
+  st.st_ino = a.ino;
+  st.st_mode = a.mode;
+  st.st_nlink = a.nlink;
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_rdev = a.rdev;
+  st.st_blksize = 4096;
+  st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st.st_atim = {a.atime.sec, a.atime.nsec};
+  st.st_mtim = {a.mtime.sec, a.mtime.nsec};
+  st.st_ctim = {a.ctime.sec, a.ctime.nsec};
+  return st;
+}
+
+fuse_entry_param ToEntry(const Attr& a) {
+  fuse_entry_param e{};
+  e.ino = a.ino;
+  e.generation = 1;
+  e.attr = ToStat(a);
+  e.attr_timeout = 0;
+  e.entry_timeout = 0;
+  return e;
+}
+
+void ReplyEntry(fuse_req_t req, int err, Attr a) {
+  if (err != 0) {
+    fuse_reply_err(req, err);
+    return;
+  }
+  a.ino = Out(req, a.ino);
+  fuse_entry_param e = ToEntry(a);
+  fuse_reply_entry(req, &e);
+}
+
+void ReplyAttr(fuse_req_t req, int err, Attr a) {
+  if (err != 0) {
+    fuse_reply_err(req, err);
+    return;
+  }
+  a.ino = Out(req, a.ino);
+  struct stat st = ToStat(a);
+  fuse_reply_attr(req, &st, 0);
+}
+
+void Init(void* userdata, fuse_conn_info* conn) {
+  conn->max_write = kMaxWrite;
+  if ((conn->capable & FUSE_CAP_READDIRPLUS) != 0) conn->want |= FUSE_CAP_READDIRPLUS;
+  // Every readdir is a readdirplus: lookups of the listed names cost nothing.
+  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // Data cached while a file is open is dropped at the next open.
+  conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+}
+
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Attr a;
+  int err = Fs(req)->Lookup(In(req, parent), name, &a);
+  if (err == ENOENT) {  // a negative entry, not cached either
+    fuse_entry_param e{};
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  ReplyEntry(req, err, a);
+}
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  Attr a;
+  ReplyAttr(req, Fs(req)->GetAttr(In(req, ino), &a), a);
+}
+
+void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* st, int to_set, fuse_file_info*) {
+  SetAttrArgs args;
+  args.set_mode = (to_set & FUSE_SET_ATTR_MODE) != 0;
+  args.mode = st->st_mode;
+  args.set_uid = (to_set & FUSE_SET_ATTR_UID) != 0;
+  args.uid = st->st_uid;
+  args.set_gid = (to_set & FUSE_SET_ATTR_GID) != 0;
+  args.gid = st->st_gid;
+  args.set_size = (to_set & FUSE_SET_ATTR_SIZE) != 0;
+  args.size = static_cast<uint64_t>(st->st_size);
+  args.set_atime = (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) != 0;
+  args.atime_now = (to_set & FUSE_SET_ATTR_ATIME_NOW) != 0;
+  args.atime = {st->st_atim.tv_sec, static_cast<uint32_t>(st->st_atim.tv_nsec)};
+  args.set_mtime = (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) != 0;
+  args.mtime_now = (to_set & FUSE_SET_ATTR_MTIME_NOW) != 0;
+  args.mtime = {st->st_mtim.tv_sec, static_cast<uint32_t>(st->st_mtim.tv_nsec)};
+  Attr a;
+  ReplyAttr(req, Fs(req)->SetAttr(In(req, ino), args, &a), a);
+}
+
+void Readlink(fuse_req_t req, fuse_ino_t ino) {
+  std::string target;
+  int err = Fs(req)->Readlink(In(req, ino), &target);
+  if (err != 0) {
+    fuse_reply_err(req, err);
+  } else {
+    fuse_reply_readlink(req, target.c_str());
+  }
+}
+
+void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  Attr a;
+  ReplyEntry(req, Fs(req)->Mknod(In(req, parent), name, mode, rdev, OwnerOf(req), &a), a);
+}
+
+void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  Attr a;
+  ReplyEntry(req, Fs(req)->Mkdir(In(req, parent), name, mode, OwnerOf(req), &a), a);
+}
+
+void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  fuse_reply_err(req, Fs(req)->Unlink(In(req, parent), name));
+}
+
+void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  fuse_reply_err(req, Fs(req)->Rmdir(In(req, parent), name));
+}
+
+void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
+  Attr a;
+  ReplyEntry(req, Fs(req)->Symlink(In(req, parent), name, target, OwnerOf(req), &a), a);
+}
+
+void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
+            const char* new_name, unsigned flags) {
+  fuse_reply_err(req, Fs(req)->Rename(In(req, parent), name, In(req, new_parent), new_name, flags));
+}
+
+void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) {
+  Attr a;
+  ReplyEntry(req, Fs(req)->Link(In(req, ino), In(req, new_parent), new_name, &a), a);
+}
+
+void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Attr a;
+  int err = Fs(req)->GetAttr(In(req, ino), &a);
+  if (err == 0 && (fi->flags & O_TRUNC) != 0 && (fi->flags & O_ACCMODE) != O_RDONLY &&
+      a.size != 0) {
+    SetAttrArgs args;
+    args.set_size = true;
+    err = Fs(req)->SetAttr(In(req, ino), args, &a);
+  }
+  if (err != 0) {
+    fuse_reply_err(req, err);
+    return;
+  }
+  Fs(req)->Acquire(In(req, ino));
+  fi->keep_cache = 0;  // close-to-open: what others wrote is read afresh
+  fi->fh = static_cast<uint64_t>(fi->flags);
+  if (fuse_reply_open(req, fi) == -ENOENT) Fs(req)->Release(In(req, ino));  // interrupted
+}
+
+void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  Attr a;
+  int err = Fs(req)->Mknod(In(req, parent), name, S_IFREG | (mode & 07777), 0, OwnerOf(req), &a);
+  if (err != 0) {
+    fuse_reply_err(req, err);
+    return;
+  }
+  Fs(req)->Acquire(a.ino);
+  fi->keep_cache = 0;
+  fi->fh = static_cast<uint64_t>(fi->flags);
+  fuse_entry_param e = ToEntry(a);
+  if (fuse_reply_create(req, &e, fi) == -ENOENT) Fs(req)->Release(a.ino);
+}
+
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  std::string data;
+  int err = Fs(req)->Read(In(req, ino), static_cast<uint64_t>(off), size, &data);
+  if (err != 0) {
+    fuse_reply_err(req, err);
+  } else {
+    fuse_reply_buf(req, data.data(), data.size());
+  }
+}
+
+void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+           fuse_file_info* fi) {
+  uint64_t at = static_cast<uint64_t>(off);
+  const bool append = (fi->fh & O_APPEND) != 0;
+  int err = Fs(req)->Write(In(req, ino), &at, std::string_view(buf, size), append);
+  if (err != 0) {
+    fuse_reply_err(req, err);
+  } else {
+    fuse_reply_write(req, size);
+  }
+}
+
+void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+  fuse_reply_err(req, 0);  // writes are durable when they return
+}
+
+void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  Fs(req)->Release(In(req, ino));
+  fuse_reply_err(req, 0);
+}
+
+void Fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  fuse_reply_err(req, Fs(req)->Fsync(In(req, ino)));
+}
+
+void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Attr a;
+  int err = Fs(req)->GetAttr(In(req, ino), &a);
+  if (err == 0 && !S_ISDIR(a.mode)) err = ENOTDIR;
+  if (err != 0) {
+    fuse_reply_err(req, err);
+  } else {
+    fuse_reply_open(req, fi);
+  }
+}
+
+// FUSE offsets: 1 after ".", 2 after "..", then a pDFS cookie + 2.
+void ReadDir(fuse_req_t req, fuse_ino_t fuse_ino, size_t size, off_t off, bool plus) {
+  FileSystem* fs = Fs(req);
+  const uint64_t ino = In(req, fuse_ino);
+  std::vector<char> buf(size);
+  size_t used = 0;
+  auto add = [&](const char* name, Attr a, uint64_t next) {
+    a.ino = Out(req, a.ino);
+    const size_t room = size - used;
+    size_t need = 0;
+    if (plus) {
+      fuse_entry_param e = ToEntry(a);
+      need =
+          fuse_add_direntry_plus(req, buf.data() + used, room, name, &e, static_cast<off_t>(next));
+    } else {
+      struct stat st = ToStat(a);
+      need = fuse_add_direntry(req, buf.data() + used, room, name, &st, static_cast<off_t>(next));
+    }
+    if (need > room) return false;
+    used += need;
+    return true;
+  };
+  Attr self;
+  int err = fs->GetAttr(ino, &self);
+  if (err != 0) {
+    fuse_reply_err(req, err);
+    return;
+  }
+  if (off < 1 && !add(".", self, 1)) return (void)fuse_reply_buf(req, buf.data(), used);
+  if (off < 2) {
+    Attr parent;
+    err = fs->Lookup(ino, "..", &parent);
+    if (err != 0) return (void)fuse_reply_err(req, err);
+    if (!add("..", parent, 2)) return (void)fuse_reply_buf(req, buf.data(), used);
+  }
+  uint64_t cookie = off < 2 ? 0 : static_cast<uint64_t>(off) - 2;
+  for (bool eof = false; !eof;) {
+    std::vector<ReaddirEntry> page;
+    err = fs->Readdir(ino, cookie, 128, &page, &eof);
+    if (err != 0) break;
+    for (const ReaddirEntry& e : page) {
+      Attr a;
+      if (!plus || fs->GetAttr(e.ino, &a) != 0) {
+        a = {};  // (removed meanwhile: listed without attributes)
+        a.ino = e.ino;
+        a.mode = static_cast<uint32_t>(DTTOIF(e.type));
+      }
+      if (!add(e.name.c_str(), a, e.next_cookie + 2)) {
+        eof = true;
+        break;
+      }
+      cookie = e.next_cookie;
+    }
+  }
+  if (err != 0 && used == 0) {
+    fuse_reply_err(req, err);
+  } else {
+    fuse_reply_buf(req, buf.data(), used);
+  }
+}
+
+void ReadDirPlain(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  ReadDir(req, ino, size, off, false);
+}
+
+void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  ReadDir(req, ino, size, off, true);
+}
+
+void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+  fuse_reply_err(req, 0);
+}
+
+void FsyncDir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  fuse_reply_err(req, Fs(req)->Fsync(In(req, ino)));
+}
+
+// A volume's quota and use as the file system's size; 0 (unknown) for the
+// whole file system or a volume without a quota.
+void StatFs(fuse_req_t req, fuse_ino_t) {
+  constexpr uint64_t kBlock = 4096;
+  struct statvfs st {};
+  st.f_bsize = kBlock;
+  st.f_frsize = kBlock;
+  st.f_namemax = kMaxNameLength;
+  const uint64_t root = In(req, FUSE_ROOT_ID);
+  VolumeInfo v;
+  if (root != kRootIno) {
+    int err = Fs(req)->StatVolume(root, &v);
+    if (err != 0) return (void)fuse_reply_err(req, err);
+  }
+  const VolumeQuota& q = v.quota;
+  if (q.byte_limit != 0) {
+    st.f_blocks = q.byte_limit / kBlock;
+    st.f_bfree = st.f_bavail = (q.byte_limit - std::min(q.byte_limit, q.bytes_used)) / kBlock;
+  }
+  if (q.inode_limit != 0) {
+    st.f_files = q.inode_limit;
+    st.f_ffree = st.f_favail = q.inode_limit - std::min(q.inode_limit, q.inodes_used);
+  }
+  fuse_reply_statfs(req, &st);
+}
+
+void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+              int flags) {
+  fuse_reply_err(req, Fs(req)->SetXattr(In(req, ino), name, std::string_view(value, size), flags));
+}
+
+// getxattr/listxattr: size 0 asks for the length only; too small is ERANGE.
+void ReplySized(fuse_req_t req, const std::string& data, size_t size) {
+  if (size == 0) {
+    fuse_reply_xattr(req, data.size());
+  } else if (size < data.size()) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, data.data(), data.size());
+  }
+}
+
+void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  std::string value;
+  int err = Fs(req)->GetXattr(In(req, ino), name, &value);
+  if (err != 0) return (void)fuse_reply_err(req, err);
+  ReplySized(req, value, size);
+}
+
+void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  std::vector<std::string> names;
+  int err = Fs(req)->ListXattr(In(req, ino), &names);
+  if (err != 0) return (void)fuse_reply_err(req, err);
+  std::string list;
+  for (const std::string& n : names) list.append(n).push_back('\0');
+  ReplySized(req, list, size);
+}
+
+void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  fuse_reply_err(req, Fs(req)->RemoveXattr(In(req, ino), name));
+}
+
+fuse_lowlevel_ops Ops() {
+  fuse_lowlevel_ops ops{};
+  ops.init = Init;
+  ops.lookup = Lookup;
+  ops.getattr = GetAttr;
+  ops.setattr = SetAttr;
+  ops.readlink = Readlink;
+  ops.mknod = Mknod;
+  ops.mkdir = Mkdir;
+  ops.unlink = Unlink;
+  ops.rmdir = Rmdir;
+  ops.symlink = Symlink;
+  ops.rename = Rename;
+  ops.link = Link;
+  ops.open = Open;
+  ops.read = Read;
+  ops.write = Write;
+  ops.flush = Flush;
+  ops.release = Release;
+  ops.fsync = Fsync;
+  ops.opendir = OpenDir;
+  ops.readdir = ReadDirPlain;
+  ops.readdirplus = ReadDirPlus;
+  ops.releasedir = ReleaseDir;
+  ops.fsyncdir = FsyncDir;
+  ops.statfs = StatFs;
+  ops.setxattr = SetXattr;
+  ops.getxattr = GetXattr;
+  ops.listxattr = ListXattr;
+  ops.removexattr = RemoveXattr;
+  ops.create = Create;
+  return ops;
+}
+
+int Main(int argc, char** argv) {
+  Logger log("pdfs-fuse");
+  std::string monitor, secret_file, transport = "tcp", mountpoint, volume;
+  uint32_t threads = 8;
+  FlagParser flags("pdfs-fuse");
+  flags.AddString("monitor", &monitor,
+                  "the PDPM cluster's monitor host:port (every monitor's, comma-separated)");
+  flags.AddString("secret-file", &secret_file, "file holding the cluster secret");
+  flags.AddString("transport", &transport, "tcp or verbs");
+  flags.AddString("mountpoint", &mountpoint, "the directory to mount on");
+  flags.AddString("volume", &volume,
+                  "the volume (a directory of the file system's root) to mount; default: all");
+  flags.AddUint32("threads", &threads, "most threads serving requests at once");
+  Status s = flags.Parse(argc, argv);
+  if (s.ok() && (monitor.empty() || secret_file.empty() || mountpoint.empty())) {
+    s = Status::InvalidArgument("--monitor, --secret-file and --mountpoint are needed");
+  }
+  if (!s.ok()) {
+    fprintf(stderr, "%s\n%s", s.ToString().c_str(), flags.Usage().c_str());
+    return 2;
+  }
+  client::ClientOptions options;
+  options.monitor = monitor;
+  options.connections_per_server = threads;
+  s = ReadSecretFile(secret_file, &options.cluster_secret).WithContext("--secret-file");
+  if (s.ok()) s = net::ParseBackendKind(transport, &options.transport);
+  std::unique_ptr<client::Client> client;
+  if (s.ok()) s = client::Client::Open(options, &client);
+  std::unique_ptr<FileSystem> fs;
+  if (s.ok()) s = FileSystem::Open(client.get(), {}, &fs);
+  if (!s.ok()) {
+    log.Error("cannot open the file system", {{"status", s}});
+    return 1;
+  }
+  Served served{fs.get(), kRootIno};
+  if (!volume.empty()) {
+    Attr a;
+    int err = fs->Lookup(kRootIno, volume, &a);
+    if (err == 0 && !S_ISDIR(a.mode)) err = ENOTDIR;
+    if (err != 0) {
+      log.Error("no such volume", {{"volume", volume}, {"error", strerror(err)}});
+      return 1;
+    }
+    served.root = a.ino;
+  }
+
+  // Permission checks by the kernel on the attributes pDFS returns.
+  std::vector<std::string> args = {"pdfs-fuse", "-o",
+                                   "default_permissions,fsname=pdfs,subtype=pdfs"};
+  if (geteuid() == 0) args.back() += ",allow_other";
+  std::vector<char*> argp;
+  for (std::string& a : args) argp.push_back(a.data());
+  fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argp.size()), argp.data());
+  const fuse_lowlevel_ops ops = Ops();
+  fuse_session* se = fuse_session_new(&fargs, &ops, sizeof(ops), &served);
+  if (se == nullptr) {
+    log.Error("fuse_session_new failed");
+    fuse_opt_free_args(&fargs);
+    return 1;
+  }
+  int rc = 1;
+  if (fuse_set_signal_handlers(se) == 0) {
+    if (fuse_session_mount(se, mountpoint.c_str()) == 0) {
+      log.Info("mounted", {{"mountpoint", mountpoint}, {"monitor", monitor}});
+      fuse_loop_config* config = fuse_loop_cfg_create();
+      fuse_loop_cfg_set_max_threads(config, threads);
+      fuse_loop_cfg_set_idle_threads(config, threads);
+      rc = fuse_session_loop_mt(se, config);
+      fuse_loop_cfg_destroy(config);
+      fuse_session_unmount(se);
+      log.Info("unmounted", {{"mountpoint", mountpoint}, {"rc", rc}});
+    } else {
+      log.Error("mount failed", {{"mountpoint", mountpoint}});
+    }
+    fuse_remove_signal_handlers(se);
+  }
+  fuse_session_destroy(se);
+  fuse_opt_free_args(&fargs);  // what the session parsing added to them
+  return rc == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace pdpm::pdfs
+
+int main(int argc, char** argv) {
+  return pdpm::pdfs::Main(argc, argv);
+}
