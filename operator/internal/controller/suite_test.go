@@ -345,7 +345,7 @@ func serverPod(t *testing.T, c *pdpmv1alpha1.PDPMCluster, ordinal int, node stri
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", serverName(c), ordinal), Namespace: c.Namespace,
 			Labels: Labels(c, componentServer)},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "pdpm-server", Image: "pdpm/server:0.1.0"}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "pdpm-server", Image: "pdpm/core:0.1.0"}}},
 	}
 	if err := k8s.Create(context.Background(), p); err != nil {
 		t.Fatal(err)
