@@ -230,6 +230,15 @@ type StorageSpec struct {
 	// +kubebuilder:validation:Maximum=5
 	// +kubebuilder:default=2
 	ReplicaCount int32 `json:"replicaCount,omitempty"`
+	// Tables is the number of object-store tables, which are also the
+	// pDKVS vnodes. A table takes a segment on a server (and one per copy)
+	// once anything is stored in it, so tables x replicaCount x segmentSize
+	// should fit in the pooled PM. Fixed for the life of the cluster.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="storage.tables is immutable"
+	Tables int32 `json:"tables,omitempty"`
 }
 
 // GatewaySpec runs the pDKVS gateway, which serves the cluster's key-value

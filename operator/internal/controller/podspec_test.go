@@ -147,8 +147,13 @@ func TestServerPodSpecPerPMModeAndTransport(t *testing.T) {
 					t.Errorf("host-PM server not root: %+v", sc)
 				}
 			}
-			if !slices.Equal(srv.Command, []string{"pdpm-server"}) {
-				t.Errorf("server command %v", srv.Command)
+			if !slices.Equal(srv.Command, []string{"pdpm-server"}) || !slices.Contains(srv.Args, "--port-file=/run/pdpm/server.addr") {
+				t.Errorf("server command %v %v", srv.Command, srv.Args)
+			}
+			// Ready once the server wrote its port file: it serves.
+			if p := srv.ReadinessProbe; p.Exec == nil || !slices.Equal(p.Exec.Command, []string{"test", "-s", "/run/pdpm/server.addr"}) ||
+				mount(t, srv, "run").MountPath != "/run/pdpm" || volume(t, pod, "run").EmptyDir == nil {
+				t.Errorf("server readiness %+v", p)
 			}
 			_, hasRDMA := srv.Resources.Limits[rdma]
 			hasLock := sc.Capabilities != nil && slices.Contains(sc.Capabilities.Add, "IPC_LOCK")

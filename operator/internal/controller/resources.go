@@ -34,6 +34,8 @@ const (
 	// ClusterKeyField is the key of the cluster key in its Secret.
 	ClusterKeyField = "cluster-key"
 	pmMountPath     = "/var/lib/pdpm/pm"
+	serverRunPath   = "/run/pdpm"
+	serverPortFile  = serverRunPath + "/server.addr"
 	etcdDataPath    = "/var/lib/etcd"
 	// ConfigHashAnnotation on a pod template makes a configuration change
 	// roll the pods.
@@ -149,6 +151,7 @@ func clusterConfig(c *pdpmv1alpha1.PDPMCluster) string {
 		"server_port":       fmt.Sprint(ServerPort),
 		"segment_size":      fmt.Sprint(c.Spec.Storage.SegmentSize.Value()),
 		"replica_count":     fmt.Sprint(c.Spec.Storage.ReplicaCount),
+		"tables":            fmt.Sprint(c.Spec.Storage.Tables),
 		"transport":         string(c.Spec.Servers.RDMA.Transport),
 		"pm_mode":           strings.ToLower(string(pm.Mode)),
 		"pm_path":           pmPath(pm),
@@ -572,13 +575,22 @@ func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.P
 			own.PreferredDuringSchedulingIgnoredDuringExecution...)
 	}
 
+	// Ready means serving: the server writes its port file only once it
+	// has recovered its PM and registered with the monitor (it removes an
+	// old one first, so a restarted container is not ready early).
+	vols = append(vols, corev1.Volume{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	mounts = append(mounts, corev1.VolumeMount{Name: "run", MountPath: serverRunPath})
+	server := daemonContainer(c, "pdpm-server", spec.Images.Server, "data", ServerPort, ServerMetrics, mounts, res, sc)
+	server.Args = append(server.Args, "--port-file="+serverPortFile)
+	server.ReadinessProbe.ProbeHandler = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-s", serverPortFile}}}
+
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{
 			Labels:      labels,
 			Annotations: map[string]string{ConfigHashAnnotation: configHash},
 		},
 		Spec: corev1.PodSpec{
-			Containers:      []corev1.Container{daemonContainer(c, "pdpm-server", spec.Images.Server, "data", ServerPort, ServerMetrics, mounts, res, sc)},
+			Containers:      []corev1.Container{server},
 			Volumes:         vols,
 			NodeSelector:    spec.Servers.NodeSelector,
 			Affinity:        affinity,
