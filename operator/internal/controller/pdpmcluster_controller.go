@@ -64,6 +64,7 @@ type PDPMClusterReconciler struct {
 // observation is what one reconcile saw; the status is computed from it.
 type observation struct {
 	monitorSts, serverSts *appsv1.StatefulSet
+	gateway               *appsv1.Deployment
 	monitor               *pdpmv1.ClusterStatus
 	monitorErr            error
 	keyProblem            problem
@@ -191,11 +192,13 @@ func (r *PDPMClusterReconciler) reconcileChildren(ctx context.Context, c *pdpmv1
 		return err
 	}
 	obs.serverSts = srv
-	for _, obj := range []client.Object{gatewayDeployment(c, configHash), gatewayService(c)} {
+	gw := gatewayDeployment(c, configHash)
+	for _, obj := range []client.Object{gw, gatewayService(c)} {
 		if err := r.apply(ctx, c, obj); err != nil {
 			return err
 		}
 	}
+	obs.gateway = gw
 	if pmOnHost(c) {
 		recordPMNodes(c, pods)
 	}

@@ -452,6 +452,9 @@ func TestStatusFollowsStatefulSetsAndMonitor(t *testing.T) {
 	setStatefulSetStatus(t, ns, "pdpm-monitor", 3, 3)
 	waitCondition(t, c, pdpmv1alpha1.ConditionAvailable, metav1.ConditionFalse, "ServersNotReady")
 	setStatefulSetStatus(t, ns, "pdpm-server", 3, 3)
+	// Not Ready while the gateways are not.
+	waitCondition(t, c, pdpmv1alpha1.ConditionProgressing, metav1.ConditionTrue, "Applying")
+	setDeploymentReady(t, ns, "pdpm-gateway")
 	cur = waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionTrue, "Ready")
 	waitCondition(t, c, pdpmv1alpha1.ConditionAvailable, metav1.ConditionTrue, "Available")
 	waitCondition(t, c, pdpmv1alpha1.ConditionDegraded, metav1.ConditionFalse, "AsExpected")
@@ -652,8 +655,10 @@ func TestImageChangeRollsServersOneAtATimeWhileHealthy(t *testing.T) {
 	mon.set(func(s *pdpmv1.ClusterStatus) { s.Health = pdpmv1.Health_HEALTH_OK })
 	waitPartition(t, ns, 0)
 	setStatefulSetStatus(t, ns, "pdpm-server", 3, 3)
-	// The monitors rolled to the new image through their StatefulSet.
+	// The monitors rolled to the new image through their StatefulSet, the
+	// gateways through their Deployment.
 	setStatefulSetStatus(t, ns, "pdpm-monitor", 3, 3)
+	setDeploymentReady(t, ns, "pdpm-gateway")
 	cur = waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionTrue, "Ready")
 	if cur.Status.ServerImage != "pdpm/core:0.2.0" {
 		t.Errorf("serverImage %s after the rollout", cur.Status.ServerImage)

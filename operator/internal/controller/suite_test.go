@@ -337,6 +337,23 @@ func readyCluster(t *testing.T, c *pdpmv1alpha1.PDPMCluster, servers int32) {
 	}
 	setStatefulSetStatus(t, c.Namespace, "pdpm-monitor", 3, 3)
 	setStatefulSetStatus(t, c.Namespace, "pdpm-server", servers, servers)
+	setDeploymentReady(t, c.Namespace, "pdpm-gateway")
+}
+
+// setDeploymentReady plays the Deployment controller: every replica of the
+// current spec updated and ready.
+func setDeploymentReady(t *testing.T, ns, name string) {
+	t.Helper()
+	eventually(t, func() error {
+		d := &appsv1.Deployment{}
+		if err := get(t, ns, name, d); err != nil {
+			return err
+		}
+		replicas := ptrValue(d.Spec.Replicas)
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: replicas,
+			UpdatedReplicas: replicas, ReadyReplicas: replicas, AvailableReplicas: replicas}
+		return k8s.Status().Update(context.Background(), d)
+	})
 }
 
 // serverPod plays the scheduler for one server pod: created on node.
