@@ -434,12 +434,18 @@ func testServerForceDeleted(ctx context.Context, t *testing.T, c *cluster, value
 // erases the PM (wipe Jobs on the node) and deletes its claims and key.
 func testDeleteWipeData(ctx context.Context, t *testing.T, c *cluster) {
 	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pdpmcluster", sampleName, "--timeout=4m"))
-	for _, kind := range []string{"statefulsets", "deployments", "pvc", "secrets", "jobs", "pods"} {
-		out := must(t)(c.kubectl(ctx, "-n", *ns, "get", kind, "-l", "app.kubernetes.io/instance="+sampleName, "-o", "name"))
-		if strings.TrimSpace(out) != "" {
-			t.Errorf("left after deleting %s with WipeData: %s", sampleName, out)
+	// Pods and Jobs go through garbage collection, shortly after.
+	eventually(t, 2*time.Minute, "nothing of "+sampleName+" left", func() error {
+		out, err := c.kubectl(ctx, "-n", *ns, "get", "statefulsets,deployments,pvc,secrets,jobs,pods",
+			"-l", "app.kubernetes.io/instance="+sampleName, "-o", "name")
+		if err != nil {
+			return err
 		}
-	}
+		if s := strings.TrimSpace(out); s != "" {
+			return fmt.Errorf("left after deleting it with WipeData: %s", s)
+		}
+		return nil
+	})
 }
 
 // The cluster chart: a PDPMCluster from values becomes Ready and `helm
