@@ -457,7 +457,12 @@ func testClusterChart(ctx context.Context, t *testing.T, c *cluster, root, tg st
 		"--set", "spec.images.tag="+tg, "--set", "spec.images.pullPolicy="+*pullPolicy,
 		"--set", "test.image.tag="+tg, "--set", "test.image.pullPolicy="+*pullPolicy))
 	waitReady(ctx, t, c, "charted", 6*time.Minute)
-	out := must(t)(c.helm(ctx, "test", "chart-cluster", "--namespace", *ns, "--logs", "--timeout", "2m"))
+	out, err := c.helm(ctx, "test", "chart-cluster", "--namespace", *ns, "--logs", "--timeout", "2m")
+	if err != nil {
+		// A failed test pod stays (its hook is deleted on success only).
+		logs, _ := c.kubectl(ctx, "-n", *ns, "logs", "charted-test-gateway")
+		t.Fatalf("%v\ntest pod log:\n%s", err, logs)
+	}
 	for _, want := range []string{"ok   PING", "ok   SET", "ok   GET value"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("helm test output lacks %q:\n%s", want, out)
