@@ -457,16 +457,12 @@ func testClusterChart(ctx context.Context, t *testing.T, c *cluster, root, tg st
 		"--set", "spec.images.tag="+tg, "--set", "spec.images.pullPolicy="+*pullPolicy,
 		"--set", "test.image.tag="+tg, "--set", "test.image.pullPolicy="+*pullPolicy))
 	waitReady(ctx, t, c, "charted", 6*time.Minute)
-	out, err := c.helm(ctx, "test", "chart-cluster", "--namespace", *ns, "--logs", "--timeout", "2m")
-	if err != nil {
-		// A failed test pod stays (its hook is deleted on success only).
+	// The test pod exits 0 only when PING, SET, GET and DEL all answered as
+	// expected; it is deleted on success (so `helm test --logs` has nothing
+	// to read) and kept on failure.
+	if _, err := c.helm(ctx, "test", "chart-cluster", "--namespace", *ns, "--timeout", "2m"); err != nil {
 		logs, _ := c.kubectl(ctx, "-n", *ns, "logs", "charted-test-gateway")
 		t.Fatalf("%v\ntest pod log:\n%s", err, logs)
-	}
-	for _, want := range []string{"ok   PING", "ok   SET", "ok   GET value"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("helm test output lacks %q:\n%s", want, out)
-		}
 	}
 	must(t)(c.helm(ctx, "uninstall", "chart-cluster", "--namespace", *ns, "--wait", "--timeout", "4m"))
 	eventually(t, 4*time.Minute, "the charted cluster gone", func() error {
