@@ -17,7 +17,7 @@ FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
 .PHONY: deps build build-asan build-tsan build-fuzz test test-core test-asan test-tsan \
-        test-fuzz test-operator test-kv-linearizability test-hw test-hw-cluster fuzz bench \
+        test-fuzz test-operator test-kv-linearizability test-hw test-hw-cluster e2e images fuzz bench \
         bench-net bench-hw bench-dsm bench-kv lint format clean up
 
 deps:
@@ -62,6 +62,19 @@ test-fuzz: build-fuzz
 # The Kubernetes operator against a real kube-apiserver and etcd (envtest).
 test-operator: deps
 	scripts/operator-test.sh
+
+# PDPM on a real single-node Kubernetes started and stopped here (e2e/k8s,
+# docs/e2e.md): the images, the charts' lint and unit tests, helm install, a
+# PDPMCluster, Redis clients through the gateway, a server pod killed under
+# writes. Prints each phase's time.
+e2e: build
+	e2e/k8s/run.sh build/release
+
+# The images (docs/images.md), built without a container daemon into the
+# cache directory; prints their sizes.
+images: build
+	scripts/deps.sh e2e
+	images/build.sh build/release $(CACHE_DIR)/images/out
 
 # pDKVS linearizability (e2e/linearizability, docs/pdkvs.md): concurrent
 # Redis clients while pdkvs-gateway, or a PM server of the cluster behind

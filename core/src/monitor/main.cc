@@ -134,6 +134,17 @@ Status EtcdMembers(const ClusterConfig& config, std::string* out) {
   return Status::OK();
 }
 
+// The value of `key` in the configuration as a number.
+Status ConfigNumber(const ClusterConfig& config, const char* key, uint32_t* out) {
+  const std::string text = config.Get(key);
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return Status::InvalidArgument(config.path() + ": " + key + " \"" + text +
+                                   "\" is not a number");
+  }
+  return Status::OK();
+}
+
 // The operator's cluster configuration (common/cluster_config.h): the view
 // in etcd (embedded or external members), its prefix, the cluster key, the
 // port and the cluster parameters. Flags given on the command line win.
@@ -164,13 +175,12 @@ Status ApplyConfig(const FlagParser& parser, Flags* f) {
     }
   }
   if (config.Has("replica_count") && !parser.IsSet("replicas")) {
-    const std::string text = config.Get("replica_count");
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), o.replicas);
-    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
-      return Status::InvalidArgument(config.path() + ": replica_count \"" + text +
-                                     "\" is not a number");
-    }
+    PDPM_RETURN_IF_ERROR(ConfigNumber(config, "replica_count", &o.replicas));
     o.replicas_set = true;
+  }
+  if (config.Has("tables") && !parser.IsSet("tables")) {
+    PDPM_RETURN_IF_ERROR(ConfigNumber(config, "tables", &o.tables));
+    o.tables_set = true;
   }
   if (config.Has("segment_size") && !parser.IsSet("segment-size")) {
     PDPM_RETURN_IF_ERROR(ParseSize(config.Get("segment_size"), &o.segment_size)

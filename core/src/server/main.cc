@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -145,7 +146,8 @@ int Run(int argc, char** argv) {
   parser.AddString("transport", &f.transport, "tcp or verbs");
   parser.AddUint32("cores", &f.cores, "serving threads and per-core connections");
   parser.AddString("label", &f.labels, "topology labels key=value,... (zone, rack, host)");
-  parser.AddString("port-file", &f.port_file, "write the data address here once serving");
+  parser.AddString("port-file", &f.port_file,
+                   "write the data address here once serving (removed first at start)");
   parser.AddSize("resync-rate", &f.resync_rate,
                  "bytes per second a primary copies to a new backup, e.g. 256MiB (default)");
   parser.AddString("wipe-pm", &f.wipe_pm, "zero this PM device and exit");
@@ -205,6 +207,14 @@ int Run(int argc, char** argv) {
     stop = true;
   });
 
+  // The port file says this run serves (Kubernetes probes it): one left
+  // by an earlier run must not.
+  if (!f.port_file.empty() && ::unlink(f.port_file.c_str()) != 0 && errno != ENOENT) {
+    s = Status::IOError(f.port_file + ": " + std::strerror(errno));
+    ::kill(::getpid(), SIGTERM);  // release the waiter
+    waiter.join();
+    return FailStart(log, "cannot remove the old port file", s);
+  }
   std::unique_ptr<DataServer> server;
   s = DataServer::Start(o, log, &stop, &server);
   if (!s.ok()) {

@@ -17,6 +17,8 @@ type PDPMClusterSpec struct {
 	Servers ServersSpec `json:"servers"`
 	// +kubebuilder:default={}
 	Storage StorageSpec `json:"storage,omitempty"`
+	// +kubebuilder:default={}
+	Gateway GatewaySpec `json:"gateway,omitempty"`
 	// +kubebuilder:validation:Required
 	Images ImagesSpec `json:"images"`
 	// CleanupPolicy says what deleting the PDPMCluster does to the PM data.
@@ -70,11 +72,13 @@ type EtcdSpec struct {
 	// +kubebuilder:validation:Enum=Embedded;External
 	// +kubebuilder:default=Embedded
 	Mode EtcdMode `json:"mode,omitempty"`
-	// Endpoints of the external etcd cluster, as http(s)://host:port.
+	// Endpoints of the external etcd cluster, as http://host:port. The
+	// monitor does not speak TLS to etcd, so https:// is refused here
+	// rather than by a monitor that cannot start.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=9
-	// +kubebuilder:validation:items:Pattern=`^https?://[^\s/]+$`
+	// +kubebuilder:validation:items:Pattern=`^http://[^\s/]+$`
 	Endpoints []string `json:"endpoints,omitempty"`
 	// Storage of each embedded etcd member (a PersistentVolumeClaim); 1Gi
 	// of the default storage class when not set.
@@ -97,6 +101,7 @@ type VolumeSpec struct {
 }
 
 // ServersSpec describes the PM servers, one pod per node.
+// +kubebuilder:validation:XValidation:rule="!(self.pm.mode == 'FSDax' && has(self.rdma) && has(self.rdma.transport) && self.rdma.transport == 'verbs')",message="FSDax PM cannot be used with the verbs transport: memory mapped from a DAX file system cannot be registered with an RDMA NIC; use DevDax, or transport tcp"
 // +kubebuilder:validation:XValidation:rule="!(has(self.allowMultiplePerNode) && self.allowMultiplePerNode && has(self.pm.devDax) && !has(self.pm.devDax.resourceName))",message="servers with DevDax PM from a host path cannot share a node: they would map the same device"
 type ServersSpec struct {
 	// Replicas is the number of servers. Raising it adds servers; lowering it
@@ -218,22 +223,60 @@ type StorageSpec struct {
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('2Mi')) >= 0 && quantity(string(self)).compareTo(quantity('64Gi')) <= 0 && quantity(string(self)).asInteger() % 2097152 == 0",message="storage.segmentSize must be a multiple of 2Mi between 2Mi and 64Gi"
 	SegmentSize resource.Quantity `json:"segmentSize,omitempty"`
 	// ReplicaCount is the number of copies of every segment, each on a
-	// different server.
+	// different server. Fixed for the life of the cluster: the monitors keep
+	// the count the cluster was created with and refuse another.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="storage.replicaCount is immutable: the monitors of an existing cluster refuse another replica count"
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=5
 	// +kubebuilder:default=2
 	ReplicaCount int32 `json:"replicaCount,omitempty"`
+	// Tables is the number of object-store tables, which are also the
+	// pDKVS vnodes. A table takes a segment on a server (and one per copy)
+	// once anything is stored in it, so tables x replicaCount x segmentSize
+	// should fit in the pooled PM. Fixed for the life of the cluster.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="storage.tables is immutable"
+	Tables int32 `json:"tables,omitempty"`
+}
+
+// GatewaySpec runs the pDKVS gateway, which serves the cluster's key-value
+// store over the Redis protocol: Redis clients reach it through the Service
+// NAME-gateway, port 6379.
+type GatewaySpec struct {
+	// Replicas of the gateway (a Deployment); 0 runs none.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	// +kubebuilder:default=1
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+	// ServiceType of the gateway Service.
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	// +kubebuilder:default=ClusterIP
+	ServiceType corev1.ServiceType `json:"serviceType,omitempty"`
+	// PasswordSecret is the key of a Secret holding the password clients
+	// must AUTH with; without it the gateway accepts every client.
+	// +optional
+	PasswordSecret *corev1.SecretKeySelector `json:"passwordSecret,omitempty"`
+	// Resources of the pdkvs-gateway container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // ImagesSpec names the container images; the tag applies to all of them.
+// One core image holds every daemon and etcd, so the defaults are equal.
 type ImagesSpec struct {
-	// +kubebuilder:default="pdpm/monitor"
+	// +kubebuilder:default="pdpm/core"
 	Monitor string `json:"monitor,omitempty"`
-	// +kubebuilder:default="pdpm/server"
+	// +kubebuilder:default="pdpm/core"
 	Server string `json:"server,omitempty"`
 	// Etcd is the image of the embedded etcd members.
-	// +kubebuilder:default="pdpm/etcd"
+	// +kubebuilder:default="pdpm/core"
 	Etcd string `json:"etcd,omitempty"`
+	// Gateway is the image of the pDKVS gateway.
+	// +kubebuilder:default="pdpm/core"
+	Gateway string `json:"gateway,omitempty"`
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`
 	Tag string `json:"tag"`

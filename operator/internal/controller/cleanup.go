@@ -185,7 +185,8 @@ func wipeJob(c *pdpmv1alpha1.PDPMCluster, node string) *batchv1.Job {
 	var vol corev1.Volume
 	var mount corev1.VolumeMount
 	var command []string
-	sc := restricted()
+	// The host's PM directory or device belongs to root.
+	sc := asRoot(restricted())
 	switch pm.Mode {
 	case pdpmv1alpha1.PMDevDax:
 		vol = corev1.Volume{Name: "pm", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{

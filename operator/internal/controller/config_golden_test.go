@@ -29,7 +29,7 @@ func TestClusterConfigMatchesGolden(t *testing.T) {
 					Emulated: &pdpmv1alpha1.EmulatedSource{Size: resource.MustParse("64Mi")}},
 				RDMA: pdpmv1alpha1.RDMASpec{Transport: pdpmv1alpha1.TransportTCP},
 			},
-			Storage: pdpmv1alpha1.StorageSpec{SegmentSize: resource.MustParse("8Mi"), ReplicaCount: 3},
+			Storage: pdpmv1alpha1.StorageSpec{SegmentSize: resource.MustParse("8Mi"), ReplicaCount: 3, Tables: 16},
 		},
 	}
 	got := clusterConfig(c)

@@ -64,6 +64,7 @@ type PDPMClusterReconciler struct {
 // observation is what one reconcile saw; the status is computed from it.
 type observation struct {
 	monitorSts, serverSts *appsv1.StatefulSet
+	gateway               *appsv1.Deployment
 	monitor               *pdpmv1.ClusterStatus
 	monitorErr            error
 	keyProblem            problem
@@ -78,7 +79,7 @@ type problem struct{ reason, message string }
 // +kubebuilder:rbac:groups=pdpm.io,resources=pdpmclusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=pdpm.io,resources=pdpmclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=pdpm.io,resources=pdpmclusters/finalizers,verbs=update
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=statefulsets;deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
@@ -191,6 +192,13 @@ func (r *PDPMClusterReconciler) reconcileChildren(ctx context.Context, c *pdpmv1
 		return err
 	}
 	obs.serverSts = srv
+	gw := gatewayDeployment(c, configHash)
+	for _, obj := range []client.Object{gw, gatewayService(c)} {
+		if err := r.apply(ctx, c, obj); err != nil {
+			return err
+		}
+	}
+	obs.gateway = gw
 	if pmOnHost(c) {
 		recordPMNodes(c, pods)
 	}
@@ -514,6 +522,7 @@ func (r *PDPMClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&pdpmv1alpha1.PDPMCluster{}).
 		Owns(&appsv1.StatefulSet{}).
+		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Secret{}).

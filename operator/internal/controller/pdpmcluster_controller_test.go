@@ -104,12 +104,12 @@ func TestCreateMakesAllChildren(t *testing.T) {
 		t.Errorf("monitor replicas %d policy %s", *mon.Spec.Replicas, mon.Spec.PodManagementPolicy)
 	}
 	pod := &mon.Spec.Template.Spec
-	if m := container(t, pod, "pdpm-monitor"); m.Image != "pdpm/monitor:0.1.0" {
+	if m := container(t, pod, "pdpm-monitor"); m.Image != "pdpm/core:0.1.0" {
 		t.Errorf("monitor image %s", m.Image)
 	}
 	etcd := container(t, pod, "etcd")
 	wantPeers := fmt.Sprintf("--initial-cluster=pdpm-monitor-0=http://pdpm-monitor-0.pdpm-monitor.%s.svc:2380,", ns)
-	if etcd.Image != "pdpm/etcd:0.1.0" || !slices.ContainsFunc(etcd.Args, func(a string) bool { return strings.HasPrefix(a, wantPeers) }) {
+	if etcd.Image != "pdpm/core:0.1.0" || !slices.ContainsFunc(etcd.Args, func(a string) bool { return strings.HasPrefix(a, wantPeers) }) {
 		t.Errorf("etcd container: %s %v", etcd.Image, etcd.Args)
 	}
 	if len(mon.Spec.VolumeClaimTemplates) != 1 || mon.Spec.VolumeClaimTemplates[0].Name != "etcd-data" ||
@@ -134,7 +134,7 @@ func TestCreateMakesAllChildren(t *testing.T) {
 	if len(anti) != 1 || anti[0].TopologyKey != corev1.LabelHostname {
 		t.Errorf("servers are not spread across nodes: %+v", anti)
 	}
-	if s := container(t, &srv.Spec.Template.Spec, "pdpm-server"); s.Image != "pdpm/server:0.1.0" {
+	if s := container(t, &srv.Spec.Template.Spec, "pdpm-server"); s.Image != "pdpm/core:0.1.0" {
 		t.Errorf("server image %s", s.Image)
 	}
 
@@ -171,7 +171,7 @@ func TestUpdatePropagatesToChildren(t *testing.T) {
 
 	err := updateCluster(t, c, func(c *pdpmv1alpha1.PDPMCluster) {
 		c.Spec.Images.Tag = "0.2.0"
-		c.Spec.Storage.ReplicaCount = 3
+		c.Spec.Servers.RDMA.Transport = pdpmv1alpha1.TransportVerbs
 		c.Spec.Servers.NodeSelector = map[string]string{"pdpm.io/pm": "true"}
 		c.Spec.Monitor.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}
 	})
@@ -183,7 +183,7 @@ func TestUpdatePropagatesToChildren(t *testing.T) {
 		if err := get(t, ns, "pdpm-config", cm); err != nil {
 			return err
 		}
-		if !strings.Contains(cm.Data["pdpm.conf"], "replica_count = 3\n") {
+		if !strings.Contains(cm.Data["pdpm.conf"], "transport = verbs\n") {
 			return fmt.Errorf("configuration not updated")
 		}
 		mon := &appsv1.StatefulSet{}
@@ -191,14 +191,14 @@ func TestUpdatePropagatesToChildren(t *testing.T) {
 			return err
 		}
 		m := container(t, &mon.Spec.Template.Spec, "pdpm-monitor")
-		if m.Image != "pdpm/monitor:0.2.0" || !m.Resources.Requests.Memory().Equal(resource.MustParse("256Mi")) {
+		if m.Image != "pdpm/core:0.2.0" || !m.Resources.Requests.Memory().Equal(resource.MustParse("256Mi")) {
 			return fmt.Errorf("monitor not updated: %s %v", m.Image, m.Resources)
 		}
 		if err := get(t, ns, "pdpm-server", srv); err != nil {
 			return err
 		}
 		s := container(t, &srv.Spec.Template.Spec, "pdpm-server")
-		if s.Image != "pdpm/server:0.2.0" || srv.Spec.Template.Spec.NodeSelector["pdpm.io/pm"] != "true" ||
+		if s.Image != "pdpm/core:0.2.0" || srv.Spec.Template.Spec.NodeSelector["pdpm.io/pm"] != "true" ||
 			srv.Spec.Template.Annotations[ConfigHashAnnotation] == oldHash {
 			return fmt.Errorf("server template not updated: %s %v", s.Image, srv.Spec.Template.Spec.NodeSelector)
 		}
@@ -272,7 +272,7 @@ func TestDriftIsRepaired(t *testing.T) {
 		if err := get(t, ns, "pdpm-server", srv); err != nil {
 			return err
 		}
-		if img := srv.Spec.Template.Spec.Containers[0].Image; img != "pdpm/server:0.1.0" || *srv.Spec.Replicas != 3 {
+		if img := srv.Spec.Template.Spec.Containers[0].Image; img != "pdpm/core:0.1.0" || *srv.Spec.Replicas != 3 {
 			return fmt.Errorf("server StatefulSet still edited: %s x%d", img, *srv.Spec.Replicas)
 		}
 		return nil
@@ -363,6 +363,13 @@ func TestValidationRejects(t *testing.T) {
 		{"etcd endpoint", "spec.monitor.etcd.endpoints", func(c *pdpmv1alpha1.PDPMCluster) {
 			c.Spec.Monitor.Etcd = pdpmv1alpha1.EtcdSpec{Mode: pdpmv1alpha1.EtcdExternal, Endpoints: []string{"etcd:2379"}}
 		}},
+		{"https etcd endpoint", "should match '^http://", func(c *pdpmv1alpha1.PDPMCluster) {
+			c.Spec.Monitor.Etcd = pdpmv1alpha1.EtcdSpec{Mode: pdpmv1alpha1.EtcdExternal, Endpoints: []string{"https://etcd:2379"}}
+		}},
+		{"fsdax with verbs", "FSDax PM cannot be used with the verbs transport", func(c *pdpmv1alpha1.PDPMCluster) {
+			c.Spec.Servers.PM = pdpmv1alpha1.PMSource{Mode: pdpmv1alpha1.PMFSDax, FSDax: &pdpmv1alpha1.FSDaxSource{Path: "/mnt/pmem0"}}
+			c.Spec.Servers.RDMA.Transport = pdpmv1alpha1.TransportVerbs
+		}},
 		{"segment not 2Mi multiple", "multiple of 2Mi", func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Storage.SegmentSize = resource.MustParse("3Mi") }},
 		{"segment too small", "multiple of 2Mi", func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Storage.SegmentSize = resource.MustParse("1Mi") }},
 		{"segment too large", "multiple of 2Mi", func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Storage.SegmentSize = resource.MustParse("128Gi") }},
@@ -409,6 +416,9 @@ func TestValidationRejects(t *testing.T) {
 		{"replicas over servers", "must not exceed servers.replicas", func(c *pdpmv1alpha1.PDPMCluster) {
 			c.Spec.Servers.Replicas = 1
 		}},
+		{"replica count", "storage.replicaCount is immutable", func(c *pdpmv1alpha1.PDPMCluster) {
+			c.Spec.Storage.ReplicaCount = 3
+		}},
 	}
 	for _, tc := range update {
 		t.Run("update "+tc.name, func(t *testing.T) {
@@ -423,7 +433,7 @@ func TestValidationRejects(t *testing.T) {
 	s := cur.Spec
 	if s.Monitor.Replicas != 3 || s.Monitor.Etcd.Mode != pdpmv1alpha1.EtcdEmbedded || s.Servers.RDMA.Transport != pdpmv1alpha1.TransportTCP ||
 		s.Servers.RDMA.ResourceName != "rdma/hca_shared_devices_a" || s.Storage.ReplicaCount != 2 ||
-		s.CleanupPolicy != pdpmv1alpha1.CleanupRetain || s.Images.Server != "pdpm/server" || s.Servers.PM.Emulated.HostPath != "/var/lib/pdpm" {
+		s.CleanupPolicy != pdpmv1alpha1.CleanupRetain || s.Images.Server != "pdpm/core" || s.Servers.PM.Emulated.HostPath != "/var/lib/pdpm" {
 		t.Errorf("defaults not applied: %+v", s)
 	}
 }
@@ -442,6 +452,9 @@ func TestStatusFollowsStatefulSetsAndMonitor(t *testing.T) {
 	setStatefulSetStatus(t, ns, "pdpm-monitor", 3, 3)
 	waitCondition(t, c, pdpmv1alpha1.ConditionAvailable, metav1.ConditionFalse, "ServersNotReady")
 	setStatefulSetStatus(t, ns, "pdpm-server", 3, 3)
+	// Not Ready while the gateways are not.
+	waitCondition(t, c, pdpmv1alpha1.ConditionProgressing, metav1.ConditionTrue, "Applying")
+	setDeploymentReady(t, ns, "pdpm-gateway")
 	cur = waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionTrue, "Ready")
 	waitCondition(t, c, pdpmv1alpha1.ConditionAvailable, metav1.ConditionTrue, "Available")
 	waitCondition(t, c, pdpmv1alpha1.ConditionDegraded, metav1.ConditionFalse, "AsExpected")
@@ -449,7 +462,7 @@ func TestStatusFollowsStatefulSetsAndMonitor(t *testing.T) {
 	st := cur.Status
 	if st.Phase != pdpmv1alpha1.PhaseReady || st.Epoch != 7 || st.ServersReady != 3 || st.ServersTotal != 3 ||
 		st.Capacity.String() != "3Gi" || st.Used.String() != "256Mi" || st.MonitorLeader != "pdpm-monitor-0:7400" ||
-		st.Health != "OK" || st.ObservedGeneration != cur.Generation || st.ServerImage != "pdpm/server:0.1.0" {
+		st.Health != "OK" || st.ObservedGeneration != cur.Generation || st.ServerImage != "pdpm/core:0.1.0" {
 		t.Errorf("status %+v", st)
 	}
 
@@ -615,7 +628,7 @@ func TestImageChangeRollsServersOneAtATimeWhileHealthy(t *testing.T) {
 	waitPartition(t, ns, 2)
 	srv := &appsv1.StatefulSet{}
 	mustGet(t, ns, "pdpm-server", srv)
-	if img := srv.Spec.Template.Spec.Containers[0].Image; img != "pdpm/server:0.2.0" {
+	if img := srv.Spec.Template.Spec.Containers[0].Image; img != "pdpm/core:0.2.0" {
 		t.Fatalf("server template image %s", img)
 	}
 	waitCondition(t, c, pdpmv1alpha1.ConditionProgressing, metav1.ConditionTrue, "RollingUpdate")
@@ -636,16 +649,18 @@ func TestImageChangeRollsServersOneAtATimeWhileHealthy(t *testing.T) {
 	if p := partition(t, ns); p != 1 {
 		t.Fatalf("partition moved to %d while degraded", p)
 	}
-	if cur.Status.ServerImage != "pdpm/server:0.1.0" {
+	if cur.Status.ServerImage != "pdpm/core:0.1.0" {
 		t.Errorf("serverImage %s during the rollout", cur.Status.ServerImage)
 	}
 	mon.set(func(s *pdpmv1.ClusterStatus) { s.Health = pdpmv1.Health_HEALTH_OK })
 	waitPartition(t, ns, 0)
 	setStatefulSetStatus(t, ns, "pdpm-server", 3, 3)
-	// The monitors rolled to the new image through their StatefulSet.
+	// The monitors rolled to the new image through their StatefulSet, the
+	// gateways through their Deployment.
 	setStatefulSetStatus(t, ns, "pdpm-monitor", 3, 3)
+	setDeploymentReady(t, ns, "pdpm-gateway")
 	cur = waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionTrue, "Ready")
-	if cur.Status.ServerImage != "pdpm/server:0.2.0" {
+	if cur.Status.ServerImage != "pdpm/core:0.2.0" {
 		t.Errorf("serverImage %s after the rollout", cur.Status.ServerImage)
 	}
 	waitEvents(t, ns, "RolloutStep", 1)
@@ -871,7 +886,7 @@ func TestRolloutReplacesServerStuckOnBrokenTemplate(t *testing.T) {
 		if err := get(t, ns, "pdpm-server", srv); err != nil {
 			return err
 		}
-		if img := srv.Spec.Template.Spec.Containers[0].Image; img != "pdpm/server:0.2.1" {
+		if img := srv.Spec.Template.Spec.Containers[0].Image; img != "pdpm/core:0.2.1" {
 			return fmt.Errorf("server template image %s", img)
 		}
 		return nil

@@ -64,7 +64,7 @@ func TestServerPodSpecPerPMModeAndTransport(t *testing.T) {
 		{
 			name:      "fsdax directory",
 			pm:        pdpmv1alpha1.PMSource{Mode: pdpmv1alpha1.PMFSDax, FSDax: &pdpmv1alpha1.FSDaxSource{Path: "/mnt/pmem0"}},
-			transport: pdpmv1alpha1.TransportVerbs,
+			transport: pdpmv1alpha1.TransportTCP,
 			check: func(t *testing.T, sts *appsv1.StatefulSet, pod *corev1.PodSpec, srv *corev1.Container) {
 				v := volume(t, pod, "pm")
 				if v.HostPath == nil || v.HostPath.Path != "/mnt/pmem0/"+sts.Namespace+"-pdpm" ||
@@ -137,6 +137,23 @@ func TestServerPodSpecPerPMModeAndTransport(t *testing.T) {
 				if *sc.AllowPrivilegeEscalation || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 					t.Errorf("security context %+v", sc)
 				}
+				// Host PM belongs to root on the node; a claim is given to
+				// the image's unprivileged user.
+				if tc.pm.Mode == pdpmv1alpha1.PMPVC {
+					if psc := pod.SecurityContext; sc.RunAsUser != nil || psc == nil || !*psc.RunAsNonRoot || *psc.FSGroup != imageUser {
+						t.Errorf("PVC server not unprivileged: %+v %+v", sc, psc)
+					}
+				} else if sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+					t.Errorf("host-PM server not root: %+v", sc)
+				}
+			}
+			if !slices.Equal(srv.Command, []string{"pdpm-server"}) || !slices.Contains(srv.Args, "--port-file=/run/pdpm/server.addr") {
+				t.Errorf("server command %v %v", srv.Command, srv.Args)
+			}
+			// Ready once the server wrote its port file: it serves.
+			if p := srv.ReadinessProbe; p.Exec == nil || !slices.Equal(p.Exec.Command, []string{"test", "-s", "/run/pdpm/server.addr"}) ||
+				mount(t, srv, "run").MountPath != "/run/pdpm" || volume(t, pod, "run").EmptyDir == nil {
+				t.Errorf("server readiness %+v", p)
 			}
 			_, hasRDMA := srv.Resources.Limits[rdma]
 			hasLock := sc.Capabilities != nil && slices.Contains(sc.Capabilities.Add, "IPC_LOCK")
@@ -182,6 +199,41 @@ func TestWipeJobForDevDax(t *testing.T) {
 	}
 }
 
+// The pDKVS gateway: a Deployment of unprivileged clients of the cluster,
+// reached through its Service, with the password from the Secret named.
+func TestGateway(t *testing.T) {
+	ns := newNamespace(t)
+	c := testCluster(ns, func(c *pdpmv1alpha1.PDPMCluster) {
+		c.Spec.Gateway = pdpmv1alpha1.GatewaySpec{Replicas: ptr.To[int32](2), ServiceType: corev1.ServiceTypeNodePort,
+			PasswordSecret: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "kv"}, Key: "password"}}
+	})
+	createCluster(t, c)
+	dep := &appsv1.Deployment{}
+	mustGet(t, ns, "pdpm-gateway", dep)
+	pod := &dep.Spec.Template.Spec
+	gw := container(t, pod, "pdkvs-gateway")
+	wantArgs := []string{"--listen=0.0.0.0:6379", "--monitor=" + monitorEndpoints(c),
+		"--secret-file=/etc/pdpm/key/cluster-key", "--transport=tcp"}
+	if *dep.Spec.Replicas != 2 || !slices.Equal(gw.Command, []string{"pdkvs-gateway"}) || !slices.Equal(gw.Args, wantArgs) ||
+		gw.Image != "pdpm/core:0.1.0" {
+		t.Errorf("gateway: replicas %d, %v %v, image %s", *dep.Spec.Replicas, gw.Command, gw.Args, gw.Image)
+	}
+	if !slices.ContainsFunc(gw.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "PDKVS_PASSWORD" && e.ValueFrom.SecretKeyRef.Name == "kv" && e.ValueFrom.SecretKeyRef.Key == "password"
+	}) {
+		t.Errorf("password not taken from the Secret: %+v", gw.Env)
+	}
+	if psc := pod.SecurityContext; psc == nil || !*psc.RunAsNonRoot || gw.ReadinessProbe.TCPSocket.Port.IntVal != GatewayPort {
+		t.Errorf("gateway pod security %+v, probe %+v", psc, gw.ReadinessProbe)
+	}
+	svc := &corev1.Service{}
+	mustGet(t, ns, "pdpm-gateway", svc)
+	if svc.Spec.Type != corev1.ServiceTypeNodePort || svc.Spec.Ports[0].Port != GatewayPort ||
+		svc.Spec.Selector["app.kubernetes.io/component"] != "gateway" {
+		t.Errorf("gateway Service %+v", svc.Spec)
+	}
+}
+
 func volume(t *testing.T, pod *corev1.PodSpec, name string) *corev1.Volume {
 	t.Helper()
 	for i := range pod.Volumes {
@@ -210,7 +262,7 @@ func TestExternalEtcdMonitors(t *testing.T) {
 	ns := newNamespace(t)
 	c := testCluster(ns, func(c *pdpmv1alpha1.PDPMCluster) {
 		c.Spec.Monitor = pdpmv1alpha1.MonitorSpec{Replicas: 1, Etcd: pdpmv1alpha1.EtcdSpec{
-			Mode: pdpmv1alpha1.EtcdExternal, Endpoints: []string{"https://etcd-0.example:2379", "https://etcd-1.example:2379"}}}
+			Mode: pdpmv1alpha1.EtcdExternal, Endpoints: []string{"http://etcd-0.example:2379", "http://etcd-1.example:2379"}}}
 	})
 	createCluster(t, c)
 	mon := &appsv1.StatefulSet{}
@@ -220,7 +272,7 @@ func TestExternalEtcdMonitors(t *testing.T) {
 	}
 	cm := &corev1.ConfigMap{}
 	mustGet(t, ns, "pdpm-config", cm)
-	if !strings.Contains(cm.Data["pdpm.conf"], "etcd_endpoints = https://etcd-0.example:2379,https://etcd-1.example:2379\n") {
+	if !strings.Contains(cm.Data["pdpm.conf"], "etcd_endpoints = http://etcd-0.example:2379,http://etcd-1.example:2379\n") {
 		t.Errorf("configuration: %s", cm.Data["pdpm.conf"])
 	}
 }

@@ -25,6 +25,7 @@ const (
 	MonitorMetrics  = 9401
 	ServerPort      = 7500
 	ServerMetrics   = 9501
+	GatewayPort     = 6379
 	EtcdClientPort  = 2379
 	EtcdPeerPort    = 2380
 	configMountPath = "/etc/pdpm"
@@ -33,6 +34,8 @@ const (
 	// ClusterKeyField is the key of the cluster key in its Secret.
 	ClusterKeyField = "cluster-key"
 	pmMountPath     = "/var/lib/pdpm/pm"
+	serverRunPath   = "/run/pdpm"
+	serverPortFile  = serverRunPath + "/server.addr"
 	etcdDataPath    = "/var/lib/etcd"
 	// ConfigHashAnnotation on a pod template makes a configuration change
 	// roll the pods.
@@ -51,8 +54,11 @@ const (
 
 	componentMonitor = "monitor"
 	componentServer  = "server"
+	componentGateway = "gateway"
 	componentWipe    = "wipe"
-	defaultEtcdSize  = "1Gi"
+	// imageUser is the unprivileged user of the core image (images/).
+	imageUser       = 65532
+	defaultEtcdSize = "1Gi"
 )
 
 // Names of a cluster's children.
@@ -61,6 +67,7 @@ func serverName(c *pdpmv1alpha1.PDPMCluster) string  { return c.Name + "-server"
 func configName(c *pdpmv1alpha1.PDPMCluster) string  { return c.Name + "-config" }
 func keyName(c *pdpmv1alpha1.PDPMCluster) string     { return c.Name + "-key" }
 func clientName(c *pdpmv1alpha1.PDPMCluster) string  { return c.Name }
+func gatewayName(c *pdpmv1alpha1.PDPMCluster) string { return c.Name + "-gateway" }
 
 // Labels returns the labels of a child of cluster c with the given role.
 func Labels(c *pdpmv1alpha1.PDPMCluster, component string) map[string]string {
@@ -118,19 +125,25 @@ func pmPath(pm *pdpmv1alpha1.PMSource) string {
 	}
 }
 
-// clusterConfig renders the cluster configuration file every daemon reads:
-// one "key = value" per line, keys sorted.
-func clusterConfig(c *pdpmv1alpha1.PDPMCluster) string {
+// monitorEndpoints is every monitor's gRPC address; clients follow the
+// leader among them.
+func monitorEndpoints(c *pdpmv1alpha1.PDPMCluster) string {
 	var monitors []string
 	for i := int32(0); i < c.Spec.Monitor.Replicas; i++ {
 		monitors = append(monitors, fmt.Sprintf("%s:%d", monitorHost(c, i), MonitorPort))
 	}
+	return strings.Join(monitors, ",")
+}
+
+// clusterConfig renders the cluster configuration file every daemon reads:
+// one "key = value" per line, keys sorted.
+func clusterConfig(c *pdpmv1alpha1.PDPMCluster) string {
 	pm := &c.Spec.Servers.PM
 	kv := map[string]string{
 		"config_version":    "1",
 		"cluster_name":      c.Name,
 		"cluster_namespace": c.Namespace,
-		"monitor_endpoints": strings.Join(monitors, ","),
+		"monitor_endpoints": monitorEndpoints(c),
 		"monitor_port":      fmt.Sprint(MonitorPort),
 		"etcd_mode":         strings.ToLower(string(c.Spec.Monitor.Etcd.Mode)),
 		"etcd_endpoints":    strings.Join(etcdEndpoints(c), ","),
@@ -138,6 +151,7 @@ func clusterConfig(c *pdpmv1alpha1.PDPMCluster) string {
 		"server_port":       fmt.Sprint(ServerPort),
 		"segment_size":      fmt.Sprint(c.Spec.Storage.SegmentSize.Value()),
 		"replica_count":     fmt.Sprint(c.Spec.Storage.ReplicaCount),
+		"tables":            fmt.Sprint(c.Spec.Storage.Tables),
 		"transport":         string(c.Spec.Servers.RDMA.Transport),
 		"pm_mode":           strings.ToLower(string(pm.Mode)),
 		"pm_path":           pmPath(pm),
@@ -279,6 +293,25 @@ func restricted(caps ...corev1.Capability) *corev1.SecurityContext {
 	}
 }
 
+// nonRoot runs every container of a pod as the image's unprivileged user;
+// volumes that support ownership (claims) are given to its group.
+func nonRoot() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsUser:    ptr.To[int64](imageUser),
+		RunAsGroup:   ptr.To[int64](imageUser),
+		RunAsNonRoot: ptr.To(true),
+		FSGroup:      ptr.To[int64](imageUser),
+	}
+}
+
+// asRoot makes a container run as root, still without capabilities: what
+// host PM needs, whose files and devices belong to root on the node.
+func asRoot(sc *corev1.SecurityContext) *corev1.SecurityContext {
+	sc.RunAsUser = ptr.To[int64](0)
+	sc.RunAsNonRoot = ptr.To(false)
+	return sc
+}
+
 func tcpProbe(port int32) *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}},
@@ -331,15 +364,17 @@ func statefulSet(c *pdpmv1alpha1.PDPMCluster, name, component string, replicas i
 	}
 }
 
-// daemonContainer runs a PDPM daemon from repo: it reads the cluster
-// configuration, serves on port (named portName), exports metrics on
-// metricsPort and is ready once it accepts connections on port.
+// daemonContainer runs the PDPM daemon `name` (the command of that name in
+// the core image) from repo: it reads the cluster configuration, serves on
+// port (named portName), exports metrics on metricsPort and is ready once
+// it accepts connections on port.
 func daemonContainer(c *pdpmv1alpha1.PDPMCluster, name, repo, portName string, port, metricsPort int32,
 	mounts []corev1.VolumeMount, res corev1.ResourceRequirements, sc *corev1.SecurityContext) corev1.Container {
 	return corev1.Container{
 		Name:            name,
 		Image:           image(repo, c.Spec.Images.Tag),
 		ImagePullPolicy: c.Spec.Images.PullPolicy,
+		Command:         []string{name},
 		Args:            []string{"--config=" + configMountPath + "/" + configFile},
 		Env:             podEnv(),
 		Ports: []corev1.ContainerPort{
@@ -407,9 +442,10 @@ func monitorStatefulSet(c *pdpmv1alpha1.PDPMCluster, configHash string) *appsv1.
 			Annotations: map[string]string{ConfigHashAnnotation: configHash},
 		},
 		Spec: corev1.PodSpec{
-			Containers: containers,
-			Volumes:    vols,
-			Affinity:   &corev1.Affinity{PodAntiAffinity: antiAffinity(c, componentMonitor, false)},
+			Containers:      containers,
+			Volumes:         vols,
+			Affinity:        &corev1.Affinity{PodAntiAffinity: antiAffinity(c, componentMonitor, false)},
+			SecurityContext: nonRoot(),
 		},
 	}
 	sts := statefulSet(c, monitorName(c), componentMonitor, spec.Monitor.Replicas, tmpl)
@@ -443,6 +479,32 @@ func pmOnHost(c *pdpmv1alpha1.PDPMCluster) bool {
 	return c.Spec.Servers.PM.Mode != pdpmv1alpha1.PMPVC
 }
 
+// requestOne adds one unit of a device-plugin resource to res (requests
+// and limits must be equal for extended resources).
+func requestOne(res *corev1.ResourceRequirements, name corev1.ResourceName) {
+	one := resource.MustParse("1")
+	if res.Limits == nil {
+		res.Limits = corev1.ResourceList{}
+	}
+	if res.Requests == nil {
+		res.Requests = corev1.ResourceList{}
+	}
+	res.Limits[name] = one
+	res.Requests[name] = one
+}
+
+// rdmaAccess gives a container of cluster c what the verbs transport needs:
+// one unit of the RDMA device-plugin resource added to res, and the
+// capabilities returned (none with tcp).
+func rdmaAccess(c *pdpmv1alpha1.PDPMCluster, res *corev1.ResourceRequirements) []corev1.Capability {
+	if c.Spec.Servers.RDMA.Transport != pdpmv1alpha1.TransportVerbs {
+		return nil
+	}
+	requestOne(res, corev1.ResourceName(c.Spec.Servers.RDMA.ResourceName))
+	// Registering memory with the NIC pins its pages.
+	return []corev1.Capability{"IPC_LOCK"}
+}
+
 // serverPodTemplate is the pod of every server: the PM source mounted, the
 // RDMA resource with verbs, and only the privileges those need.
 func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.PodTemplateSpec, []corev1.PersistentVolumeClaim) {
@@ -450,18 +512,6 @@ func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.P
 	pm := &spec.Servers.PM
 	vols, mounts := configVolumes(c)
 	res := *spec.Servers.Resources.DeepCopy()
-	addResource := func(name corev1.ResourceName) {
-		one := resource.MustParse("1")
-		if res.Limits == nil {
-			res.Limits = corev1.ResourceList{}
-		}
-		if res.Requests == nil {
-			res.Requests = corev1.ResourceList{}
-		}
-		res.Limits[name] = one
-		res.Requests[name] = one
-	}
-	var caps []corev1.Capability
 	privileged := false
 	var claims []corev1.PersistentVolumeClaim
 
@@ -470,7 +520,7 @@ func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.P
 		if pm.DevDax.ResourceName != "" {
 			// The device plugin puts the device into the container and
 			// grants the cgroup access: no privilege needed.
-			addResource(corev1.ResourceName(pm.DevDax.ResourceName))
+			requestOne(&res, corev1.ResourceName(pm.DevDax.ResourceName))
 		} else {
 			// A host device reaches an unprivileged container only through
 			// a device plugin; without one, privileged is the one way.
@@ -487,14 +537,16 @@ func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.P
 		claims = append(claims, pvcTemplate(c, "pm", componentServer, pm.PVC))
 		mounts = append(mounts, corev1.VolumeMount{Name: "pm", MountPath: pmMountPath})
 	}
-	if spec.Servers.RDMA.Transport == pdpmv1alpha1.TransportVerbs {
-		addResource(corev1.ResourceName(spec.Servers.RDMA.ResourceName))
-		// Registering PM and buffers with the NIC pins their pages.
-		caps = append(caps, "IPC_LOCK")
-	}
-	sc := restricted(caps...)
-	if privileged {
+	sc := restricted(rdmaAccess(c, &res)...)
+	var podSC *corev1.PodSecurityContext
+	switch {
+	case privileged:
 		sc = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	case pm.Mode == pdpmv1alpha1.PMPVC:
+		podSC = nonRoot()
+	default:
+		// The host's PM directory or device belongs to root.
+		sc = asRoot(sc)
 	}
 
 	affinity := &corev1.Affinity{}
@@ -523,17 +575,27 @@ func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.P
 			own.PreferredDuringSchedulingIgnoredDuringExecution...)
 	}
 
+	// Ready means serving: the server writes its port file only once it
+	// has recovered its PM and registered with the monitor (it removes an
+	// old one first, so a restarted container is not ready early).
+	vols = append(vols, corev1.Volume{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	mounts = append(mounts, corev1.VolumeMount{Name: "run", MountPath: serverRunPath})
+	server := daemonContainer(c, "pdpm-server", spec.Images.Server, "data", ServerPort, ServerMetrics, mounts, res, sc)
+	server.Args = append(server.Args, "--port-file="+serverPortFile)
+	server.ReadinessProbe.ProbeHandler = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-s", serverPortFile}}}
+
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{
 			Labels:      labels,
 			Annotations: map[string]string{ConfigHashAnnotation: configHash},
 		},
 		Spec: corev1.PodSpec{
-			Containers:   []corev1.Container{daemonContainer(c, "pdpm-server", spec.Images.Server, "data", ServerPort, ServerMetrics, mounts, res, sc)},
-			Volumes:      vols,
-			NodeSelector: spec.Servers.NodeSelector,
-			Affinity:     affinity,
-			Tolerations:  spec.Servers.Tolerations,
+			Containers:      []corev1.Container{server},
+			Volumes:         vols,
+			NodeSelector:    spec.Servers.NodeSelector,
+			Affinity:        affinity,
+			Tolerations:     spec.Servers.Tolerations,
+			SecurityContext: podSC,
 			// A server flushes and leaves the view before it exits.
 			TerminationGracePeriodSeconds: ptr.To[int64](60),
 		},
@@ -553,4 +615,80 @@ func serverStatefulSet(c *pdpmv1alpha1.PDPMCluster, tmpl corev1.PodTemplateSpec,
 		RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To(partition)},
 	}
 	return sts
+}
+
+// gatewayReplicas is the number of pDKVS gateways to run.
+func gatewayReplicas(c *pdpmv1alpha1.PDPMCluster) int32 {
+	if r := c.Spec.Gateway.Replicas; r != nil {
+		return *r
+	}
+	return 1
+}
+
+// gatewayDeployment runs the pDKVS gateways: stateless clients of the
+// cluster serving the Redis protocol on GatewayPort, ready once they accept
+// connections. With verbs they need the RDMA resource, as servers do.
+func gatewayDeployment(c *pdpmv1alpha1.PDPMCluster, configHash string) *appsv1.Deployment {
+	spec := &c.Spec
+	vols, mounts := configVolumes(c)
+	res := *spec.Gateway.Resources.DeepCopy()
+	caps := rdmaAccess(c, &res)
+	env := podEnv()
+	if ps := spec.Gateway.PasswordSecret; ps != nil {
+		env = append(env, corev1.EnvVar{Name: "PDKVS_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: ps.DeepCopy()}})
+	}
+	container := corev1.Container{
+		Name:            "pdkvs-gateway",
+		Image:           image(spec.Images.Gateway, spec.Images.Tag),
+		ImagePullPolicy: spec.Images.PullPolicy,
+		Command:         []string{"pdkvs-gateway"},
+		Args: []string{
+			fmt.Sprintf("--listen=0.0.0.0:%d", GatewayPort),
+			"--monitor=" + monitorEndpoints(c),
+			"--secret-file=" + keyMountPath + "/" + ClusterKeyField,
+			"--transport=" + string(spec.Servers.RDMA.Transport),
+		},
+		Env:             env,
+		Ports:           []corev1.ContainerPort{{Name: "redis", ContainerPort: GatewayPort, Protocol: corev1.ProtocolTCP}},
+		VolumeMounts:    mounts,
+		Resources:       res,
+		ReadinessProbe:  tcpProbe(GatewayPort),
+		SecurityContext: restricted(caps...),
+	}
+	labels := Labels(c, componentGateway)
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: gatewayName(c), Namespace: c.Namespace, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(gatewayReplicas(c)),
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(c, componentGateway)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      labels,
+					Annotations: map[string]string{ConfigHashAnnotation: configHash},
+				},
+				Spec: corev1.PodSpec{
+					Containers:      []corev1.Container{container},
+					Volumes:         vols,
+					Affinity:        &corev1.Affinity{PodAntiAffinity: antiAffinity(c, componentGateway, false)},
+					SecurityContext: nonRoot(),
+				},
+			},
+		},
+	}
+}
+
+// gatewayService is how Redis clients reach the gateways.
+func gatewayService(c *pdpmv1alpha1.PDPMCluster) *corev1.Service {
+	t := c.Spec.Gateway.ServiceType
+	if t == "" {
+		t = corev1.ServiceTypeClusterIP
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: gatewayName(c), Namespace: c.Namespace, Labels: Labels(c, componentGateway)},
+		Spec: corev1.ServiceSpec{
+			Type:     t,
+			Selector: selectorLabels(c, componentGateway),
+			Ports:    []corev1.ServicePort{tcpPort("redis", GatewayPort)},
+		},
+	}
 }

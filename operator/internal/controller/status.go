@@ -159,6 +159,17 @@ func rollout(c *pdpmv1alpha1.PDPMCluster, mon, srv *appsv1.StatefulSet, obs *obs
 		return true, "RollingUpdate", fmt.Sprintf("updating servers one at a time: %d of %d updated, next %s-%d",
 			srv.Status.UpdatedReplicas, ptrValue(srv.Spec.Replicas), serverName(c), obs.partition-1)
 	}
+	// Redis clients reach the store through the gateways.
+	if gw := obs.gateway; gw != nil {
+		want := ptrValue(gw.Spec.Replicas)
+		switch st := gw.Status; {
+		case st.ObservedGeneration < gw.Generation:
+			return true, "Applying", fmt.Sprintf("Deployment %s has not yet observed its latest spec", gw.Name)
+		case st.UpdatedReplicas < want || st.ReadyReplicas < want || st.Replicas > want:
+			return true, "WaitingForPods", fmt.Sprintf("Deployment %s: %d of %d gateways updated and ready", gw.Name,
+				min(st.UpdatedReplicas, st.ReadyReplicas), want)
+		}
+	}
 	for _, s := range []*appsv1.StatefulSet{mon, srv} {
 		want := ptrValue(s.Spec.Replicas)
 		st := s.Status

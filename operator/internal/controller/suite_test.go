@@ -337,6 +337,23 @@ func readyCluster(t *testing.T, c *pdpmv1alpha1.PDPMCluster, servers int32) {
 	}
 	setStatefulSetStatus(t, c.Namespace, "pdpm-monitor", 3, 3)
 	setStatefulSetStatus(t, c.Namespace, "pdpm-server", servers, servers)
+	setDeploymentReady(t, c.Namespace, "pdpm-gateway")
+}
+
+// setDeploymentReady plays the Deployment controller: every replica of the
+// current spec updated and ready.
+func setDeploymentReady(t *testing.T, ns, name string) {
+	t.Helper()
+	eventually(t, func() error {
+		d := &appsv1.Deployment{}
+		if err := get(t, ns, name, d); err != nil {
+			return err
+		}
+		replicas := ptrValue(d.Spec.Replicas)
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: replicas,
+			UpdatedReplicas: replicas, ReadyReplicas: replicas, AvailableReplicas: replicas}
+		return k8s.Status().Update(context.Background(), d)
+	})
 }
 
 // serverPod plays the scheduler for one server pod: created on node.
@@ -345,7 +362,7 @@ func serverPod(t *testing.T, c *pdpmv1alpha1.PDPMCluster, ordinal int, node stri
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", serverName(c), ordinal), Namespace: c.Namespace,
 			Labels: Labels(c, componentServer)},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "pdpm-server", Image: "pdpm/server:0.1.0"}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "pdpm-server", Image: "pdpm/core:0.1.0"}}},
 	}
 	if err := k8s.Create(context.Background(), p); err != nil {
 		t.Fatal(err)

@@ -106,6 +106,7 @@ TEST_F(MonitorConfigTest, StartsFromTheOperatorsFile) {
   ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << FileTail(log);
   EXPECT_EQ(std::to_string(m.replica_count()), golden_.Get("replica_count"));
   EXPECT_EQ(std::to_string(m.segment_size()), golden_.Get("segment_size"));
+  EXPECT_EQ(std::to_string(m.table_count()), golden_.Get("tables"));
 
   // The view lives under the file's prefix: a monitor given that prefix
   // (without the trailing '/') by flag is a standby naming the leader.
@@ -139,13 +140,14 @@ TEST_F(MonitorConfigTest, BadFilesAreClearErrors) {
   struct Case {
     std::string text, name, expect;
   } cases[] = {
-      {golden_text_ + "just words\n", "garbage", "line 18: not a key = value line: just words"},
+      {golden_text_ + "just words\n", "garbage", "line 19: not a key = value line: just words"},
       {WithLine("config_version", "config_version = 2"), "version", "config_version 2"},
       {WithLine("etcd_mode", "etcd_mode = sideways"), "mode", "want embedded or external"},
       {WithLine("etcd_endpoints", "etcd_endpoints = https://etcd-0.example:2379"), "tls",
        "TLS to etcd is not supported"},
       {WithLine("etcd_endpoints", "etcd_endpoints ="), "no-etcd", "etcd_endpoints is missing"},
       {WithLine("replica_count", "replica_count = three"), "replicas", "is not a number"},
+      {WithLine("tables", "tables = many"), "tables", "is not a number"},
       {golden_text_ + "transport = verbs\n", "twice", "transport is given twice"},
   };
   for (const Case& c : cases) {

@@ -1,0 +1,3 @@
+module pdpm.io/pdpm/e2e/k8s
+
+go 1.24.0
