@@ -207,6 +207,7 @@ int RpcServe(const std::string& address) {
 int main(int argc, char** argv) {
   ExitWhenStdinCloses();
   std::string mode = argc > 1 ? argv[1] : "";
+  const bool asked = mode == "--help" || mode == "-h";
   if (mode == "serve" && argc >= 3) {
     return Serve(argv[2], argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 0);
   }
@@ -215,6 +216,7 @@ int main(int argc, char** argv) {
     return CasLock(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
   }
   if (mode == "rpc-serve" && argc == 3) return RpcServe(argv[2]);
-  std::fprintf(stderr, "usage: net_test_peer serve|fetch-add|cas-lock|rpc-serve ...\n");
-  return 2;
+  std::fprintf(asked ? stdout : stderr,
+               "usage: net_test_peer serve|fetch-add|cas-lock|rpc-serve ...\n");
+  return asked ? 0 : 2;
 }
