@@ -16,6 +16,10 @@ using dsm::TxEntryKind;
 using dsm::TxRecordKind;
 using dsm::TxState;
 
+// The most puts of one vnode a transaction's commit applies in one
+// mutation (one shipment to the backups).
+constexpr size_t kKvPutsPerMutation = 256;
+
 Status Begin(Decoder* d, uint64_t* coordinator, RequestHeader* h) {
   PDPM_RETURN_IF_ERROR(d->Header(h));
   PDPM_RETURN_IF_ERROR(d->U64(coordinator));
@@ -634,25 +638,41 @@ Status TxParticipant::Apply(const Rec& rec) {
       default: return Status::Corruption(what + ": unknown entry kind");
     }
   }
-  const auto parts = {&heap, &kv, &objects};
+  // A vnode's puts go in mutations of at most kKvPutsPerMutation each, as
+  // its batches do: one shipment of them all could outlast the backups'
+  // reply timeout, and the commit, retried after each lock timeout, would
+  // keep its keys locked for good. The earlier ones ship as parts (below).
+  std::map<uint32_t, std::vector<std::vector<const TxEntry*>>> kv_chunks;
+  for (const auto& [segment, entries] : kv) {
+    std::vector<std::vector<const TxEntry*>>& chunks = kv_chunks[segment];
+    for (size_t at = 0; at < entries.size(); at += kKvPutsPerMutation) {
+      const size_t end = std::min(entries.size(), at + kKvPutsPerMutation);
+      chunks.emplace_back(entries.begin() + static_cast<ptrdiff_t>(at),
+                          entries.begin() + static_cast<ptrdiff_t>(end));
+    }
+  }
   const bool holder_named = (rec.r.flags & dsm::kTxRecordHolderIsTable) == 0;
   std::vector<std::pair<uint32_t, const std::vector<const TxEntry*>*>> order;
   for (bool holder_pass : {true, false}) {
-    for (const auto* part : parts) {
-      for (const auto& [segment, entries] : *part) {
-        bool holder = holder_named && segment == rec.r.holder_segment;
-        if (holder == holder_pass) order.push_back({segment, &entries});
-      }
+    auto add = [&](uint32_t segment, const std::vector<const TxEntry*>* entries) {
+      bool holder = holder_named && segment == rec.r.holder_segment;
+      if (holder == holder_pass) order.push_back({segment, entries});
+    };
+    for (const auto& [segment, entries] : heap) add(segment, &entries);
+    for (const auto& [segment, chunks] : kv_chunks) {
+      for (const auto& chunk : chunks) add(segment, &chunk);
     }
+    for (const auto& [segment, entries] : objects) add(segment, &entries);
   }
   for (size_t i = 0; i < order.size(); i++) {
     // Named references, not a structured binding: the lambdas below
     // capture them.
     const auto& segment = order[i].first;
     const auto& entries = order[i].second;
-    // A table segment's pDKVS vnode and object table are two mutations: the
-    // first ships as a part, so that a backup marks its BACKUP record
-    // applied only with the last (a promotion between them applies both).
+    // A table segment's pDKVS vnode (one or more chunks) and object table
+    // are several mutations: all but the last ship as parts, so that a
+    // backup marks its BACKUP record applied only with the last (a
+    // promotion between them applies them all again: absolute puts).
     TxTag tag = whole;
     for (size_t j = i + 1; j < order.size(); j++) {
       if (order[j].first == segment) tag.kind = TxTagKind::kCommitPart;
