@@ -20,6 +20,9 @@ using dsm::TxState;
 // mutation (one shipment to the backups).
 constexpr size_t kKvPutsPerMutation = 256;
 
+// The largest log area a new log's segment size makes (TxParticipant::Open).
+constexpr uint64_t kMaxDerivedAreaSize = 4u << 20;
+
 Status Begin(Decoder* d, uint64_t* coordinator, RequestHeader* h) {
   PDPM_RETURN_IF_ERROR(d->Header(h));
   PDPM_RETURN_IF_ERROR(d->U64(coordinator));
@@ -144,17 +147,23 @@ Status TxParticipant::OpenLog(bool create) {
   uint64_t region = alloc->GetRoot(kTxLogRegionSlot);
   if (region == 0) {
     // A new log: its region, every area unassigned, then the root that
-    // publishes it.
-    uint64_t bytes = uint64_t{options_.area_count} * options_.area_size;
+    // publishes it. The areas share half the segment (at least
+    // options_.area_size, at most kMaxDerivedAreaSize each): a
+    // coordinator's record — a multi-put's keys and values at this server —
+    // must fit one area.
+    const uint64_t area_size =
+        std::max(options_.area_size,
+                 std::min(kMaxDerivedAreaSize, mem.size / 2 / options_.area_count / 4096 * 4096));
+    uint64_t bytes = uint64_t{options_.area_count} * area_size;
     PDPM_RETURN_IF_ERROR(alloc->Allocate(bytes, dsm::BlockOwner::kHeap, 0, &region)
                              .WithContext("transaction log region"));
     for (uint32_t i = 0; i < options_.area_count; i++) {
-      char* a = mem.base + region + uint64_t{i} * options_.area_size;
+      char* a = mem.base + region + uint64_t{i} * area_size;
       std::memset(a, 0, dsm::kTxAreaHeaderSize);
       mem.persist(a, dsm::kTxAreaHeaderSize);
     }
-    PDPM_RETURN_IF_ERROR(alloc->SetRoot(
-        kTxLogGeometrySlot, (uint64_t{options_.area_count} << 32) | options_.area_size));
+    PDPM_RETURN_IF_ERROR(
+        alloc->SetRoot(kTxLogGeometrySlot, (uint64_t{options_.area_count} << 32) | area_size));
     PDPM_RETURN_IF_ERROR(alloc->SetRoot(kTxLogRegionSlot, region));
   }
   uint64_t geometry = alloc->GetRoot(kTxLogGeometrySlot);
