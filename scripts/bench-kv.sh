@@ -5,7 +5,10 @@
 # pDKVS gateway of a local PDPM cluster (`pdpm up`: three servers on PM
 # files in memory, every segment on two of them, a write acknowledged once
 # durable on both) and against redis-server 7 without persistence, in the
-# same run. Prints BENCH lines (ref redis).
+# same run. Prints BENCH lines (ref redis), and kv.resp.mset.1000: an MSET
+# of 1,000 keys against the same keys as pipelined SETs on the gateway
+# (scripts/kv-mset-bench.py; lines for 2 to 10,000 keys, distinct and
+# each named twice).
 # usage: scripts/bench-kv.sh BUILD_DIR [REQUESTS]
 # env: LOADGEN_RECORDS (default 100000), LOADGEN_OPS (run phase, default
 # 50000), LOADGEN_SECONDS (run phase bound, default 20), LOADGEN_ROUNDS
@@ -41,6 +44,10 @@ for p in 16 1; do
     done
   done
 done
+
+# MSET against pipelined SETs of the same keys, on the gateway.
+"$(dirname "$0")/kv-mset-bench.py" "$gport" --sizes 2,100,1000,10000 --bench 1000
+"$(dirname "$0")/kv-mset-bench.py" "$gport" --sizes 1000,10000 --repeat-key
 
 [[ $rounds == 0 ]] && exit 0
 

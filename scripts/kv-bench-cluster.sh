@@ -11,7 +11,10 @@ start_kv_bench_cluster() {
   rpid=$!
   trap '"$pdpm" down --dir "$dir/cluster" >/dev/null 2>&1 || true; kill $rpid 2>/dev/null || true
         wait 2>/dev/null || true; rm -rf "$dir"' EXIT
-  "$pdpm" up --dir "$dir/cluster" --replicas 2 --pm-size 3GiB --segment-size 256MiB \
+  # 128 MiB segments: 23 a server, room for 16 tables' two copies and the
+  # logs (with 256 MiB ones, 11 a server, the last tables found no free
+  # segment on their server).
+  "$pdpm" up --dir "$dir/cluster" --replicas 2 --pm-size 3GiB --segment-size 128MiB \
     --monitor-port "$(free_ports 1)" --server-port "$(free_ports 3)" \
     --gateway-port "$(free_ports 1)" --timeout 60s >/dev/null
   gport=$(sed 's/.*://' "$dir/cluster/gateway.addr")

@@ -58,10 +58,13 @@ func classify(err error) (outcome, error) {
 	}
 	var replyErr redis.Error
 	if errors.As(err, &replyErr) {
-		// The gateway's word for a request whose server failed while it was
-		// in flight (it may or may not have been applied, so it was not
-		// sent again): an open operation, like a lost connection.
-		if strings.HasPrefix(replyErr.Error(), "ERR unavailable") {
+		// The gateway's words for a request its store could not finish
+		// during a failover (its server failed while it was in flight, so it
+		// may or may not have been applied and was not sent again) or while
+		// other writers held its keys: an open operation, like a lost
+		// connection.
+		if strings.HasPrefix(replyErr.Error(), "CLUSTERDOWN") ||
+			strings.HasPrefix(replyErr.Error(), "TRYAGAIN") {
 			return indeterminate, nil
 		}
 		// Any other error reply is a wrong answer here: every value is an

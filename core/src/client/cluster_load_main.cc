@@ -33,7 +33,7 @@ int Run(int argc, char** argv) {
   std::string out;
   uint32_t worker = 0, ops = 200, objects = 24;
   std::unique_ptr<Client> c;
-  int rc = StartTestClient(
+  std::optional<int> rc = StartTestClient(
       "pdpm_client_load", argc, argv,
       [&](FlagParser* p) {
         p->AddUint32("worker", &worker, "worker number (object IDs hi = worker + 1)");
@@ -42,7 +42,7 @@ int Run(int argc, char** argv) {
         p->AddString("out", &out, "where to save the expectations");
       },
       &c);
-  if (rc != 0) return rc;
+  if (rc) return *rc;
   std::mt19937_64 rng(worker * 7919 + 1);
   auto bytes = [&](size_t n) {
     std::string d(n, '\0');

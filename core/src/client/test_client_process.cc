@@ -8,15 +8,16 @@
 
 namespace pdpm::client {
 
-int StartTestClient(const char* program, int argc, char** argv,
-                    const std::function<void(FlagParser*)>& add_flags,
-                    std::unique_ptr<Client>* out) {
+std::optional<int> StartTestClient(const char* program, int argc, char** argv,
+                                   const std::function<void(FlagParser*)>& add_flags,
+                                   std::unique_ptr<Client>* out) {
   std::string monitor, secret_file;
   FlagParser p(program);
   p.AddString("monitor", &monitor, "monitor host:port");
   p.AddString("secret-file", &secret_file, "cluster secret file");
   add_flags(&p);
   Status s = p.Parse(argc, argv);
+  if (s.ok() && p.PrintUsageIfAsked()) return 0;
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n%s", s.ToString().c_str(), p.Usage().c_str());
     return 2;
@@ -29,7 +30,7 @@ int StartTestClient(const char* program, int argc, char** argv,
     std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
     return 1;
   }
-  return 0;
+  return std::nullopt;
 }
 
 }  // namespace pdpm::client

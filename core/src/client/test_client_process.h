@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "client/client.h"
 #include "common/flags.h"
@@ -12,11 +13,12 @@ namespace pdpm::client {
 
 // Parses argv with --monitor and --secret-file (listed first) and the
 // flags `add_flags` binds, then opens a Client on that cluster with
-// TestClientOptions (cluster_harness.h). Returns 0 with *out set, or the
-// exit code after printing the problem to stderr: 2 for a bad command line
-// (with the usage), 1 when the client cannot open.
-int StartTestClient(const char* program, int argc, char** argv,
-                    const std::function<void(FlagParser*)>& add_flags,
-                    std::unique_ptr<Client>* out);
+// TestClientOptions (cluster_harness.h). Returns nullopt with *out set, or
+// the exit code: 0 after printing the usage for --help; after printing the
+// problem to stderr, 2 for a bad command line (with the usage), 1 when the
+// client cannot open.
+std::optional<int> StartTestClient(const char* program, int argc, char** argv,
+                                   const std::function<void(FlagParser*)>& add_flags,
+                                   std::unique_ptr<Client>* out);
 
 }  // namespace pdpm::client

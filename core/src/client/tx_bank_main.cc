@@ -23,7 +23,7 @@ int Run(int argc, char** argv) {
   uint32_t worker = 0, txs = 100, abort_every = 10;
   bool objects = false, no_receipt = false;
   std::unique_ptr<Client> c;
-  int rc = StartTestClient(
+  std::optional<int> rc = StartTestClient(
       "pdpm_tx_bank", argc, argv,
       [&](FlagParser* p) {
         p->AddString("accounts", &accounts_file, "the accounts (tx_bank.h)");
@@ -35,7 +35,7 @@ int Run(int argc, char** argv) {
                      "abort every n-th transfer on purpose (0: never)");
       },
       &c);
-  if (rc != 0) return rc;
+  if (rc) return *rc;
   std::vector<GlobalAddress> accounts;
   Status s = LoadAccounts(accounts_file, &accounts);
   if (!s.ok() || accounts.size() < 2) {

@@ -106,6 +106,23 @@ TEST(Flags, ParsesEveryKind) {
   EXPECT_NE(p.Usage().find("--timeout VALUE"), std::string::npos);
 }
 
+TEST(Flags, HelpIsAskedNotAMistake) {
+  uint64_t n = 0;
+  FlagParser p("prog");
+  p.AddUint64("count", &n, "");
+  for (const char* help : {"--help", "-h"}) {
+    FlagParser q = p;
+    const char* argv[] = {"prog", "--count", "3", help, "--unknown"};
+    ASSERT_TRUE(q.Parse(5, argv).ok()) << help;
+    testing::internal::CaptureStdout();
+    EXPECT_TRUE(q.PrintUsageIfAsked());
+    EXPECT_EQ(testing::internal::GetCapturedStdout(), q.Usage());
+  }
+  const char* argv[] = {"prog", "--count", "3"};
+  ASSERT_TRUE(p.Parse(3, argv).ok());
+  EXPECT_FALSE(p.PrintUsageIfAsked());
+}
+
 TEST(Flags, RejectsMistakes) {
   uint64_t n = 0;
   uint32_t n32 = 0;

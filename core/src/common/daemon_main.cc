@@ -6,9 +6,10 @@
 
 namespace pdpm {
 
-int ParseDaemonFlags(FlagParser& parser, int argc, const char* const* argv,
-                     const std::string& log_level, Logger* log) {
+std::optional<int> ParseDaemonFlags(FlagParser& parser, int argc, const char* const* argv,
+                                    const std::string& log_level, Logger* log) {
   Status s = parser.Parse(argc, argv);
+  if (s.ok() && parser.PrintUsageIfAsked()) return 0;
   if (!s.ok()) {
     log->Error("bad command line", {{"status", s}});
     std::fputs(parser.Usage().c_str(), stderr);
@@ -18,7 +19,7 @@ int ParseDaemonFlags(FlagParser& parser, int argc, const char* const* argv,
   s = ParseLogLevel(log_level, &level);
   if (!s.ok()) return FailStart(*log, "bad command line", s);
   *log = log->WithLevel(level);
-  return 0;
+  return std::nullopt;
 }
 
 int FailStart(const Logger& log, std::string_view what, const Status& s) {

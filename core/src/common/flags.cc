@@ -1,6 +1,7 @@
 #include "common/flags.h"
 
 #include <charconv>
+#include <cstdio>
 #include <limits>
 
 namespace pdpm {
@@ -149,6 +150,10 @@ Status FlagParser::Assign(const Flag& flag, std::string_view value) {
 Status FlagParser::Parse(int argc, const char* const* argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help_asked_ = true;
+      return Status::OK();
+    }
     if (arg.size() < 3 || arg.substr(0, 2) != "--") {
       return Status::InvalidArgument("unexpected argument \"" + std::string(arg) + "\"");
     }
@@ -182,6 +187,11 @@ Status FlagParser::Parse(int argc, const char* const* argv) {
     flag->set = true;
   }
   return Status::OK();
+}
+
+bool FlagParser::PrintUsageIfAsked() const {
+  if (help_asked_) std::fputs(Usage().c_str(), stdout);
+  return help_asked_;
 }
 
 bool FlagParser::IsSet(std::string_view name) const {

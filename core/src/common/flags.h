@@ -5,7 +5,9 @@
 // 4MiB, 2GiB); durations a unit (250ms, 3s; a bare number is milliseconds).
 // Every mistake — unknown flag, missing or malformed value, stray argument,
 // a flag given twice — is an InvalidArgument naming the flag, so a daemon
-// can print it with Usage() and exit non-zero.
+// can print it with Usage() and exit non-zero. `--help` (or `-h`) anywhere
+// is no mistake: Parse stops there, and PrintUsageIfAsked prints the usage
+// on stdout for the program to exit 0.
 #pragma once
 
 #include <chrono>
@@ -32,6 +34,9 @@ class FlagParser {
 
   // Parses argv[1..argc). On error the bound variables may be partly set.
   Status Parse(int argc, const char* const* argv);
+  // After Parse: whether the command line asked for --help, and if so the
+  // usage is printed on stdout (the program then exits 0).
+  bool PrintUsageIfAsked() const;
   // Whether the command line set the flag (as opposed to its default).
   bool IsSet(std::string_view name) const;
   // "usage: <program> [flags]" and one line per flag with its help.
@@ -51,6 +56,7 @@ class FlagParser {
 
   std::string program_;
   std::vector<Flag> flags_;
+  bool help_asked_ = false;
 };
 
 // "4MiB" → 4194304. Accepts a plain byte count or a K/M/G/T suffix with

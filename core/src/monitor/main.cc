@@ -220,7 +220,8 @@ int Run(int argc, char** argv) {
                      "leader lease in etcd, whole seconds (failover takes about this long)");
 
   Logger log("monitor");
-  if (int rc = ParseDaemonFlags(parser, argc, argv, flags.log_level, &log); rc != 0) return rc;
+  if (std::optional<int> rc = ParseDaemonFlags(parser, argc, argv, flags.log_level, &log))
+    return *rc;
   Status s;
   o.heartbeat_interval = heartbeat;
   o.segment_size_set = parser.IsSet("segment-size");

@@ -231,10 +231,12 @@ int Client(const std::string& raw_address, const std::string& rpc_address, doubl
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
+  const bool asked = mode == "--help" || mode == "-h";
   if (mode == "server" && argc == 4) return Server(argv[2], argv[3]);
   if (mode == "client" && argc >= 4 && argc <= 6) {
     return Client(argv[2], argv[3], argc >= 5 ? std::atof(argv[4]) : 0.5, argc == 6 ? argv[5] : "");
   }
-  std::fprintf(stderr, "usage: net_bench server <addr> <addr> | client <addr> <addr> [s]\n");
-  return 2;
+  std::fprintf(asked ? stdout : stderr,
+               "usage: net_bench server <addr> <addr> | client <addr> <addr> [s]\n");
+  return asked ? 0 : 2;
 }

@@ -205,16 +205,23 @@ int RpcServe(const std::string& address) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ExitWhenStdinCloses();
   std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "serve" && argc >= 3) {
+  const bool asked = mode == "--help" || mode == "-h";
+  const bool known = (mode == "serve" && argc >= 3) || (mode == "fetch-add" && argc == 4) ||
+                     (mode == "cas-lock" && argc == 5) || (mode == "rpc-serve" && argc == 3);
+  if (!known) {
+    // Answered before the stdin watch, which would end the process first.
+    std::fprintf(asked ? stdout : stderr,
+                 "usage: net_test_peer serve|fetch-add|cas-lock|rpc-serve ...\n");
+    return asked ? 0 : 2;
+  }
+  ExitWhenStdinCloses();
+  if (mode == "serve") {
     return Serve(argv[2], argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 0);
   }
-  if (mode == "fetch-add" && argc == 4) return FetchAdd(argv[2], std::atoi(argv[3]));
-  if (mode == "cas-lock" && argc == 5) {
+  if (mode == "fetch-add") return FetchAdd(argv[2], std::atoi(argv[3]));
+  if (mode == "cas-lock") {
     return CasLock(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
   }
-  if (mode == "rpc-serve" && argc == 3) return RpcServe(argv[2]);
-  std::fprintf(stderr, "usage: net_test_peer serve|fetch-add|cas-lock|rpc-serve ...\n");
-  return 2;
+  return RpcServe(argv[2]);
 }

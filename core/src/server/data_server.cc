@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "dsm/address.h"
 #include "monitor/placement.h"
@@ -280,8 +281,19 @@ Status DataServer::Announce(Segment* seg) {
 
 Status DataServer::FreeLocalSegment(uint32_t* local) {
   std::shared_lock lock(mu_);
+  // A local segment the mapping gives this server as a backup is taken,
+  // even before its copy arrives (the monitor refuses it as a primary).
+  std::set<uint32_t> assigned;
+  for (const auto& [global, sm] : placement_) {
+    for (const auto& b : sm.backups()) {
+      if (b.server_id() == server_id_) assigned.insert(b.local_index());
+    }
+  }
   *local = 0;
-  while (*local < segments_.size() && segments_[*local] != nullptr) ++*local;
+  while (*local < segments_.size() &&
+         (segments_[*local] != nullptr || assigned.count(*local) != 0)) {
+    ++*local;
+  }
   if (*local == segments_.size()) {
     return Status::ResourceExhausted("no free segment left on server " +
                                      std::to_string(server_id_));
@@ -587,6 +599,19 @@ Status DataServer::TableSegment(uint32_t table, uint64_t epoch, bool create, Seg
   if (*out == nullptr) {
     std::lock_guard<std::mutex> grow(grow_mu_);
     Status s = CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, out);
+    for (int tries = 0; s.code() == StatusCode::kAlreadyExists && tries < 3; ++tries) {
+      // The monitor gave the local segment to a backup meanwhile: with the
+      // new mapping, another one.
+      PDPM_RETURN_IF_ERROR(RefreshMapping());
+      s = CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, out);
+    }
+    if (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kAlreadyExists) {
+      // No room here for the table's segment (its data would fit the
+      // cluster: this server holds too many copies, e.g. while the copies
+      // of a failed server are re-made): the cluster is degraded, not full.
+      return Status::Unavailable("table " + std::to_string(table) + " cannot be placed on server " +
+                                 std::to_string(server_id_) + " now: " + std::string(s.message()));
+    }
     if (s.code() == StatusCode::kFailedPrecondition) {
       // The table moved since this server's last refresh: the client
       // retries with the new owner.

@@ -154,7 +154,7 @@ int Run(int argc, char** argv) {
   parser.AddString("log-level", &f.log_level, "debug, info, warn or error");
 
   Logger log("server");
-  if (int rc = ParseDaemonFlags(parser, argc, argv, f.log_level, &log); rc != 0) return rc;
+  if (std::optional<int> rc = ParseDaemonFlags(parser, argc, argv, f.log_level, &log)) return *rc;
   Status s;
   if (!f.wipe_pm.empty()) {
     s = WipePm(f.wipe_pm, log);

@@ -16,6 +16,13 @@ using dsm::TxEntryKind;
 using dsm::TxRecordKind;
 using dsm::TxState;
 
+// The most puts of one vnode a transaction's commit applies in one
+// mutation (one shipment to the backups).
+constexpr size_t kKvPutsPerMutation = 256;
+
+// The largest log area a new log's segment size makes (TxParticipant::Open).
+constexpr uint64_t kMaxDerivedAreaSize = 4u << 20;
+
 Status Begin(Decoder* d, uint64_t* coordinator, RequestHeader* h) {
   PDPM_RETURN_IF_ERROR(d->Header(h));
   PDPM_RETURN_IF_ERROR(d->U64(coordinator));
@@ -140,17 +147,23 @@ Status TxParticipant::OpenLog(bool create) {
   uint64_t region = alloc->GetRoot(kTxLogRegionSlot);
   if (region == 0) {
     // A new log: its region, every area unassigned, then the root that
-    // publishes it.
-    uint64_t bytes = uint64_t{options_.area_count} * options_.area_size;
+    // publishes it. The areas share half the segment (at least
+    // options_.area_size, at most kMaxDerivedAreaSize each): a
+    // coordinator's record — a multi-put's keys and values at this server —
+    // must fit one area.
+    const uint64_t area_size =
+        std::max(options_.area_size,
+                 std::min(kMaxDerivedAreaSize, mem.size / 2 / options_.area_count / 4096 * 4096));
+    uint64_t bytes = uint64_t{options_.area_count} * area_size;
     PDPM_RETURN_IF_ERROR(alloc->Allocate(bytes, dsm::BlockOwner::kHeap, 0, &region)
                              .WithContext("transaction log region"));
     for (uint32_t i = 0; i < options_.area_count; i++) {
-      char* a = mem.base + region + uint64_t{i} * options_.area_size;
+      char* a = mem.base + region + uint64_t{i} * area_size;
       std::memset(a, 0, dsm::kTxAreaHeaderSize);
       mem.persist(a, dsm::kTxAreaHeaderSize);
     }
-    PDPM_RETURN_IF_ERROR(alloc->SetRoot(
-        kTxLogGeometrySlot, (uint64_t{options_.area_count} << 32) | options_.area_size));
+    PDPM_RETURN_IF_ERROR(
+        alloc->SetRoot(kTxLogGeometrySlot, (uint64_t{options_.area_count} << 32) | area_size));
     PDPM_RETURN_IF_ERROR(alloc->SetRoot(kTxLogRegionSlot, region));
   }
   uint64_t geometry = alloc->GetRoot(kTxLogGeometrySlot);
@@ -634,25 +647,41 @@ Status TxParticipant::Apply(const Rec& rec) {
       default: return Status::Corruption(what + ": unknown entry kind");
     }
   }
-  const auto parts = {&heap, &kv, &objects};
+  // A vnode's puts go in mutations of at most kKvPutsPerMutation each, as
+  // its batches do: one shipment of them all could outlast the backups'
+  // reply timeout, and the commit, retried after each lock timeout, would
+  // keep its keys locked for good. The earlier ones ship as parts (below).
+  std::map<uint32_t, std::vector<std::vector<const TxEntry*>>> kv_chunks;
+  for (const auto& [segment, entries] : kv) {
+    std::vector<std::vector<const TxEntry*>>& chunks = kv_chunks[segment];
+    for (size_t at = 0; at < entries.size(); at += kKvPutsPerMutation) {
+      const size_t end = std::min(entries.size(), at + kKvPutsPerMutation);
+      chunks.emplace_back(entries.begin() + static_cast<ptrdiff_t>(at),
+                          entries.begin() + static_cast<ptrdiff_t>(end));
+    }
+  }
   const bool holder_named = (rec.r.flags & dsm::kTxRecordHolderIsTable) == 0;
   std::vector<std::pair<uint32_t, const std::vector<const TxEntry*>*>> order;
   for (bool holder_pass : {true, false}) {
-    for (const auto* part : parts) {
-      for (const auto& [segment, entries] : *part) {
-        bool holder = holder_named && segment == rec.r.holder_segment;
-        if (holder == holder_pass) order.push_back({segment, &entries});
-      }
+    auto add = [&](uint32_t segment, const std::vector<const TxEntry*>* entries) {
+      bool holder = holder_named && segment == rec.r.holder_segment;
+      if (holder == holder_pass) order.push_back({segment, entries});
+    };
+    for (const auto& [segment, entries] : heap) add(segment, &entries);
+    for (const auto& [segment, chunks] : kv_chunks) {
+      for (const auto& chunk : chunks) add(segment, &chunk);
     }
+    for (const auto& [segment, entries] : objects) add(segment, &entries);
   }
   for (size_t i = 0; i < order.size(); i++) {
     // Named references, not a structured binding: the lambdas below
     // capture them.
     const auto& segment = order[i].first;
     const auto& entries = order[i].second;
-    // A table segment's pDKVS vnode and object table are two mutations: the
-    // first ships as a part, so that a backup marks its BACKUP record
-    // applied only with the last (a promotion between them applies both).
+    // A table segment's pDKVS vnode (one or more chunks) and object table
+    // are several mutations: all but the last ship as parts, so that a
+    // backup marks its BACKUP record applied only with the last (a
+    // promotion between them applies them all again: absolute puts).
     TxTag tag = whole;
     for (size_t j = i + 1; j < order.size(); j++) {
       if (order[j].first == segment) tag.kind = TxTagKind::kCommitPart;

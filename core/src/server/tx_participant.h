@@ -119,7 +119,7 @@ struct TxParticipantOptions {
   uint32_t version_slots = 1u << 16;  // a power of two
   uint32_t lock_timeout_ms = 2000;    // then a locked record is resolved with its holder
   uint32_t area_count = 64;           // of a new log
-  uint64_t area_size = 512u << 10;    // of a new log
+  uint64_t area_size = 512u << 10;    // of a new log, at least (half its segment in all)
   uint32_t idle_area_ms = 30000;      // an idle coordinator's empty area may be reassigned
 };
 

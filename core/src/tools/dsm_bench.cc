@@ -144,6 +144,7 @@ int Run(int argc, char** argv) {
   parser.AddString("secret-file", &secret_file, "file holding the cluster secret (required)");
   parser.AddDuration("duration", &duration, "time per figure (default 2s)");
   Status s = parser.Parse(argc, argv);
+  if (s.ok() && parser.PrintUsageIfAsked()) return 0;
   if (s.ok() && (monitor.empty() || secret_file.empty() || duration.count() <= 0)) {
     s = Status::InvalidArgument("--monitor, --secret-file and a positive --duration are required");
   }

@@ -83,6 +83,7 @@ int Run(int argc, char** argv) {
   parser.AddDuration("suspect-timeout", &suspect, "monitor suspect timeout (200ms)");
   parser.AddDuration("down-timeout", &down, "monitor down timeout (500ms)");
   Status s = parser.Parse(argc, argv);
+  if (s.ok() && parser.PrintUsageIfAsked()) return 0;
   if (s.ok() && rounds == 0) s = Status::InvalidArgument("--rounds must be positive");
   if (!s.ok()) {
     std::fprintf(stderr, "dsm_failover_bench: %s\n%s", s.ToString().c_str(),

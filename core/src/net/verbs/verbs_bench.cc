@@ -307,16 +307,18 @@ double Best(const char* list) {
   return *std::min_element(values.begin(), values.end());
 }
 
-int Usage() {
-  fprintf(stderr,
+// The usage on stderr (exit 2), or on stdout when asked (--help: exit 0).
+int Usage(bool asked = false) {
+  fprintf(asked ? stdout : stderr,
           "usage: verbs_bench bw <host> <seconds> <ib_write_bw MiB/s> <ib_read_bw MiB/s>\n"
           "       verbs_bench rpc <host> <seconds> [<client cpu> <server cpu>]\n"
           "       verbs_bench rpc-report <p50s us,...> <ib_write_lat us,...>\n");
-  return 2;
+  return asked ? 0 : 2;
 }
 
 int Main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "--help" || mode == "-h") return Usage(true);
   if (mode == "rpc-report" && argc == 4) {
     double ours = Best(argv[2]), theirs = Best(argv[3]);
     if (ours <= 0 || theirs <= 0) return Usage();

@@ -32,6 +32,22 @@ Status ReplyU64(const std::string& reply, uint64_t* v) {
   return d.Done();
 }
 
+// `pairs` with each key once, holding its last value, in the order of the
+// keys' last occurrences.
+std::vector<std::pair<std::string_view, std::string_view>> LastValueOfEachKey(
+    const std::vector<std::pair<std::string_view, std::string_view>>& pairs) {
+  std::unordered_map<std::string_view, size_t> last;
+  last.reserve(pairs.size());
+  for (size_t i = 0; i < pairs.size(); ++i) last[pairs[i].first] = i;
+  if (last.size() == pairs.size()) return pairs;
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  out.reserve(last.size());
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (last[pairs[i].first] == i) out.push_back(pairs[i]);
+  }
+  return out;
+}
+
 Status CheckValueSize(std::string_view key, uint64_t value_len) {
   PDPM_RETURN_IF_ERROR(CheckItemSize(key, value_len));
   if (value_len > server::kKvMaxValueSize) {
@@ -357,15 +373,16 @@ Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
       });
 }
 
-Status ClusterKvStore::MultiPut(
-    const std::vector<std::pair<std::string_view, std::string_view>>& pairs, bool if_none_exist,
-    bool* applied) {
+Status ClusterKvStore::MultiPut(const KvPairs& given, bool if_none_exist, bool* applied) {
   *applied = false;
-  for (const auto& [key, value] : pairs) PDPM_RETURN_IF_ERROR(CheckValueSize(key, value.size()));
-  if (pairs.empty()) {
+  for (const auto& [key, value] : given) PDPM_RETURN_IF_ERROR(CheckValueSize(key, value.size()));
+  if (given.empty()) {
     *applied = true;
     return Status::OK();
   }
+  // A key given twice takes its last value: only that pair is written, so
+  // the servers see each key once (one put, one log entry, one lock).
+  const KvPairs pairs = LastValueOfEachKey(given);
   const uint32_t table_count = client_->table_count();
   std::vector<uint32_t> tables(pairs.size());
   for (size_t i = 0; i < pairs.size(); ++i) {

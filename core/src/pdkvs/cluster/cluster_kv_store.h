@@ -60,6 +60,7 @@ class ClusterKvStore final : public KvStore {
                   uint64_t* length) override;
   Status MultiGet(const std::vector<std::string_view>& keys,
                   std::vector<std::optional<std::string>>* values) override;
+  // A key given twice is sent once, with its last value.
   Status MultiPut(const std::vector<std::pair<std::string_view, std::string_view>>& pairs,
                   bool if_none_exist, bool* applied) override;
   Status Scan(uint64_t cursor, size_t count, KvScanPage* page) override;

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   p.AddString("value", &value, "the value of every key");
   p.AddBool("nx", &nx, "only if none of the keys exists");
   pdpm::Status s = p.Parse(argc, argv);
+  if (s.ok() && p.PrintUsageIfAsked()) return 0;
   if (!s.ok() || keys.empty()) {
     std::fprintf(stderr, "%s\n%s", s.ToString().c_str(), p.Usage().c_str());
     return 2;

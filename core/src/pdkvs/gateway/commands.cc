@@ -159,12 +159,22 @@ bool EqualsNoCase(std::string_view a, std::string_view b) {
   return true;
 }
 
-// A store error as Redis would word its nearest equivalent.
+// A store error as Redis would word its nearest equivalent. A failover or
+// reconfiguration in progress answers as Redis Cluster does while slots
+// move or the cluster is down (-TRYAGAIN, -CLUSTERDOWN), errors client
+// libraries know to retry; the servers' own wording stays in the log.
 void ReplyStatus(Ctx& c, const Status& s) {
   switch (s.code()) {
     case StatusCode::kTooLarge: return c.w.Error(kTooBig);
     case StatusCode::kResourceExhausted:
       return c.w.Error("OOM command not allowed: the pDKVS store is full");
+    case StatusCode::kAborted:
+      return c.w.Error("TRYAGAIN the keys are being written by another multi-key command");
+    case StatusCode::kUnavailable:
+    case StatusCode::kStaleEpoch:
+    case StatusCode::kTimeout:
+      return c.w.Error(
+          "CLUSTERDOWN the pDKVS cluster is reconfiguring (a server failed or moved): try again");
     default: return c.w.Error("ERR " + s.ToString());
   }
 }

@@ -94,6 +94,7 @@ int Main(int argc, char** argv) {
   flags.AddUint64("maxclients", &max_clients, "most connected clients");
   flags.AddUint32("threads", &threads, "event-loop threads");
   Status s = flags.Parse(argc, argv);
+  if (s.ok() && flags.PrintUsageIfAsked()) return 0;
   if (!s.ok()) {
     fprintf(stderr, "%s\n%s", s.ToString().c_str(), flags.Usage().c_str());
     return 2;

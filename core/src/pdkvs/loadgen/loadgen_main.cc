@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   flags.AddUint32("threads", &o.threads, "threads driving the connections");
   flags.AddUint64("seed", &o.seed, "seed of the operation streams");
   pdpm::Status s = flags.Parse(argc, argv);
+  if (s.ok() && flags.PrintUsageIfAsked()) return 0;
   if (s.ok()) s = WorkloadByName(workload, &o.workload);
   o.distribution = o.workload.default_distribution;
   if (s.ok() && !distribution.empty()) s = ParseKeyDistribution(distribution, &o.distribution);
