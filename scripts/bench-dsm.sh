@@ -6,8 +6,9 @@
 # local cluster that this script starts with `pdpm up --replicas 1` (TCP
 # transport, file-backed PM) and stops again; then the 64 KiB write on a
 # cluster with two copies (dsm.write.64KiB.r2); then the failover time
-# (dsm_failover_bench, its own cluster; reference: the monitor's down
-# timeout it runs with). Prints every figure with its reference and ratio,
+# after kill -9 (dsm.failover.ms) and after SIGSTOP (dsm.failover.freeze.ms,
+# median and worst of ten) (dsm_failover_bench, its own cluster;
+# reference: the monitor's down timeout it runs with). Prints every figure with its reference and ratio,
 # and one BENCH line each.
 #
 # The PM files live on tmpfs (/dev/shm when it exists, else $TMPDIR): memory
@@ -68,6 +69,13 @@ PDPM_TEST_TMPDIR=$work "$failover" --rounds 10 >"$work/failover.out" 2>"$work/fa
   rc=1
   cat "$work/failover.err" >&2
 }
+# A hung server (SIGSTOP), with the monitor's default timing (50 ms
+# heartbeats, 250 ms suspect, 500 ms down).
+PDPM_TEST_TMPDIR=$work "$failover" --freeze --rounds 10 --suspect-timeout 250ms \
+  >"$work/freeze.out" 2>"$work/freeze.err" || {
+  rc=1
+  cat "$work/freeze.err" >&2
+}
 
 printf '%-20s %9s %-5s %-13s %9s %7s\n' figure value unit reference value ratio
 # A figure names its own reference when it has one (transactions: the same
@@ -88,5 +96,13 @@ if grep -q '^FIGURE failover.ms' "$work/failover.out"; then
   ratio=$(python3 -c "print('%.3f' % ($value/$ref))")
   printf '%-20s %9s %-5s %-9s %9s %7s\n' dsm.failover.ms "$value" "$unit" down_timeout "$ref" "$ratio"
   echo "BENCH name=dsm.failover.ms value=$value unit=$unit ref=heartbeat_timeout:$ref ratio=$ratio"
+fi
+if grep -q '^FIGURE failover.freeze.ms' "$work/freeze.out"; then
+  read -r _ _ value unit worst <"$work/freeze.out"
+  ref=$(awk '$1 == "REF" { print $3 }' "$work/freeze.out")
+  ratio=$(python3 -c "print('%.3f' % ($value/$ref))")
+  printf '%-20s %9s %-5s %-9s %9s %7s (worst %s ms)\n' dsm.failover.freeze.ms "$value" "$unit" \
+    down_timeout "$ref" "$ratio" "$worst"
+  echo "BENCH name=dsm.failover.freeze.ms value=$value unit=$unit ref=down_timeout:$ref ratio=$ratio worst=$worst"
 fi
 exit $rc

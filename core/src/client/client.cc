@@ -25,6 +25,9 @@ using server::Encoder;
 
 // One-sided transfers move at most this much per op (the staging buffer).
 constexpr uint32_t kStagingSize = 1u << 20;
+// An op waiting this long on a server of a replicated cluster starts asking
+// whether the cluster moved its segment (GiveUpWhenMoved).
+constexpr int kHangSuspicionMs = 100;
 
 // An immutable snapshot of the cluster mapping; replaced whole on refresh.
 struct Mapping {
@@ -166,7 +169,7 @@ class ClientImpl final : public Client, public TxHost {
     auto m = Snapshot();
     ConnRef ref;
     PDPM_RETURN_IF_ERROR(GetConn(*m, server, &ref));
-    return Transfer(ref.conn, key, offset, static_cast<char*>(buf), len, false, false);
+    return Transfer(ref.conn, key, offset, static_cast<char*>(buf), len, false, false, {});
   }
 
   Status CallServer(uint32_t server, uint16_t method, const std::string& body,
@@ -680,16 +683,19 @@ class ClientImpl final : public Client, public TxHost {
         return HeapWriteThroughPrimary(addr, buf, len);
       }
       uint32_t failed = seg.server;
+      const net::GiveUpFn give_up = GiveUpWhenMoved(*m, addr.segment);
       if (write && !seg.backups.empty()) {
         // A write is durable only once every in-sync copy has it: it goes
         // to all of them at once.
         std::vector<Mapping::Copy> copies{{seg.server, seg.key}};
         copies.insert(copies.end(), seg.backups.begin(), seg.backups.end());
-        s = WriteCopies(*m, copies, addr.offset, buf, len, &failed);
+        s = WriteCopies(*m, copies, addr.offset, buf, len, give_up, &failed);
       } else {
         ConnRef ref;
         s = GetConn(*m, seg.server, &ref);
-        if (s.ok()) s = Transfer(ref.conn, seg.key, addr.offset, buf, len, write, persisted);
+        if (s.ok()) {
+          s = Transfer(ref.conn, seg.key, addr.offset, buf, len, write, persisted, give_up);
+        }
       }
       bool retry =
           s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kUnavailable;
@@ -731,8 +737,51 @@ class ClientImpl final : public Client, public TxHost {
   // Writes buf to [offset, offset+len) of every copy, persisted, each
   // staged chunk posted to all copies before any completion is awaited.
   // `*failed` names the copy whose server failed first.
+  // With copies, a wait on a server that stopped answering ends as soon as
+  // the cluster has moved `segment` (its copies in a newer view differ
+  // from `m`'s) rather than after the op timeout: the op is retried on the
+  // new copies (docs/replication.md "Leases"). Only an op that has waited
+  // kHangSuspicionMs asks, and the monitor is asked first only whether the
+  // epoch changed.
+  net::GiveUpFn GiveUpWhenMoved(const Mapping& m, uint32_t segment) {
+    if (m.replica_count == 1) return {};
+    const auto start = std::chrono::steady_clock::now();
+    return [this, &m, segment, start] {
+      if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(kHangSuspicionMs)) {
+        return false;
+      }
+      auto current = Snapshot();
+      if (current->epoch == m.epoch) {
+        v1::GetMappingResponse resp;
+        if (!monitor_->GetMapping(m.epoch, &resp).ok() || resp.unchanged()) return false;
+        if (!RefreshMapping().ok()) return false;
+        current = Snapshot();
+      }
+      return CopiesDiffer(m, *current, segment);
+    };
+  }
+
+  static bool CopiesDiffer(const Mapping& a, const Mapping& b, uint32_t segment) {
+    auto x = a.segments.find(segment);
+    auto y = b.segments.find(segment);
+    if (x == a.segments.end() || y == b.segments.end()) return true;
+    const Mapping::Seg& s = x->second;
+    const Mapping::Seg& t = y->second;
+    if (s.server != t.server || s.key != t.key || s.syncing != t.syncing ||
+        s.backups.size() != t.backups.size()) {
+      return true;
+    }
+    for (size_t i = 0; i < s.backups.size(); i++) {
+      if (s.backups[i].server != t.backups[i].server || s.backups[i].key != t.backups[i].key) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   Status WriteCopies(const Mapping& m, std::vector<Mapping::Copy> copies, uint64_t offset,
-                     const char* buf, uint64_t len, uint32_t* failed) {
+                     const char* buf, uint64_t len, const net::GiveUpFn& give_up,
+                     uint32_t* failed) {
     // Connections of several servers are taken in the order of servers
     // (ServerConns::Acquire), so threads writing overlapping sets of
     // copies cannot deadlock.
@@ -769,7 +818,10 @@ class ClientImpl final : public Client, public TxHost {
       // Every posted op is awaited, even after a failure: its staging
       // buffer must not be reused while the transport may still read it.
       for (size_t i = 0; i < posted; i++) {
-        Status s = net::AwaitCompletion(refs[i].conn->rpc->connection(), ids[i]);
+        Status s = net::AwaitCompletion(refs[i].conn->rpc->connection(), ids[i], give_up);
+        // A connection whose op failed or was abandoned is dropped (the
+        // transport lets go of the op's staging buffer with it).
+        if (IsConnectionFailure(s)) refs[i].conn->rpc.reset();
         if (!s.ok() && first.ok()) {
           first = s;
           first_failed = i;
@@ -778,7 +830,6 @@ class ClientImpl final : public Client, public TxHost {
       if (!first.ok()) {
         *failed = copies[first_failed].server;
         if (!IsConnectionFailure(first)) return first;
-        refs[first_failed].conn->rpc.reset();
         return Status::Unavailable(std::string(first.message()));
       }
       done += n;
@@ -787,7 +838,7 @@ class ClientImpl final : public Client, public TxHost {
   }
 
   Status Transfer(Conn* c, uint32_t key, uint64_t offset, char* buf, uint64_t len, bool write,
-                  bool persist) {
+                  bool persist, const net::GiveUpFn& give_up) {
     net::BufferPool::Buffer staging;
     PDPM_RETURN_IF_ERROR(c->staging->Acquire(&staging));
     for (uint64_t done = 0; done < len;) {
@@ -800,7 +851,7 @@ class ClientImpl final : public Client, public TxHost {
       op.remote_key = key;
       op.remote_offset = offset + done;
       op.persist = write && persist;
-      Status s = net::ExecuteSync(c->rpc->connection(), op);
+      Status s = net::ExecuteSync(c->rpc->connection(), op, give_up);
       if (IsConnectionFailure(s)) {
         c->rpc.reset();
         return Status::Unavailable(std::string(s.message()));

@@ -205,9 +205,13 @@ int Run(int argc, char** argv) {
   parser.AddUint32("replicas", &o.replicas, "copies of every segment (new cluster)");
   parser.AddUint32("tables", &o.tables, "object-store tables (new cluster)");
   parser.AddSize("segment-size", &o.segment_size, "segment size, e.g. 2GiB (new cluster)");
-  parser.AddDuration("heartbeat-interval", &heartbeat, "how often servers heartbeat, e.g. 1s");
-  parser.AddDuration("suspect-timeout", &o.suspect_timeout, "silence before SUSPECT, e.g. 3s");
-  parser.AddDuration("down-timeout", &o.down_timeout, "silence before DOWN, e.g. 10s");
+  parser.AddDuration("heartbeat-interval", &heartbeat,
+                     "how often servers heartbeat (default 50ms)");
+  parser.AddDuration("suspect-timeout", &o.suspect_timeout,
+                     "silence before SUSPECT (default 250ms)");
+  parser.AddDuration(
+      "down-timeout", &o.down_timeout,
+      "silence before DOWN (default 500ms); servers hold leases of nine tenths of it");
   parser.AddString("port-file", &flags.port_file, "write the bound host:port here once serving");
   parser.AddString("advertise", &flags.advertise,
                    "with --etcd: the address other monitors name as the leader (default: the "

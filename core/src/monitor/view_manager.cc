@@ -383,6 +383,7 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
   resp->set_epoch(view_.epoch());
   resp->set_heartbeat_interval_ms(static_cast<uint64_t>(options_.heartbeat_interval.count()));
   resp->set_down_timeout_ms(static_cast<uint64_t>(options_.down_timeout.count()));
+  resp->set_lease_ms(static_cast<uint64_t>(options_.lease().count()));
   log_.Info(req.cluster_uuid().empty() ? "server joined" : "server rejoined",
             {{"server_id", id},
              {"addr", info.address()},
@@ -407,8 +408,21 @@ Status ViewManager::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResp
   const v1::ServerInfo* server = nullptr;
   PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
   Touch(req.server_id());
-  liveness_[req.server_id()].used_bytes = req.used_bytes();
+  Liveness& l = liveness_[req.server_id()];
+  l.used_bytes = req.used_bytes();
+  // A late heartbeat eats into the margin between the timeouts and a busy
+  // host's delays (docs/monitor.md "Timing"): worth seeing before it costs
+  // a false SUSPECT.
+  if (l.last_heartbeat != Clock::time_point{} &&
+      l.last_seen - l.last_heartbeat > 2 * options_.heartbeat_interval) {
+    log_.Info("late heartbeat", {{"server_id", req.server_id()},
+                                 {"gap_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                l.last_seen - l.last_heartbeat)
+                                                .count()}});
+  }
+  l.last_heartbeat = l.last_seen;
   resp->set_epoch(view_.epoch());
+  resp->set_lease_ms(static_cast<uint64_t>(options_.lease().count()));
   return Status::OK();
 }
 

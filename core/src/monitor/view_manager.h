@@ -39,12 +39,18 @@ struct MonitorOptions {
   bool tables_set = false;
 
   std::string cluster_secret;  // required, non-empty
-  std::chrono::milliseconds heartbeat_interval{1000};
-  std::chrono::milliseconds suspect_timeout{3000};  // no heartbeat → SUSPECT
-  std::chrono::milliseconds down_timeout{10000};    // no heartbeat → DOWN
+  // Defaults measured on a loaded two-core host (docs/monitor.md "Timing").
+  std::chrono::milliseconds heartbeat_interval{50};
+  std::chrono::milliseconds suspect_timeout{250};  // no heartbeat → SUSPECT
+  std::chrono::milliseconds down_timeout{500};     // no heartbeat → DOWN
 
   // InvalidArgument naming the bad option.
   Status Validate() const;
+  // How long a server may serve after sending a heartbeat the monitor
+  // answered: nine tenths of the down timeout. The server counts from its
+  // send, the monitor from the receipt (later), so the server stops before
+  // the monitor can declare it DOWN even if its clock ran 10% slower.
+  std::chrono::milliseconds lease() const { return down_timeout - down_timeout / 10; }
 };
 
 class ViewManager {
@@ -85,6 +91,7 @@ class ViewManager {
   using Clock = std::chrono::steady_clock;
   struct Liveness {
     Clock::time_point last_seen;
+    Clock::time_point last_heartbeat;  // zero before the first
     uint64_t last_heartbeat_unix_ms = 0;
     uint64_t used_bytes = 0;
     v1::ServerState reported = v1::SERVER_STATE_UP;  // last state logged

@@ -249,6 +249,25 @@ TEST_F(ViewManagerTest, UnreachableReportDownsOnlyARefusingServer) {
   EXPECT_EQ(manager_->ReportUnreachable(report, &resp).code(), StatusCode::kPermissionDenied);
 }
 
+// The lease a server is granted ends before the monitor may declare it
+// DOWN, measured from the server's send (earlier than the monitor's
+// receipt), with room for a clock running slow.
+TEST_F(ViewManagerTest, RegistrationAndHeartbeatsGrantALeaseShorterThanTheDownTimeout) {
+  ASSERT_NO_FATAL_FAILURE(Open());
+  v1::RegisterServerResponse rr;
+  ASSERT_TRUE(manager_->RegisterServer(NewServer(1), &rr).ok());
+  const uint64_t down_ms = static_cast<uint64_t>(options_.down_timeout.count());
+  EXPECT_EQ(rr.down_timeout_ms(), down_ms);
+  EXPECT_GT(rr.lease_ms(), 0u);
+  EXPECT_LE(rr.lease_ms(), down_ms - down_ms / 10);
+  v1::HeartbeatRequest hb;
+  hb.set_cluster_secret(kSecret);
+  hb.set_server_id(rr.server_id());
+  v1::HeartbeatResponse hr;
+  ASSERT_TRUE(manager_->Heartbeat(hb, &hr).ok());
+  EXPECT_EQ(hr.lease_ms(), rr.lease_ms());
+}
+
 TEST_F(ViewManagerTest, OptionsAreValidated) {
   options_.suspect_timeout = options_.heartbeat_interval;
   EXPECT_EQ(options_.Validate().code(), StatusCode::kInvalidArgument);

@@ -34,14 +34,14 @@ std::string_view OpcodeName(Opcode op) {
   return "unknown";
 }
 
-Status ExecuteSync(Connection& conn, const Op& op) {
+Status ExecuteSync(Connection& conn, const Op& op, const GiveUpFn& give_up) {
   Op signaled = op;
   signaled.signaled = true;
   PDPM_RETURN_IF_ERROR(conn.Post({&signaled, 1}));
-  return AwaitCompletion(conn, op.id);
+  return AwaitCompletion(conn, op.id, give_up);
 }
 
-Status AwaitCompletion(Connection& conn, uint64_t id) {
+Status AwaitCompletion(Connection& conn, uint64_t id, const GiveUpFn& give_up) {
   Completion c;
   for (;;) {
     if (conn.PollCompletions({&c, 1}) == 1) {
@@ -56,8 +56,11 @@ Status AwaitCompletion(Connection& conn, uint64_t id) {
       continue;
     }
     pollfd p{conn.notify_fd(), POLLIN, 0};
-    ::poll(&p, 1, 50);
+    const int ready = ::poll(&p, 1, kGiveUpCheckMs);
     conn.AckNotify();
+    if (ready == 0 && give_up && give_up()) {
+      return Status::Unavailable("gave up waiting for " + conn.peer_address());
+    }
   }
 }
 

@@ -49,6 +49,10 @@ enum Access : uint32_t {
   kRemoteWrite = 1u << 1,
   kRemoteAtomic = 1u << 2,
   kRemoteAll = kRemoteRead | kRemoteWrite | kRemoteAtomic,
+  // tcp only: every remote access first asks the transport's
+  // `remote_access_allowed` (a server past its lease serves nothing). verbs
+  // refuses it: the NIC serves one-sided ops without asking the CPU.
+  kAccessGated = 1u << 3,
 };
 
 // Makes [addr, addr+len) durable. Registered with PM ranges so that a
@@ -200,6 +204,10 @@ struct TransportOptions {
   // polling thread held back, at least this often. Nothing on the latency
   // path waits for it; tests lengthen it to prove that.
   uint32_t progress_tick_ms = 10;
+  // tcp: asked on every remote access to a range registered with
+  // kAccessGated (from transport threads; must be cheap); false refuses it
+  // with kUnavailable. Empty: always allowed.
+  std::function<bool()> remote_access_allowed;
 };
 
 // The listening side's hooks, called on a transport thread.
@@ -243,16 +251,23 @@ class Transport {
   Transport() = default;
 };
 
+// Asked now and then (every kGiveUpCheckMs) while an op is awaited: true
+// abandons the wait with kUnavailable. The op stays posted and may still
+// read or write its local buffer: the caller must drop the connection
+// before reusing them.
+using GiveUpFn = std::function<bool()>;
+inline constexpr int kGiveUpCheckMs = 50;
+
 // Posts one op (signaled) and polls until it completes (tests, slow paths),
 // sleeping on the notify fd. Returns the op's status; kTimeout if the
 // transport's op timeout passes first. Completions of other ops that
 // arrive meanwhile are consumed: use it when no other op is in flight.
-Status ExecuteSync(Connection& conn, const Op& op);
+Status ExecuteSync(Connection& conn, const Op& op, const GiveUpFn& give_up = {});
 
 // The waiting half of ExecuteSync: polls `conn` until the completion of the
 // signaled op `id` (already posted) arrives and returns its status. Lets a
 // caller post to several connections first and then wait for each, so the
 // ops are in flight at once. Same rules for other ops' completions.
-Status AwaitCompletion(Connection& conn, uint64_t id);
+Status AwaitCompletion(Connection& conn, uint64_t id, const GiveUpFn& give_up = {});
 
 }  // namespace pdpm::net

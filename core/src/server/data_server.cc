@@ -60,6 +60,12 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   to.cores = options.cores + 1;
   to.op_timeout_ms = options.op_timeout_ms;
   to.max_transfer = kMaxRpcPayload;
+  DataServer* self = s.get();
+  // verbs: the NIC serves one-sided ops without asking (docs/replication.md).
+  if (options.transport == net::BackendKind::kTcp) {
+    to.remote_access_allowed = [self] { return self->HoldsLease(); };
+    s->lease_gated_ = net::kAccessGated;
+  }
   PDPM_RETURN_IF_ERROR(net::Transport::Create(to, &s->transport_));
   s->peers_.Init(s->transport_.get(), options.op_timeout_ms);
   PDPM_RETURN_IF_ERROR(s->RecoverSegments());
@@ -67,7 +73,6 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   net::RpcOptions ro = DataPlaneRpcOptions(options.cores + 1, options.op_timeout_ms);
   ro.reserved_threads = 1;  // the replication core's
   PDPM_RETURN_IF_ERROR(net::RpcServer::Create(s->transport_.get(), ro, &s->rpc_));
-  DataServer* self = s.get();
   s->rpc_->Register(kPAllocate, [self](std::span<const uint8_t> r, std::string* out) {
     return self->HandlePAllocate(r, out);
   });
@@ -181,7 +186,7 @@ Status DataServer::OpenSegment(uint32_t local, const SegmentRole& role,
     return Status::OK();
   }
   uint32_t access = role.kind == SegmentKind::kHeap ? net::kRemoteAll : net::kRemoteRead;
-  PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(mem.data(), mem.size(), access,
+  PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(mem.data(), mem.size(), access | lease_gated_,
                                                   space_->device().persist_fn(), &seg->region));
   *out = std::move(seg);
   return Status::OK();
@@ -218,7 +223,9 @@ Status DataServer::Register(const std::atomic<bool>* stop) {
   for (const auto& [k, v] : options_.labels) (*info->mutable_labels())[k] = v;
   v1::RegisterServerResponse resp;
   Status s;
+  auto sent = std::chrono::steady_clock::now();
   while (true) {
+    sent = std::chrono::steady_clock::now();
     s = monitor_->RegisterServer(req, &resp);
     bool transient = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout;
     if (!transient || (stop != nullptr && stop->load())) break;
@@ -237,8 +244,13 @@ Status DataServer::Register(const std::atomic<bool>* stop) {
   server_id_ = resp.server_id();
   heartbeat_ms_ = resp.heartbeat_interval_ms() > 0 ? resp.heartbeat_interval_ms() : 1000;
   if (resp.down_timeout_ms() > 0) down_timeout_ms_ = resp.down_timeout_ms();
-  std::unique_lock lock(mu_);
-  epoch_ = std::max(epoch_, resp.epoch());
+  {
+    std::unique_lock lock(mu_);
+    epoch_ = std::max(epoch_, resp.epoch());
+  }
+  // Nothing is served yet (Start classifies and refreshes before serving).
+  lease_granted_ = resp.lease_ms() > 0;
+  lease_until_ns_ = (sent + std::chrono::milliseconds(resp.lease_ms())).time_since_epoch().count();
   return Status::OK();
 }
 
@@ -363,10 +375,38 @@ Status DataServer::RefreshMapping() {
     owned_tables_ = std::move(owned);
     table_count_ = m.table_count();
     replica_count_ = m.replica_count() == 0 ? 1 : m.replica_count();
+    cluster_replicated_ = replica_count_ > 1;
     epoch_ = std::max(epoch_, m.epoch());
   }
   Reconcile(m);
+  if (m.epoch() > applied_epoch_) applied_epoch_ = m.epoch();  // one refresh at a time
   return Status::OK();
+}
+
+bool DataServer::HoldsLease() const {
+  if (!lease_granted_ || !cluster_replicated_) return true;
+  return std::chrono::steady_clock::now().time_since_epoch().count() < lease_until_ns_.load();
+}
+
+void DataServer::RenewLease(std::chrono::steady_clock::time_point sent, uint64_t lease_ms,
+                            uint64_t epoch) {
+  lease_granted_ = lease_ms > 0;
+  if (lease_ms == 0) return;
+  const bool lapsed = !HoldsLease();
+  // Silent past its lease, this server may have been declared DOWN and its
+  // segments given to their backups: it serves again only once it has
+  // applied (and so fenced them) a mapping as new as the monitor's. The
+  // heartbeat loop has the refresh thread fetch it; a later heartbeat
+  // renews.
+  if (lapsed && applied_epoch_.load() < epoch) return;
+  const int64_t until = (sent + std::chrono::milliseconds(lease_ms)).time_since_epoch().count();
+  if (lapsed) {
+    const int64_t behind_ns =
+        std::chrono::steady_clock::now().time_since_epoch().count() - lease_until_ns_.load();
+    log_.Warn("lease had expired; serving again",
+              {{"expired_ms_ago", behind_ns / 1000000}, {"epoch", epoch}});
+  }
+  lease_until_ns_ = until;
 }
 
 void DataServer::HeartbeatLoop() {
@@ -388,9 +428,12 @@ void DataServer::HeartbeatLoop() {
     req.set_epoch(known);
     req.set_used_bytes(used);
     v1::HeartbeatResponse resp;
+    const auto sent = std::chrono::steady_clock::now();
     Status s = monitor_->Heartbeat(req, &resp);
     if (!s.ok()) {
       log_.Warn("heartbeat failed", {{"status", s}});
+    } else {
+      RenewLease(sent, resp.lease_ms(), resp.epoch());
     }
     lock.lock();
     if (s.ok() && (resp.epoch() != known || promotion_failed_.exchange(false))) {
@@ -415,6 +458,10 @@ void DataServer::RefreshLoop() {
 
 Status DataServer::CheckHeader(const RequestHeader& h) {
   if (!serving_) return Status::Unavailable("server starting");
+  if (!HoldsLease()) {
+    return Status::Unavailable("server " + std::to_string(server_id_) +
+                               ": lease expired, not serving until the monitor renews it");
+  }
   if (h.credential != credential_) {
     return Status::PermissionDenied("request without the cluster secret");
   }

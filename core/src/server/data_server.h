@@ -118,6 +118,14 @@ class DataServer {
   // grow_mu_.
   Status CreateSegment(SegmentRole role, Segment** out);
   Status RefreshMapping();
+  // Whether this server may serve now: false once its lease ran out
+  // (requests are refused with kUnavailable, one-sided ops too on tcp).
+  bool HoldsLease() const;
+  // Takes the lease the monitor granted in answer to a request sent at
+  // `sent`, answered with `epoch`. After a lapse, only once a mapping of
+  // `epoch` has been applied: the monitor may have handed this server's
+  // segments to others meanwhile.
+  void RenewLease(std::chrono::steady_clock::time_point sent, uint64_t lease_ms, uint64_t epoch);
   void HeartbeatLoop();
   // Reloads the mapping when the heartbeat saw a new epoch, on its own
   // thread: a slow reconfiguration (promotion) never delays a heartbeat.
@@ -235,6 +243,23 @@ class DataServer {
   const ServerOptions options_;
   const Logger log_;
   const uint64_t credential_;
+  // Lease (docs/replication.md "Leases"): with copies that the monitor
+  // could promote, this server serves only until this steady-clock time
+  // (nanoseconds since the clock's epoch): the send time of the last
+  // heartbeat the monitor answered plus the lease it granted. Before
+  // transport_: its threads ask HoldsLease until it is gone.
+  std::atomic<int64_t> lease_until_ns_{0};
+  // Whether the lease applies: the monitor grants leases and the cluster
+  // keeps copies (without them no segment is ever handed to another
+  // server, so a server cut off from the monitor keeps serving).
+  std::atomic<bool> lease_granted_{false};
+  std::atomic<bool> cluster_replicated_{false};
+  // The epoch of the newest mapping RefreshMapping has acted on (Reconcile
+  // done: moved copies fenced).
+  std::atomic<uint64_t> applied_epoch_{0};
+  // Access bit segment ranges are registered with: kAccessGated on tcp,
+  // where the transport asks HoldsLease before each one-sided op.
+  uint32_t lease_gated_ = 0;
   std::unique_ptr<pm::PmSpace> space_;
   std::unique_ptr<net::Transport> transport_;
   std::unique_ptr<monitor::MonitorClient> monitor_;

@@ -86,7 +86,8 @@ Status DataServer::OpenBackup(uint32_t local, uint32_t global, bool fresh,
     std::memset(mem.data(), 0, dsm::kPageSize);
     space_->device().persist_fn()(mem.data(), dsm::kPageSize);
   }
-  PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(mem.data(), mem.size(), net::kRemoteAll,
+  PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(mem.data(), mem.size(),
+                                                  net::kRemoteAll | lease_gated_,
                                                   space_->device().persist_fn(), &seg->region));
   *out = std::move(seg);
   return Status::OK();
@@ -470,8 +471,9 @@ Status DataServer::SyncBackup(uint32_t g, ReplicaId backup) {
     if (seg->fenced) return Status::StaleEpoch("segment moved away");
     seg->attached.insert(backup);
     std::unique_ptr<net::MemoryRegion> fresh;
-    PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(
-        seg->base, space_->segment_size(), net::kRemoteAll, space_->device().persist_fn(), &fresh));
+    PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(seg->base, space_->segment_size(),
+                                                    net::kRemoteAll | lease_gated_,
+                                                    space_->device().persist_fn(), &fresh));
     std::swap(seg->region, fresh);
     fresh.reset();  // waits for one-sided ops still using the old key
   }

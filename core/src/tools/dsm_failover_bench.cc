@@ -15,10 +15,20 @@
 // once its address refuses connections (docs/replication.md), so the
 // figure does not depend on the down timeout.
 //
-//   dsm_failover_bench [--rounds 10] [--data-mib 0] [--heartbeat-interval 50ms]
-//                      [--suspect-timeout 200ms] [--down-timeout 500ms]
+// --freeze stops the server with SIGSTOP instead: it closes nothing, so
+// only its silence tells — the monitor's down timeout (its lease has run
+// out by then), and the client's wait on the hung server ends once the
+// view moved (docs/replication.md "Leases"). After the timed write the
+// server is woken, killed and restarted, as after a kill.
 //
-// Prints "FIGURE failover.ms <median> ms" and "REF down_timeout <ms> ms".
+//   dsm_failover_bench [--rounds 10] [--data-mib 0] [--freeze]
+//                      [--heartbeat-interval 50ms] [--suspect-timeout 200ms]
+//                      [--down-timeout 500ms]
+//
+// Prints "FIGURE failover.ms <median> ms" (--freeze: "FIGURE
+// failover.freeze.ms <median> ms <worst>"), then "REF down_timeout <ms> ms".
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -75,10 +85,12 @@ Status WaitReplicated(client::LocalCluster& cluster, uint32_t segment, int* prim
 int Run(int argc, char** argv) {
   uint32_t rounds = 10;
   uint32_t data_mib = 0;
+  bool freeze = false;
   std::chrono::milliseconds heartbeat{50}, suspect{200}, down{500};
   FlagParser parser("dsm_failover_bench");
   parser.AddUint32("rounds", &rounds, "kills to time (default 10)");
   parser.AddUint32("data-mib", &data_mib, "data the cluster holds during the rounds (default 0)");
+  parser.AddBool("freeze", &freeze, "stop the server (SIGSTOP) instead of killing it");
   parser.AddDuration("heartbeat-interval", &heartbeat, "monitor heartbeat interval (50ms)");
   parser.AddDuration("suspect-timeout", &suspect, "monitor suspect timeout (200ms)");
   parser.AddDuration("down-timeout", &down, "monitor down timeout (500ms)");
@@ -128,25 +140,41 @@ int Run(int argc, char** argv) {
     s = WaitReplicated(cluster, block.segment, &victim);
     if (!s.ok()) return Fail("round " + std::to_string(r), s);
     auto start = Clock::now();
-    cluster.KillServer(victim);
-    auto reaped = Clock::now();  // the kernel has torn the process down
+    if (freeze) {
+      cluster.server(victim).Signal(SIGSTOP);
+    } else {
+      cluster.KillServer(victim);
+    }
+    auto reaped = Clock::now();  // killed: the kernel has torn the process down
     s = c->Write(block, data.data(), kBlock);
     auto end = Clock::now();
-    if (!s.ok()) return Fail("write after the kill", s);
+    if (freeze) {
+      cluster.server(victim).Signal(SIGCONT);
+      cluster.KillServer(victim);
+    }
+    if (!s.ok()) return Fail(freeze ? "write after the freeze" : "write after the kill", s);
     s = c->Read(block, back.data(), kBlock);
     if (!s.ok() || back != data)
       return Fail("read back", s.ok() ? Status::Corruption("differs") : s);
     times.push_back(std::chrono::duration<double, std::milli>(end - start).count());
-    std::fprintf(stderr, "round %u: server %d killed, %.1f ms (%.1f ms of it until reaped)\n", r,
-                 victim, times.back(),
-                 std::chrono::duration<double, std::milli>(reaped - start).count());
+    if (freeze) {
+      std::fprintf(stderr, "round %u: server %d stopped, %.1f ms\n", r, victim, times.back());
+    } else {
+      std::fprintf(stderr, "round %u: server %d killed, %.1f ms (%.1f ms of it until reaped)\n", r,
+                   victim, times.back(),
+                   std::chrono::duration<double, std::milli>(reaped - start).count());
+    }
     s = cluster.StartServer(victim);
     if (!s.ok()) return Fail("restart server " + std::to_string(victim), s);
   }
   std::sort(times.begin(), times.end());
   double median = times.size() % 2 ? times[times.size() / 2]
                                    : (times[times.size() / 2 - 1] + times[times.size() / 2]) / 2;
-  std::printf("FIGURE failover.ms %.1f ms\n", median);
+  if (freeze) {
+    std::printf("FIGURE failover.freeze.ms %.1f ms %.1f\n", median, times.back());
+  } else {
+    std::printf("FIGURE failover.ms %.1f ms\n", median);
+  }
   std::printf("REF down_timeout %lld ms\n", static_cast<long long>(down.count()));
   return 0;
 }

@@ -412,6 +412,7 @@ type RegisterServerResponse struct {
 	Epoch               uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	HeartbeatIntervalMs uint64                 `protobuf:"varint,4,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"` // how often the monitor expects a heartbeat
 	DownTimeoutMs       uint64                 `protobuf:"varint,5,opt,name=down_timeout_ms,json=downTimeoutMs,proto3" json:"down_timeout_ms,omitempty"`                   // silence after which a server is DOWN
+	LeaseMs             uint64                 `protobuf:"varint,6,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`                                       // as HeartbeatResponse.lease_ms
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -477,6 +478,13 @@ func (x *RegisterServerResponse) GetHeartbeatIntervalMs() uint64 {
 func (x *RegisterServerResponse) GetDownTimeoutMs() uint64 {
 	if x != nil {
 		return x.DownTimeoutMs
+	}
+	return 0
+}
+
+func (x *RegisterServerResponse) GetLeaseMs() uint64 {
+	if x != nil {
+		return x.LeaseMs
 	}
 	return 0
 }
@@ -550,8 +558,13 @@ func (x *HeartbeatRequest) GetClusterSecret() string {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"` // newer than the server's: refresh the mapping
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"` // newer than the server's: refresh the mapping
+	// The server may serve for this long from when it sent the request
+	// (by its own steady clock); the monitor declares it DOWN only after a
+	// longer silence (docs/replication.md "Leases"). 0: no lease (an older
+	// monitor).
+	LeaseMs       uint64 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -589,6 +602,13 @@ func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 func (x *HeartbeatResponse) GetEpoch() uint64 {
 	if x != nil {
 		return x.Epoch
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetLeaseMs() uint64 {
+	if x != nil {
+		return x.LeaseMs
 	}
 	return 0
 }
@@ -2028,21 +2048,23 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\tserver_id\x18\x03 \x01(\rR\bserverId\x12'\n" +
 	"\x04info\x18\x04 \x01(\v2\x13.pdpm.v1.ServerInfoR\x04info\x12#\n" +
 	"\rsegment_count\x18\x05 \x01(\rR\fsegmentCount\x12!\n" +
-	"\fsegment_size\x18\x06 \x01(\x04R\vsegmentSize\"\xca\x01\n" +
+	"\fsegment_size\x18\x06 \x01(\x04R\vsegmentSize\"\xe5\x01\n" +
 	"\x16RegisterServerResponse\x12!\n" +
 	"\fcluster_uuid\x18\x01 \x01(\tR\vclusterUuid\x12\x1b\n" +
 	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x04 \x01(\x04R\x13heartbeatIntervalMs\x12&\n" +
-	"\x0fdown_timeout_ms\x18\x05 \x01(\x04R\rdownTimeoutMs\"\x8b\x01\n" +
+	"\x0fdown_timeout_ms\x18\x05 \x01(\x04R\rdownTimeoutMs\x12\x19\n" +
+	"\blease_ms\x18\x06 \x01(\x04R\aleaseMs\"\x8b\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
 	"\n" +
 	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\x12%\n" +
-	"\x0ecluster_secret\x18\x04 \x01(\tR\rclusterSecret\")\n" +
+	"\x0ecluster_secret\x18\x04 \x01(\tR\rclusterSecret\"D\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
-	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\x9a\x01\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x19\n" +
+	"\blease_ms\x18\x02 \x01(\x04R\aleaseMs\"\x9a\x01\n" +
 	"\x0eSegmentReplica\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x1f\n" +
 	"\vlocal_index\x18\x02 \x01(\rR\n" +

@@ -198,7 +198,9 @@ class MonitorHaTest : public ::testing::Test {
         {PDPM_MONITOR_BINARY, "--etcd", etcd, "--etcd-prefix", "/pdpm/ha-test", "--lease-ttl",
          std::to_string(kLeaseTtl.count()) + "s", "--secret-file", secret_file_, "--listen", listen,
          "--port-file", port_file, "--segment-size", std::to_string(kSegmentSize), "--tables", "3",
-         "--heartbeat-interval", "250ms"},
+         // The timing these tests were written for (not the defaults):
+         // the monitors' own failover outlasts a 500 ms down timeout.
+         "--heartbeat-interval", "250ms", "--suspect-timeout", "3s", "--down-timeout", "10s"},
         {}, MonitorLog(i)));
     std::string bound;
     if (!PollUntil([&] {

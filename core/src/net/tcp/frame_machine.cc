@@ -110,6 +110,9 @@ Status FrameMachine::FinishFrame() {
     }
     case FrameType::kWrite:
     case FrameType::kWriteWithImm: {
+      // Gated access may have ended while the payload arrived: no
+      // acknowledgement then.
+      if (request_error_.ok()) request_error_ = table_->Allowed(*entry_);
       if (request_error_.ok() && (h_.flags & kFlagPersist) && entry_->persist) {
         std::shared_lock lock(entry_->mu);
         if (entry_->dead) {

@@ -4,7 +4,8 @@
 
 namespace pdpm::net::tcp {
 
-RegionTable::RegionTable() : rng_(std::random_device{}()) {}
+RegionTable::RegionTable(std::function<bool()> allowed)
+    : allowed_(std::move(allowed)), rng_(std::random_device{}()) {}
 RegionTable::RegionTable(uint32_t seed) : rng_(seed) {}
 
 std::shared_ptr<RegionEntry> RegionTable::Add(char* data, size_t size, uint32_t access,
@@ -49,7 +50,16 @@ Status RegionTable::Resolve(uint32_t key, uint64_t offset, uint64_t length, uint
     return Status::OutOfRange("[" + std::to_string(offset) + ", +" + std::to_string(length) +
                               ") outside range of " + std::to_string(e.size) + " bytes");
   }
+  PDPM_RETURN_IF_ERROR(Allowed(e));
   *out = it->second;
+  return Status::OK();
+}
+
+Status RegionTable::Allowed(const RegionEntry& entry) const {
+  if ((entry.access & kAccessGated) != 0 && allowed_ && !allowed_()) {
+    return Status::Unavailable("range with key " + std::to_string(entry.key) +
+                               " is not served now");
+  }
   return Status::OK();
 }
 

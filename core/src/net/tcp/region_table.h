@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,7 +32,9 @@ struct RegionEntry {
 
 class RegionTable {
  public:
-  RegionTable();
+  // `allowed` (may be empty): whether ranges registered with kAccessGated
+  // may be accessed now.
+  explicit RegionTable(std::function<bool()> allowed = {});
   // Keys drawn from a generator seeded with `seed`: reproducible keys for
   // the fuzzer's corpus. The transport always uses the random constructor.
   explicit RegionTable(uint32_t seed);
@@ -43,11 +46,16 @@ class RegionTable {
 
   // The entry for `key` if [offset, offset+length) lies inside it and it
   // grants `access`. kPermissionDenied for an unknown key or a missing
-  // right, kOutOfRange for a range outside it.
+  // right, kOutOfRange for a range outside it, kUnavailable for a gated
+  // range while access is not allowed (Allowed).
   Status Resolve(uint32_t key, uint64_t offset, uint64_t length, uint32_t access,
                  std::shared_ptr<RegionEntry>* out) const;
+  // kUnavailable when `entry` is gated and access is not allowed now:
+  // asked again before a write is acknowledged.
+  Status Allowed(const RegionEntry& entry) const;
 
  private:
+  const std::function<bool()> allowed_;
   mutable std::shared_mutex mu_;
   std::map<uint32_t, std::shared_ptr<RegionEntry>> entries_;  // by key
   std::mt19937 rng_;                                          // guarded by mu_

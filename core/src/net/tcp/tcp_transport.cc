@@ -450,7 +450,7 @@ class TcpConnection final : public Connection {
 class TcpTransport final : public Transport {
  public:
   explicit TcpTransport(const TransportOptions& options)
-      : options_(options), table_(std::make_shared<RegionTable>()) {}
+      : options_(options), table_(std::make_shared<RegionTable>(options.remote_access_allowed)) {}
   ~TcpTransport() override {
     threads_.clear();  // joins them before the listener closes
   }
@@ -469,7 +469,7 @@ class TcpTransport final : public Transport {
   Status RegisterMemory(void* data, size_t size, uint32_t access, PersistFn persist,
                         std::unique_ptr<MemoryRegion>* out) override {
     if (data == nullptr && size != 0) return Status::InvalidArgument("null range");
-    if ((access & ~uint32_t{kRemoteAll}) != 0)
+    if ((access & ~uint32_t{kRemoteAll | kAccessGated}) != 0)
       return Status::InvalidArgument("unknown access bits");
     auto entry = table_->Add(static_cast<char*>(data), size, access, std::move(persist));
     *out = std::make_unique<TcpRegion>(table_, std::move(entry));

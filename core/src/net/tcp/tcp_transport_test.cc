@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "net/tcp/region_table.h"
 #include "net/transport.h"
 
 namespace pdpm::net::tcp {
@@ -101,6 +103,27 @@ TEST_F(SleepingPollerTest, ReadAnsweredByAnArmedPollerLeavesAtOnce) {
   ASSERT_EQ(n, 1u) << "the READ's answer waited for the transport's tick";
   EXPECT_TRUE(c[0].status.ok()) << c[0].status.ToString();
   EXPECT_EQ(dest, source);
+}
+
+// A range registered with kAccessGated is reachable only while the gate
+// allows it (a server past its lease); other ranges always.
+TEST(RegionTableTest, GatedRangesFollowTheGate) {
+  std::atomic<bool> open{true};
+  RegionTable table([&] { return open.load(); });
+  std::vector<char> mem(4096);
+  auto gated = table.Add(mem.data(), mem.size(), kRemoteAll | kAccessGated, {});
+  auto plain = table.Add(mem.data(), mem.size(), kRemoteAll, {});
+  std::shared_ptr<RegionEntry> e;
+  EXPECT_TRUE(table.Resolve(gated->key, 0, 64, kRemoteRead, &e).ok());
+  open = false;
+  EXPECT_EQ(table.Resolve(gated->key, 0, 64, kRemoteRead, &e).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(table.Allowed(*gated).code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(table.Resolve(plain->key, 0, 64, kRemoteWrite, &e).ok());
+  uint64_t old = 0;
+  EXPECT_EQ(ExecuteAtomic(table, false, gated->key, 0, 1, 0, &old).code(),
+            StatusCode::kUnavailable);
+  open = true;
+  EXPECT_TRUE(table.Allowed(*gated).ok());
 }
 
 TEST(TcpTransportOptionsTest, ZeroProgressTickIsRefused) {

@@ -29,6 +29,9 @@ class VerbsTransport final : public Transport {
     if (data == nullptr || size == 0) {
       return Status::InvalidArgument("register: empty range");
     }
+    if ((access & kAccessGated) != 0) {
+      return Status::NotSupported("register: the NIC serves one-sided ops without asking");
+    }
     if ((access & ~static_cast<uint32_t>(kRemoteAll)) != 0) {
       return Status::InvalidArgument("register: unknown access bits");
     }
