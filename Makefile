@@ -18,7 +18,7 @@ FUZZ_LONG_SECONDS ?= 600
 
 .PHONY: deps build build-asan build-tsan build-fuzz test test-core test-asan test-tsan \
         test-fuzz test-operator test-kv-linearizability test-hw test-hw-cluster e2e images fuzz bench \
-        bench-net bench-hw bench-dsm bench-kv lint format clean up
+        bench-net bench-hw bench-dsm bench-kv bench-fs lint format clean up
 
 deps:
 	@scripts/deps.sh
@@ -104,7 +104,7 @@ bench-hw: build
 fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_LONG_SECONDS)
 
-bench: bench-net bench-dsm bench-kv
+bench: bench-net bench-dsm bench-kv bench-fs
 
 bench-net: build
 	scripts/bench-net.sh build/release
@@ -114,6 +114,13 @@ bench-kv: build
 
 bench-dsm: build
 	scripts/bench-dsm.sh build/release
+
+# pDFS through its FUSE mount and through pDFSLib, against tmpfs, libfuse's
+# passthrough of tmpfs and GlusterFS replica 2 on tmpfs, all in the same run
+# (docs/benchmarks.md "File system"). Needs root.
+bench-fs: build
+	scripts/deps.sh bench
+	scripts/bench-fs.sh build/release
 
 # A local cluster (monitor + three servers on file-backed PM, docs/cli.md)
 # in ${XDG_DATA_HOME:-~/.local/share}/pdpm, and a round trip through it.

@@ -7,6 +7,8 @@
 #                          build stage of images/Dockerfile.core)
 #   scripts/deps.sh e2e    also what the Kubernetes e2e suite (e2e/k8s) and
 #                          the daemonless image build (images/) need
+#   scripts/deps.sh bench  also what `make bench-fs` runs: fio, the
+#                          GlusterFS reference, perf for its profiles
 set -euo pipefail
 
 packages=(
@@ -41,8 +43,15 @@ if [[ ${1:-} == e2e ]]; then
     # OCI images; the pause image is a static C program
     debootstrap umoci libc6-dev
   )
+elif [[ ${1:-} == bench ]]; then
+  packages+=(
+    # the pDFS benchmark: fio through the mounts, GlusterFS (replica 2 on
+    # tmpfs bricks) as the reference, iproute2 for its network namespace,
+    # perf for the profiles of missed goals
+    fio glusterfs-server glusterfs-client iproute2 linux-perf
+  )
 elif [[ -n ${1:-} && $1 != build ]]; then
-  echo "deps: unknown group '$1' (build or e2e)" >&2
+  echo "deps: unknown group '$1' (build, e2e or bench)" >&2
   exit 2
 fi
 
