@@ -17,7 +17,7 @@ FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
 .PHONY: deps build build-asan build-tsan build-fuzz test test-core test-asan test-tsan \
-        test-fuzz test-operator test-kv-linearizability test-hw test-hw-cluster e2e images fuzz bench \
+        test-fuzz test-operator test-csi test-kv-linearizability test-hw test-hw-cluster e2e images fuzz bench \
         bench-net bench-hw bench-dsm bench-kv bench-fs lint format clean up
 
 deps:
@@ -41,10 +41,10 @@ build-fuzz: deps
 
 # Everything: the whole core suite optimised, the PM, transport and client
 # suites under ASan+UBSan and TSan (pDFS under ASan+UBSan too), each fuzzer for a bounded time, the operator,
-# pDKVS linearizability under kill -9, and the pm, net, pdkvs and cluster
+# the CSI driver (csi-sanity), pDKVS linearizability under kill -9, and the pm, net, pdkvs and cluster
 # suites on real verbs and DAX in the hardware guest.
 test: deps
-	$(MAKE) test-core test-asan test-tsan test-fuzz test-operator test-kv-linearizability \
+	$(MAKE) test-core test-asan test-tsan test-fuzz test-operator test-csi test-kv-linearizability \
 	  test-hw test-hw-cluster
 
 test-core: build
@@ -62,6 +62,12 @@ test-fuzz: build-fuzz
 # The Kubernetes operator against a real kube-apiserver and etcd (envtest).
 test-operator: deps
 	scripts/operator-test.sh
+
+# The CSI driver (docs/csi.md): unit tests of its argument checks, then
+# csi-sanity against it serving a live local cluster through real pdfs-fuse
+# mounts (about 70 s once the Go modules are cached). Prints each phase's time.
+test-csi: build
+	scripts/csi-test.sh build/release
 
 # PDPM on a real single-node Kubernetes started and stopped here (e2e/k8s,
 # docs/e2e.md): the images, the charts' lint and unit tests, helm install, a

@@ -301,6 +301,7 @@ LocalCluster::LocalCluster(std::string dir)
       server_binary_(FindBinary("pdpm-server", PDPM_SERVER_BINARY)),
       gateway_binary_(FindBinary("pdkvs-gateway", PDKVS_GATEWAY_BINARY)),
       fuse_binary_(FindBinary("pdfs-fuse", PDFS_FUSE_BINARY)),
+      volume_api_binary_(FindBinary("pdfs-volume-api", PDFS_VOLUME_API_BINARY)),
       etcd_binary_(FindInPath("etcd")) {}
 
 Status LocalCluster::LoadConfig(LocalClusterConfig* config) const {
@@ -407,6 +408,15 @@ DaemonSpec LocalCluster::GatewayDaemon(const LocalClusterConfig& config) const {
           Path("gateway.addr"),
           Path("gateway.pid"),
           Path("gateway.log")};
+}
+
+DaemonSpec LocalCluster::VolumeApiDaemon(const LocalClusterConfig& config) const {
+  return {
+      "volume api",
+      {volume_api_binary_, "--listen", config.host + ":0", "--port-file", Path("volume-api.addr")},
+      Path("volume-api.addr"),
+      Path("volume-api.pid"),
+      Path("volume-api.log")};
 }
 
 namespace {
@@ -525,6 +535,7 @@ std::vector<DaemonSpec> LocalCluster::Daemons(const LocalClusterConfig& config) 
   for (DaemonSpec& d : MonitorDaemons(config)) daemons.push_back(std::move(d));
   for (uint32_t i = 1; i <= config.servers; ++i) daemons.push_back(ServerDaemon(config, i));
   if (config.gateway_port != 0) daemons.push_back(GatewayDaemon(config));
+  daemons.push_back(VolumeApiDaemon(config));
   return daemons;
 }
 
@@ -597,8 +608,8 @@ Status LocalCluster::Up(const LocalClusterConfig& config, const UpOptions& optio
   }
   PDPM_RETURN_IF_ERROR(EnsureSecret());
   if (!config.ha) PDPM_RETURN_IF_ERROR(MakeDirs(Path("monitor"), 0700));
-  for (const char* binary :
-       {monitor_binary_.c_str(), server_binary_.c_str(), gateway_binary_.c_str()}) {
+  for (const char* binary : {monitor_binary_.c_str(), server_binary_.c_str(),
+                             gateway_binary_.c_str(), volume_api_binary_.c_str()}) {
     if (::access(binary, X_OK) != 0) {
       return Status::NotFound(std::string(binary) + " is not there or not executable (build it)");
     }
@@ -634,6 +645,7 @@ Status LocalCluster::StartAll(const LocalClusterConfig& config, const UpOptions&
   }
   for (uint32_t i = 1; i <= config.servers; ++i) address_files.push_back(ServerAddressFile(i));
   address_files.push_back(Path("gateway.addr"));
+  address_files.push_back(Path("volume-api.addr"));
   for (const std::string& file : address_files) {
     if (::unlink(file.c_str()) != 0 && errno != ENOENT) {
       return Status::FromErrno("remove " + file, errno);
@@ -717,8 +729,16 @@ Status LocalCluster::StartAll(const LocalClusterConfig& config, const UpOptions&
         return Status::FromErrno("remove " + FormatPendingMarker(i), errno);
       }
     }
-    if (config.gateway_port == 0) return Status::OK();
-    return StartGateway(config, deadline, progress, started);
+    std::string address;
+    if (config.gateway_port != 0) {
+      PDPM_RETURN_IF_ERROR(StartFrontEnd(GatewayDaemon(config), deadline, started, &address));
+      progress << "gateway  " << address << "  (pid " << started->back().second
+               << ", Redis protocol)\n";
+    }
+    PDPM_RETURN_IF_ERROR(StartFrontEnd(VolumeApiDaemon(config), deadline, started, &address));
+    progress << "volume api  " << address << "  (pid " << started->back().second
+             << ", pdpm.v1.Volumes)\n";
+    return Status::OK();
   }
   std::string after =
       "after " + std::to_string(options.timeout.count() / 1000.0).substr(0, 4) + "s";
@@ -751,36 +771,46 @@ Status LocalCluster::StartAll(const LocalClusterConfig& config, const UpOptions&
                                           status.message());
 }
 
-Status LocalCluster::StartGateway(const LocalClusterConfig& config,
-                                  steady_clock::time_point deadline, std::ostream& progress,
-                                  std::vector<std::pair<DaemonSpec, pid_t>>* started) {
-  DaemonSpec spec = GatewayDaemon(config);
+Status LocalCluster::StartFrontEnd(const DaemonSpec& spec, steady_clock::time_point deadline,
+                                   std::vector<std::pair<DaemonSpec, pid_t>>* started,
+                                   std::string* address) {
   pid_t pid = 0;
   PDPM_RETURN_IF_ERROR(StartDaemon(spec, &pid));
   started->emplace_back(spec, pid);
-  std::string address;
-  while (!GatewayAddress(&address).ok()) {
+  while (!ServingAddress(spec, address).ok()) {
     PDPM_RETURN_IF_ERROR(CheckStarted(*started));
     if (steady_clock::now() >= deadline) {
       return DaemonFailed(StatusCode::kTimeout, spec, "did not start serving in time");
     }
     std::this_thread::sleep_for(milliseconds(20));
   }
-  progress << "gateway  " << address << "  (pid " << pid << ", Redis protocol)\n";
+  return Status::OK();
+}
+
+Status LocalCluster::ServingAddress(const DaemonSpec& spec, std::string* address) const {
+  std::string text;
+  if (RunningPid(spec) == 0 || !ReadWholeFile(spec.identity, &text).ok() || text.empty() ||
+      text.back() != '\n') {
+    return Status::FailedPrecondition("no " + spec.name + " is running in " + dir_);
+  }
+  text.pop_back();
+  *address = text;
   return Status::OK();
 }
 
 Status LocalCluster::GatewayAddress(std::string* address) const {
   LocalClusterConfig config;
   PDPM_RETURN_IF_ERROR(LoadConfig(&config));
-  std::string text;
-  if (config.gateway_port == 0 || RunningPid(GatewayDaemon(config)) == 0 ||
-      !ReadWholeFile(Path("gateway.addr"), &text).ok() || text.empty() || text.back() != '\n') {
+  if (config.gateway_port == 0) {
     return Status::FailedPrecondition("no pDKVS gateway is running in " + dir_);
   }
-  text.pop_back();
-  *address = text;
-  return Status::OK();
+  return ServingAddress(GatewayDaemon(config), address).WithContext("the pDKVS gateway");
+}
+
+Status LocalCluster::VolumeApiAddress(std::string* address) const {
+  LocalClusterConfig config;
+  PDPM_RETURN_IF_ERROR(LoadConfig(&config));
+  return ServingAddress(VolumeApiDaemon(config), address);
 }
 
 Status LocalCluster::StartEtcd(const LocalClusterConfig& config, steady_clock::time_point deadline,

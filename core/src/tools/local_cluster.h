@@ -95,15 +95,20 @@ class LocalCluster {
 
   // The gateway's address (kFailedPrecondition when it does not run).
   Status GatewayAddress(std::string* address) const;
+  // The pDFS volume API's address (pdfs-volume-api; kFailedPrecondition
+  // when it does not run).
+  Status VolumeApiAddress(std::string* address) const;
 
   // The etcd members (HA only), the monitors, the servers of `config`, then
-  // the gateway: the order they start in.
+  // the gateway and the volume API: the order they start in.
   std::vector<DaemonSpec> Daemons(const LocalClusterConfig& config) const;
   std::vector<DaemonSpec> EtcdDaemons(const LocalClusterConfig& config) const;
   std::vector<DaemonSpec> MonitorDaemons(const LocalClusterConfig& config) const;
   DaemonSpec ServerDaemon(const LocalClusterConfig& config, uint32_t index) const;  // from 1
   // Only for a config with a gateway port.
   DaemonSpec GatewayDaemon(const LocalClusterConfig& config) const;
+  // pdfs-volume-api on the cluster's host, any free port (volume-api.addr).
+  DaemonSpec VolumeApiDaemon(const LocalClusterConfig& config) const;
   // pdfs-fuse mounting `volume` ("": the whole file system) on `mountpoint`
   // (absolute), its pid, log and record in fs/ of the directory.
   DaemonSpec FsMountDaemon(const LocalClusterConfig& config, const std::string& mountpoint,
@@ -133,10 +138,13 @@ class LocalCluster {
   // Starts the daemons and waits for health; fills `started`.
   Status StartAll(const LocalClusterConfig& config, const UpOptions& options,
                   std::ostream& progress, std::vector<std::pair<DaemonSpec, pid_t>>* started);
-  // Starts the gateway and waits until it serves.
-  Status StartGateway(const LocalClusterConfig& config,
-                      std::chrono::steady_clock::time_point deadline, std::ostream& progress,
-                      std::vector<std::pair<DaemonSpec, pid_t>>* started);
+  // Starts a daemon clients reach once the cluster is healthy (the
+  // gateway, the volume API) and waits until it has written its address
+  // (its identity file): *address.
+  Status StartFrontEnd(const DaemonSpec& spec, std::chrono::steady_clock::time_point deadline,
+                       std::vector<std::pair<DaemonSpec, pid_t>>* started, std::string* address);
+  // The address a running front end wrote; kFailedPrecondition otherwise.
+  Status ServingAddress(const DaemonSpec& spec, std::string* address) const;
   // Starts the etcd members and waits until they serve.
   Status StartEtcd(const LocalClusterConfig& config, std::chrono::steady_clock::time_point deadline,
                    std::ostream& progress, std::vector<std::pair<DaemonSpec, pid_t>>* started);
@@ -146,6 +154,7 @@ class LocalCluster {
   std::string server_binary_;
   std::string gateway_binary_;
   std::string fuse_binary_;
+  std::string volume_api_binary_;
   std::string etcd_binary_;  // "" when no etcd is installed
 };
 

@@ -24,7 +24,7 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "monitor/monitor_client.h"
-#include "pdfs/client/file_system.h"
+#include "pdfs/volumes/volume_manager.h"
 #include "pdkvs/cluster/cluster_kv_store.h"
 #include "server/fsck.h"
 #include "server/kv_protocol.h"
@@ -225,6 +225,10 @@ int Up(CommandLine& cl) {
             << (config.ha ? "the monitors at " : "the monitor at ") << address
             << " with the secret in " << cl.dir() << "/cluster.secret";
   if (!gateway.empty()) std::cout << "; Redis clients to the gateway at " << gateway;
+  std::string volume_api;
+  if (cluster.VolumeApiAddress(&volume_api).ok()) {
+    std::cout << "; gRPC clients of the pDFS volume API (pdpm.v1.Volumes) to " << volume_api;
+  }
   std::cout << ".\n";
   return 0;
 }
@@ -586,26 +590,6 @@ int ServerCommand(CommandLine& cl) {
   return 0;
 }
 
-// A volume name: one directory name of the root.
-Status CheckVolumeName(const std::string& name) {
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
-      name.size() > pdfs::kMaxNameLength) {
-    return Status::InvalidArgument("bad volume name \"" + name +
-                                   "\": one path component of at most 255 bytes");
-  }
-  return Status::OK();
-}
-
-Status FsError(const std::string& what, int err) {
-  switch (err) {
-    case ENOENT: return Status::NotFound(what + ": no such volume");
-    case EEXIST: return Status::AlreadyExists(what + ": it exists");
-    case ENOTDIR: return Status::InvalidArgument(what + ": not a volume");
-    case ENODATA: return Status::FailedPrecondition(what + ": the directory has no quota");
-    default: return Status::FromErrno(what, err);
-  }
-}
-
 // "used/limit" of a quota figure ("-" for no limit).
 std::string UsedOf(uint64_t used, uint64_t limit, bool bytes) {
   auto show = [&](uint64_t v) { return bytes ? HumanBytes(v) : std::to_string(v); };
@@ -613,10 +597,6 @@ std::string UsedOf(uint64_t used, uint64_t limit, bool bytes) {
 }
 
 void PrintVolume(const pdfs::VolumeInfo& v) {
-  if (!v.has_quota) {
-    std::printf("%-24s (no quota)\n", v.name.c_str());
-    return;
-  }
   std::printf("%-24s bytes %-24s inodes %s\n", v.name.c_str(),
               UsedOf(v.quota.bytes_used, v.quota.byte_limit, true).c_str(),
               UsedOf(v.quota.inodes_used, v.quota.inode_limit, false).c_str());
@@ -672,36 +652,36 @@ int FsCommand(CommandLine& cl) {
   }
   const std::string name = mount ? args[1] : args.size() == 3 ? args[2] : "";
   if (!name.empty()) {
-    s = CheckVolumeName(name);
+    s = pdfs::CheckVolumeName(name);
     if (!s.ok()) return BadCommandLine(s);
   }
-  std::unique_ptr<client::Client> c;
-  s = OpenClient(cl.dir(), &c);
-  std::unique_ptr<pdfs::FileSystem> fs;
-  if (s.ok()) s = pdfs::FileSystem::Open(c.get(), {}, &fs);
+  client::ClientOptions options;
+  s = ClientOptionsFor(cl.dir(), &options);
+  std::unique_ptr<pdfs::VolumeManager> volumes;
+  if (s.ok()) s = pdfs::VolumeManager::Open(options, &volumes);
   if (!s.ok()) return Fail(s);
   pdfs::VolumeInfo v;
-  int err = 0;
   if (verb == "list") {
-    std::vector<pdfs::VolumeInfo> volumes;
-    err = fs->ListVolumes(&volumes);
-    if (err != 0) return Fail(FsError("list the volumes", err));
-    for (const pdfs::VolumeInfo& each : volumes) PrintVolume(each);
+    std::vector<pdfs::VolumeInfo> all;
+    std::string next;
+    s = volumes->List("", 0, &all, &next);
+    if (!s.ok()) return Fail(s);
+    for (const pdfs::VolumeInfo& each : all) PrintVolume(each);
     return 0;
   }
   if (verb == "create") {
-    err = fs->CreateVolume(name, bytes, inodes, {::getuid(), ::getgid()}, &v);
+    s = volumes->Create(name, bytes, inodes, {::getuid(), ::getgid()}, "", &v);
   } else if (verb == "resize") {
     if (!p.IsSet("bytes") && !p.IsSet("inodes")) {
       return BadCommandLine(Status::InvalidArgument("resize wants --bytes and/or --inodes"));
     }
-    err = fs->StatVolume(name, &v);
-    if (err == 0) {
-      err = fs->ResizeVolume(name, p.IsSet("bytes") ? bytes : v.quota.byte_limit,
-                             p.IsSet("inodes") ? inodes : v.quota.inode_limit, &v);
+    s = volumes->Stat(name, &v);
+    if (s.ok()) {
+      s = volumes->Resize(name, p.IsSet("bytes") ? bytes : v.quota.byte_limit,
+                          p.IsSet("inodes") ? inodes : v.quota.inode_limit, &v);
     }
   } else if (verb == "stat") {
-    err = fs->StatVolume(name, &v);
+    s = volumes->Stat(name, &v);
   } else if (verb == "delete") {
     for (const auto& [mountpoint, volume] : cluster.FsMounts()) {
       if (volume == name) {
@@ -709,12 +689,16 @@ int FsCommand(CommandLine& cl) {
                                                " (pdpm fs umount it first)"));
       }
     }
-    err = fs->DeleteVolume(name);
-    if (err == 0) std::printf("deleted volume %s\n", name.c_str());
-    return err == 0 ? 0 : Fail(FsError("delete volume " + name, err));
+    // Deleting a missing volume succeeds (the API is idempotent), but a
+    // person typing a wrong name hears about it.
+    s = volumes->Stat(name, &v);
+    if (s.ok()) s = volumes->Delete(name);
+    if (!s.ok()) return Fail(s);
+    std::printf("deleted volume %s\n", name.c_str());
+    return 0;
   } else {
-    err = fs->StatVolume(name, &v);
-    if (err == 0) {
+    s = volumes->Stat(name, &v);
+    if (s.ok()) {
       char abs[PATH_MAX];
       if (::realpath(args[2].c_str(), abs) == nullptr) {
         return Fail(Status::FromErrno(args[2], errno));
@@ -725,7 +709,7 @@ int FsCommand(CommandLine& cl) {
       return 0;
     }
   }
-  if (err != 0) return Fail(FsError(verb + " volume " + name, err));
+  if (!s.ok()) return Fail(s);
   PrintVolume(v);
   return 0;
 }

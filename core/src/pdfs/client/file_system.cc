@@ -1393,6 +1393,10 @@ int FileSystem::ResizeVolume(std::string_view name, uint64_t byte_limit, uint64_
       int e = t.LoadQuota(a.ino, &q);
       if (e != 0) return e;
       if (q == nullptr) return ENODATA;  // a directory made without a quota
+      if ((byte_limit != 0 && byte_limit < q->bytes_used) ||
+          (inode_limit != 0 && inode_limit < q->inodes_used)) {
+        return EDQUOT;
+      }
       q->byte_limit = byte_limit;
       q->inode_limit = inode_limit;
       t.SaveQuota(a.ino, *q);

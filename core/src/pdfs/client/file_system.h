@@ -181,7 +181,7 @@ class FileSystem {
   // EDQUOT and changes nothing; moving or linking across volumes is EXDEV.
   int CreateVolume(std::string_view name, uint64_t byte_limit, uint64_t inode_limit,
                    const Owner& owner, VolumeInfo* out);
-  // New limits (below the current use is allowed: growth then fails).
+  // New limits; EDQUOT (and nothing changed) when one is below the use.
   int ResizeVolume(std::string_view name, uint64_t byte_limit, uint64_t inode_limit,
                    VolumeInfo* out);
   int StatVolume(std::string_view name, VolumeInfo* out);

@@ -552,6 +552,12 @@ TEST_F(FsTest, VolumesEnforceTheirQuotas) {
   ASSERT_EQ(WriteFile("/v2/big", std::string(500000, 'x')), 0);
   EXPECT_EQ(usage("v2"), std::make_pair(uint64_t{500003}, uint64_t{4}));
   EXPECT_EQ(fs_->ResizeVolume("none", 1, 1, &v), ENOENT);
+  // Never below the use: refused, nothing changed.
+  EXPECT_EQ(fs_->ResizeVolume("v2", 500002, 100, &v), EDQUOT);
+  EXPECT_EQ(fs_->ResizeVolume("v2", 1 << 20, 3, &v), EDQUOT);
+  ASSERT_EQ(fs_->StatVolume("v2", &v), 0);
+  EXPECT_EQ(v.quota.byte_limit, uint64_t{1} << 20);
+  EXPECT_EQ(v.quota.inode_limit, 100u);
   std::vector<VolumeInfo> all;
   ASSERT_EQ(fs_->ListVolumes(&all), 0);
   ASSERT_EQ(all.size(), 2u);
