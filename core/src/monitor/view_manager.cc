@@ -673,6 +673,9 @@ Status ViewManager::GetClusterStatus(v1::ClusterStatus* status) {
   FillServers(now, status->mutable_servers());
   for (const auto& s : status->servers()) {
     states[s.id()] = s.state();
+    // A drained server holds nothing and never takes data again: a planned
+    // removal that has completed, neither capacity nor a problem.
+    if (s.state() == v1::SERVER_STATE_DRAINED) continue;
     capacity += s.capacity_bytes();
     used += s.used_bytes();
     if (s.state() == v1::SERVER_STATE_UP) {

@@ -249,6 +249,33 @@ TEST_F(ViewManagerTest, UnreachableReportDownsOnlyARefusingServer) {
   EXPECT_EQ(manager_->ReportUnreachable(report, &resp).code(), StatusCode::kPermissionDenied);
 }
 
+// A drained server holds nothing: the cluster it left is healthy, and its
+// PM is no longer counted as capacity.
+TEST_F(ViewManagerTest, DrainedServerIsNeitherCapacityNorAProblem) {
+  ASSERT_NO_FATAL_FAILURE(Open());
+  v1::RegisterServerResponse rr;
+  for (int n = 1; n <= 3; ++n) ASSERT_TRUE(manager_->RegisterServer(NewServer(n), &rr).ok());
+  v1::ClusterStatus before;
+  ASSERT_TRUE(manager_->GetClusterStatus(&before).ok());
+  ASSERT_EQ(before.health(), v1::HEALTH_OK) << before.message();
+
+  v1::DrainServerRequest drain;
+  drain.set_cluster_secret(kSecret);
+  drain.set_server_id(rr.server_id());
+  v1::DrainServerResponse dr;
+  ASSERT_TRUE(manager_->DrainServer(drain, &dr).ok());
+  ASSERT_EQ(dr.state(), v1::SERVER_STATE_DRAINED) << dr.message();
+
+  v1::ClusterStatus after;
+  ASSERT_TRUE(manager_->GetClusterStatus(&after).ok());
+  EXPECT_EQ(after.health(), v1::HEALTH_OK) << after.message();
+  EXPECT_EQ(after.message(), "");
+  EXPECT_EQ(after.capacity_bytes(), before.capacity_bytes() / 3 * 2);
+  EXPECT_EQ(after.servers_up(), 2u);
+  ASSERT_EQ(after.servers_size(), 3);
+  EXPECT_EQ(after.servers(2).state(), v1::SERVER_STATE_DRAINED);
+}
+
 // The lease a server is granted ends before the monitor may declare it
 // DOWN, measured from the server's send (earlier than the monitor's
 // receipt), with room for a clock running slow.

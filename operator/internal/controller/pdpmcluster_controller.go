@@ -51,11 +51,12 @@ type PDPMClusterReconciler struct {
 	APIReader client.Reader
 	Scheme    *runtime.Scheme
 	Recorder  record.EventRecorder
-	// MonitorStatus queries a monitor; MonitorAddress says where a
-	// cluster's monitor is reached.
+	// MonitorStatus queries a monitor, MonitorDrain asks it to drain a
+	// server; MonitorAddress says where a cluster's monitor is reached.
 	MonitorStatus  MonitorStatusFunc
+	MonitorDrain   MonitorDrainFunc
 	MonitorAddress func(*pdpmv1alpha1.PDPMCluster) string
-	// MonitorTimeout bounds one status query.
+	// MonitorTimeout bounds one call to a monitor.
 	MonitorTimeout time.Duration
 	// ResyncPeriod is how often the status is refreshed without any change.
 	ResyncPeriod time.Duration
@@ -68,6 +69,7 @@ type observation struct {
 	monitor               *pdpmv1.ClusterStatus
 	monitorErr            error
 	keyProblem            problem
+	clusterKey            string // the servers' cluster secret; "" with a keyProblem
 	scaleDownRefused      string
 	rolloutPaused         string
 	partition             int32
@@ -185,7 +187,7 @@ func (r *PDPMClusterReconciler) reconcileChildren(ctx context.Context, c *pdpmv1
 		return err
 	}
 	tmpl, claims := serverPodTemplate(c, configHash)
-	replicas := r.serverReplicas(c, existing, pods, obs)
+	replicas := r.serverReplicas(ctx, c, existing, pods, obs)
 	obs.partition = r.serverPartition(c, existing, pods, hashOf(tmpl), replicas, obs)
 	srv := serverStatefulSet(c, tmpl, claims, replicas, obs.partition)
 	if err := r.apply(ctx, c, srv); err != nil {
@@ -325,6 +327,7 @@ func (r *PDPMClusterReconciler) ensureClusterKey(ctx context.Context, c *pdpmv1a
 			return err
 		}
 		c.Status.ClusterKeyFingerprint = fingerprint(sec.Data[ClusterKeyField])
+		obs.clusterKey = clusterSecret(sec.Data[ClusterKeyField])
 		r.Recorder.Eventf(c, corev1.EventTypeNormal, "ClusterKeyGenerated",
 			"Generated the cluster key in Secret %s (fingerprint %s)", keyName(c), c.Status.ClusterKeyFingerprint)
 		return nil
@@ -348,9 +351,16 @@ func (r *PDPMClusterReconciler) ensureClusterKey(ctx context.Context, c *pdpmv1a
 		obs.keyProblem = problem{"ClusterKeyChanged", fmt.Sprintf(
 			"Secret %s holds a key with fingerprint %s, but the cluster was created with %s: restore the original key",
 			keyName(c), fp, c.Status.ClusterKeyFingerprint)}
+		return nil
 	}
+	obs.clusterKey = clusterSecret(key)
 	return nil
 }
+
+// clusterSecret is the secret the daemons read from the mounted key file
+// (common/file_util.h ReadSecretFile: the content without trailing line
+// ends).
+func clusterSecret(key []byte) string { return strings.TrimRight(string(key), "\r\n") }
 
 func fingerprint(key []byte) string {
 	sum := sha256.Sum256(key)
@@ -383,10 +393,11 @@ func recordPMNodes(c *pdpmv1alpha1.PDPMCluster, pods []corev1.Pod) {
 	c.Status.PMNodes = list
 }
 
-// serverReplicas is the server count to run: the spec's, except that
-// removing a server that may hold data is refused until the monitor reports
-// it drained.
-func (r *PDPMClusterReconciler) serverReplicas(c *pdpmv1alpha1.PDPMCluster, existing *appsv1.StatefulSet,
+// serverReplicas is the server count to run: the spec's, except that a
+// server that may hold data is removed only once the monitor reports it
+// drained. The operator asks the monitor to drain each server to remove
+// (every reconcile until it is DRAINED: the call is idempotent).
+func (r *PDPMClusterReconciler) serverReplicas(ctx context.Context, c *pdpmv1alpha1.PDPMCluster, existing *appsv1.StatefulSet,
 	pods []corev1.Pod, obs *observation) int32 {
 	want := c.Spec.Servers.Replicas
 	if existing == nil || existing.Spec.Replicas == nil {
@@ -412,7 +423,8 @@ func (r *PDPMClusterReconciler) serverReplicas(c *pdpmv1alpha1.PDPMCluster, exis
 			blocking = append(blocking, pod+" (state unknown)")
 			continue
 		}
-		state, known := serverState(obs.monitor, pod)
+		server, known := monitorServer(obs.monitor, pod)
+		state := server.GetState()
 		switch {
 		case known && state == pdpmv1.ServerState_SERVER_STATE_DRAINED:
 		case !known && !scheduled[pod]:
@@ -420,7 +432,9 @@ func (r *PDPMClusterReconciler) serverReplicas(c *pdpmv1alpha1.PDPMCluster, exis
 		case !known:
 			blocking = append(blocking, pod+" (not registered with the monitor)")
 		default:
-			blocking = append(blocking, fmt.Sprintf("%s (%s)", pod, strings.TrimPrefix(state.String(), "SERVER_STATE_")))
+			if drained, progress := r.drain(ctx, c, pod, server, obs); !drained {
+				blocking = append(blocking, fmt.Sprintf("%s (%s)", pod, progress))
+			}
 		}
 	}
 	if len(blocking) == 0 {
@@ -431,20 +445,47 @@ func (r *PDPMClusterReconciler) serverReplicas(c *pdpmv1alpha1.PDPMCluster, exis
 		want, have, strings.Join(blocking, ", "))
 	if obs.monitorErr != nil {
 		msg += fmt.Sprintf("; the monitor is unreachable (%v)", obs.monitorErr)
-	} else {
-		msg += "; drain them first"
 	}
 	obs.scaleDownRefused = msg
 	return have
 }
 
-func serverState(st *pdpmv1.ClusterStatus, pod string) (pdpmv1.ServerState, bool) {
+// monitorServer is the server the monitor knows as pod (servers register
+// with their pod's name as a label).
+func monitorServer(st *pdpmv1.ClusterStatus, pod string) (*pdpmv1.ServerInfo, bool) {
 	for _, s := range st.GetServers() {
 		if s.GetLabels()[ServerPodLabel] == pod {
-			return s.GetState(), true
+			return s, true
 		}
 	}
-	return pdpmv1.ServerState_SERVER_STATE_UNSPECIFIED, false
+	return nil, false
+}
+
+// drain asks the monitor to drain the server of pod: whether it is
+// DRAINED, else where that stands (its state and what is still to move, or
+// why the operator could not ask).
+func (r *PDPMClusterReconciler) drain(ctx context.Context, c *pdpmv1alpha1.PDPMCluster, pod string,
+	server *pdpmv1.ServerInfo, obs *observation) (bool, string) {
+	state := strings.TrimPrefix(server.GetState().String(), "SERVER_STATE_")
+	if obs.clusterKey == "" {
+		return false, state + ", not drained: the cluster key is unusable"
+	}
+	dctx, cancel := context.WithTimeout(ctx, r.MonitorTimeout)
+	resp, err := r.MonitorDrain(dctx, r.MonitorAddress(c), obs.clusterKey, server.GetId())
+	cancel()
+	if err != nil {
+		return false, fmt.Sprintf("%s, drain request failed: %v", state, err)
+	}
+	if server.GetState() != pdpmv1.ServerState_SERVER_STATE_DRAINING &&
+		server.GetState() != pdpmv1.ServerState_SERVER_STATE_DRAINED {
+		r.Recorder.Eventf(c, corev1.EventTypeNormal, "Draining",
+			"Asked the monitor to drain server %d (%s) before removing its pod", server.GetId(), pod)
+	}
+	state = strings.TrimPrefix(resp.GetState().String(), "SERVER_STATE_")
+	if resp.GetMessage() != "" {
+		state += ": " + resp.GetMessage()
+	}
+	return resp.GetState() == pdpmv1.ServerState_SERVER_STATE_DRAINED, state
 }
 
 // serverPartition steps a rollout of the server pod template: pods with

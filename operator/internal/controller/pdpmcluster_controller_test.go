@@ -4,11 +4,16 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -536,33 +541,41 @@ func healthyCluster(t *testing.T) (string, *testMonitor, *pdpmv1alpha1.PDPMClust
 	return ns, mon, c
 }
 
-func TestScaleDownRefusedUntilDrained(t *testing.T) {
+// Scaling down asks the monitor to drain the servers to remove (with the
+// cluster key) and removes their pods only once they are DRAINED.
+func TestScaleDownDrainsThroughTheMonitor(t *testing.T) {
 	ns, mon, c := healthyCluster(t)
+	key := &corev1.Secret{}
+	mustGet(t, ns, "pdpm-key", key)
+	mon.mu.Lock()
+	mon.secret = string(key.Data[ClusterKeyField])
+	mon.mu.Unlock()
 
 	if err := updateCluster(t, c, func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Servers.Replicas = 2 }); err != nil {
 		t.Fatal(err)
 	}
-	cur := waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionFalse, "ScaleDownRefused")
-	msg := condition(cur, pdpmv1alpha1.ConditionReady).Message
-	if !strings.Contains(msg, "pdpm-server-2 (UP)") || cur.Status.Phase != pdpmv1alpha1.PhaseBlocked {
-		t.Errorf("refusal does not explain itself: %q, phase %s", msg, cur.Status.Phase)
+	eventually(t, func() error {
+		cur := getCluster(t, c)
+		m := condition(cur, pdpmv1alpha1.ConditionReady).Message
+		if !strings.Contains(m, "pdpm-server-2 (DRAINING: 2 primaries, 1 backups and 3 tables still to move)") ||
+			cur.Status.Phase != pdpmv1alpha1.PhaseBlocked {
+			return fmt.Errorf("phase %s, message %q", cur.Status.Phase, m)
+		}
+		return nil
+	})
+	for _, id := range mon.drainRequests() {
+		if id != 3 {
+			t.Errorf("the operator asked to drain server %d; only server 3 (pdpm-server-2) goes", id)
+		}
 	}
 	srv := &appsv1.StatefulSet{}
 	mustGet(t, ns, "pdpm-server", srv)
 	if *srv.Spec.Replicas != 3 {
-		t.Fatalf("servers scaled down to %d while server 2 holds data", *srv.Spec.Replicas)
+		t.Fatalf("servers scaled down to %d while server 2 is draining", *srv.Spec.Replicas)
 	}
+	waitEvents(t, ns, "Draining", 1)
 	waitEvents(t, ns, "ScaleDownRefused", 1)
 
-	// Draining is not drained.
-	mon.set(func(s *pdpmv1.ClusterStatus) { s.Servers[2].State = pdpmv1.ServerState_SERVER_STATE_DRAINING })
-	eventually(t, func() error {
-		m := condition(getCluster(t, c), pdpmv1alpha1.ConditionReady).Message
-		if !strings.Contains(m, "pdpm-server-2 (DRAINING)") {
-			return fmt.Errorf("message %q", m)
-		}
-		return nil
-	})
 	// Without the monitor nothing can be confirmed.
 	addr, _ := monitors.Load(ns)
 	monitors.Store(ns, unreachableMonitor)
@@ -590,6 +603,79 @@ func TestScaleDownRefusedUntilDrained(t *testing.T) {
 		return nil
 	})
 	waitEvents(t, ns, "ScalingDown", 1)
+}
+
+// A drain the monitor refuses (here: a wrong cluster key) keeps the server
+// and says why.
+func TestScaleDownRefusedWhenTheDrainFails(t *testing.T) {
+	ns, mon, c := healthyCluster(t)
+	mon.mu.Lock()
+	mon.secret = "not the cluster key"
+	mon.mu.Unlock()
+	if err := updateCluster(t, c, func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Servers.Replicas = 2 }); err != nil {
+		t.Fatal(err)
+	}
+	cur := waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionFalse, "ScaleDownRefused")
+	msg := condition(cur, pdpmv1alpha1.ConditionReady).Message
+	if !strings.Contains(msg, "pdpm-server-2 (UP, drain request failed:") || !strings.Contains(msg, "wrong cluster secret") {
+		t.Errorf("refusal does not explain itself: %q", msg)
+	}
+	srv := &appsv1.StatefulSet{}
+	mustGet(t, ns, "pdpm-server", srv)
+	if *srv.Spec.Replicas != 3 {
+		t.Fatalf("servers scaled down to %d although the drain failed", *srv.Spec.Replicas)
+	}
+}
+
+// A standby monitor names the leader; the operator's calls go there.
+func TestMonitorCallsFollowTheLeader(t *testing.T) {
+	ns := newNamespace(t)
+	leader := startMonitor(t, ns, 3)
+	leaderAddr, _ := monitors.Load(ns)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	standby := grpc.NewServer()
+	pdpmv1.RegisterMonitorServer(standby, standbyMonitor{leader: leaderAddr.(string)})
+	go func() { _ = standby.Serve(lis) }()
+	t.Cleanup(standby.Stop)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := GetClusterStatus(ctx, lis.Addr().String())
+	if err != nil || st.GetEpoch() != 7 {
+		t.Fatalf("status through the standby: %v, %v", st, err)
+	}
+	leader.mu.Lock()
+	leader.secret = "k"
+	leader.mu.Unlock()
+	resp, err := DrainServer(ctx, lis.Addr().String(), "k", 2)
+	if err != nil || resp.GetState() != pdpmv1.ServerState_SERVER_STATE_DRAINING {
+		t.Fatalf("drain through the standby: %v, %v", resp, err)
+	}
+	if got := leader.drainRequests(); len(got) != 1 || got[0] != 2 {
+		t.Errorf("the leader saw drain requests %v, want [2]", got)
+	}
+}
+
+// standbyMonitor refuses every call the way a monitor that does not lead
+// does.
+type standbyMonitor struct {
+	pdpmv1.UnimplementedMonitorServer
+	leader string
+}
+
+func (s standbyMonitor) refuse() error {
+	return status.Error(codes.Unavailable, notLeaderMessage+leaderIsMessage+s.leader)
+}
+
+func (s standbyMonitor) GetClusterStatus(context.Context, *pdpmv1.GetClusterStatusRequest) (*pdpmv1.ClusterStatus, error) {
+	return nil, s.refuse()
+}
+
+func (s standbyMonitor) DrainServer(context.Context, *pdpmv1.DrainServerRequest) (*pdpmv1.DrainServerResponse, error) {
+	return nil, s.refuse()
 }
 
 func condition(c *pdpmv1alpha1.PDPMCluster, typ string) metav1.Condition {

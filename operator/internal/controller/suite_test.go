@@ -12,6 +12,8 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -90,6 +92,7 @@ func runSuite(m *testing.M) int {
 		Scheme:        mgr.GetScheme(),
 		Recorder:      mgr.GetEventRecorderFor("pdpm-operator"),
 		MonitorStatus: GetClusterStatus,
+		MonitorDrain:  DrainServer,
 		MonitorAddress: func(c *pdpmv1alpha1.PDPMCluster) string {
 			if a, ok := monitors.Load(c.Namespace); ok {
 				return a.(string)
@@ -122,13 +125,47 @@ func zapLevel() zapcore.Level {
 }
 
 // testMonitor is a real gRPC server implementing pdpm.v1.Monitor's status
-// API, serving the cluster status the test sets.
+// and drain API: it serves the cluster status the test sets, and a drain
+// request with the secret the test sets marks the server DRAINING (the
+// test decides when it is DRAINED).
 type testMonitor struct {
 	pdpmv1.UnimplementedMonitorServer
 	mu     sync.Mutex
 	status *pdpmv1.ClusterStatus
+	secret string
+	drains []uint32 // server ids of the drain requests, in order
 	server *grpc.Server
 	ns     string
+}
+
+func (m *testMonitor) DrainServer(_ context.Context, req *pdpmv1.DrainServerRequest) (*pdpmv1.DrainServerResponse, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.secret == "" || req.GetClusterSecret() != m.secret {
+		return nil, status.Error(codes.PermissionDenied, "wrong cluster secret")
+	}
+	for _, s := range m.status.Servers {
+		if s.GetId() != req.GetServerId() {
+			continue
+		}
+		m.drains = append(m.drains, s.GetId())
+		if s.State != pdpmv1.ServerState_SERVER_STATE_DRAINED {
+			s.State = pdpmv1.ServerState_SERVER_STATE_DRAINING
+		}
+		resp := &pdpmv1.DrainServerResponse{Epoch: m.status.Epoch, State: s.State}
+		if s.State != pdpmv1.ServerState_SERVER_STATE_DRAINED {
+			resp.Message = "2 primaries, 1 backups and 3 tables still to move"
+		}
+		return resp, nil
+	}
+	return nil, status.Errorf(codes.NotFound, "server %d is not a member", req.GetServerId())
+}
+
+// drainRequests returns the server ids the operator asked to drain.
+func (m *testMonitor) drainRequests() []uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]uint32(nil), m.drains...)
 }
 
 func (m *testMonitor) GetClusterStatus(context.Context, *pdpmv1.GetClusterStatusRequest) (*pdpmv1.ClusterStatus, error) {

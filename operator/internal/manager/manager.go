@@ -70,6 +70,7 @@ func New(restConfig *rest.Config, cfg Config) (ctrl.Manager, error) {
 		Scheme:         mgr.GetScheme(),
 		Recorder:       mgr.GetEventRecorderFor("pdpm-operator"),
 		MonitorStatus:  controller.GetClusterStatus,
+		MonitorDrain:   controller.DrainServer,
 		MonitorAddress: controller.MonitorAddress,
 		MonitorTimeout: cfg.MonitorTimeout,
 		ResyncPeriod:   cfg.StatusInterval,
