@@ -164,10 +164,11 @@ if has pdfs; then
   # A table is one segment, and a file's 64 MiB chunks live in the tables
   # their ids hash to: with the default 16 tables of 128 MiB a table that
   # draws two chunks and their copy-on-write pages is full
-  # (resource_exhausted, EIO). Three tables of 512 MiB hold the run's files;
-  # with the three transaction logs they take the nine segments of three
-  # 2 GiB PM files (6 GiB of /dev/shm).
-  "$pdpm" up --dir "$work/cluster" --replicas 2 --pm-size 2GiB --segment-size 512MiB --tables 3 \
+  # (resource_exhausted, EIO). Three tables of 512 MiB hold the run's files.
+  # Their six copies and the three transaction logs need nine segments, but
+  # one server may own all three tables: four segments a server (2.5 GiB
+  # PM files, 7.5 GiB of /dev/shm).
+  "$pdpm" up --dir "$work/cluster" --replicas 2 --pm-size 2560MiB --segment-size 512MiB --tables 3 \
     --monitor-port "$(free_ports 1)" --server-port "$(free_ports 3)" --gateway-port 0 \
     --timeout 60s >/dev/null
   "$pdpm" fs volume create bench --dir "$work/cluster" >/dev/null
