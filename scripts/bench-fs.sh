@@ -195,7 +195,7 @@ fio_run() {  # target rw bs size jobs -> the value (MiB/s for 1M, IOPS for 4k)
     >"$work/fio.json" 2>"$work/fio.err" ||
     { cat "$work/fio.err" >&2; echo "bench-fs: fio $rw on $target failed" >&2; return 1; }
   local side=read
-  [[ $rw == *write ]] && side=write
+  [[ $rw == *write ]] && side="write"
   if [[ $bs == 4k ]]; then
     jq -r ".jobs[0].$side.iops | . * 10 | floor / 10" "$work/fio.json"
   else
@@ -383,7 +383,7 @@ for name in "${missed[@]}"; do
     fs.fuse.*randwrite*) key=fuse-randwrite ;;
     fs.fuse.*randread*) key=fuse-randread ;;
     fs.meta.*) key=fuse-meta ;;
-    fs.lib.meta.*) key=lib-meta ;;
+    fs.lib.meta.*) key="lib-meta" ;;
     *) continue ;;
   esac
   [[ -n ${profiled[$key]:-} ]] && continue
