@@ -9,7 +9,8 @@
 #                with its FUSE client; glusterd runs in a network namespace of
 #                its own with its own address (it refuses loopback bricks);
 #   pdfs         pdfs-fuse mounting a volume of a local cluster (`pdpm up`:
-#                three servers on PM files in /dev/shm, every segment on two).
+#                three servers on PM files in /dev/shm, every segment on two,
+#                three tables of 512 MiB).
 # On each mount: fio (1 MiB sequential write then read, bandwidth; 4 KiB
 # random write then read, IOPS; 1 and 4 jobs, each on its own file) and
 # pdfs_bench meta (create, stat, readdir, unlink, mkdir, rmdir; many files in
@@ -32,15 +33,15 @@
 # namespace, the cluster) is torn down on exit and on failure. Needs root
 # (mounts, network namespace) and `scripts/deps.sh bench`.
 #   scripts/bench-fs.sh BUILD_DIR
-# env: FS_TARGETS (default "tmpfs passthrough glusterfs pdfs"), FS_SEQ_BYTES
-# (per job, default 128MiB), FS_RAND_BYTES (per job, default 32MiB),
+# env: FS_TARGETS (default "pdfs tmpfs passthrough glusterfs"), FS_SEQ_BYTES
+# (per job, default 64MiB), FS_RAND_BYTES (per job, default 32MiB),
 # FS_FILES (names per metadata operation, default 1000), FS_DIRS (spread
 # layout, default 10), FS_SECONDS (most seconds of one create, mkdir or
 # random I/O run, default 20), FS_PROFILE (1 or 0)
 set -euo pipefail
 build=${1:?usage: bench-fs.sh BUILD_DIR}
-targets=${FS_TARGETS:-tmpfs passthrough glusterfs pdfs}
-seq_bytes=${FS_SEQ_BYTES:-128MiB}
+targets=${FS_TARGETS:-pdfs tmpfs passthrough glusterfs}
+seq_bytes=${FS_SEQ_BYTES:-64MiB}
 rand_bytes=${FS_RAND_BYTES:-32MiB}
 files=${FS_FILES:-1000}
 dirs=${FS_DIRS:-10}
@@ -70,7 +71,16 @@ mounts=()
 # Everything this run started, undone in reverse order; a step that fails
 # does not stop the rest.
 cleanup() {
+  local rc=$?
   set +e
+  # A failed run shows why: the end of pdfs-fuse's and the daemons' logs.
+  if [[ $rc != 0 && -d $work/cluster ]]; then
+    for log in "$work"/cluster/fs/*.log "$work"/cluster/*.log; do
+      [[ -s $log ]] || continue
+      echo "--- last lines of $(basename "$log")" >&2
+      tail -n 15 "$log" >&2
+    done
+  fi
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
     mountpoint -q "${mounts[i]}" && umount "${mounts[i]}" 2>/dev/null
     mountpoint -q "${mounts[i]}" && umount -l "${mounts[i]}"
@@ -151,7 +161,14 @@ if has glusterfs; then
   dir[glusterfs]=$gl/mnt
 fi
 if has pdfs; then
-  "$pdpm" up --dir "$work/cluster" --replicas 2 --pm-size 3GiB --segment-size 128MiB \
+  # A table is one segment, and a file's 64 MiB chunks live in the tables
+  # their ids hash to: with the default 16 tables of 128 MiB a table that
+  # draws two chunks and their copy-on-write pages is full
+  # (resource_exhausted, EIO). Three tables of 512 MiB hold the run's files.
+  # Their six copies and the three transaction logs need nine segments, but
+  # one server may own all three tables: four segments a server (2.5 GiB
+  # PM files, 7.5 GiB of /dev/shm).
+  "$pdpm" up --dir "$work/cluster" --replicas 2 --pm-size 2560MiB --segment-size 512MiB --tables 3 \
     --monitor-port "$(free_ports 1)" --server-port "$(free_ports 3)" --gateway-port 0 \
     --timeout 60s >/dev/null
   "$pdpm" fs volume create bench --dir "$work/cluster" >/dev/null
@@ -163,8 +180,11 @@ if has pdfs; then
     --volume bench)
 fi
 
-# Figures: lines "<target> <name> <value> <unit>" in $work/figures.
+# Figures: lines "<target> <name> <value> <unit>" in $work/figures. A
+# figure that fails (its error printed) is listed in `failed`, the others
+# still run, and the script exits 1 at the end.
 : >"$work/figures"
+failed=()
 record() { echo "$1 $2 $3 $4" >>"$work/figures"; }
 fio_run() {  # target rw bs size jobs -> the value (MiB/s for 1M, IOPS for 4k)
   local target=$1 rw=$2 bs=$3 size=$4 jobs=$5 file=seq
@@ -175,7 +195,7 @@ fio_run() {  # target rw bs size jobs -> the value (MiB/s for 1M, IOPS for 4k)
     >"$work/fio.json" 2>"$work/fio.err" ||
     { cat "$work/fio.err" >&2; echo "bench-fs: fio $rw on $target failed" >&2; return 1; }
   local side=read
-  [[ $rw == *write ]] && side=write
+  [[ $rw == *write ]] && side="write"
   if [[ $bs == 4k ]]; then
     jq -r ".jobs[0].$side.iops | . * 10 | floor / 10" "$work/fio.json"
   else
@@ -190,9 +210,12 @@ fio_figures() {  # target
     for spec in "write 1M $seq_bytes write.1MiB MiB/s" "read 1M $seq_bytes read.1MiB MiB/s" \
       "randwrite 4k $rand_bytes randwrite.4KiB IOPS" "randread 4k $rand_bytes randread.4KiB IOPS"; do
       read -r rw bs size name unit <<<"$spec"
-      v=$(fio_run "$1" "$rw" "$bs" "$size" "$jobs")
-      record "$1" "fs.fuse.$name$suffix" "$v" "$unit"
-      echo "  $1 fio $name jobs $jobs: $v $unit"
+      if v=$(fio_run "$1" "$rw" "$bs" "$size" "$jobs"); then
+        record "$1" "fs.fuse.$name$suffix" "$v" "$unit"
+        echo "  $1 fio $name jobs $jobs: $v $unit"
+      else
+        failed+=("$1 fs.fuse.$name$suffix")
+      fi
     done
     rm -f "${dir[$1]}"/seq.* "${dir[$1]}"/rand.*
   done
@@ -200,8 +223,10 @@ fio_figures() {  # target
 bench_figures() {  # target prefix args... : pdfs_bench's FIGURE lines recorded
   local target=$1 prefix=$2
   shift 2
-  "$bench" "$@" --seconds "$seconds" >"$work/bench.out" ||
-    { echo "bench-fs: pdfs_bench $* on $target failed" >&2; return 1; }
+  "$bench" "$@" --seconds "$seconds" >"$work/bench.out" || {
+    echo "bench-fs: pdfs_bench $* on $target failed" >&2
+    failed+=("$target pdfs_bench $1 (figures after those printed)")
+  }
   while read -r _ name value unit; do
     [[ $unit == IOPS || $unit == ops/s && $name == rand* ]] && unit=IOPS
     record "$target" "$prefix.$name" "$value" "$unit"
@@ -323,11 +348,14 @@ for m in sorted(set(missed)):
     print("MISSED", m)
 PY
 grep -v '^MISSED' "$work/report"
+for f in "${failed[@]}"; do echo "FAILED: $f"; done
+status=0
+((${#failed[@]} == 0)) || status=1
 
 # A profile of each pDFS figure whose goal was missed (one per kind).
-[[ $profile == 1 ]] && has pdfs || exit 0
+[[ $profile == 1 ]] && has pdfs || exit $status
 mapfile -t missed < <(sed -n 's/^MISSED //p' "$work/report")
-((${#missed[@]} > 0)) || exit 0
+((${#missed[@]} > 0)) || exit $status
 server_pids=$(cat "$work"/cluster/server-*.pid | paste -sd,)
 fuse_pid=$(cat "$work"/cluster/fs/*.pid)
 profile_run() {  # title pids self command... (self=1: profile the command too)
@@ -345,7 +373,7 @@ profile_run() {  # title pids self command... (self=1: profile the command too)
   kill -INT "$perf_pid" 2>/dev/null
   wait "$perf_pid" 2>/dev/null || true
   perf report -i "$work/perf.data" --stdio --no-children --sort comm,dso,sym -g none \
-    --percent-limit 1.5 2>/dev/null | grep -v '^#' | grep -v '^$' | head -40
+    --percent-limit 0.7 2>/dev/null | grep -v '^#' | grep -v '^$' | head -40
 }
 declare -A profiled
 for name in "${missed[@]}"; do
@@ -355,7 +383,7 @@ for name in "${missed[@]}"; do
     fs.fuse.*randwrite*) key=fuse-randwrite ;;
     fs.fuse.*randread*) key=fuse-randread ;;
     fs.meta.*) key=fuse-meta ;;
-    fs.lib.meta.*) key=lib-meta ;;
+    fs.lib.meta.*) key="lib-meta" ;;
     *) continue ;;
   esac
   [[ -n ${profiled[$key]:-} ]] && continue
@@ -377,3 +405,4 @@ for name in "${missed[@]}"; do
       rm -f "${dir[pdfs]}"/seq.* "${dir[pdfs]}"/rand.* ;;
   esac
 done
+exit $status
