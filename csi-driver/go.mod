@@ -8,6 +8,7 @@ require (
 	golang.org/x/sys v0.33.0
 	google.golang.org/grpc v1.75.0
 	google.golang.org/protobuf v1.36.11
+	k8s.io/kubelet v0.34.4
 )
 
 require (

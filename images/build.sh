@@ -8,7 +8,8 @@
 #   images/build.sh BUILD_DIR OUT_DIR
 #
 # Writes OUT_DIR/<name>.tar (OCI image archives `ctr images import` takes)
-# for core (pdpm/core:VERSION), operator (pdpm/operator:VERSION) and the
+# for core (pdpm/core:VERSION), operator (pdpm/operator:VERSION), csi
+# (pdpm/csi:VERSION: the CSI driver, docs/csi.md) and the
 # test-only images e2e-client (pdpm-e2e/client:VERSION: redis-cli) and
 # pause (pdpm-e2e/pause:VERSION, the pod sandbox), and prints each image's
 # name, reference and size. Fails when the core image exceeds 150 MB.
@@ -152,6 +153,7 @@ report() { # file name
 }
 
 image_from_list operator pdpm/operator "$src/images/operator.list" 65532 /usr/local/bin/pdpm-operator
+image_from_list csi pdpm/csi "$src/images/csi.list" 0 /usr/local/bin/pdpm-csi
 image_from_list e2e-client pdpm-e2e/client "$src/e2e/k8s/client.list" 65532
 
 # The pod sandbox: a static program that waits for the signal to stop.

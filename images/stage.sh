@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Puts the `bin` and `gobin` entries of LIST under ROOT/usr/local/bin:
 # binaries of the C++ build (BUILD_DIR) with their debug information
-# stripped, and Go commands of the operator module built static.
+# stripped, and Go commands built static (of the operator module, or of
+# the module directory a `gobin` line names third).
 #   stage.sh LIST ROOT [BUILD_DIR]
 # The project's root is this script's parent directory.
 set -euo pipefail
 list=$1 root=$2 build=${3:-}
 src=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$root/usr/local/bin"
-while read -r kind a b; do
+while read -r kind a b module; do
   case $kind in
   bin)
     if [[ -z $build || ! -x $build/$a ]]; then
@@ -19,7 +20,7 @@ while read -r kind a b; do
     strip --strip-debug "$root/usr/local/bin/$(basename "$a")"
     ;;
   gobin)
-    (cd "$src/operator" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+    (cd "$src/${module:-operator}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
       -o "$root/usr/local/bin/$a" "$b")
     ;;
   esac

@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -41,6 +43,11 @@ func run() int {
 	monitors := fs.String("monitors", "", "with --cluster-name: its monitors (host:port, comma-separated)")
 	secretFile := fs.String("secret-file", "", "with --cluster-name: file holding its cluster secret")
 	transport := fs.String("transport", "", "with --cluster-name: tcp (default) or verbs")
+	registrationSocket := fs.String("registration-socket", "",
+		"node: serve kubelet's plugin registration here (in kubelet's plugins_registry); empty: do not register")
+	kubeletEndpoint := fs.String("kubelet-endpoint", "",
+		"node: the CSI socket's path as kubelet sees it (default: --endpoint's path)")
+	healthz := fs.String("healthz", "", "serve /healthz (the CSI endpoint's Probe) on this HOST:PORT; empty: none")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -107,6 +114,28 @@ func run() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if node && *registrationSocket != "" {
+		if *kubeletEndpoint == "" {
+			_, *kubeletEndpoint, _ = driver.ParseEndpoint(*endpoint)
+		}
+		rl, err := driver.Listen("unix://" + *registrationSocket)
+		if err != nil {
+			return fail("--registration-socket: %v", err)
+		}
+		reg := (&driver.Registration{Endpoint: *kubeletEndpoint, Log: log}).Serve(rl)
+		defer reg.Stop()
+	}
+	if *healthz != "" {
+		hl, err := net.Listen("tcp", *healthz)
+		if err != nil {
+			return fail("--healthz: %v", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/healthz", driver.Healthz(*endpoint, log))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(hl) }()
+		defer hs.Close()
+	}
 	go func() {
 		<-ctx.Done()
 		srv.Stop()

@@ -292,7 +292,7 @@ Status VolumeManager::CopyNode(uint64_t from_parent, const ReaddirEntry& entry, 
     err = fs_->GetXattr(a.ino, xattr, &value);
     if (err == ENODATA) continue;
     if (err == 0) err = fs_->SetXattr(made.ino, xattr, value, 0);
-    PDPM_RETURN_IF_ERROR(FsStatus(what + " xattr " + xattr, err));
+    if (err != 0) return FsStatus(what, err).WithContext("xattr " + xattr);
   }
   // Mode bits past the umask-free create, and the times, last (writes and
   // creates below a directory change its mtime).
