@@ -72,7 +72,8 @@ test-csi: build
 # PDPM on a real single-node Kubernetes started and stopped here (e2e/k8s,
 # docs/e2e.md): the images, the charts' lint and unit tests, helm install, a
 # PDPMCluster, Redis clients through the gateway, a server pod killed under
-# writes. Prints each phase's time.
+# writes, the monitor leader killed, scaling, helm upgrade, Retain. Prints
+# each phase's time. Not part of `test`: 8-10 min warm (docs/e2e.md).
 e2e: build
 	e2e/k8s/run.sh build/release
 

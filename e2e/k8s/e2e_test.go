@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,15 +22,19 @@ var (
 	kubectlBin = flag.String("kubectl", "kubectl", "kubectl binary")
 	helmBin    = flag.String("helm", "helm", "helm binary")
 	tag        = flag.String("tag", "", "tag of the PDPM images (default: the repository's VERSION)")
+	upgradeTag = flag.String("upgrade-tag", "", "tag of the core image that scenario 7 upgrades to (default: the tag with -upgrade appended)")
 	pullPolicy = flag.String("pull-policy", "IfNotPresent", "imagePullPolicy of every pod the tests create")
 	opNS       = flag.String("operator-namespace", "pdpm-system", "namespace of the chart's release")
 	ns         = flag.String("namespace", "pdpm-e2e", "namespace of the test clusters and client pods (created and deleted)")
 	keys       = flag.Int("keys", 3000, "keys written through the gateway and read back")
 	keep       = flag.Bool("keep", false, "leave the release and namespace behind (to look at a failure)")
+	logsDir    = flag.String("logs", "", "on failure, save every pod's log, the events and the PDPMClusters here before cleaning up")
 )
 
 const (
 	sampleName  = "pdpm-emulated" // config/samples/pdpm_v1alpha1_pdpmcluster_emulated.yaml
+	chartedName = "charted"       // the PDPMCluster of charts/pdpm-cluster's release
+	chartedRel  = "chart-cluster"
 	clientPod   = "redis-client"
 	releaseName = "pdpm"
 )
@@ -77,6 +82,9 @@ func TestPDPMOnKubernetes(t *testing.T) {
 
 	if !*keep {
 		t.Cleanup(func() {
+			if t.Failed() && *logsDir != "" {
+				saveLogs(c, *logsDir)
+			}
 			cctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			// Best effort: the clusters first (their finalizer needs the
@@ -95,9 +103,51 @@ func TestPDPMOnKubernetes(t *testing.T) {
 	values := map[string]string{}
 	phase(t, "3-redis-through-gateway", func(t *testing.T) { testRedisThroughGateway(ctx, t, c, tg, values) })
 	phase(t, "4-server-force-deleted", func(t *testing.T) { testServerForceDeleted(ctx, t, c, values) })
+	phase(t, "6-scale-servers", func(t *testing.T) { testScaleServers(ctx, t, c, values) })
+	phase(t, "8-delete-retain-recreate", func(t *testing.T) { testDeleteRetainRecreate(ctx, t, c, root, tg, values) })
 	phase(t, "8-delete-wipedata", func(t *testing.T) { testDeleteWipeData(ctx, t, c) })
-	phase(t, "helm-test-cluster-chart", func(t *testing.T) { testClusterChart(ctx, t, c, root, tg) })
+	phase(t, "helm-install-cluster-chart", func(t *testing.T) { testClusterChart(ctx, t, c, root, tg) })
+	charted := map[string]string{}
+	phase(t, "5-monitor-leader-killed", func(t *testing.T) { testMonitorLeaderKilled(ctx, t, c, chartedName, charted) })
+	phase(t, "7-helm-upgrade", func(t *testing.T) { testHelmUpgrade(ctx, t, c, root, tg, charted) })
+	phase(t, "helm-uninstall-cluster-chart", func(t *testing.T) { testClusterChartUninstall(ctx, t, c) })
 	phase(t, "9-helm-uninstall", func(t *testing.T) { testHelmUninstall(ctx, t, c) })
+}
+
+// saveLogs writes, best effort, the log of every container in the test
+// namespaces (the previous instance's too), the events and the
+// PDPMClusters into dir: the cleanup deletes the pods and their logs.
+func saveLogs(c *cluster, dir string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Println("saving logs:", err)
+		return
+	}
+	save := func(name, content string, failure error) {
+		if failure != nil {
+			content += "\n" + failure.Error() + "\n"
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			fmt.Println("saving logs:", err)
+		}
+	}
+	for _, n := range []string{*ns, *opNS} {
+		pods, _ := c.kubectl(ctx, "-n", n, "get", "pods", "-o", "name")
+		for _, pod := range strings.Fields(pods) {
+			name := n + "_" + strings.TrimPrefix(pod, "pod/")
+			cur, err := c.kubectl(ctx, "-n", n, "logs", pod, "--all-containers", "--prefix", "--timestamps")
+			save(name+".log", cur, err)
+			if prev, err := c.kubectl(ctx, "-n", n, "logs", pod, "--all-containers", "--prefix", "--timestamps", "--previous"); err == nil {
+				save(name+".previous.log", prev, nil)
+			}
+		}
+		events, err := c.kubectl(ctx, "-n", n, "get", "events", "--sort-by=.lastTimestamp")
+		save(n+"_events.txt", events, err)
+	}
+	clusters, err := c.kubectl(ctx, "-n", *ns, "get", "pdpmclusters", "-o", "yaml")
+	save("pdpmclusters.yaml", clusters, err)
+	fmt.Println("e2e: the pods' logs, events and PDPMClusters are in", dir)
 }
 
 // The charts' versions follow the repository's VERSION.
@@ -186,15 +236,21 @@ spec:
 	}
 }
 
+// sampleManifest is the Emulated sample as it is but for the image tag and
+// pull policy under test and the cleanup policy, set before it is created
+// (a later change of the images would roll the servers).
+func sampleManifest(ctx context.Context, t *testing.T, c *cluster, root, tg, cleanup string) string {
+	t.Helper()
+	sample := filepath.Join(root, "config", "samples", "pdpm_v1alpha1_pdpmcluster_emulated.yaml")
+	return must(t)(c.kubectl(ctx, "patch", "--local", "-f", sample, "--type=merge", "-o", "json", "-p",
+		fmt.Sprintf(`{"spec":{"images":{"tag":%q,"pullPolicy":%q},"cleanupPolicy":%q}}`,
+			tg, *pullPolicy, cleanup)))
+}
+
 // Scenario 2: the Emulated sample becomes Ready, and its status is true to
 // the cluster.
 func testClusterReady(ctx context.Context, t *testing.T, c *cluster, root, tg string) {
-	sample := filepath.Join(root, "config", "samples", "pdpm_v1alpha1_pdpmcluster_emulated.yaml")
-	// The sample as it is but for the image tag and pull policy under test,
-	// set before it is created (a later change would roll the servers).
-	manifest := must(t)(c.kubectl(ctx, "patch", "--local", "-f", sample, "--type=merge", "-o", "json", "-p",
-		fmt.Sprintf(`{"spec":{"images":{"tag":%q,"pullPolicy":%q}}}`, tg, *pullPolicy)))
-	must(t)(c.kubectlIn(ctx, manifest, "-n", *ns, "apply", "-f", "-"))
+	must(t)(c.kubectlIn(ctx, sampleManifest(ctx, t, c, root, tg, "WipeData"), "-n", *ns, "apply", "-f", "-"))
 	p := waitReady(ctx, t, c, sampleName, 6*time.Minute)
 	st := p.Status
 	if st.ServersReady != 3 || st.ServersTotal != 3 || st.MonitorsReady != 1 {
@@ -210,9 +266,8 @@ func testClusterReady(ctx context.Context, t *testing.T, c *cluster, root, tg st
 		t.Errorf("capacity %q (%v): want more than 1Gi and at most 3Gi", st.Capacity, err)
 	}
 	// The leader is the monitor pod.
-	ip := must(t)(c.kubectl(ctx, "-n", *ns, "get", "pod", sampleName+"-monitor-0", "-o", "jsonpath={.status.podIP}"))
-	if !strings.HasPrefix(st.MonitorLeader, ip+":") && !strings.HasPrefix(st.MonitorLeader, sampleName+"-monitor-0.") {
-		t.Errorf("monitorLeader %q is not monitor pod %s-monitor-0 (%s)", st.MonitorLeader, sampleName, ip)
+	if leader := leaderPod(ctx, t, c, sampleName); leader != sampleName+"-monitor-0" {
+		t.Errorf("monitorLeader %q is not the monitor pod (%v)", st.MonitorLeader, podIPs(ctx, t, c, sampleName, "monitor"))
 	}
 	// Ready pods agree with the status.
 	out := must(t)(c.kubectl(ctx, "-n", *ns, "get", "pods", "-l", "app.kubernetes.io/instance="+sampleName+",app.kubernetes.io/component=server",
@@ -260,11 +315,33 @@ func parseQuantity(q string) (int64, error) {
 	return strconv.ParseInt(q, 10, 64)
 }
 
-// redis runs redis-cli in the client pod against the sample's gateway
-// Service, with stdin.
-func redis(ctx context.Context, c *cluster, stdin string, args ...string) (string, error) {
-	full := append([]string{"-n", *ns, "exec", "-i", clientPod, "--", "redis-cli", "-h", sampleName + "-gateway", "-p", "6379"}, args...)
+// redis runs redis-cli in the client pod against the gateway Service of
+// PDPMCluster name, with stdin.
+func redis(ctx context.Context, c *cluster, name, stdin string, args ...string) (string, error) {
+	full := append([]string{"-n", *ns, "exec", "-i", clientPod, "--", "redis-cli", "-h", name + "-gateway", "-p", "6379"}, args...)
 	return c.kubectlIn(ctx, stdin, full...)
+}
+
+// command runs one Redis command through a cluster's gateway as Redis
+// Cluster clients do: a CLUSTERDOWN or TRYAGAIN reply (nothing was done:
+// the cluster is reconfiguring, or a server's reply took too long) is
+// retried for at most two minutes, each retry logged. Returns redis-cli's
+// output.
+func command(ctx context.Context, t *testing.T, c *cluster, name string, args ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out := must(t)(redis(ctx, c, name, "", args...))
+		first := strings.TrimSpace(out)
+		if !strings.HasPrefix(first, "CLUSTERDOWN ") && !strings.HasPrefix(first, "TRYAGAIN ") {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still %q after 2 minutes", args[0], first)
+		}
+		t.Logf("%s: %s (retried)", args[0], first)
+		time.Sleep(time.Second)
+	}
 }
 
 // Scenario 3: a pod in the cluster runs redis-cli against the gateway
@@ -275,44 +352,90 @@ func testRedisThroughGateway(ctx context.Context, t *testing.T, c *cluster, tg s
 		"--image-pull-policy="+*pullPolicy, "--restart=Never", "--command", "--", "sleep", "infinity"))
 	must(t)(c.kubectl(ctx, "-n", *ns, "wait", "--for=condition=Ready", "pod/"+clientPod, "--timeout=2m"))
 
-	if out := must(t)(redis(ctx, c, "", "PING")); strings.TrimSpace(out) != "PONG" {
+	if out := command(ctx, t, c, sampleName, "PING"); strings.TrimSpace(out) != "PONG" {
 		t.Fatalf("PING: %q", out)
 	}
-	if out := must(t)(redis(ctx, c, "", "SET", "e2e:hello", "world")); strings.TrimSpace(out) != "OK" {
+	if out := command(ctx, t, c, sampleName, "SET", "e2e:hello", "world"); strings.TrimSpace(out) != "OK" {
 		t.Fatalf("SET: %q", out)
 	}
-	if out := must(t)(redis(ctx, c, "", "GET", "e2e:hello")); strings.TrimSpace(out) != "world" {
+	if out := command(ctx, t, c, sampleName, "GET", "e2e:hello"); strings.TrimSpace(out) != "world" {
 		t.Fatalf("GET: %q", out)
 	}
 	values["e2e:hello"] = "world"
 
-	// Thousands of keys in one pipelined stream: redis-cli --pipe sends the
-	// protocol and counts the replies and errors.
-	var stream strings.Builder
+	// Thousands of keys in pipelined batches: redis-cli --pipe sends the
+	// protocol and counts the replies and errors. The first write to each
+	// table allocates its segments on two servers and syncs the backup, and
+	// a gateway's RPC to a busy server is bounded: on a loaded machine a
+	// SET may be answered CLUSTERDOWN (not acknowledged), which tells Redis
+	// clients to try again. SETs are idempotent, so a batch is sent again
+	// while it meets only such replies; any other error fails the test.
+	// Batches keep what a retry resends, and the requests queued in the
+	// gateway at once, small. Each retry is logged.
+	const batch = 250
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i < *keys; i++ {
-		k := fmt.Sprintf("e2e:key:%05d", i)
-		v := fmt.Sprintf("v%d-%x", i, rng.Uint64())
-		values[k] = v
-		fmt.Fprintf(&stream, "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(k), k, len(v), v)
-	}
-	// The first write to each table allocates its segments on two servers
-	// and syncs the backup: on a loaded machine a gateway may answer a SET
-	// with an error (not acknowledged). SETs are idempotent, so the stream
-	// is sent again until every reply is OK; each attempt's errors are
-	// logged.
-	want := fmt.Sprintf("errors: 0, replies: %d", *keys)
-	for attempt := 1; ; attempt++ {
-		out, err := redis(ctx, c, stream.String(), "--pipe", "--pipe-timeout", "300")
-		if err == nil && strings.Contains(out, want) {
-			break
+	deadline := time.Now().Add(8 * time.Minute)
+	retries := 0
+	for first := 0; first < *keys; first += batch {
+		var stream strings.Builder
+		n := min(batch, *keys-first)
+		for i := first; i < first+n; i++ {
+			k := fmt.Sprintf("e2e:key:%05d", i)
+			v := fmt.Sprintf("v%d-%x", i, rng.Uint64())
+			values[k] = v
+			fmt.Fprintf(&stream, "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(k), k, len(v), v)
 		}
-		t.Logf("redis-cli --pipe, attempt %d: %v %s", attempt, err, lastLine(out))
-		if attempt == 3 {
-			t.Fatalf("%d keys not all written in %d attempts", *keys, attempt)
+		want := fmt.Sprintf("errors: 0, replies: %d", n)
+		for {
+			out, err := redis(ctx, c, sampleName, stream.String(), "--pipe", "--pipe-timeout", "120")
+			if err == nil && strings.Contains(out, want) {
+				break
+			}
+			retries++
+			t.Logf("redis-cli --pipe of keys %d..%d: %s; %s", first, first+n-1, lastLine(out), firstErrorLine(err))
+			if bad := nonRetryable(err); bad != "" {
+				t.Fatalf("a SET failed with an error Redis clients do not retry: %s", bad)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d keys not all written after %d retries", *keys, retries)
+			}
 		}
 	}
-	checkValues(ctx, t, c, values)
+	t.Logf("%d keys written in batches of %d, %d batches sent again", *keys, batch, retries)
+	checkValues(ctx, t, c, sampleName, values)
+}
+
+// nonRetryable is the first line redis-cli --pipe printed on stderr (one
+// per error reply) that is not an error Redis Cluster clients retry
+// (CLUSTERDOWN, TRYAGAIN), or "" when there is none. err is run's error:
+// the command, its exit status, then its stderr.
+func nonRetryable(err error) string {
+	if err == nil {
+		return ""
+	}
+	text := err.Error()
+	if _, after, ok := strings.Cut(text, "exit status "); ok {
+		_, text, _ = strings.Cut(after, ": ")
+	}
+	for _, l := range strings.Split(text, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "command terminated with exit code") ||
+			strings.HasPrefix(l, "CLUSTERDOWN ") || strings.HasPrefix(l, "TRYAGAIN ") {
+			continue
+		}
+		return l
+	}
+	return ""
+}
+
+// firstErrorLine is the first line of run's error: the command, its exit
+// status and the first line of its stderr.
+func firstErrorLine(err error) string {
+	if err == nil {
+		return ""
+	}
+	l, _, _ := strings.Cut(err.Error(), "\n")
+	return l
 }
 
 func lastLine(s string) string {
@@ -320,8 +443,9 @@ func lastLine(s string) string {
 	return s[strings.LastIndex(s, "\n")+1:]
 }
 
-// checkValues reads every key back through the gateway and compares.
-func checkValues(ctx context.Context, t *testing.T, c *cluster, values map[string]string) {
+// checkValues reads every key back through the gateway of PDPMCluster name
+// and compares.
+func checkValues(ctx context.Context, t *testing.T, c *cluster, name string, values map[string]string) {
 	t.Helper()
 	names := make([]string, 0, len(values))
 	for k := range values {
@@ -332,10 +456,7 @@ func checkValues(ctx context.Context, t *testing.T, c *cluster, values map[strin
 	for i := 0; i < len(names); i += batch {
 		part := names[i:min(i+batch, len(names))]
 		// MGET prints one value per line, in order.
-		out, err := redis(ctx, c, "", append([]string{"MGET"}, part...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := command(ctx, t, c, name, append([]string{"MGET"}, part...)...)
 		got := strings.Split(strings.TrimRight(out, "\n"), "\n")
 		if len(got) != len(part) {
 			t.Fatalf("MGET of %d keys returned %d lines", len(part), len(got))
@@ -354,44 +475,83 @@ func checkValues(ctx context.Context, t *testing.T, c *cluster, values map[strin
 	t.Logf("%d keys read back", len(names))
 }
 
+// writer SETs keys e2e:<prefix>:<i> = w<i> one by one from the client pod
+// through the gateway of one PDPMCluster, recording each write the gateway acknowledged with
+// OK, until stopped. Failed writes are not recorded (and not retried: an
+// unacknowledged write may or may not be there).
+type writer struct {
+	prefix string
+	cancel context.CancelFunc
+	done   chan error
+	mu     sync.Mutex
+	acked  []string
+}
+
+func startWriter(ctx context.Context, t *testing.T, c *cluster, name, prefix string) *writer {
+	t.Helper()
+	script := fmt.Sprintf(`rm -f /tmp/stop-%[2]s; i=0; while [ ! -e /tmp/stop-%[2]s ]; do i=$((i+1));
+  out=$(timeout 10 redis-cli -h %[1]s -p 6379 SET e2e:%[2]s:$i w$i 2>&1) || true
+  [ "$out" = OK ] && echo "$i"; done`, name+"-gateway", prefix)
+	wctx, cancel := context.WithCancel(ctx)
+	// The client pod's root file system is writable (no security context).
+	cmd := exec.CommandContext(wctx, c.kubectlBin, c.args([]string{"-n", *ns, "exec", clientPod, "--", "sh", "-c", script})...)
+	w := &writer{prefix: prefix, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		w.done <- lines(cmd, func(l string) {
+			w.mu.Lock()
+			w.acked = append(w.acked, l)
+			w.mu.Unlock()
+		})
+	}()
+	t.Cleanup(cancel)
+	w.waitFor(t, 20, time.Minute, "the writer's first acknowledged writes")
+	return w
+}
+
+func (w *writer) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
+// waitFor waits until n more writes than now are acknowledged.
+func (w *writer) waitFor(t *testing.T, n int, timeout time.Duration, what string) {
+	t.Helper()
+	from := w.count()
+	eventually(t, timeout, what, func() error {
+		if got := w.count() - from; got < n {
+			return fmt.Errorf("%d of %d writes acknowledged", got, n)
+		}
+		return nil
+	})
+}
+
+// stop stops the writer and adds every acknowledged write to values.
+func (w *writer) stop(ctx context.Context, t *testing.T, c *cluster, values map[string]string) {
+	t.Helper()
+	must(t)(c.kubectl(ctx, "-n", *ns, "exec", clientPod, "--", "touch", "/tmp/stop-"+w.prefix))
+	select {
+	case err := <-w.done:
+		if err != nil {
+			t.Fatalf("writer %s: %v", w.prefix, err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("writer %s did not stop", w.prefix)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, i := range w.acked {
+		values["e2e:"+w.prefix+":"+i] = "w" + i
+	}
+	t.Logf("writer %s: %d writes acknowledged", w.prefix, len(w.acked))
+}
+
 // Scenario 4: a server pod is force-deleted while a client writes; the
 // cluster reports Degraded, then Ready once the StatefulSet brought the pod
 // back, and every acknowledged write reads back.
 func testServerForceDeleted(ctx context.Context, t *testing.T, c *cluster, values map[string]string) {
-	// The writer: one SET per redis-cli call, printing the index of each
-	// write the gateway acknowledged with OK, until the stop file appears.
-	writer := fmt.Sprintf(`i=0; while [ ! -e /tmp/stop ]; do i=$((i+1));
-  out=$(timeout 10 redis-cli -h %s-gateway -p 6379 SET e2e:w:$i w$i 2>&1) || true
-  [ "$out" = OK ] && echo "$i"; done`, sampleName)
-	// The client pod's root file system is writable (no security context).
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cmd := exec.CommandContext(wctx, c.kubectlBin, c.args([]string{"-n", *ns, "exec", clientPod, "--", "sh", "-c", writer})...)
-	var mu sync.Mutex
-	var acked []string
-	done := make(chan error, 1)
-	go func() {
-		done <- lines(cmd, func(l string) {
-			mu.Lock()
-			acked = append(acked, l)
-			mu.Unlock()
-		})
-	}()
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(acked)
-	}
-	eventually(t, time.Minute, "the writer's first acknowledged writes", func() error {
-		if n := count(); n < 20 {
-			return fmt.Errorf("%d writes acknowledged", n)
-		}
-		return nil
-	})
-
-	victim := sampleName + "-server-1"
-	before := count()
-	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", victim, "--grace-period=0", "--force"))
+	w := startWriter(ctx, t, c, sampleName, "w")
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", sampleName+"-server-1", "--grace-period=0", "--force"))
 	eventually(t, 2*time.Minute, "Degraded after the server pod was deleted", func() error {
 		p, err := getCluster(ctx, c, sampleName)
 		if err != nil {
@@ -403,31 +563,128 @@ func testServerForceDeleted(ctx context.Context, t *testing.T, c *cluster, value
 		return nil
 	})
 	waitReady(ctx, t, c, sampleName, 5*time.Minute)
-	// Writes go on after the failover.
-	after := count()
-	eventually(t, time.Minute, "writes acknowledged after recovery", func() error {
-		if n := count(); n < after+20 {
-			return fmt.Errorf("%d writes acknowledged since Ready", n-after)
+	w.waitFor(t, 20, time.Minute, "writes acknowledged after recovery")
+	w.stop(ctx, t, c, values)
+	checkValues(ctx, t, c, sampleName, values)
+}
+
+// podIPs maps the IP of each pod of one component of PDPMCluster name to
+// the pod's name.
+func podIPs(ctx context.Context, t *testing.T, c *cluster, name, component string) map[string]string {
+	t.Helper()
+	out := must(t)(c.kubectl(ctx, "-n", *ns, "get", "pods", "-l",
+		"app.kubernetes.io/instance="+name+",app.kubernetes.io/component="+component,
+		"-o", `jsonpath={range .items[*]}{.status.podIP} {.metadata.name}{"\n"}{end}`))
+	ips := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if ip, pod, ok := strings.Cut(l, " "); ok && ip != "" {
+			ips[ip] = pod
+		}
+	}
+	return ips
+}
+
+// leaderPod is the monitor pod the status of PDPMCluster name names as
+// leader ("" if none).
+func leaderPod(ctx context.Context, t *testing.T, c *cluster, name string) string {
+	t.Helper()
+	p, err := getCluster(ctx, c, name)
+	if err != nil || p.Status.MonitorLeader == "" {
+		return ""
+	}
+	ip, _, _ := strings.Cut(p.Status.MonitorLeader, ":")
+	return podIPs(ctx, t, c, name, "monitor")[ip]
+}
+
+// Scenario 5: the monitor leader's pod is killed while a client writes: a
+// standby leads, writes go on, and nothing acknowledged is lost.
+func testMonitorLeaderKilled(ctx context.Context, t *testing.T, c *cluster, name string, values map[string]string) {
+	old := leaderPod(ctx, t, c, name)
+	if old == "" {
+		t.Fatal("no monitor pod leads")
+	}
+	w := startWriter(ctx, t, c, name, "m")
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", old, "--grace-period=0", "--force"))
+	var leader string
+	eventually(t, 2*time.Minute, "a standby monitor leading", func() error {
+		if leader = leaderPod(ctx, t, c, name); leader == "" || leader == old {
+			return fmt.Errorf("leader %q (the killed one: %s)", leader, old)
 		}
 		return nil
 	})
-	must(t)(c.kubectl(ctx, "-n", *ns, "exec", clientPod, "--", "touch", "/tmp/stop"))
-	select {
-	case err := <-done:
+	t.Logf("monitor leader %s killed; %s leads", old, leader)
+	w.waitFor(t, 20, 2*time.Minute, "writes acknowledged under the new leader")
+	waitReady(ctx, t, c, name, 5*time.Minute)
+	w.stop(ctx, t, c, values)
+	checkValues(ctx, t, c, name, values)
+}
+
+// Scenario 6: servers scale 3 → 4 (the new server joins and adds its PM)
+// and 4 → 3: the operator asks the monitor to drain the server it removes
+// and removes its pod only once it is DRAINED; nothing is lost.
+func testScaleServers(ctx context.Context, t *testing.T, c *cluster, values map[string]string) {
+	scale := func(n int) {
+		must(t)(c.kubectl(ctx, "-n", *ns, "patch", "pdpmcluster", sampleName, "--type=merge",
+			"-p", fmt.Sprintf(`{"spec":{"servers":{"replicas":%d}}}`, n)))
+	}
+	w := startWriter(ctx, t, c, sampleName, "s")
+	scale(4)
+	p := waitReady(ctx, t, c, sampleName, 5*time.Minute)
+	capBytes, err := parseQuantity(p.Status.Capacity)
+	if p.Status.ServersReady != 4 || p.Status.ServersTotal != 4 || err != nil || capBytes <= 3<<30 || capBytes > 4<<30 {
+		t.Errorf("after scaling to 4: servers %d/%d ready, capacity %q (%v); want 4/4 and more than 3Gi",
+			p.Status.ServersReady, p.Status.ServersTotal, p.Status.Capacity, err)
+	}
+	w.waitFor(t, 20, time.Minute, "writes acknowledged with 4 servers")
+
+	scale(3)
+	p = waitReady(ctx, t, c, sampleName, 5*time.Minute)
+	capBytes, err = parseQuantity(p.Status.Capacity)
+	if p.Status.ServersReady != 3 || p.Status.ServersTotal != 3 || err != nil || capBytes > 3<<30 {
+		t.Errorf("after scaling to 3: servers %d/%d ready, capacity %q (%v); want 3/3 and at most 3Gi",
+			p.Status.ServersReady, p.Status.ServersTotal, p.Status.Capacity, err)
+	}
+	// The operator had the monitor drain the server before removing it:
+	// the monitor logs the drain's start and end. (The operator's events
+	// say so too, but Kubernetes may drop events of a busy object.)
+	monLog := must(t)(c.kubectl(ctx, "-n", *ns, "logs", sampleName+"-monitor-0", "-c", "pdpm-monitor"))
+	started := regexp.MustCompile(`msg="server draining" server_id=(\d+)`).FindStringSubmatch(monLog)
+	if started == nil || !strings.Contains(monLog, `change="server `+started[1]+` drained"`) {
+		t.Errorf("the monitor's log shows no server drained (draining: %v)", started)
+	}
+	if out, err := c.kubectl(ctx, "-n", *ns, "get", "pod", sampleName+"-server-3", "--ignore-not-found", "-o", "name"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("server pod 3 still there after scaling to 3: %q %v", out, err)
+	}
+	w.waitFor(t, 20, time.Minute, "writes acknowledged after scaling down")
+	w.stop(ctx, t, c, values)
+	checkValues(ctx, t, c, sampleName, values)
+}
+
+// Scenario 8 (Retain half): deleting the cluster with cleanupPolicy Retain
+// keeps its key and claims and the PM on the node; the cluster created
+// again with the same name is Ready with all the data.
+func testDeleteRetainRecreate(ctx context.Context, t *testing.T, c *cluster, root, tg string, values map[string]string) {
+	must(t)(c.kubectl(ctx, "-n", *ns, "patch", "pdpmcluster", sampleName, "--type=merge", "-p", `{"spec":{"cleanupPolicy":"Retain"}}`))
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pdpmcluster", sampleName, "--timeout=4m"))
+	eventually(t, 2*time.Minute, "the pods of "+sampleName+" gone", func() error {
+		out, err := c.kubectl(ctx, "-n", *ns, "get", "pods,statefulsets,deployments", "-l", "app.kubernetes.io/instance="+sampleName, "-o", "name")
 		if err != nil {
-			t.Fatalf("writer: %v", err)
+			return err
 		}
-	case <-time.After(time.Minute):
-		t.Fatal("the writer did not stop")
+		if s := strings.TrimSpace(out); s != "" {
+			return errors.New(s)
+		}
+		return nil
+	})
+	kept := must(t)(c.kubectl(ctx, "-n", *ns, "get", "secrets,pvc", "-l", "app.kubernetes.io/instance="+sampleName, "-o", "name"))
+	if !strings.Contains(kept, "secret/"+sampleName+"-key") || !strings.Contains(kept, "persistentvolumeclaim/") {
+		t.Fatalf("Retain kept only %q; want the key Secret and the etcd claims", kept)
 	}
-	mu.Lock()
-	for _, i := range acked {
-		values["e2e:w:"+i] = "w" + i
-	}
-	n := len(acked)
-	mu.Unlock()
-	t.Logf("%d writes acknowledged, %d before the pod was deleted", n, before)
-	checkValues(ctx, t, c, values)
+	must(t)(c.kubectlIn(ctx, sampleManifest(ctx, t, c, root, tg, "Retain"), "-n", *ns, "create", "-f", "-"))
+	waitReady(ctx, t, c, sampleName, 6*time.Minute)
+	checkValues(ctx, t, c, sampleName, values)
+	// The WipeData half deletes it next.
+	must(t)(c.kubectl(ctx, "-n", *ns, "patch", "pdpmcluster", sampleName, "--type=merge", "-p", `{"spec":{"cleanupPolicy":"WipeData"}}`))
 }
 
 // Scenario 8 (WipeData half): the sample says WipeData, so deleting it
@@ -448,25 +705,116 @@ func testDeleteWipeData(ctx context.Context, t *testing.T, c *cluster) {
 	})
 }
 
-// The cluster chart: a PDPMCluster from values becomes Ready and `helm
-// test` passes PING and SET/GET through its gateway Service.
+// The cluster chart: a PDPMCluster from values (three monitors, as the
+// chart's default) becomes Ready and `helm test` passes PING and SET/GET
+// through its gateway Service.
 func testClusterChart(ctx context.Context, t *testing.T, c *cluster, root, tg string) {
-	must(t)(c.helm(ctx, "install", "chart-cluster", filepath.Join(root, "charts", "pdpm-cluster"), "--namespace", *ns,
-		"--set", "name=charted", "--set", "spec.monitor.replicas=1", "--set", "spec.servers.allowMultiplePerNode=true",
+	must(t)(c.helm(ctx, "install", chartedRel, filepath.Join(root, "charts", "pdpm-cluster"), "--namespace", *ns,
+		"--set", "name="+chartedName, "--set", "spec.servers.allowMultiplePerNode=true",
 		"--set", "spec.cleanupPolicy=WipeData",
 		"--set", "spec.images.tag="+tg, "--set", "spec.images.pullPolicy="+*pullPolicy,
 		"--set", "test.image.tag="+tg, "--set", "test.image.pullPolicy="+*pullPolicy))
-	waitReady(ctx, t, c, "charted", 6*time.Minute)
+	p := waitReady(ctx, t, c, chartedName, 8*time.Minute)
+	if p.Status.MonitorsReady != 3 {
+		t.Errorf("%d monitors ready, want 3", p.Status.MonitorsReady)
+	}
 	// The test pod exits 0 only when PING, SET, GET and DEL all answered as
 	// expected; it is deleted on success (so `helm test --logs` has nothing
 	// to read) and kept on failure.
-	if _, err := c.helm(ctx, "test", "chart-cluster", "--namespace", *ns, "--timeout", "2m"); err != nil {
-		logs, _ := c.kubectl(ctx, "-n", *ns, "logs", "charted-test-gateway")
+	if _, err := c.helm(ctx, "test", chartedRel, "--namespace", *ns, "--timeout", "2m"); err != nil {
+		logs, _ := c.kubectl(ctx, "-n", *ns, "logs", chartedName+"-test-gateway")
 		t.Fatalf("%v\ntest pod log:\n%s", err, logs)
 	}
-	must(t)(c.helm(ctx, "uninstall", "chart-cluster", "--namespace", *ns, "--wait", "--timeout", "4m"))
+}
+
+// serverPod is the part of a server pod scenario 7 watches.
+type serverPod struct {
+	Metadata struct {
+		Name              string  `json:"name"`
+		DeletionTimestamp *string `json:"deletionTimestamp"`
+	} `json:"metadata"`
+	Spec struct {
+		Containers []struct {
+			Image string `json:"image"`
+		} `json:"containers"`
+	} `json:"spec"`
+	Status struct {
+		Conditions []condition `json:"conditions"`
+	} `json:"status"`
+}
+
+func (p *serverPod) ready() bool {
+	if p.Metadata.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Status == "True"
+		}
+	}
+	return false
+}
+
+// Scenario 7: `helm upgrade` of the cluster chart to a new image tag while
+// a client writes: the servers roll one at a time, highest ordinal first,
+// never two out of service at once; the status shows the new image; no
+// acknowledged write is lost.
+func testHelmUpgrade(ctx context.Context, t *testing.T, c *cluster, root, tg string, values map[string]string) {
+	up := *upgradeTag
+	if up == "" {
+		up = tg + "-upgrade"
+	}
+	newImage := "pdpm/core:" + up
+	w := startWriter(ctx, t, c, chartedName, "u")
+	must(t)(c.helm(ctx, "upgrade", chartedRel, filepath.Join(root, "charts", "pdpm-cluster"), "--namespace", *ns,
+		"--reuse-values", "--set", "spec.images.tag="+up, "--set", "test.image.tag="+up))
+	var order []string // servers in the order they came up on the new image
+	seen := map[string]bool{}
+	eventually(t, 10*time.Minute, "servers rolled to "+newImage, func() error {
+		var pods struct{ Items []serverPod }
+		if err := c.getJSON(ctx, &pods, "-n", *ns, "pods", "-l",
+			"app.kubernetes.io/instance="+chartedName+",app.kubernetes.io/component=server"); err != nil {
+			return err
+		}
+		ready, updated := 0, 0
+		for _, p := range pods.Items {
+			if p.ready() {
+				ready++
+			}
+			if p.ready() && strings.HasSuffix(p.Spec.Containers[0].Image, newImage) {
+				updated++
+				if !seen[p.Metadata.Name] {
+					seen[p.Metadata.Name] = true
+					order = append(order, p.Metadata.Name)
+				}
+			}
+		}
+		if ready < 2 {
+			t.Errorf("%d of 3 servers in service during the rollout: it must take one at a time", ready)
+		}
+		p, err := getCluster(ctx, c, chartedName)
+		if err != nil {
+			return err
+		}
+		if updated < 3 || p.Status.ServerImage != newImage || p.condition("Ready").Status != "True" {
+			return fmt.Errorf("%d of 3 servers updated and ready; serverImage %s; %s", updated, p.Status.ServerImage, p)
+		}
+		return nil
+	})
+	want := []string{chartedName + "-server-2", chartedName + "-server-1", chartedName + "-server-0"}
+	if strings.Join(order, ",") != strings.Join(want, ",") {
+		t.Errorf("servers updated in the order %v, want %v", order, want)
+	}
+	w.waitFor(t, 20, 2*time.Minute, "writes acknowledged after the upgrade")
+	w.stop(ctx, t, c, values)
+	checkValues(ctx, t, c, chartedName, values)
+}
+
+// `helm uninstall` of the cluster chart removes its cluster (WipeData).
+func testClusterChartUninstall(ctx context.Context, t *testing.T, c *cluster) {
+	must(t)(c.helm(ctx, "uninstall", chartedRel, "--namespace", *ns, "--wait", "--timeout", "4m"))
 	eventually(t, 4*time.Minute, "the charted cluster gone", func() error {
-		out, err := c.kubectl(ctx, "-n", *ns, "get", "pods,pdpmclusters", "-l", "app.kubernetes.io/instance=charted", "-o", "name")
+		out, err := c.kubectl(ctx, "-n", *ns, "get", "pods,pdpmclusters", "-l", "app.kubernetes.io/instance="+chartedName, "-o", "name")
 		if err != nil {
 			return err
 		}

@@ -42,12 +42,19 @@ chart_checks() {
 
 cluster_up() {
   "$here/cluster.sh" up "$state" "$bin" "$images"/{core,operator,e2e-client,pause}.tar
+  # Scenario 7 upgrades the cluster to a new tag of the core image: the same
+  # content under the tag the suite's -upgrade-tag defaults to.
+  local version
+  version=$(<"$root/VERSION")
+  ctr --address "$state/containerd/containerd.sock" -n k8s.io images tag \
+    "docker.io/pdpm/core:$version" "docker.io/pdpm/core:$version-upgrade" >/dev/null
 }
 
 suite() {
   # shellcheck disable=SC2086 # flags as words
   (cd "$here" && PATH=$bin:$PATH go test -count=1 -timeout 30m -v ${PDPM_E2E_GOFLAGS:-} . \
-    -args -kubeconfig "$state/kubeconfig" -kubectl "$bin/kubectl" -helm "$bin/helm" -pull-policy Never)
+    -args -kubeconfig "$state/kubeconfig" -kubectl "$bin/kubectl" -helm "$bin/helm" -pull-policy Never \
+    -logs "$state/logs/suite")
 }
 
 # Runs however the script ends: the cluster goes (if it was started) and

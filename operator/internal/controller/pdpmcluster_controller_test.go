@@ -603,6 +603,19 @@ func TestScaleDownDrainsThroughTheMonitor(t *testing.T) {
 		return nil
 	})
 	waitEvents(t, ns, "ScalingDown", 1)
+	// Not Ready while the removed pod still terminates (and is counted
+	// ready), then Ready.
+	eventually(t, func() error {
+		if err := get(t, ns, "pdpm-server", srv); err != nil {
+			return err
+		}
+		srv.Status.ObservedGeneration = srv.Generation
+		srv.Status.Replicas, srv.Status.ReadyReplicas, srv.Status.AvailableReplicas = 3, 3, 3
+		return k8s.Status().Update(context.Background(), srv)
+	})
+	waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionFalse, "Scaling")
+	setStatefulSetStatus(t, ns, "pdpm-server", 2, 2)
+	waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionTrue, "Ready")
 }
 
 // A drain the monitor refuses (here: a wrong cluster key) keeps the server

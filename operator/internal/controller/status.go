@@ -178,6 +178,9 @@ func rollout(c *pdpmv1alpha1.PDPMCluster, mon, srv *appsv1.StatefulSet, obs *obs
 			return true, "Applying", fmt.Sprintf("StatefulSet %s has not yet observed its latest spec", s.Name)
 		case st.Replicas < want:
 			return true, "Scaling", fmt.Sprintf("StatefulSet %s: %d of %d pods created", s.Name, st.Replicas, want)
+		case st.Replicas > want:
+			// Scaled down: the pods removed are still terminating.
+			return true, "Scaling", fmt.Sprintf("StatefulSet %s: %d pods, scaling down to %d", s.Name, st.Replicas, want)
 		case st.UpdatedReplicas < want || (st.UpdateRevision != "" && st.CurrentRevision != st.UpdateRevision):
 			return true, "RollingUpdate", fmt.Sprintf("StatefulSet %s: %d of %d pods updated", s.Name, st.UpdatedReplicas, want)
 		case st.ReadyReplicas < want:
