@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <functional>
 #include <set>
+#include <thread>
 
+#include "pdkvs/gateway/tx_kv_store.h"
 #include "pdkvs/item.h"
+#include "pdkvs/tx_overlay.h"
 
 namespace pdpm::pdkvs {
 
@@ -770,6 +774,26 @@ struct CommandExecutor::Command {
 namespace {
 
 void CommandCommand(Ctx& c);
+void Exec(Ctx& c);
+void Watch(Ctx& c);
+
+void Multi(Ctx& c) {
+  if (c.client->multi.active) return c.w.Error("ERR MULTI calls can not be nested");
+  c.client->multi.active = true;
+  Ok(c);
+}
+
+void Discard(Ctx& c) {
+  if (!c.client->multi.active) return c.w.Error("ERR DISCARD without MULTI");
+  c.client->multi = {};
+  c.client->watched.clear();
+  Ok(c);
+}
+
+void Unwatch(Ctx& c) {
+  c.client->watched.clear();
+  Ok(c);
+}
 
 const CommandExecutor::Command kCommands[] = {
     {"append", 3, false, 1, 1, 1, "string", "Appends a string to the value of a key.", Append},
@@ -781,7 +805,9 @@ const CommandExecutor::Command kCommands[] = {
     {"decr", 2, false, 1, 1, 1, "string", "Decrements an integer by one.", Decr},
     {"decrby", 3, false, 1, 1, 1, "string", "Decrements an integer.", DecrBy},
     {"del", -2, false, 1, -1, 1, "generic", "Deletes keys.", Del},
+    {"discard", 1, false, 0, 0, 0, "transactions", "Drops the queued commands.", Discard},
     {"echo", 2, false, 0, 0, 0, "connection", "Returns the message.", Echo},
+    {"exec", 1, false, 0, 0, 0, "transactions", "Runs the queued commands.", Exec},
     {"exists", -2, false, 1, -1, 1, "generic", "Counts existing keys.", ExistsCommand},
     {"expire", -3, false, 1, 1, 1, "generic", "Sets a timeout in seconds.", Expire},
     {"flushdb", -1, false, 0, 0, 0, "server", "Removes every key.", FlushDb},
@@ -797,6 +823,7 @@ const CommandExecutor::Command kCommands[] = {
     {"mget", -2, false, 1, -1, 1, "string", "Values of keys.", MGet},
     {"mset", -3, false, 1, -1, 2, "string", "Sets keys atomically.", MSet},
     {"msetnx", -3, false, 1, -1, 2, "string", "Sets keys if none exists.", MSetNx},
+    {"multi", 1, false, 0, 0, 0, "transactions", "Starts a transaction.", Multi},
     {"persist", 2, false, 1, 1, 1, "generic", "Removes the expiry.", Persist},
     {"pexpire", -3, false, 1, 1, 1, "generic", "Sets a timeout in ms.", PExpire},
     {"ping", -1, false, 0, 0, 0, "connection", "Returns PONG.", Ping},
@@ -811,6 +838,8 @@ const CommandExecutor::Command kCommands[] = {
     {"ttl", 2, false, 1, 1, 1, "generic", "Time to live in seconds.", Ttl},
     {"type", 2, false, 1, 1, 1, "generic", "Type of a key.", Type},
     {"unlink", -2, false, 1, -1, 1, "generic", "Deletes keys.", Del},
+    {"unwatch", 1, false, 0, 0, 0, "transactions", "Forgets the watched keys.", Unwatch},
+    {"watch", -2, false, 1, -1, 1, "transactions", "Watches keys for EXEC.", Watch},
 };
 
 const CommandExecutor::Command* FindCommand(std::string_view name) {
@@ -826,6 +855,129 @@ const CommandExecutor::Command* FindCommand(std::string_view name) {
                              });
   if (it == std::end(kCommands) || it->name != l) return nullptr;
   return &*it;
+}
+
+// How long EXEC and WATCH run again while their keys are being written by
+// other transactions (each conflict rereads them), before -TRYAGAIN.
+constexpr auto kTxConflictWait = std::chrono::seconds(10);
+
+// Runs `attempt` again, with a random backoff, while it fails with kAborted
+// and kTxConflictWait has not passed.
+Status RetryConflicts(const std::function<Status()>& attempt) {
+  const auto deadline = std::chrono::steady_clock::now() + kTxConflictWait;
+  uint32_t backoff_us = 100;
+  uint64_t jitter = static_cast<uint64_t>(NowUnixMs());
+  for (;;) {
+    Status s = attempt();
+    if (s.code() != StatusCode::kAborted || std::chrono::steady_clock::now() > deadline) return s;
+    jitter = jitter * 6364136223846793005ull + 1442695040888963407ull;
+    std::this_thread::sleep_for(std::chrono::microseconds((jitter >> 33) % backoff_us));
+    backoff_us = std::min<uint32_t>(backoff_us * 2, 20000);
+  }
+}
+
+// The keys a request names, by its command's key positions.
+void AddKeys(const CommandExecutor::Command& cmd, std::span<const std::string_view> args,
+             std::set<std::string_view>* keys) {
+  if (cmd.first_key <= 0) return;
+  const int n = static_cast<int>(args.size());
+  const int last = cmd.last_key < 0 ? n + cmd.last_key : cmd.last_key;
+  for (int i = cmd.first_key; i <= last && i < n; i += cmd.step) {
+    keys->insert(args[static_cast<size_t>(i)]);
+  }
+}
+
+void Watch(Ctx& c) {
+  if (c.client->multi.active) return c.w.Error("ERR WATCH inside MULTI is not allowed");
+  std::vector<std::string_view> keys(c.args.begin() + 1, c.args.end());
+  std::vector<KvTxRead> reads;
+  Status s = RetryConflicts([&] { return c.store->TxRead(keys, &reads); });
+  if (!s.ok()) return ReplyStatus(c, s);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    c.client->watched.emplace(std::string(keys[i]), reads[i].version);
+  }
+  Ok(c);
+}
+
+// EXEC: the queued commands run on a TxOverlay of the keys they name (read
+// with their versions, the watched keys' included), their replies kept
+// aside; then one KvStore::TxCommit applies what they wrote if none of the
+// keys changed since. A conflict runs it all again (replies included); a
+// watched key whose version is no longer the one WATCH saw aborts it.
+void Exec(Ctx& c) {
+  ClientState* client = c.client;
+  if (!client->multi.active) return c.w.Error("ERR EXEC without MULTI");
+  ClientState::Multi multi = std::move(client->multi);
+  client->multi = {};
+  const std::map<std::string, KvVersion, std::less<>> watched = std::move(client->watched);
+  client->watched.clear();
+  if (multi.failed) {
+    return c.w.Error("EXECABORT Transaction discarded because of previous errors.");
+  }
+  std::vector<std::vector<std::string_view>> requests;
+  std::vector<const CommandExecutor::Command*> commands;
+  std::set<std::string_view> key_set;
+  for (const auto& [key, version] : watched) key_set.insert(key);
+  for (const auto& q : multi.queued) {
+    requests.emplace_back(q.begin(), q.end());
+    commands.push_back(FindCommand(q[0]));
+    AddKeys(*commands.back(), requests.back(), &key_set);
+  }
+  const std::vector<std::string_view> keys(key_set.begin(), key_set.end());
+  bool watch_failed = false;
+  std::string replies;
+  Status s = RetryConflicts([&] {
+    std::vector<KvTxRead> reads;
+    PDPM_RETURN_IF_ERROR(c.store->TxRead(keys, &reads));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto w = watched.find(keys[i]);
+      if (w != watched.end() && w->second != reads[i].version) {
+        watch_failed = true;
+        return Status::OK();
+      }
+    }
+    const auto now = static_cast<uint64_t>(NowUnixMs());
+    // A key no request names in its key positions (none today) is read
+    // when first used; a failed read fails the attempt.
+    Status read_error;
+    TxOverlay overlay(
+        [&](std::string_view key, KvTxRead* out) {
+          std::vector<KvTxRead> one;
+          Status rs = c.store->TxRead({key}, &one);
+          if (rs.ok()) *out = std::move(one.front());
+          if (!rs.ok() && read_error.ok()) read_error = rs;
+          return rs;
+        },
+        now);
+    for (size_t i = 0; i < keys.size(); ++i) overlay.Preload(keys[i], std::move(reads[i]));
+    TxKvStore tx(&overlay, c.store, now);
+    replies.clear();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      Ctx qc{&tx,
+             c.config,
+             c.clients,
+             c.stats,
+             client,
+             requests[i],
+             RespWriter(&replies, client->protocol.load())};
+      commands[i]->run(qc);
+    }
+    PDPM_RETURN_IF_ERROR(read_error);
+    std::vector<KvTxCheck> checks;
+    std::vector<KvTxWrite> writes;
+    for (const auto& [key, e] : overlay.entries()) {
+      checks.push_back({key, e.version});
+      if (!e.written) continue;
+      KvTxWrite w{key, std::nullopt, e.expire_at_ms};
+      if (e.value) w.value = *e.value;
+      writes.push_back(w);
+    }
+    return c.store->TxCommit(checks, writes);
+  });
+  if (!s.ok()) return ReplyStatus(c, s);
+  if (watch_failed) return c.w.NullArray();
+  c.w.Array(requests.size());
+  c.w.Replies(replies);
 }
 
 void CommandInfo(Ctx& c, const CommandExecutor::Command& cmd) {
@@ -891,35 +1043,45 @@ bool CommandExecutor::Execute(ClientState* client, std::span<const std::string_v
                               std::string* out) {
   Ctx c{store_, config_, clients_, stats_, client, args, RespWriter(out, client->protocol.load())};
   stats_->commands_processed.fetch_add(1, std::memory_order_relaxed);
+  // A request refused before it runs makes a transaction being queued
+  // fail at EXEC (EXECABORT), as in Redis.
+  auto refuse = [&](std::string_view message) {
+    c.w.Error(message);
+    if (client->multi.active) client->multi.failed = true;
+    return true;
+  };
   const Command* cmd = FindCommand(args[0]);
   if (cmd == nullptr) {
     std::string list;
     for (size_t i = 1; i < args.size() && list.size() < 128; ++i) {
       list += "'" + std::string(args[i].substr(0, 128 - list.size())) + "' ";
     }
-    c.w.Error("ERR unknown command '" + std::string(args[0].substr(0, 128)) +
-              "', with args beginning with: " + list);
-    return true;
+    return refuse("ERR unknown command '" + std::string(args[0].substr(0, 128)) +
+                  "', with args beginning with: " + list);
   }
   client->last_command.store(cmd->name, std::memory_order_relaxed);
   const int n = static_cast<int>(args.size());
   if ((cmd->arity > 0 && n != cmd->arity) || (cmd->arity < 0 && n < -cmd->arity)) {
-    c.w.Error(std::string("ERR wrong number of arguments for '") + cmd->name + "' command");
-    return true;
+    return refuse(std::string("ERR wrong number of arguments for '") + cmd->name + "' command");
   }
-  if (!client->authenticated && !cmd->no_auth) {
-    c.w.Error("NOAUTH Authentication required.");
-    return true;
-  }
+  if (!client->authenticated && !cmd->no_auth) return refuse("NOAUTH Authentication required.");
   if (cmd->first_key > 0) {
     const int last = cmd->last_key < 0 ? n - 1 : cmd->last_key;
     for (int i = cmd->first_key; i <= last; i += cmd->step) {
       if (args[static_cast<size_t>(i)].size() > kMaxKeySize) {
-        c.w.Error("ERR key is longer than the pDKVS limit of " + std::to_string(kMaxKeySize) +
-                  " bytes");
-        return true;
+        return refuse("ERR key is longer than the pDKVS limit of " + std::to_string(kMaxKeySize) +
+                      " bytes");
       }
     }
+  }
+  if (client->multi.active && cmd->run != Exec && cmd->run != Discard && cmd->run != Multi &&
+      cmd->run != Watch && cmd->run != Quit) {
+    if (cmd->run == FlushDb) {
+      return refuse(std::string("ERR ") + cmd->name + " inside MULTI is not supported by pDKVS");
+    }
+    client->multi.queued.emplace_back(args.begin(), args.end());
+    c.w.Simple("QUEUED");
+    return true;
   }
   cmd->run(c);
   return !c.close;
@@ -927,7 +1089,10 @@ bool CommandExecutor::Execute(ClientState* client, std::span<const std::string_v
 
 bool CommandExecutor::Batchable(const ClientState& client, std::span<const std::string_view> args,
                                 KvOp* op) const {
-  if (!client.authenticated || args.size() < 2 || args[1].size() > kMaxKeySize) return false;
+  if (!client.authenticated || client.multi.active || args.size() < 2 ||
+      args[1].size() > kMaxKeySize) {
+    return false;
+  }
   if (args.size() == 2 && EqualsNoCase(args[0], "get")) {
     op->kind = KvOp::Kind::kGet;
   } else if (args.size() == 3 && EqualsNoCase(args[0], "set")) {
