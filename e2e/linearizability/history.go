@@ -100,15 +100,55 @@ func issue(ctx context.Context, c *redis.Client, in kvInput) (kvOutput, error) {
 		var n int64
 		n, err = c.Del(ctx, in.Key).Result()
 		out.Applied = n == 1
+	case opMulti:
+		var get *redis.StringCmd
+		var incr *redis.IntCmd
+		_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			get = p.Get(ctx, in.Key)
+			incr = p.Incr(ctx, in.Key2)
+			p.Set(ctx, in.Key, in.Value, 0)
+			return nil
+		})
+		if err == nil || errors.Is(err, redis.Nil) { // the GET's nil fails the pipeline
+			var gerr error
+			out.Value, gerr = get.Int64()
+			out.Present = gerr == nil
+			out.Value2, err = incr.Result()
+		}
+	case opWatch:
+		err = c.Watch(ctx, func(tx *redis.Tx) error {
+			v, gerr := tx.Get(ctx, in.Key).Int64()
+			if gerr != nil && !errors.Is(gerr, redis.Nil) {
+				return gerr
+			}
+			out.Present, out.Value = gerr == nil, v
+			_, perr := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, in.Key, in.Value, 0)
+				return nil
+			})
+			return perr
+		}, in.Key)
+		out.Applied = err == nil
+		if errors.Is(err, redis.TxFailedErr) { // a null EXEC: the key was written since the GET
+			err = nil
+		}
 	}
 	return out, err
 }
 
 // randomInput draws an operation: reads most, every kind of write often.
-// Written values are unique per client so that a read names its write.
+// Written values are unique per client so that a read names its write. A
+// MULTI increments the key paired with its own (keys 0 and 1, 2 and 3, ...),
+// so the keys fall in groups the checker takes apart.
 func randomInput(rng *rand.Rand, client int, seq int64, keys []string) kvInput {
-	in := kvInput{Key: keys[rng.Intn(len(keys))], Value: int64(client+1)*1_000_000_000 + seq}
+	i := rng.Intn(len(keys))
+	in := kvInput{Key: keys[i], Value: int64(client+1)*1_000_000_000 + seq}
 	switch p := rng.Intn(100); {
+	case p < 6:
+		in.Kind = opMulti
+		in.Key2 = keys[i^1]
+	case p < 12:
+		in.Kind = opWatch
 	case p < 35:
 		in.Kind = opGet
 	case p < 50:
@@ -181,7 +221,8 @@ func runClient(ctx context.Context, rec *recorder, id int, addr string, protocol
 		case indeterminate:
 			st.indeterminate++
 			if in.Kind != opGet { // an unknown read constrains nothing
-				rec.add(id, in, call, kvOutput{Unknown: true}, never)
+				// WATCH's read came back before its EXEC failed: kept.
+				rec.add(id, in, call, kvOutput{Unknown: true, Present: out.Present, Value: out.Value}, never)
 			}
 			for c.Ping(ctx).Err() != nil {
 				select {

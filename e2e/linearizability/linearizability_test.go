@@ -41,6 +41,7 @@ func checkerRejectsBadHistories(t *testing.T) {
 	set := func(v int64) kvInput { return kvInput{Kind: opSet, Key: "x", Value: v} }
 	get := kvInput{Kind: opGet, Key: "x"}
 	incr := kvInput{Kind: opIncr, Key: "n"}
+	multi := kvInput{Kind: opMulti, Key: "x", Key2: "n", Value: 5}
 	bad := map[string][]porcupine.Operation{
 		// A read after an acknowledged SET returns the older state.
 		"stale read": {
@@ -64,6 +65,22 @@ func checkerRejectsBadHistories(t *testing.T) {
 			op(1, get, 10, kvOutput{Present: true, Value: 7}, 20),
 			op(1, get, 30, kvOutput{}, 40),
 		},
+		// A MULTI's SET is seen but not its INCR: not atomic.
+		"torn MULTI": {
+			op(0, multi, 0, kvOutput{Value2: 1}, 10),
+			op(1, get, 20, kvOutput{Present: true, Value: 5}, 30),
+			op(1, kvInput{Kind: opGet, Key: "n"}, 40, kvOutput{}, 50),
+		},
+		// A MULTI reads a value another write had replaced before it began.
+		"MULTI reads a stale value": {
+			op(0, set(1), 0, kvOutput{}, 10),
+			op(1, multi, 20, kvOutput{Value2: 1}, 30),
+		},
+		// A WATCHed EXEC ran although the key changed after its GET.
+		"WATCH missed a write": {
+			op(0, set(1), 0, kvOutput{}, 10),
+			op(1, kvInput{Kind: opWatch, Key: "x", Value: 9}, 20, kvOutput{Applied: true}, 30),
+		},
 	}
 	for name, h := range bad {
 		if porcupine.CheckOperations(kvModel, h) {
@@ -78,6 +95,10 @@ func checkerRejectsBadHistories(t *testing.T) {
 		op(0, kvInput{Kind: opGetSet, Key: "n", Value: 5}, 50, kvOutput{Present: true, Value: 1}, 60),
 		op(1, kvInput{Kind: opDel, Key: "x"}, 50, kvOutput{Applied: true}, 60),
 		op(2, kvInput{Kind: opSetNX, Key: "x", Value: 3}, 55, kvOutput{Applied: true}, 65),
+		op(0, multi, 70, kvOutput{Present: true, Value: 3, Value2: 6}, 80),
+		op(1, kvInput{Kind: opWatch, Key: "x", Value: 9}, 90, kvOutput{Present: true, Value: 5, Applied: true}, 100),
+		op(2, kvInput{Kind: opWatch, Key: "x", Value: 8}, 110, kvOutput{Present: true, Value: 5}, 120),
+		op(2, get, 130, kvOutput{Present: true, Value: 9}, 140),
 	}
 	if !porcupine.CheckOperations(kvModel, good) {
 		t.Fatal("checker rejected a linearizable history")

@@ -374,16 +374,44 @@ Status Transaction::DelObj(const dsm::ObjectId& id) {
   return Status::OK();
 }
 
-Status Transaction::KvPut(uint32_t table, std::string_view key, std::string_view value,
-                          bool if_absent) {
+Status Transaction::KvPut(uint32_t table, uint64_t key_hash, std::string_view key,
+                          std::string_view value, bool if_absent, uint64_t expire_at_ms) {
+  if (if_absent && expire_at_ms != 0) {
+    return Status::InvalidArgument("a key-value put if absent with an expiry");
+  }
+  const dsm::TxEntryKind kind = if_absent           ? dsm::TxEntryKind::kKvPutIfAbsent
+                                : expire_at_ms != 0 ? dsm::TxEntryKind::kKvPutExpiring
+                                                    : dsm::TxEntryKind::kKvPut;
+  return AddKvEntry(kind, table, key_hash, key, value, expire_at_ms);
+}
+
+Status Transaction::KvDelete(uint32_t table, uint64_t key_hash, std::string_view key) {
+  return AddKvEntry(dsm::TxEntryKind::kKvDelete, table, key_hash, key, {}, 0);
+}
+
+Status Transaction::AddKvEntry(dsm::TxEntryKind kind, uint32_t table, uint64_t key_hash,
+                               std::string_view key, std::string_view value,
+                               uint64_t expire_at_ms) {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
-  if (table == 0) return Status::InvalidArgument("a key-value put of table 0");
+  if (table == 0) return Status::InvalidArgument("a key-value entry of table 0");
   if (key.size() + value.size() > server::kMaxRpcPayload / 2) {
     return Status::TooLarge("a transactional key-value put over 32 MiB");
   }
   uint32_t segment = 0;
   PDPM_RETURN_IF_ERROR(coordinator_->host_->RouteTable(table, &segment));
-  writes_.push_back(dsm::MakeKvEntry(if_absent, segment, table, key, value));
+  writes_.push_back(dsm::MakeKvEntry(kind, segment, table, key, value, expire_at_ms));
+  key_hashes_.resize(writes_.size());
+  key_hashes_.back() = key_hash;
+  return Status::OK();
+}
+
+Status Transaction::KvRead(uint32_t server, uint32_t table, uint64_t key_hash, uint64_t word) {
+  if (finished_) return Status::FailedPrecondition("the transaction is finished");
+  if ((word & dsm::kTxVersionLock) != 0)
+    return Fail(Status::Aborted("conflict: a read key is locked"));
+  TxCoordinator::ServerInfo info;
+  PDPM_RETURN_IF_ERROR(coordinator_->Info(server, &info));
+  read_set_.emplace(Slot{server, dsm::TxKvSlot(table, key_hash, info.slots)}, word);
   return Status::OK();
 }
 
@@ -481,7 +509,9 @@ Status Transaction::Commit() {
   uint64_t holder_key = ~0ull;  // is-table << 32 | segment or table: the lowest wins
   uint32_t holder = 0;
   std::set<Slot> locked;
-  for (dsm::TxEntry w : writes_) {
+  key_hashes_.resize(writes_.size());
+  for (size_t i = 0; i < writes_.size(); i++) {
+    dsm::TxEntry w = writes_[i];
     uint32_t server = 0;
     uint64_t key = 0;
     TxHost::SegmentRoute route;
@@ -514,7 +544,11 @@ Status Transaction::Commit() {
       locked.insert({server, dsm::TxObjectSlot(id.hi, id.lo, info.slots)});
       continue;
     }
-    if (dsm::IsKvEntry(w)) continue;  // its word is never in the read set
+    if (dsm::IsKvEntry(w)) {
+      locked.insert(
+          {server, dsm::TxKvSlot(static_cast<uint32_t>(w.offset), key_hashes_[i], info.slots)});
+      continue;
+    }
     auto [first, last] = Granules(w.offset, w.kind == dsm::TxEntryKind::kWrite ? w.data.size() : 1);
     for (uint64_t g = first; g <= last; g++) {
       locked.insert({server, dsm::TxVersionSlot(w.segment, g, info.slots)});

@@ -104,11 +104,22 @@ class Transaction {
   Status PutObj(const dsm::ObjectId& id, std::string_view data);
   Status DelObj(const dsm::ObjectId& id);
   // pDKVS (docs/pdkvs.md): sets `key` (of table `table`: the caller routes
-  // it) to `value` in its vnode at commit. With `if_absent` the LOCK fails
-  // — and Commit with it — with kAlreadyExists when the key exists; that
-  // holds until the commit (the key is locked). kNotFound when the table
-  // has no segment yet (a first write to the table creates it).
-  Status KvPut(uint32_t table, std::string_view key, std::string_view value, bool if_absent);
+  // it; `key_hash` is pdkvs::HashKey(key)) to `value` in its vnode at
+  // commit, expiring at `expire_at_ms` (Unix ms, 0: never). With
+  // `if_absent` (no expiry) the LOCK fails — and Commit with it — with
+  // kAlreadyExists when the key exists; that holds until the commit (the
+  // key is locked). kNotFound when the table has no segment yet (a first
+  // write to the table creates it).
+  Status KvPut(uint32_t table, uint64_t key_hash, std::string_view key, std::string_view value,
+               bool if_absent, uint64_t expire_at_ms = 0);
+  // Removes `key` at commit (absent already: nothing). As KvPut otherwise.
+  Status KvDelete(uint32_t table, uint64_t key_hash, std::string_view key);
+  // A read of `key` (of table `table`) at `server` saw its version word
+  // `word` (kKvMultiGetVersioned): Commit validates that the word is
+  // unchanged at that server — under the lock when the key is written
+  // there, else by reading it — so the transaction serialises after the
+  // read. kAborted when the word is locked (a transaction is writing it).
+  Status KvRead(uint32_t server, uint32_t table, uint64_t key_hash, uint64_t word);
   Status Commit();
   // After a Commit that failed with kUnavailable: true when the failure
   // came after LOCK and VALIDATE (the outcome is unknown to the client,
@@ -137,6 +148,9 @@ class Transaction {
   Status ObjectTableSegment(const dsm::ObjectId& id, bool create, uint32_t* table, uint32_t* server,
                             uint32_t* segment);
   Status Fail(Status s);  // aborts and returns s
+  // Buffers a pDKVS entry of `kind` (dsm::MakeKvEntry).
+  Status AddKvEntry(dsm::TxEntryKind kind, uint32_t table, uint64_t key_hash, std::string_view key,
+                    std::string_view value, uint64_t expire_at_ms);
   void AbortAt(const std::vector<uint32_t>& servers);
 
   TxCoordinator* coordinator_;
@@ -144,7 +158,8 @@ class Transaction {
   bool finished_ = false;
   bool outcome_unknown_ = false;
   std::map<Slot, uint64_t> read_set_;
-  std::vector<dsm::TxEntry> writes_;                               // in program order; frees too
+  std::vector<dsm::TxEntry> writes_;  // in program order; frees too
+  std::vector<uint64_t> key_hashes_;  // by writes_ index: a pDKVS entry's key hash (else 0)
   std::map<uint32_t, std::vector<dsm::GlobalAddress>> allocated_;  // by server
 };
 

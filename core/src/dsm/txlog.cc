@@ -120,28 +120,44 @@ bool IsObjectEntry(const TxEntry& e) {
 }
 
 bool IsKvEntry(const TxEntry& e) {
-  return e.kind == TxEntryKind::kKvPut || e.kind == TxEntryKind::kKvPutIfAbsent;
+  return e.kind == TxEntryKind::kKvPut || e.kind == TxEntryKind::kKvPutIfAbsent ||
+         e.kind == TxEntryKind::kKvPutExpiring || e.kind == TxEntryKind::kKvDelete;
 }
 
-TxEntry MakeKvEntry(bool if_absent, uint32_t segment, uint32_t table, std::string_view key,
-                    std::string_view value) {
+namespace {
+
+// Where a pDKVS entry's key starts: after the key length and, for an
+// expiring put, the expiry time.
+size_t KvKeyStart(const TxEntry& e) {
+  return e.kind == TxEntryKind::kKvPutExpiring ? 12 : 4;
+}
+
+}  // namespace
+
+TxEntry MakeKvEntry(TxEntryKind kind, uint32_t segment, uint32_t table, std::string_view key,
+                    std::string_view value, uint64_t expire_at_ms) {
   TxEntry e;
-  e.kind = if_absent ? TxEntryKind::kKvPutIfAbsent : TxEntryKind::kKvPut;
+  e.kind = kind;
   e.segment = segment;
   e.offset = table;
-  e.data.resize(4);
+  e.data.resize(KvKeyStart(e));
   Store<uint32_t>(e.data.data(), static_cast<uint32_t>(key.size()));
+  if (kind == TxEntryKind::kKvPutExpiring) Store<uint64_t>(e.data.data() + 4, expire_at_ms);
   e.data.append(key);
-  e.data.append(value);
+  if (kind != TxEntryKind::kKvDelete) e.data.append(value);
   return e;
 }
 
 std::string_view KvEntryKey(const TxEntry& e) {
-  return std::string_view(e.data).substr(4, Load<uint32_t>(e.data.data()));
+  return std::string_view(e.data).substr(KvKeyStart(e), Load<uint32_t>(e.data.data()));
 }
 
 std::string_view KvEntryValue(const TxEntry& e) {
-  return std::string_view(e.data).substr(4 + Load<uint32_t>(e.data.data()));
+  return std::string_view(e.data).substr(KvKeyStart(e) + Load<uint32_t>(e.data.data()));
+}
+
+uint64_t KvEntryExpiry(const TxEntry& e) {
+  return e.kind == TxEntryKind::kKvPutExpiring ? Load<uint64_t>(e.data.data() + 4) : 0;
 }
 
 void EncodeTxEntries(const std::vector<TxEntry>& entries, std::string* out) {
@@ -189,11 +205,21 @@ Status DecodeTxEntries(std::string_view body, bool on_pm, std::vector<TxEntry>* 
         break;
       case TxEntryKind::kKvPut:
       case TxEntryKind::kKvPutIfAbsent:
-        if (len < 4 || Load<uint32_t>(body.data() + pos) > len - 4) {
-          return bad("a key-value put with a bad key length");
+      case TxEntryKind::kKvPutExpiring:
+      case TxEntryKind::kKvDelete: {
+        const uint32_t head = e.kind == TxEntryKind::kKvPutExpiring ? 12 : 4;
+        if (len < head || Load<uint32_t>(body.data() + pos) > len - head) {
+          return bad("a key-value entry with a bad key length");
         }
-        if (e.offset == 0 || e.offset > UINT32_MAX) return bad("a key-value put of no table");
+        if (e.kind == TxEntryKind::kKvDelete && Load<uint32_t>(body.data() + pos) != len - head) {
+          return bad("a key-value delete with a value");
+        }
+        if (e.kind == TxEntryKind::kKvPutExpiring && Load<uint64_t>(body.data() + pos + 4) == 0) {
+          return bad("an expiring key-value put without an expiry time");
+        }
+        if (e.offset == 0 || e.offset > UINT32_MAX) return bad("a key-value entry of no table");
         break;
+      }
       default: return bad("unknown entry kind");
     }
     e.data.assign(body.data() + pos, len);

@@ -55,9 +55,10 @@
 namespace pdpm::dsm {
 
 inline constexpr uint32_t kTxLogVersion = 1;  // of the area header
-// Of a record: 3 added BACKUP-ALLOC records and allocated entries, 2 the
-// pDKVS entry kinds; 1 and 2 are still read.
-inline constexpr uint8_t kTxRecordVersion = 3;
+// Of a record: 4 added the expiring pDKVS put and the pDKVS delete (entry
+// kinds 8, 9), 3 BACKUP-ALLOC records and allocated entries, 2 the pDKVS
+// entry kinds; 1 to 3 are still read.
+inline constexpr uint8_t kTxRecordVersion = 4;
 inline constexpr uint8_t kTxRecordVersionOldest = 1;
 inline constexpr uint64_t kTxAreaMagic = 0x524158544d504450ull;  // "PDPMTXAR"
 inline constexpr uint32_t kTxRecordMagic = 0x52585450;           // "PTXR"
@@ -106,6 +107,8 @@ enum class TxEntryKind : uint8_t {
   kKvPut = 5,          // a pDKVS key set in a vnode (docs/pdkvs.md)
   kKvPutIfAbsent = 6,  // the same, refused at LOCK when the key exists
   kAllocated = 7,      // a block the transaction allocated: kept if it commits
+  kKvPutExpiring = 8,  // a pDKVS key set with an expiry time (MULTI/EXEC)
+  kKvDelete = 9,       // a pDKVS key removed (MULTI/EXEC)
 };
 
 struct TxEntry {
@@ -113,18 +116,23 @@ struct TxEntry {
   uint32_t segment = 0;  // pDKVS: the table segment
   uint64_t offset = 0;   // pDKVS: the table
   // kWrite: the bytes; objects: id (16 bytes) then content; pDKVS: key
-  // length u32, key, value.
+  // length u32, key, value (kKvPutExpiring: key length u32, expire_at_ms
+  // u64, key, value; kKvDelete: key length u32, key).
   std::string data;
 };
 inline constexpr size_t kTxObjectIdSize = 16;
 bool IsObjectEntry(const TxEntry& e);
 bool IsKvEntry(const TxEntry& e);
-// A pDKVS entry of table `table` in table segment `segment`.
-TxEntry MakeKvEntry(bool if_absent, uint32_t segment, uint32_t table, std::string_view key,
-                    std::string_view value);
-// The key and value of a pDKVS entry (decoded, so well formed).
+// A pDKVS entry of table `table` in table segment `segment`: kKvPut,
+// kKvPutIfAbsent, kKvPutExpiring (the only kind with an expiry, nonzero) or
+// kKvDelete (no value).
+TxEntry MakeKvEntry(TxEntryKind kind, uint32_t segment, uint32_t table, std::string_view key,
+                    std::string_view value, uint64_t expire_at_ms = 0);
+// The key, value and expiry time (0: none) of a pDKVS entry (decoded, so
+// well formed).
 std::string_view KvEntryKey(const TxEntry& e);
 std::string_view KvEntryValue(const TxEntry& e);
+uint64_t KvEntryExpiry(const TxEntry& e);
 
 void EncodeTxEntries(const std::vector<TxEntry>& entries, std::string* out);
 // kInvalidArgument (kCorruption when `on_pm`) for a malformed body.

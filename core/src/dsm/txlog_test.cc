@@ -93,8 +93,8 @@ TEST(TxLogTest, EntriesRoundTripAndRefuseBadInput) {
   EncodeTxEntries(objects, &body);
   EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
   // pDKVS entries: table segment, table, key and value (an empty key too).
-  std::vector<TxEntry> kv = {MakeKvEntry(false, 0xfffffffeu, 3, "key", "value"),
-                             MakeKvEntry(true, 0xffffffffu, 1, "", "v")};
+  std::vector<TxEntry> kv = {MakeKvEntry(TxEntryKind::kKvPut, 0xfffffffeu, 3, "key", "value"),
+                             MakeKvEntry(TxEntryKind::kKvPutIfAbsent, 0xffffffffu, 1, "", "v")};
   body.clear();
   EncodeTxEntries(kv, &body);
   ASSERT_TRUE(DecodeTxEntries(body, true, &out).ok());
@@ -117,9 +117,33 @@ TEST(TxLogTest, EntriesRoundTripAndRefuseBadInput) {
   body.clear();
   EncodeTxEntries(kv, &body);
   EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
-  kv[0] = MakeKvEntry(false, 1, 0, "k", "v");
+  kv[0] = MakeKvEntry(TxEntryKind::kKvPut, 1, 0, "k", "v");
   body.clear();
   EncodeTxEntries(kv, &body);
+  EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
+  // MULTI/EXEC's entries: a put with its expiry time, a delete.
+  kv = {MakeKvEntry(TxEntryKind::kKvPutExpiring, 7, 2, "exp", "val", 1234567),
+        MakeKvEntry(TxEntryKind::kKvDelete, 7, 2, "gone", "ignored")};
+  body.clear();
+  EncodeTxEntries(kv, &body);
+  ASSERT_TRUE(DecodeTxEntries(body, true, &out).ok());
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(IsKvEntry(out[0]) && IsKvEntry(out[1]));
+  EXPECT_EQ(KvEntryKey(out[0]), "exp");
+  EXPECT_EQ(KvEntryValue(out[0]), "val");
+  EXPECT_EQ(KvEntryExpiry(out[0]), 1234567u);
+  EXPECT_EQ(KvEntryKey(out[1]), "gone");
+  EXPECT_EQ(KvEntryValue(out[1]), "");
+  EXPECT_EQ(KvEntryExpiry(out[1]), 0u);
+  // An expiring put without its expiry, a delete carrying a value: refused.
+  std::vector<TxEntry> bad = {MakeKvEntry(TxEntryKind::kKvPutExpiring, 7, 2, "k", "v", 0)};
+  body.clear();
+  EncodeTxEntries(bad, &body);
+  EXPECT_EQ(DecodeTxEntries(body, true, &out).code(), StatusCode::kCorruption);
+  bad = {MakeKvEntry(TxEntryKind::kKvDelete, 7, 2, "k", "")};
+  bad[0].data += "v";
+  body.clear();
+  EncodeTxEntries(bad, &body);
   EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
 }
 

@@ -1,8 +1,11 @@
 #include "pdkvs/vnode_ops.h"
 
+#include "pdkvs/tx_overlay.h"
+
 namespace pdpm::pdkvs {
 
-Status VnodeSet(CcehIndex* index, std::string_view key, std::string_view value,
+template <class Index>
+Status VnodeSet(Index* index, std::string_view key, std::string_view value,
                 const SetOptions& options, SetResult* result) {
   PDPM_RETURN_IF_ERROR(CheckItemSize(key, value.size()));
   result->applied = false;
@@ -41,7 +44,8 @@ Status VnodeSet(CcehIndex* index, std::string_view key, std::string_view value,
       });
 }
 
-Status VnodeGetDelete(CcehIndex* index, std::string_view key, std::string* value) {
+template <class Index>
+Status VnodeGetDelete(Index* index, std::string_view key, std::string* value) {
   return index->Update(key, [&](const std::string_view* old, const ItemMeta&, Mutation* m) {
     if (old == nullptr) return Status::NotFound("no such key");
     value->assign(*old);
@@ -50,7 +54,8 @@ Status VnodeGetDelete(CcehIndex* index, std::string_view key, std::string* value
   });
 }
 
-Status VnodeIncrBy(CcehIndex* index, std::string_view key, int64_t delta, int64_t* result) {
+template <class Index>
+Status VnodeIncrBy(Index* index, std::string_view key, int64_t delta, int64_t* result) {
   return index->Update(
       key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
         int64_t v = 0;
@@ -68,7 +73,8 @@ Status VnodeIncrBy(CcehIndex* index, std::string_view key, int64_t delta, int64_
       });
 }
 
-Status VnodeAppend(CcehIndex* index, std::string_view key, std::string_view suffix,
+template <class Index>
+Status VnodeAppend(Index* index, std::string_view key, std::string_view suffix,
                    uint64_t max_value_size, uint64_t* length) {
   return index->Update(
       key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
@@ -88,7 +94,8 @@ Status VnodeAppend(CcehIndex* index, std::string_view key, std::string_view suff
       });
 }
 
-Status VnodeGetRange(CcehIndex* index, std::string_view key, int64_t start, int64_t end,
+template <class Index>
+Status VnodeGetRange(Index* index, std::string_view key, int64_t start, int64_t end,
                      std::string* value) {
   value->clear();
   std::string whole;
@@ -112,7 +119,8 @@ void SliceRange(std::string_view whole, int64_t start, int64_t end, std::string*
   value->assign(whole.substr(static_cast<size_t>(start), static_cast<size_t>(end - start + 1)));
 }
 
-Status VnodeSetRange(CcehIndex* index, std::string_view key, uint64_t offset, std::string_view data,
+template <class Index>
+Status VnodeSetRange(Index* index, std::string_view key, uint64_t offset, std::string_view data,
                      uint64_t max_value_size, uint64_t* length) {
   if (offset > max_value_size || data.size() > max_value_size - offset) {
     return Status::OutOfRange("string exceeds maximum allowed size");
@@ -135,7 +143,8 @@ Status VnodeSetRange(CcehIndex* index, std::string_view key, uint64_t offset, st
                        });
 }
 
-Status VnodeGetExpiry(CcehIndex* index, std::string_view key, uint64_t* expire_at_ms) {
+template <class Index>
+Status VnodeGetExpiry(Index* index, std::string_view key, uint64_t* expire_at_ms) {
   std::string value;
   ItemMeta meta;
   PDPM_RETURN_IF_ERROR(index->Get(key, &value, &meta));
@@ -143,8 +152,9 @@ Status VnodeGetExpiry(CcehIndex* index, std::string_view key, uint64_t* expire_a
   return Status::OK();
 }
 
-Status VnodeSetExpiry(CcehIndex* index, std::string_view key, uint64_t expire_at_ms,
-                      uint64_t now_ms, bool* changed) {
+template <class Index>
+Status VnodeSetExpiry(Index* index, std::string_view key, uint64_t expire_at_ms, uint64_t now_ms,
+                      bool* changed) {
   *changed = false;
   return index->Update(key,
                        [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
@@ -161,6 +171,24 @@ Status VnodeSetExpiry(CcehIndex* index, std::string_view key, uint64_t expire_at
                        });
 }
 
+Status GetEach(const std::vector<std::string_view>& keys,
+               const std::function<Status(std::string_view key, std::string* value)>& get,
+               std::vector<std::optional<std::string>>* values) {
+  values->clear();
+  values->reserve(keys.size());
+  for (std::string_view key : keys) {
+    std::string v;
+    Status s = get(key, &v);
+    if (s.code() == StatusCode::kNotFound) {
+      values->emplace_back();
+      continue;
+    }
+    PDPM_RETURN_IF_ERROR(s);
+    values->emplace_back(std::move(v));
+  }
+  return Status::OK();
+}
+
 Status VnodeFlush(CcehIndex* index) {
   ScanPage page;
   do {
@@ -173,5 +201,20 @@ Status VnodeFlush(CcehIndex* index) {
   } while (!page.keys.empty());
   return Status::OK();
 }
+
+#define PDPM_VNODE_OPS_FOR(Index)                                                               \
+  template Status VnodeSet(Index*, std::string_view, std::string_view, const SetOptions&,       \
+                           SetResult*);                                                         \
+  template Status VnodeGetDelete(Index*, std::string_view, std::string*);                       \
+  template Status VnodeIncrBy(Index*, std::string_view, int64_t, int64_t*);                     \
+  template Status VnodeAppend(Index*, std::string_view, std::string_view, uint64_t, uint64_t*); \
+  template Status VnodeGetRange(Index*, std::string_view, int64_t, int64_t, std::string*);      \
+  template Status VnodeSetRange(Index*, std::string_view, uint64_t, std::string_view, uint64_t, \
+                                uint64_t*);                                                     \
+  template Status VnodeGetExpiry(Index*, std::string_view, uint64_t*);                          \
+  template Status VnodeSetExpiry(Index*, std::string_view, uint64_t, uint64_t, bool*);
+PDPM_VNODE_OPS_FOR(CcehIndex)
+PDPM_VNODE_OPS_FOR(TxOverlay)
+#undef PDPM_VNODE_OPS_FOR
 
 }  // namespace pdpm::pdkvs

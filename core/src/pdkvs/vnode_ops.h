@@ -6,8 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "pdkvs/cceh.h"
@@ -15,24 +18,39 @@
 
 namespace pdpm::pdkvs {
 
-Status VnodeSet(CcehIndex* index, std::string_view key, std::string_view value,
+// Each operation works on a CcehIndex or on a transaction's TxOverlay
+// (tx_overlay.h), which offers the same calls.
+template <class Index>
+Status VnodeSet(Index* index, std::string_view key, std::string_view value,
                 const SetOptions& options, SetResult* result);
-Status VnodeGetDelete(CcehIndex* index, std::string_view key, std::string* value);
-Status VnodeIncrBy(CcehIndex* index, std::string_view key, int64_t delta, int64_t* result);
+template <class Index>
+Status VnodeGetDelete(Index* index, std::string_view key, std::string* value);
+template <class Index>
+Status VnodeIncrBy(Index* index, std::string_view key, int64_t delta, int64_t* result);
 // `max_value_size`: the store's value limit (at most kMaxValueSize).
-Status VnodeAppend(CcehIndex* index, std::string_view key, std::string_view suffix,
+template <class Index>
+Status VnodeAppend(Index* index, std::string_view key, std::string_view suffix,
                    uint64_t max_value_size, uint64_t* length);
-Status VnodeGetRange(CcehIndex* index, std::string_view key, int64_t start, int64_t end,
+template <class Index>
+Status VnodeGetRange(Index* index, std::string_view key, int64_t start, int64_t end,
                      std::string* value);
 // GETRANGE's bytes of `whole`: start and end inclusive, negative ones
 // counted from the end.
 void SliceRange(std::string_view whole, int64_t start, int64_t end, std::string* value);
-Status VnodeSetRange(CcehIndex* index, std::string_view key, uint64_t offset, std::string_view data,
+template <class Index>
+Status VnodeSetRange(Index* index, std::string_view key, uint64_t offset, std::string_view data,
                      uint64_t max_value_size, uint64_t* length);
-Status VnodeGetExpiry(CcehIndex* index, std::string_view key, uint64_t* expire_at_ms);
+template <class Index>
+Status VnodeGetExpiry(Index* index, std::string_view key, uint64_t* expire_at_ms);
 // `now_ms`: the clock the index expires items by.
-Status VnodeSetExpiry(CcehIndex* index, std::string_view key, uint64_t expire_at_ms,
-                      uint64_t now_ms, bool* changed);
+template <class Index>
+Status VnodeSetExpiry(Index* index, std::string_view key, uint64_t expire_at_ms, uint64_t now_ms,
+                      bool* changed);
+// MultiGet's answers (kv_store.h) from `get`, a Get of one key (kNotFound
+// when absent).
+Status GetEach(const std::vector<std::string_view>& keys,
+               const std::function<Status(std::string_view key, std::string* value)>& get,
+               std::vector<std::optional<std::string>>* values);
 // Removes every key of the vnode.
 Status VnodeFlush(CcehIndex* index);
 

@@ -20,6 +20,17 @@ using dsm::TxState;
 // mutation (one shipment to the backups).
 constexpr size_t kKvPutsPerMutation = 256;
 
+// One pDKVS entry into its vnode.
+Status ApplyKvEntry(const TxEntry& e, pdkvs::CcehIndex* index) {
+  if (e.kind == TxEntryKind::kKvDelete) {
+    Status s = index->Delete(dsm::KvEntryKey(e));
+    return s.code() == StatusCode::kNotFound ? Status::OK() : s;
+  }
+  pdkvs::PutOptions put;
+  put.meta.expire_at_ms = dsm::KvEntryExpiry(e);
+  return index->Put(dsm::KvEntryKey(e), dsm::KvEntryValue(e), put);
+}
+
 // The largest log area a new log's segment size makes (TxParticipant::Open).
 constexpr uint64_t kMaxDerivedAreaSize = 4u << 20;
 
@@ -643,7 +654,9 @@ Status TxParticipant::Apply(const Rec& rec) {
         (e.segment != 0 ? objects[e.segment] : loose_objects).push_back(&e);
         break;
       case TxEntryKind::kKvPut:
-      case TxEntryKind::kKvPutIfAbsent: kv[e.segment].push_back(&e); break;
+      case TxEntryKind::kKvPutIfAbsent:
+      case TxEntryKind::kKvPutExpiring:
+      case TxEntryKind::kKvDelete: kv[e.segment].push_back(&e); break;
       default: return Status::Corruption(what + ": unknown entry kind");
     }
   }
@@ -688,17 +701,18 @@ Status TxParticipant::Apply(const Rec& rec) {
     }
     const TxEntry& first = *entries->front();
     if (dsm::IsKvEntry(first)) {
-      // Absolute puts: applying twice (after a crash) leaves the same.
-      PDPM_RETURN_IF_ERROR(
-          hooks_
-              .kv(segment, static_cast<uint32_t>(first.offset), copy, 0, tag, true, {},
-                  [&](pdkvs::CcehIndex* index) {
-                    for (const TxEntry* e : *entries) {
-                      PDPM_RETURN_IF_ERROR(index->Put(dsm::KvEntryKey(*e), dsm::KvEntryValue(*e)));
-                    }
-                    return Status::OK();
-                  })
-              .WithContext(what));
+      // Absolute puts and deletes: applying twice (after a crash) leaves
+      // the same.
+      PDPM_RETURN_IF_ERROR(hooks_
+                               .kv(segment, static_cast<uint32_t>(first.offset), copy, 0, tag, true,
+                                   {},
+                                   [&](pdkvs::CcehIndex* index) {
+                                     for (const TxEntry* e : *entries) {
+                                       PDPM_RETURN_IF_ERROR(ApplyKvEntry(*e, index));
+                                     }
+                                     return Status::OK();
+                                   })
+                               .WithContext(what));
       continue;
     }
     if (dsm::IsObjectEntry(first)) {

@@ -421,39 +421,106 @@ Status ClusterKvStore::MultiPut(const KvPairs& given, bool if_none_exist, bool* 
 
 Status ClusterKvStore::TxMultiPut(const KvPairs& pairs, const std::vector<uint32_t>& tables,
                                   bool if_none_exist, bool* applied) {
+  Status s = RunTransaction(
+      [&](client::Transaction* tx) {
+        for (size_t i = 0; i < pairs.size(); ++i) {
+          PDPM_RETURN_IF_ERROR(
+              CreatedIfNone(tables[i], tx->KvPut(tables[i], HashKey(pairs[i].first), pairs[i].first,
+                                                 pairs[i].second, if_none_exist)));
+        }
+        return Status::OK();
+      },
+      /*retry_conflicts=*/true, /*rerun_unknown=*/!if_none_exist);
+  // A key exists: *applied stays false (multi-put if none exist). Run
+  // again, a multi-put if none exist of unknown outcome would find its own
+  // keys: it is not (kUnavailable).
+  if (s.code() == StatusCode::kAlreadyExists) return Status::OK();
+  PDPM_RETURN_IF_ERROR(s);
+  *applied = true;
+  return Status::OK();
+}
+
+Status ClusterKvStore::CreatedIfNone(uint32_t table, Status put) {
+  if (put.code() != StatusCode::kNotFound) return put;
+  std::string reply;
+  PDPM_RETURN_IF_ERROR(VnodeCall(server::kKvMultiPut, table, &reply));
+  return Status::NotFound("table " + std::to_string(table) + " got its segment: route again");
+}
+
+Status ClusterKvStore::TxRead(const std::vector<std::string_view>& keys,
+                              std::vector<KvTxRead>* out) {
+  out->assign(keys.size(), {});
+  for (std::string_view key : keys) PDPM_RETURN_IF_ERROR(CheckItemSize(key, 0));
+  std::vector<std::optional<std::string>> values;
+  std::vector<KeyVersion> versions;
+  PDPM_RETURN_IF_ERROR(MultiGetOnce(keys, &values, &versions));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    KvTxRead& r = (*out)[i];
+    if ((versions[i].word & dsm::kTxVersionLock) != 0) {
+      return Status::Aborted("a key is locked by a transaction");
+    }
+    r.version = KvVersion{versions[i].server, versions[i].word};
+    r.value = std::move(values[i]);
+    if (!r.value) continue;
+    // A write of the key since the read (the expiry's included) changes its
+    // version: the commit's check fails then.
+    Status s = GetExpiry(keys[i], &r.expire_at_ms);
+    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+  }
+  return Status::OK();
+}
+
+Status ClusterKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
+                                const std::vector<KvTxWrite>& writes) {
+  for (const KvTxWrite& w : writes) {
+    PDPM_RETURN_IF_ERROR(CheckValueSize(w.key, w.value ? w.value->size() : 0));
+  }
+  return RunTransaction(
+      [&](client::Transaction* tx) {
+        const uint32_t table_count = client_->table_count();
+        for (const KvTxCheck& c : checks) {
+          const uint64_t hash = HashKey(c.key);
+          PDPM_RETURN_IF_ERROR(tx->KvRead(static_cast<uint32_t>(c.version.server),
+                                          monitor::TableForKey(hash, table_count), hash,
+                                          c.version.word));
+        }
+        for (const KvTxWrite& w : writes) {
+          const uint64_t hash = HashKey(w.key);
+          const uint32_t table = monitor::TableForKey(hash, table_count);
+          if (w.value) {
+            PDPM_RETURN_IF_ERROR(CreatedIfNone(
+                table, tx->KvPut(table, hash, w.key, *w.value, false, w.expire_at_ms)));
+            continue;
+          }
+          Status s = tx->KvDelete(table, hash, w.key);
+          // A table without a segment holds no key: nothing to delete.
+          if (s.code() != StatusCode::kNotFound) PDPM_RETURN_IF_ERROR(s);
+        }
+        return Status::OK();
+      },
+      /*retry_conflicts=*/false, /*rerun_unknown=*/false);
+}
+
+Status ClusterKvStore::RunTransaction(const std::function<Status(client::Transaction* tx)>& fill,
+                                      bool retry_conflicts, bool rerun_unknown) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(failover_wait_ms_);
   std::minstd_rand random(std::random_device{}());
   uint32_t backoff_us = 100;
-  Status s;
   for (;;) {
     std::unique_ptr<client::Transaction> tx;
     PDPM_RETURN_IF_ERROR(client_->TxBegin(&tx));
-    s = Status::OK();
-    for (size_t i = 0; i < pairs.size() && s.ok(); ++i) {
-      s = tx->KvPut(tables[i], pairs[i].first, pairs[i].second, if_none_exist);
-      if (s.code() == StatusCode::kNotFound) {
-        // The table holds nothing yet: an empty multi-put creates its
-        // segment (and vnode); the mapping then names it.
-        std::string reply;
-        PDPM_RETURN_IF_ERROR(VnodeCall(server::kKvMultiPut, tables[i], &reply));
-        PDPM_RETURN_IF_ERROR(client_->RefreshMapping());
-        s = Status::Aborted("a table segment was created");
-      }
-    }
+    Status s = fill(tx.get());
     if (s.ok()) s = tx->Commit();
-    if (s.ok()) {
-      *applied = true;
-      return Status::OK();
+    if (s.ok()) return s;
+    if (tx->outcome_unknown() && !rerun_unknown) {
+      return Status::Unavailable("the transaction's outcome is unknown: " +
+                                 std::string(s.message()));
     }
-    if (s.code() == StatusCode::kAlreadyExists) return Status::OK();  // *applied stays false
-    if (tx->outcome_unknown() && if_none_exist) {
-      // Run again it would find its own keys: the outcome stays unknown.
-      return s;
-    }
-    // A conflict, a failover or a stale route: nothing was applied (or, for
-    // a plain multi-put of unknown outcome, running it again is the same).
-    const bool retry = s.code() == StatusCode::kAborted || s.code() == StatusCode::kUnavailable ||
+    // A conflict, a failover or a stale route: nothing was applied (or, of
+    // unknown outcome, running it again is the same).
+    const bool retry = (retry_conflicts && s.code() == StatusCode::kAborted) ||
+                       s.code() == StatusCode::kUnavailable ||
                        s.code() == StatusCode::kStaleEpoch || s.code() == StatusCode::kNotFound;
     if (!retry || std::chrono::steady_clock::now() > deadline) return s;
     if (s.code() != StatusCode::kAborted) (void)client_->RefreshMapping();

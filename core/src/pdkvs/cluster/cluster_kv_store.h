@@ -68,6 +68,17 @@ class ClusterKvStore final : public KvStore {
   Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
   Status Count(uint64_t* count) override;
   Status Flush() override;
+  // TxRead: the values and versions of one multi-get step per vnode
+  // (kKvMultiGetVersioned), then each present key's expiry. TxCommit: one
+  // pDSM transaction of the writes (puts with their expiry, deletes),
+  // validating every checked key's version word where it was read; run
+  // again on a failover or a stale route (kUnavailable when its outcome
+  // is unknown), kAborted on a conflict. A key whose vnode moved to a
+  // server still alive (a drain) between TxRead and TxCommit is checked at
+  // its old server.
+  Status TxRead(const std::vector<std::string_view>& keys, std::vector<KvTxRead>* out) override;
+  Status TxCommit(const std::vector<KvTxCheck>& checks,
+                  const std::vector<KvTxWrite>& writes) override;
   // The ops of each vnode go as one kKvBatch request (one step of its
   // server, one shipment to its backups), those of one server as one
   // kKvVnodeBatches request, the servers' requests in flight at once
@@ -104,6 +115,17 @@ class ClusterKvStore final : public KvStore {
   // pair i): one transaction, run again on conflicts and failovers.
   Status TxMultiPut(const KvPairs& pairs, const std::vector<uint32_t>& tables, bool if_none_exist,
                     bool* applied);
+  // Runs a transaction `fill` fills in (it calls `ensure_table` for a table
+  // that must have a segment) until it commits: again after a failover or
+  // a stale route, and after a conflict when `retry_conflicts` (else
+  // kAborted). Of unknown outcome: run again when `rerun_unknown`, else
+  // kUnavailable. Another error of `fill` or the commit is returned.
+  Status RunTransaction(const std::function<Status(client::Transaction* tx)>& fill,
+                        bool retry_conflicts, bool rerun_unknown);
+  // `put`, the outcome of a transactional put to `table`, unless it is
+  // kNotFound (the table has no segment yet): then an empty multi-put
+  // creates the segment, and kNotFound tells RunTransaction to route again.
+  Status CreatedIfNone(uint32_t table, Status put);
   // A key's version word and the server it is of.
   struct KeyVersion {
     uint64_t server = 0;

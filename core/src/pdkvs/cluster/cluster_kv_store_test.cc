@@ -1452,7 +1452,7 @@ TEST_F(KvClusterExitAfterPartTest, PrimaryDyingBetweenAKeyAndAnObjectOfOneSegmen
   ASSERT_OK(c->RefreshMapping());  // names the table's segment
   std::unique_ptr<client::Transaction> tx;
   ASSERT_OK(c->TxBegin(&tx));
-  ASSERT_OK(tx->KvPut(table, key, "new", false));
+  ASSERT_OK(tx->KvPut(table, HashKey(key), key, "new", false));
   ASSERT_OK(tx->PutObj(id, "new"));
   Status s = tx->Commit();
   EXPECT_FALSE(s.ok()) << "the holder died while committing";

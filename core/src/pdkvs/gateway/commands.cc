@@ -3,11 +3,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <set>
+#include <thread>
 
+#include "pdkvs/gateway/tx_kv_store.h"
 #include "pdkvs/item.h"
+#include "pdkvs/tx_overlay.h"
 
 namespace pdpm::pdkvs {
 
@@ -136,7 +142,14 @@ struct Ctx {
   std::span<const std::string_view> args;
   RespWriter w;
   bool close = false;
+  // Running inside a transaction (EXEC's, or a command's own): c.store is
+  // its TxKvStore.
+  bool in_transaction = false;
 };
+
+// Runs `body` as one transaction of the store over `keys` (defined with
+// EXEC below).
+void Atomically(Ctx& c, const std::vector<std::string_view>& keys, void (*body)(Ctx&));
 
 constexpr char kSyntaxError[] = "ERR syntax error";
 constexpr char kNotInteger[] = "ERR value is not an integer or out of range";
@@ -524,23 +537,53 @@ void SetRange(Ctx& c) {
   c.w.Integer(static_cast<int64_t>(len));
 }
 
-void ExpireCommon(Ctx& c, int64_t unit_ms, std::string_view name) {
-  if (c.args.size() > 3) {
-    return c.w.Error("ERR Unsupported option " + std::string(c.args[3]));
+// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT key time [NX | XX | GT | LT]: the
+// conditions compare with the key's expiry (none counts as infinite), in
+// one transaction with the change. A time in the past deletes the key.
+void ExpireBody(Ctx& c) {
+  const std::string_view name = c.args[0];
+  const std::string command = Lower(name);
+  const bool absolute = command.size() > 7 && command.compare(command.size() - 2, 2, "at") == 0;
+  const int64_t unit_ms = command[0] == 'p' ? 1 : 1000;
+  bool nx = false, xx = false, gt = false, lt = false;
+  for (size_t i = 3; i < c.args.size(); ++i) {
+    std::string_view a = c.args[i];
+    if (EqualsNoCase(a, "NX")) {
+      nx = true;
+    } else if (EqualsNoCase(a, "XX")) {
+      xx = true;
+    } else if (EqualsNoCase(a, "GT")) {
+      gt = true;
+    } else if (EqualsNoCase(a, "LT")) {
+      lt = true;
+    } else {
+      return c.w.Error("ERR Unsupported option " + std::string(a));
+    }
   }
+  if (nx && (xx || gt || lt)) {
+    return c.w.Error("ERR NX and XX, GT or LT options at the same time are not compatible");
+  }
+  if (gt && lt) return c.w.Error("ERR GT and LT options at the same time are not compatible");
   int64_t at = 0;
-  if (!ExpireAt(c, c.args[2], unit_ms, false, true, name, &at)) return;
+  if (!ExpireAt(c, c.args[2], unit_ms, absolute, true, command, &at)) return;
+  uint64_t current = 0;
+  Status s = c.store->GetExpiry(c.args[1], &current);
+  if (s.code() == StatusCode::kNotFound) return c.w.Integer(0);
+  if (!s.ok()) return ReplyStatus(c, s);
+  if ((nx && current != 0) || (xx && current == 0) ||
+      (gt && (current == 0 || at <= static_cast<int64_t>(current))) ||
+      (lt && current != 0 && at >= static_cast<int64_t>(current))) {
+    return c.w.Integer(0);
+  }
   bool changed = false;
-  Status s = c.store->SetExpiry(c.args[1], at <= 0 ? 1 : static_cast<uint64_t>(at), &changed);
+  s = c.store->SetExpiry(c.args[1], at <= 0 ? 1 : static_cast<uint64_t>(at), &changed);
   if (!s.ok()) return ReplyStatus(c, s);
   c.w.Integer(changed ? 1 : 0);
 }
 
 void Expire(Ctx& c) {
-  ExpireCommon(c, 1000, "expire");
-}
-void PExpire(Ctx& c) {
-  ExpireCommon(c, 1, "pexpire");
+  if (c.args.size() == 3) return ExpireBody(c);  // no condition: one step of the store
+  Atomically(c, {c.args[1]}, ExpireBody);
 }
 
 void TtlCommon(Ctx& c, bool ms) {
@@ -566,6 +609,265 @@ void Persist(Ctx& c) {
   Status s = c.store->SetExpiry(c.args[1], 0, &changed);
   if (!s.ok()) return ReplyStatus(c, s);
   c.w.Integer(changed ? 1 : 0);
+}
+
+void SetExCommon(Ctx& c, int64_t unit_ms, std::string_view name) {
+  int64_t at = 0;
+  if (!ExpireAt(c, c.args[2], unit_ms, false, false, name, &at)) return;
+  SetOptions o;
+  o.expiry = SetOptions::Expiry::kSet;
+  o.expire_at_ms = static_cast<uint64_t>(at);
+  SetResult r;
+  Status s = c.store->Set(c.args[1], c.args[3], o, &r);
+  if (!s.ok()) return ReplyStatus(c, s);
+  Ok(c);
+}
+
+void SetEx(Ctx& c) {
+  SetExCommon(c, 1000, "setex");
+}
+void PSetEx(Ctx& c) {
+  SetExCommon(c, 1, "psetex");
+}
+
+// GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST]: the value, then
+// the expiry changed (in one transaction).
+void GetExBody(Ctx& c) {
+  bool set = false, persist = false;
+  int64_t at = 0;
+  for (size_t i = 2; i < c.args.size(); ++i) {
+    std::string_view a = c.args[i];
+    const bool has_next = i + 1 < c.args.size();
+    if ((EqualsNoCase(a, "EX") || EqualsNoCase(a, "PX") || EqualsNoCase(a, "EXAT") ||
+         EqualsNoCase(a, "PXAT")) &&
+        !set && !persist && has_next) {
+      const bool seconds = a[0] == 'e' || a[0] == 'E';
+      if (!ExpireAt(c, c.args[++i], seconds ? 1000 : 1, a.size() == 4, false, "getex", &at)) {
+        return;
+      }
+      set = true;
+    } else if (EqualsNoCase(a, "PERSIST") && !set && !persist) {
+      persist = true;
+    } else {
+      return c.w.Error(kSyntaxError);
+    }
+  }
+  std::string value;
+  Status s = c.store->Get(c.args[1], &value);
+  if (s.code() == StatusCode::kNotFound) return c.w.Null();
+  if (!s.ok()) return ReplyStatus(c, s);
+  if (set || persist) {
+    bool changed = false;
+    s = c.store->SetExpiry(c.args[1], persist ? 0 : static_cast<uint64_t>(at), &changed);
+    if (!s.ok()) return ReplyStatus(c, s);
+  }
+  c.w.Bulk(value);
+}
+
+void GetEx(Ctx& c) {
+  Atomically(c, {c.args[1]}, GetExBody);
+}
+
+// Redis's float syntax for INCRBYFLOAT: what strtold takes whole, without
+// spaces, and neither NaN nor infinite.
+bool ParseLongDouble(std::string_view s, long double* out) {
+  if (s.empty() || s.size() > 5000 || isspace(static_cast<unsigned char>(s[0]))) return false;
+  std::string copy(s);
+  char* end = nullptr;
+  errno = 0;
+  *out = strtold(copy.c_str(), &end);
+  if (end != copy.c_str() + copy.size() || errno == ERANGE || std::isnan(*out) ||
+      std::isinf(*out)) {
+    return false;
+  }
+  return true;
+}
+
+// A long double as Redis prints INCRBYFLOAT's result: 17 decimals, then
+// the trailing zeros (and point) dropped.
+std::string LongDoubleString(long double v) {
+  char buf[5200];
+  int n = snprintf(buf, sizeof(buf), "%.17Lf", v);
+  std::string out(buf, static_cast<size_t>(std::max(n, 0)));
+  if (out.find('.') != std::string::npos) {
+    while (!out.empty() && out.back() == '0') out.pop_back();
+    if (!out.empty() && out.back() == '.') out.pop_back();
+  }
+  if (out == "-0") out = "0";
+  return out;
+}
+
+void IncrByFloatBody(Ctx& c) {
+  long double incr = 0;
+  if (!ParseLongDouble(c.args[2], &incr)) return c.w.Error("ERR value is not a valid float");
+  std::string value;
+  Status s = c.store->Get(c.args[1], &value);
+  long double current = 0;
+  if (s.ok()) {
+    if (!ParseLongDouble(value, &current)) return c.w.Error("ERR value is not a valid float");
+  } else if (s.code() != StatusCode::kNotFound) {
+    return ReplyStatus(c, s);
+  }
+  const long double result = current + incr;
+  if (std::isnan(result) || std::isinf(result)) {
+    return c.w.Error("ERR increment would produce NaN or Infinity");
+  }
+  const std::string text = LongDoubleString(result);
+  SetOptions o;
+  o.expiry = SetOptions::Expiry::kKeep;
+  SetResult r;
+  s = c.store->Set(c.args[1], text, o, &r);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Bulk(text);
+}
+
+void IncrByFloat(Ctx& c) {
+  Atomically(c, {c.args[1]}, IncrByFloatBody);
+}
+
+// Sets `to` to the value and expiry of `from` (kNotFound when absent);
+// only if `to` is absent unless `replace`. *applied: whether it did.
+Status CopyKey(KvStore* store, std::string_view from, std::string_view to, bool replace,
+               bool* applied) {
+  *applied = false;
+  std::string value;
+  PDPM_RETURN_IF_ERROR(store->Get(from, &value));
+  uint64_t at = 0;
+  PDPM_RETURN_IF_ERROR(store->GetExpiry(from, &at));
+  SetOptions o;
+  o.condition = replace ? SetOptions::Condition::kAlways : SetOptions::Condition::kIfAbsent;
+  o.expiry = at != 0 ? SetOptions::Expiry::kSet : SetOptions::Expiry::kClear;
+  o.expire_at_ms = at;
+  SetResult r;
+  PDPM_RETURN_IF_ERROR(store->Set(to, value, o, &r));
+  *applied = r.applied;
+  return Status::OK();
+}
+
+// RENAME and RENAMENX: the value and expiry of args[1] move to args[2].
+void RenameCommon(Ctx& c, bool nx) {
+  if (c.args[1] == c.args[2]) {
+    bool exists = false;
+    Status s = c.store->Exists(c.args[1], &exists);
+    if (!s.ok()) return ReplyStatus(c, s);
+    if (!exists) return c.w.Error("ERR no such key");
+    return nx ? c.w.Integer(0) : Ok(c);
+  }
+  bool applied = false;
+  Status s = CopyKey(c.store, c.args[1], c.args[2], !nx, &applied);
+  if (s.code() == StatusCode::kNotFound) return c.w.Error("ERR no such key");
+  if (!s.ok()) return ReplyStatus(c, s);
+  if (!applied) return c.w.Integer(0);
+  s = c.store->Delete(c.args[1]);
+  if (!s.ok()) return ReplyStatus(c, s);
+  if (nx) return c.w.Integer(1);
+  Ok(c);
+}
+
+void RenameBody(Ctx& c) {
+  RenameCommon(c, false);
+}
+void RenameNxBody(Ctx& c) {
+  RenameCommon(c, true);
+}
+void Rename(Ctx& c) {
+  Atomically(c, {c.args[1], c.args[2]}, RenameBody);
+}
+void RenameNx(Ctx& c) {
+  Atomically(c, {c.args[1], c.args[2]}, RenameNxBody);
+}
+
+// COPY source destination [DB 0] [REPLACE]: value and expiry.
+void CopyBody(Ctx& c) {
+  bool replace = false;
+  for (size_t i = 3; i < c.args.size(); ++i) {
+    if (EqualsNoCase(c.args[i], "REPLACE")) {
+      replace = true;
+    } else if (EqualsNoCase(c.args[i], "DB") && i + 1 < c.args.size()) {
+      int64_t db = 0;
+      if (!ParseInt(c, c.args[++i], &db)) return;
+      if (db != 0) return c.w.Error("ERR DB index is out of range");
+    } else {
+      return c.w.Error(kSyntaxError);
+    }
+  }
+  if (c.args[1] == c.args[2]) return c.w.Error("ERR source and destination objects are the same");
+  bool applied = false;
+  Status s = CopyKey(c.store, c.args[1], c.args[2], replace, &applied);
+  if (s.code() == StatusCode::kNotFound) return c.w.Integer(0);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(applied ? 1 : 0);
+}
+
+void Copy(Ctx& c) {
+  Atomically(c, {c.args[1], c.args[2]}, CopyBody);
+}
+
+void Touch(Ctx& c) {
+  ExistsCommand(c);
+}
+
+void ExpireTimeCommon(Ctx& c, bool ms) {
+  uint64_t at = 0;
+  Status s = c.store->GetExpiry(c.args[1], &at);
+  if (s.code() == StatusCode::kNotFound) return c.w.Integer(-2);
+  if (!s.ok()) return ReplyStatus(c, s);
+  if (at == 0) return c.w.Integer(-1);
+  c.w.Integer(ms ? static_cast<int64_t>(at) : static_cast<int64_t>((at + 500) / 1000));
+}
+
+void ExpireTime(Ctx& c) {
+  ExpireTimeCommon(c, false);
+}
+void PExpireTime(Ctx& c) {
+  ExpireTimeCommon(c, true);
+}
+
+// RANDOMKEY: the first key of a scan page from a random position (the
+// store's first page when the rest of the scan is empty).
+void RandomKey(Ctx& c) {
+  uint64_t start =
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+      (c.client->id * 0x9e3779b97f4a7c15ull);
+  start = (start ^ (start >> 31)) * 0xbf58476d1ce4e5b9ull;
+  for (uint64_t cursor : {start, uint64_t{0}}) {
+    do {
+      KvScanPage page;
+      Status s = c.store->Scan(cursor, 16, &page);
+      if (!s.ok()) return ReplyStatus(c, s);
+      if (!page.keys.empty()) return c.w.Bulk(page.keys[page.keys.size() / 2]);
+      cursor = page.next_cursor;
+    } while (cursor != 0);
+  }
+  c.w.Null();
+}
+
+// OBJECT ENCODING (a string's encoding as Redis chooses it for a value
+// SET wrote: int, embstr up to 44 bytes, raw) and FREQ (not tracked: no
+// LFU policy, as on a Redis without one).
+void ObjectCommand(Ctx& c) {
+  const std::string sub = Lower(c.args[1]);
+  if ((sub == "encoding" || sub == "freq" || sub == "idletime" || sub == "refcount") &&
+      c.args.size() != 3) {
+    return c.w.Error("ERR wrong number of arguments for 'object|" + sub + "' command");
+  }
+  if (sub == "encoding" || sub == "freq") {
+    std::string value;
+    Status s = c.store->Get(c.args[2], &value);
+    if (s.code() == StatusCode::kNotFound) return c.w.Null();
+    if (!s.ok()) return ReplyStatus(c, s);
+    if (sub == "freq") {
+      return c.w.Error(
+          "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please "
+          "note that when switching between policies at runtime LRU and LFU data will take "
+          "some time to adjust.");
+    }
+    int64_t n = 0;
+    if (value.size() <= 20 && ParseDecimalInt64(value, &n)) return c.w.Bulk("int");
+    return c.w.Bulk(value.size() <= 44 ? "embstr" : "raw");
+  }
+  c.w.Error("ERR unknown subcommand '" + std::string(c.args[1]).substr(0, 128) +
+            "'. Try OBJECT HELP.");
 }
 
 void Scan(Ctx& c) {
@@ -637,13 +939,16 @@ void Type(Ctx& c) {
   c.w.Simple(e ? "string" : "none");
 }
 
+// FLUSHDB and FLUSHALL (one database: the same), under one switch.
 void FlushDb(Ctx& c) {
   if (c.args.size() > 2 || (c.args.size() == 2 && !EqualsNoCase(c.args[1], "ASYNC") &&
                             !EqualsNoCase(c.args[1], "SYNC"))) {
     return c.w.Error(kSyntaxError);
   }
   if (!c.config->enable_flushdb) {
-    return c.w.Error("ERR FLUSHDB is disabled on this pDKVS gateway (see --enable-flushdb)");
+    std::string name = Lower(c.args[0]);
+    for (char& ch : name) ch = static_cast<char>(toupper(static_cast<unsigned char>(ch)));
+    return c.w.Error("ERR " + name + " is disabled on this pDKVS gateway (see --enable-flushdb)");
   }
   Status s = c.store->Flush();
   if (!s.ok()) return ReplyStatus(c, s);
@@ -770,6 +1075,26 @@ struct CommandExecutor::Command {
 namespace {
 
 void CommandCommand(Ctx& c);
+void Exec(Ctx& c);
+void Watch(Ctx& c);
+
+void Multi(Ctx& c) {
+  if (c.client->multi.active) return c.w.Error("ERR MULTI calls can not be nested");
+  c.client->multi.active = true;
+  Ok(c);
+}
+
+void Discard(Ctx& c) {
+  if (!c.client->multi.active) return c.w.Error("ERR DISCARD without MULTI");
+  c.client->multi = {};
+  c.client->watched.clear();
+  Ok(c);
+}
+
+void Unwatch(Ctx& c) {
+  c.client->watched.clear();
+  Ok(c);
+}
 
 const CommandExecutor::Command kCommands[] = {
     {"append", 3, false, 1, 1, 1, "string", "Appends a string to the value of a key.", Append},
@@ -777,40 +1102,60 @@ const CommandExecutor::Command kCommands[] = {
     {"client", -2, false, 0, 0, 0, "connection", "Connection commands.", ClientCommand},
     {"command", -1, false, 0, 0, 0, "server", "Details about the commands.", CommandCommand},
     {"config", -2, false, 0, 0, 0, "server", "Configuration (read-only).", ConfigCommand},
+    {"copy", -3, false, 1, 2, 1, "generic", "Copies a key.", Copy},
     {"dbsize", 1, false, 0, 0, 0, "server", "Number of keys.", DbSize},
     {"decr", 2, false, 1, 1, 1, "string", "Decrements an integer by one.", Decr},
     {"decrby", 3, false, 1, 1, 1, "string", "Decrements an integer.", DecrBy},
     {"del", -2, false, 1, -1, 1, "generic", "Deletes keys.", Del},
+    {"discard", 1, false, 0, 0, 0, "transactions", "Drops the queued commands.", Discard},
     {"echo", 2, false, 0, 0, 0, "connection", "Returns the message.", Echo},
+    {"exec", 1, false, 0, 0, 0, "transactions", "Runs the queued commands.", Exec},
     {"exists", -2, false, 1, -1, 1, "generic", "Counts existing keys.", ExistsCommand},
     {"expire", -3, false, 1, 1, 1, "generic", "Sets a timeout in seconds.", Expire},
+    {"expireat", -3, false, 1, 1, 1, "generic", "Sets an expiry time in seconds.", Expire},
+    {"expiretime", 2, false, 1, 1, 1, "generic", "Expiry time in seconds.", ExpireTime},
+    {"flushall", -1, false, 0, 0, 0, "server", "Removes every key.", FlushDb},
     {"flushdb", -1, false, 0, 0, 0, "server", "Removes every key.", FlushDb},
     {"get", 2, false, 1, 1, 1, "string", "Returns the value of a key.", Get},
     {"getdel", 2, false, 1, 1, 1, "string", "Returns and deletes a key.", GetDel},
+    {"getex", -2, false, 1, 1, 1, "string", "Returns a value, sets its expiry.", GetEx},
     {"getrange", 4, false, 1, 1, 1, "string", "Returns a substring.", GetRange},
     {"getset", 3, false, 1, 1, 1, "string", "Sets a value, returns the old one.", GetSet},
     {"hello", -1, true, 0, 0, 0, "connection", "Handshake.", Hello},
     {"incr", 2, false, 1, 1, 1, "string", "Increments an integer by one.", Incr},
     {"incrby", 3, false, 1, 1, 1, "string", "Increments an integer.", IncrBy},
+    {"incrbyfloat", 3, false, 1, 1, 1, "string", "Increments a float.", IncrByFloat},
     {"info", -1, false, 0, 0, 0, "server", "Information and statistics.", Info},
     {"keys", 2, false, 0, 0, 0, "generic", "Keys matching a pattern.", Keys},
     {"mget", -2, false, 1, -1, 1, "string", "Values of keys.", MGet},
     {"mset", -3, false, 1, -1, 2, "string", "Sets keys atomically.", MSet},
     {"msetnx", -3, false, 1, -1, 2, "string", "Sets keys if none exists.", MSetNx},
+    {"multi", 1, false, 0, 0, 0, "transactions", "Starts a transaction.", Multi},
+    {"object", -2, false, 2, 2, 1, "generic", "Encoding of a value.", ObjectCommand},
     {"persist", 2, false, 1, 1, 1, "generic", "Removes the expiry.", Persist},
-    {"pexpire", -3, false, 1, 1, 1, "generic", "Sets a timeout in ms.", PExpire},
+    {"pexpire", -3, false, 1, 1, 1, "generic", "Sets a timeout in ms.", Expire},
+    {"pexpireat", -3, false, 1, 1, 1, "generic", "Sets an expiry time in ms.", Expire},
+    {"pexpiretime", 2, false, 1, 1, 1, "generic", "Expiry time in ms.", PExpireTime},
     {"ping", -1, false, 0, 0, 0, "connection", "Returns PONG.", Ping},
+    {"psetex", 4, false, 1, 1, 1, "string", "Sets a value with a timeout in ms.", PSetEx},
     {"pttl", 2, false, 1, 1, 1, "generic", "Time to live in ms.", PTtl},
     {"quit", -1, true, 0, 0, 0, "connection", "Closes the connection.", Quit},
+    {"randomkey", 1, false, 0, 0, 0, "generic", "A random key.", RandomKey},
+    {"rename", 3, false, 1, 2, 1, "generic", "Renames a key.", Rename},
+    {"renamenx", 3, false, 1, 2, 1, "generic", "Renames a key if the new one is free.", RenameNx},
     {"scan", -2, false, 0, 0, 0, "generic", "Iterates the keys.", Scan},
     {"select", 2, false, 0, 0, 0, "connection", "Selects database 0.", Select},
     {"set", -3, false, 1, 1, 1, "string", "Sets the value of a key.", SetCommand},
+    {"setex", 4, false, 1, 1, 1, "string", "Sets a value with a timeout.", SetEx},
     {"setnx", 3, false, 1, 1, 1, "string", "Sets a key if absent.", SetNx},
     {"setrange", 4, false, 1, 1, 1, "string", "Overwrites part of a value.", SetRange},
     {"strlen", 2, false, 1, 1, 1, "string", "Length of a value.", StrLen},
+    {"touch", -2, false, 1, -1, 1, "generic", "Counts existing keys.", Touch},
     {"ttl", 2, false, 1, 1, 1, "generic", "Time to live in seconds.", Ttl},
     {"type", 2, false, 1, 1, 1, "generic", "Type of a key.", Type},
     {"unlink", -2, false, 1, -1, 1, "generic", "Deletes keys.", Del},
+    {"unwatch", 1, false, 0, 0, 0, "transactions", "Forgets the watched keys.", Unwatch},
+    {"watch", -2, false, 1, -1, 1, "transactions", "Watches keys for EXEC.", Watch},
 };
 
 const CommandExecutor::Command* FindCommand(std::string_view name) {
@@ -826,6 +1171,166 @@ const CommandExecutor::Command* FindCommand(std::string_view name) {
                              });
   if (it == std::end(kCommands) || it->name != l) return nullptr;
   return &*it;
+}
+
+// How long EXEC and WATCH run again while their keys are being written by
+// other transactions (each conflict rereads them), before -TRYAGAIN.
+constexpr auto kTxConflictWait = std::chrono::seconds(10);
+
+// Runs `attempt` again, with a random backoff, while it fails with kAborted
+// and kTxConflictWait has not passed.
+Status RetryConflicts(const std::function<Status()>& attempt) {
+  const auto deadline = std::chrono::steady_clock::now() + kTxConflictWait;
+  uint32_t backoff_us = 100;
+  uint64_t jitter = static_cast<uint64_t>(NowUnixMs());
+  for (;;) {
+    Status s = attempt();
+    if (s.code() != StatusCode::kAborted || std::chrono::steady_clock::now() > deadline) return s;
+    jitter = jitter * 6364136223846793005ull + 1442695040888963407ull;
+    std::this_thread::sleep_for(std::chrono::microseconds((jitter >> 33) % backoff_us));
+    backoff_us = std::min<uint32_t>(backoff_us * 2, 20000);
+  }
+}
+
+// The keys a request names, by its command's key positions.
+void AddKeys(const CommandExecutor::Command& cmd, std::span<const std::string_view> args,
+             std::set<std::string_view>* keys) {
+  if (cmd.first_key <= 0) return;
+  const int n = static_cast<int>(args.size());
+  const int last = cmd.last_key < 0 ? n + cmd.last_key : cmd.last_key;
+  for (int i = cmd.first_key; i <= last && i < n; i += cmd.step) {
+    keys->insert(args[static_cast<size_t>(i)]);
+  }
+}
+
+void Watch(Ctx& c) {
+  if (c.client->multi.active) return c.w.Error("ERR WATCH inside MULTI is not allowed");
+  std::vector<std::string_view> keys(c.args.begin() + 1, c.args.end());
+  std::vector<KvTxRead> reads;
+  Status s = RetryConflicts([&] { return c.store->TxRead(keys, &reads); });
+  if (!s.ok()) return ReplyStatus(c, s);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    c.client->watched.emplace(std::string(keys[i]), reads[i].version);
+  }
+  Ok(c);
+}
+
+// Runs `run` as one optimistic transaction of the store: the keys are read
+// first with their versions (a watched key whose version is no longer the
+// one WATCH saw sets *watch_failed and runs nothing), `run` works on a
+// TxOverlay of them through a Ctx whose store is a TxKvStore and whose
+// replies go to *replies, and one KvStore::TxCommit applies what it wrote
+// if no key changed since. A conflict runs it all again (replies
+// included).
+using WatchedKeys = std::map<std::string, KvVersion, std::less<>>;
+Status RunTransaction(Ctx& c, const std::vector<std::string_view>& keys, const WatchedKeys& watched,
+                      const std::function<void(Ctx& tc)>& run, std::string* replies,
+                      bool* watch_failed) {
+  *watch_failed = false;
+  return RetryConflicts([&] {
+    std::vector<KvTxRead> reads;
+    PDPM_RETURN_IF_ERROR(c.store->TxRead(keys, &reads));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto w = watched.find(keys[i]);
+      if (w != watched.end() && w->second != reads[i].version) {
+        *watch_failed = true;
+        return Status::OK();
+      }
+    }
+    const auto now = static_cast<uint64_t>(NowUnixMs());
+    // A key not named in the key positions (none today) is read when
+    // first used; a failed read fails the attempt.
+    Status read_error;
+    TxOverlay overlay(
+        [&](std::string_view key, KvTxRead* out) {
+          std::vector<KvTxRead> one;
+          Status rs = c.store->TxRead({key}, &one);
+          if (rs.ok()) *out = std::move(one.front());
+          if (!rs.ok() && read_error.ok()) read_error = rs;
+          return rs;
+        },
+        now);
+    for (size_t i = 0; i < keys.size(); ++i) overlay.Preload(keys[i], std::move(reads[i]));
+    TxKvStore tx(&overlay, c.store, now);
+    replies->clear();
+    Ctx tc{&tx,
+           c.config,
+           c.clients,
+           c.stats,
+           c.client,
+           c.args,
+           RespWriter(replies, c.client->protocol.load())};
+    tc.in_transaction = true;
+    run(tc);
+    PDPM_RETURN_IF_ERROR(read_error);
+    std::vector<KvTxCheck> checks;
+    std::vector<KvTxWrite> writes;
+    for (const auto& [key, e] : overlay.entries()) {
+      checks.push_back({key, e.version});
+      if (!e.written) continue;
+      KvTxWrite w{key, std::nullopt, e.expire_at_ms};
+      if (e.value) w.value = *e.value;
+      writes.push_back(w);
+    }
+    return c.store->TxCommit(checks, writes);
+  });
+}
+
+// Runs a command of several steps or keys (RENAME, GETEX, ...) as one
+// transaction over `keys` — or as it is inside one already.
+void Atomically(Ctx& c, const std::vector<std::string_view>& keys, void (*body)(Ctx&)) {
+  if (c.in_transaction) return body(c);
+  std::string replies;
+  bool watch_failed = false;
+  Status s = RunTransaction(c, keys, {}, body, &replies, &watch_failed);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Replies(replies);
+}
+
+// EXEC: the queued commands, in order, as one transaction over the keys
+// they name and the watched keys (RunTransaction).
+void Exec(Ctx& c) {
+  ClientState* client = c.client;
+  if (!client->multi.active) return c.w.Error("ERR EXEC without MULTI");
+  ClientState::Multi multi = std::move(client->multi);
+  client->multi = {};
+  const WatchedKeys watched = std::move(client->watched);
+  client->watched.clear();
+  if (multi.failed) {
+    return c.w.Error("EXECABORT Transaction discarded because of previous errors.");
+  }
+  std::vector<std::vector<std::string_view>> requests;
+  std::vector<const CommandExecutor::Command*> commands;
+  std::set<std::string_view> key_set;
+  for (const auto& [key, version] : watched) key_set.insert(key);
+  for (const auto& q : multi.queued) {
+    requests.emplace_back(q.begin(), q.end());
+    commands.push_back(FindCommand(q[0]));
+    AddKeys(*commands.back(), requests.back(), &key_set);
+  }
+  const std::vector<std::string_view> keys(key_set.begin(), key_set.end());
+  bool watch_failed = false;
+  std::string replies;
+  Status s = RunTransaction(
+      c, keys, watched,
+      [&](Ctx& tc) {
+        for (size_t i = 0; i < requests.size(); ++i) {
+          Ctx qc{tc.store,
+                 tc.config,
+                 tc.clients,
+                 tc.stats,
+                 tc.client,
+                 requests[i],
+                 RespWriter(&replies, client->protocol.load())};
+          qc.in_transaction = true;
+          commands[i]->run(qc);
+        }
+      },
+      &replies, &watch_failed);
+  if (!s.ok()) return ReplyStatus(c, s);
+  if (watch_failed) return c.w.NullArray();
+  c.w.Array(requests.size());
+  c.w.Replies(replies);
 }
 
 void CommandInfo(Ctx& c, const CommandExecutor::Command& cmd) {
@@ -891,35 +1396,45 @@ bool CommandExecutor::Execute(ClientState* client, std::span<const std::string_v
                               std::string* out) {
   Ctx c{store_, config_, clients_, stats_, client, args, RespWriter(out, client->protocol.load())};
   stats_->commands_processed.fetch_add(1, std::memory_order_relaxed);
+  // A request refused before it runs makes a transaction being queued
+  // fail at EXEC (EXECABORT), as in Redis.
+  auto refuse = [&](std::string_view message) {
+    c.w.Error(message);
+    if (client->multi.active) client->multi.failed = true;
+    return true;
+  };
   const Command* cmd = FindCommand(args[0]);
   if (cmd == nullptr) {
     std::string list;
     for (size_t i = 1; i < args.size() && list.size() < 128; ++i) {
       list += "'" + std::string(args[i].substr(0, 128 - list.size())) + "' ";
     }
-    c.w.Error("ERR unknown command '" + std::string(args[0].substr(0, 128)) +
-              "', with args beginning with: " + list);
-    return true;
+    return refuse("ERR unknown command '" + std::string(args[0].substr(0, 128)) +
+                  "', with args beginning with: " + list);
   }
   client->last_command.store(cmd->name, std::memory_order_relaxed);
   const int n = static_cast<int>(args.size());
   if ((cmd->arity > 0 && n != cmd->arity) || (cmd->arity < 0 && n < -cmd->arity)) {
-    c.w.Error(std::string("ERR wrong number of arguments for '") + cmd->name + "' command");
-    return true;
+    return refuse(std::string("ERR wrong number of arguments for '") + cmd->name + "' command");
   }
-  if (!client->authenticated && !cmd->no_auth) {
-    c.w.Error("NOAUTH Authentication required.");
-    return true;
-  }
+  if (!client->authenticated && !cmd->no_auth) return refuse("NOAUTH Authentication required.");
   if (cmd->first_key > 0) {
     const int last = cmd->last_key < 0 ? n - 1 : cmd->last_key;
     for (int i = cmd->first_key; i <= last; i += cmd->step) {
       if (args[static_cast<size_t>(i)].size() > kMaxKeySize) {
-        c.w.Error("ERR key is longer than the pDKVS limit of " + std::to_string(kMaxKeySize) +
-                  " bytes");
-        return true;
+        return refuse("ERR key is longer than the pDKVS limit of " + std::to_string(kMaxKeySize) +
+                      " bytes");
       }
     }
+  }
+  if (client->multi.active && cmd->run != Exec && cmd->run != Discard && cmd->run != Multi &&
+      cmd->run != Watch && cmd->run != Quit) {
+    if (cmd->run == FlushDb) {
+      return refuse(std::string("ERR ") + cmd->name + " inside MULTI is not supported by pDKVS");
+    }
+    client->multi.queued.emplace_back(args.begin(), args.end());
+    c.w.Simple("QUEUED");
+    return true;
   }
   cmd->run(c);
   return !c.close;
@@ -927,7 +1442,10 @@ bool CommandExecutor::Execute(ClientState* client, std::span<const std::string_v
 
 bool CommandExecutor::Batchable(const ClientState& client, std::span<const std::string_view> args,
                                 KvOp* op) const {
-  if (!client.authenticated || args.size() < 2 || args[1].size() > kMaxKeySize) return false;
+  if (!client.authenticated || client.multi.active || args.size() < 2 ||
+      args[1].size() > kMaxKeySize) {
+    return false;
+  }
   if (args.size() == 2 && EqualsNoCase(args[0], "get")) {
     op->kind = KvOp::Kind::kGet;
   } else if (args.size() == 3 && EqualsNoCase(args[0], "set")) {

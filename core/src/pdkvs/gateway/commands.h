@@ -40,6 +40,14 @@ struct ClientState {
   std::atomic<int> protocol{2};
   bool authenticated = false;
   std::string name;  // guarded by ClientRegistry::mu
+  // MULTI/EXEC state, used by the connection's thread only.
+  struct Multi {
+    bool active = false;  // between MULTI and EXEC or DISCARD
+    bool failed = false;  // a command was refused while queueing: EXEC aborts
+    std::vector<std::vector<std::string>> queued;
+  } multi;
+  // WATCHed keys and the version each had then (the first WATCH's).
+  std::map<std::string, KvVersion, std::less<>> watched;
 };
 
 // Every open connection of a gateway, for CLIENT LIST and INFO.

@@ -92,6 +92,35 @@ struct KvOp {
   std::string result;      // kGet: the value
 };
 
+// A key's version as a transaction read it: equal versions of a key mean
+// no write of it in between (opaque otherwise; on a cluster, the server
+// that answered and its version word of the key).
+struct KvVersion {
+  uint64_t server = 0;
+  uint64_t word = 0;
+  bool operator==(const KvVersion&) const = default;
+};
+
+// A key as KvStore::TxRead found it.
+struct KvTxRead {
+  std::optional<std::string> value;  // nullopt: absent
+  uint64_t expire_at_ms = 0;         // 0: none
+  KvVersion version;
+};
+
+// A key a transaction read, and the version it read.
+struct KvTxCheck {
+  std::string_view key;
+  KvVersion version;
+};
+
+// What a transaction leaves at a key: a value with its expiry, or nothing.
+struct KvTxWrite {
+  std::string_view key;
+  std::optional<std::string_view> value;  // nullopt: delete the key
+  uint64_t expire_at_ms = 0;              // 0: none
+};
+
 class KvStore {
  public:
   virtual ~KvStore() = default;
@@ -140,6 +169,17 @@ class KvStore {
   virtual Status Count(uint64_t* count) = 0;
   // Removes every key.
   virtual Status Flush() = 0;
+
+  // Transactions (the gateway's MULTI/EXEC, optimistic): TxRead reads
+  // keys with their expiry and version; TxCommit then applies writes
+  // atomically and isolated from every other operation, provided every
+  // checked key still has the version read — otherwise kAborted and
+  // nothing applied (read again and retry). TxRead fails with kAborted
+  // when a key is being written by another transaction. No writes: the
+  // commit only checks.
+  virtual Status TxRead(const std::vector<std::string_view>& keys, std::vector<KvTxRead>* out) = 0;
+  virtual Status TxCommit(const std::vector<KvTxCheck>& checks,
+                          const std::vector<KvTxWrite>& writes) = 0;
 
   // Runs every op, each with the contract of its single-key operation, and
   // returns once all are done. Ops naming one key take effect in their

@@ -92,6 +92,19 @@ CcehIndex* LocalKvStore::VnodeOf(std::string_view key) const {
   return indexes_[HashKey(key) % indexes_.size()].get();
 }
 
+std::atomic<uint64_t>& LocalKvStore::VersionOf(std::string_view key) const {
+  return versions_[HashKey(key) % kVersionSlots];
+}
+
+// The bump comes after the write: a TxRead reads the version before the
+// value, so a write it may have seen bumps a version it read.
+template <class Op>
+Status LocalKvStore::Write(std::string_view key, Op op) {
+  Status s = op();
+  VersionOf(key).fetch_add(1);
+  return s;
+}
+
 Status LocalKvStore::Get(std::string_view key, std::string* value) {
   std::shared_lock lock(multi_mu_);
   return VnodeOf(key)->Get(key, value);
@@ -100,17 +113,17 @@ Status LocalKvStore::Get(std::string_view key, std::string* value) {
 Status LocalKvStore::Set(std::string_view key, std::string_view value, const SetOptions& options,
                          SetResult* result) {
   std::shared_lock lock(multi_mu_);
-  return VnodeSet(VnodeOf(key), key, value, options, result);
+  return Write(key, [&] { return VnodeSet(VnodeOf(key), key, value, options, result); });
 }
 
 Status LocalKvStore::GetDelete(std::string_view key, std::string* value) {
   std::shared_lock lock(multi_mu_);
-  return VnodeGetDelete(VnodeOf(key), key, value);
+  return Write(key, [&] { return VnodeGetDelete(VnodeOf(key), key, value); });
 }
 
 Status LocalKvStore::Delete(std::string_view key) {
   std::shared_lock lock(multi_mu_);
-  return VnodeOf(key)->Delete(key);
+  return Write(key, [&] { return VnodeOf(key)->Delete(key); });
 }
 
 Status LocalKvStore::Exists(std::string_view key, bool* exists) {
@@ -120,12 +133,12 @@ Status LocalKvStore::Exists(std::string_view key, bool* exists) {
 
 Status LocalKvStore::IncrBy(std::string_view key, int64_t delta, int64_t* result) {
   std::shared_lock lock(multi_mu_);
-  return VnodeIncrBy(VnodeOf(key), key, delta, result);
+  return Write(key, [&] { return VnodeIncrBy(VnodeOf(key), key, delta, result); });
 }
 
 Status LocalKvStore::Append(std::string_view key, std::string_view suffix, uint64_t* length) {
   std::shared_lock lock(multi_mu_);
-  return VnodeAppend(VnodeOf(key), key, suffix, kMaxValueSize, length);
+  return Write(key, [&] { return VnodeAppend(VnodeOf(key), key, suffix, kMaxValueSize, length); });
 }
 
 Status LocalKvStore::GetRange(std::string_view key, int64_t start, int64_t end,
@@ -137,25 +150,16 @@ Status LocalKvStore::GetRange(std::string_view key, int64_t start, int64_t end,
 Status LocalKvStore::SetRange(std::string_view key, uint64_t offset, std::string_view data,
                               uint64_t* length) {
   std::shared_lock lock(multi_mu_);
-  return VnodeSetRange(VnodeOf(key), key, offset, data, kMaxValueSize, length);
+  return Write(
+      key, [&] { return VnodeSetRange(VnodeOf(key), key, offset, data, kMaxValueSize, length); });
 }
 
 Status LocalKvStore::MultiGet(const std::vector<std::string_view>& keys,
                               std::vector<std::optional<std::string>>* values) {
   std::shared_lock lock(multi_mu_);
-  values->clear();
-  values->reserve(keys.size());
-  for (std::string_view key : keys) {
-    std::string v;
-    Status s = VnodeOf(key)->Get(key, &v);
-    if (s.code() == StatusCode::kNotFound) {
-      values->emplace_back();
-      continue;
-    }
-    PDPM_RETURN_IF_ERROR(s);
-    values->emplace_back(std::move(v));
-  }
-  return Status::OK();
+  return GetEach(
+      keys, [&](std::string_view key, std::string* v) { return VnodeOf(key)->Get(key, v); },
+      values);
 }
 
 Status LocalKvStore::MultiPut(
@@ -171,7 +175,9 @@ Status LocalKvStore::MultiPut(
       if (exists) return Status::OK();
     }
   }
-  for (const auto& [key, value] : pairs) PDPM_RETURN_IF_ERROR(VnodeOf(key)->Put(key, value));
+  for (const auto& [key, value] : pairs) {
+    PDPM_RETURN_IF_ERROR(Write(key, [&] { return VnodeOf(key)->Put(key, value); }));
+  }
   *applied = true;
   return Status::OK();
 }
@@ -218,7 +224,7 @@ Status LocalKvStore::GetExpiry(std::string_view key, uint64_t* expire_at_ms) {
 Status LocalKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) {
   const uint64_t now = NowMs();
   std::shared_lock lock(multi_mu_);
-  return VnodeSetExpiry(VnodeOf(key), key, expire_at_ms, now, changed);
+  return Write(key, [&] { return VnodeSetExpiry(VnodeOf(key), key, expire_at_ms, now, changed); });
 }
 
 Status LocalKvStore::Count(uint64_t* count) {
@@ -229,7 +235,54 @@ Status LocalKvStore::Count(uint64_t* count) {
 
 Status LocalKvStore::Flush() {
   std::unique_lock lock(multi_mu_);
-  for (auto& index : indexes_) PDPM_RETURN_IF_ERROR(VnodeFlush(index.get()));
+  Status s;
+  for (auto& index : indexes_) {
+    s = VnodeFlush(index.get());
+    if (!s.ok()) break;
+  }
+  for (size_t i = 0; i < kVersionSlots; ++i) versions_[i].fetch_add(1);
+  return s;
+}
+
+Status LocalKvStore::TxRead(const std::vector<std::string_view>& keys, std::vector<KvTxRead>* out) {
+  out->assign(keys.size(), {});
+  std::shared_lock lock(multi_mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    KvTxRead& r = (*out)[i];
+    r.version.word = VersionOf(keys[i]).load();
+    std::string value;
+    ItemMeta meta;
+    Status s = VnodeOf(keys[i])->Get(keys[i], &value, &meta);
+    if (s.code() == StatusCode::kNotFound) continue;
+    PDPM_RETURN_IF_ERROR(s);
+    r.value = std::move(value);
+    r.expire_at_ms = meta.expire_at_ms;
+  }
+  return Status::OK();
+}
+
+Status LocalKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
+                              const std::vector<KvTxWrite>& writes) {
+  for (const KvTxWrite& w : writes) {
+    PDPM_RETURN_IF_ERROR(CheckItemSize(w.key, w.value ? w.value->size() : 0));
+  }
+  std::unique_lock lock(multi_mu_);
+  for (const KvTxCheck& c : checks) {
+    if (VersionOf(c.key).load() != c.version.word) {
+      return Status::Aborted("conflict: a key changed since the transaction read it");
+    }
+  }
+  for (const KvTxWrite& w : writes) {
+    PDPM_RETURN_IF_ERROR(Write(w.key, [&] {
+      if (!w.value) {
+        Status s = VnodeOf(w.key)->Delete(w.key);
+        return s.code() == StatusCode::kNotFound ? Status::OK() : s;
+      }
+      PutOptions put;
+      put.meta.expire_at_ms = w.expire_at_ms;
+      return VnodeOf(w.key)->Put(w.key, *w.value, put);
+    }));
+  }
   return Status::OK();
 }
 

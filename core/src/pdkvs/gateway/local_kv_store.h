@@ -8,11 +8,15 @@
 // (magic "LKV1" in the upper 32 bits, vnode count below), written last when
 // the store is created; root slots 1..N hold the vnodes' index headers.
 //
-// Thread-safe. Multi-key operations (MultiGet, MultiPut, Flush) are atomic
-// for concurrent callers of this object (a store-wide reader-writer lock);
-// after a crash during MultiPut a prefix of its pairs may be present.
+// Thread-safe. Multi-key operations (MultiGet, MultiPut, TxCommit, Flush)
+// are atomic for concurrent callers of this object (a store-wide
+// reader-writer lock); after a crash during MultiPut or TxCommit a prefix of
+// its writes may be present. Transaction versions are counters in DRAM
+// (one per key hash slot, bumped by every write of a key of the slot):
+// they start again at a restart, as the gateway's transactions do.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <shared_mutex>
@@ -66,6 +70,9 @@ class LocalKvStore final : public KvStore {
   Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
   Status Count(uint64_t* count) override;
   Status Flush() override;
+  Status TxRead(const std::vector<std::string_view>& keys, std::vector<KvTxRead>* out) override;
+  Status TxCommit(const std::vector<KvTxCheck>& checks,
+                  const std::vector<KvTxWrite>& writes) override;
 
   uint32_t vnodes() const { return static_cast<uint32_t>(indexes_.size()); }
   const pm::PmDevice& device() const { return *device_; }
@@ -74,6 +81,11 @@ class LocalKvStore final : public KvStore {
   LocalKvStore() = default;
   uint64_t NowMs() const;
   CcehIndex* VnodeOf(std::string_view key) const;
+  // The version counter of a key (TxRead), bumped after each write of it.
+  std::atomic<uint64_t>& VersionOf(std::string_view key) const;
+  // Runs `op`, a write of `key`, and bumps the key's version.
+  template <class Op>
+  Status Write(std::string_view key, Op op);
 
   LocalKvStoreOptions options_;
   std::unique_ptr<pm::PmDevice> device_;
@@ -81,6 +93,10 @@ class LocalKvStore final : public KvStore {
   std::vector<std::unique_ptr<CcehIndex>> indexes_;
   // Shared by single-key operations, exclusive for multi-key writes.
   std::shared_mutex multi_mu_;
+  static constexpr size_t kVersionSlots = size_t{1} << 16;
+  std::unique_ptr<std::atomic<uint64_t>[]> versions_ {
+    new std::atomic<uint64_t>[ kVersionSlots ]()
+  };
 };
 
 }  // namespace pdpm::pdkvs

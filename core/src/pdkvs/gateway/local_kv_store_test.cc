@@ -8,6 +8,8 @@
 #include <set>
 
 #include "pdkvs/gateway/commands.h"
+#include "pdkvs/gateway/tx_kv_store.h"
+#include "pdkvs/tx_overlay.h"
 
 namespace pdpm::pdkvs {
 namespace {
@@ -150,6 +152,85 @@ TEST_F(LocalKvStoreTest, MultiPutScanFlushAndReopen) {
   uint64_t n = 1;
   ASSERT_TRUE(store_->Count(&n).ok());
   EXPECT_EQ(n, 0u);
+}
+
+TEST_F(LocalKvStoreTest, TransactionsCheckVersions) {
+  SetOptions o;
+  SetResult r;
+  ASSERT_TRUE(store_->Set("a", "1", o, &r).ok());
+  std::vector<KvTxRead> reads;
+  ASSERT_TRUE(store_->TxRead({"a", "b"}, &reads).ok());
+  ASSERT_EQ(reads.size(), 2u);
+  EXPECT_EQ(reads[0].value, "1");
+  EXPECT_FALSE(reads[1].value.has_value());
+  // Unchanged: the writes apply, a put with its expiry and a delete.
+  const KvVersion read_a = reads[0].version;
+  ASSERT_TRUE(store_
+                  ->TxCommit({{"a", read_a}, {"b", reads[1].version}},
+                             {{"a", std::nullopt, 0}, {"b", "2", now_ms_ + 100}})
+                  .ok());
+  EXPECT_EQ(Get("a"), "<not_found>");
+  uint64_t at = 0;
+  ASSERT_TRUE(store_->GetExpiry("b", &at).ok());
+  EXPECT_EQ(at, now_ms_ + 100);
+  // Any write since the read — even of the same value — is a conflict,
+  // and nothing of the transaction applies.
+  ASSERT_TRUE(store_->TxRead({"b"}, &reads).ok());
+  ASSERT_TRUE(store_->Set("b", "2", o, &r).ok());
+  EXPECT_EQ(store_->TxCommit({{"b", reads[0].version}}, {{"c", "x", 0}}).code(),
+            StatusCode::kAborted);
+  EXPECT_EQ(Get("c"), "<not_found>");
+  // A flush changes every version.
+  ASSERT_TRUE(store_->TxRead({"c"}, &reads).ok());
+  ASSERT_TRUE(store_->Flush().ok());
+  EXPECT_EQ(store_->TxCommit({{"c", reads[0].version}}, {}).code(), StatusCode::kAborted);
+}
+
+// The commands of a transaction run on a TxOverlay exactly as on a vnode;
+// what they leave is what the commit writes.
+TEST_F(LocalKvStoreTest, OverlayRunsTheVnodeOperations) {
+  SetOptions o;
+  o.expiry = SetOptions::Expiry::kSet;
+  o.expire_at_ms = now_ms_ + 1000;
+  SetResult r;
+  ASSERT_TRUE(store_->Set("n", "41", o, &r).ok());
+  int reads = 0;
+  TxOverlay overlay(
+      [&](std::string_view key, KvTxRead* out) {
+        ++reads;
+        std::vector<KvTxRead> one;
+        PDPM_RETURN_IF_ERROR(store_->TxRead({key}, &one));
+        *out = one.front();
+        return Status::OK();
+      },
+      now_ms_);
+  TxKvStore tx(&overlay, store_.get(), now_ms_);
+  int64_t v = 0;
+  ASSERT_TRUE(tx.IncrBy("n", 1, &v).ok());
+  EXPECT_EQ(v, 42);
+  EXPECT_EQ(tx.IncrBy("n", INT64_MAX, &v).code(), StatusCode::kOutOfRange);
+  uint64_t at = 0;
+  ASSERT_TRUE(tx.GetExpiry("n", &at).ok());
+  EXPECT_EQ(at, now_ms_ + 1000);  // an increment keeps the expiry
+  uint64_t len = 0;
+  ASSERT_TRUE(tx.Append("s", "ab", &len).ok());
+  ASSERT_TRUE(tx.SetRange("s", 4, "z", &len).ok());
+  std::string value;
+  ASSERT_TRUE(tx.Get("s", &value).ok());
+  EXPECT_EQ(value, std::string("ab\0\0z", 5));
+  bool changed = false;
+  ASSERT_TRUE(tx.SetExpiry("s", now_ms_ - 1, &changed).ok());  // in the past: gone
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(tx.Get("s", &value).code(), StatusCode::kNotFound);
+  EXPECT_EQ(tx.Flush().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reads, 2);        // each key read once
+  EXPECT_EQ(Get("n"), "41");  // nothing reached the store
+  const auto& entries = overlay.entries();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries.at("n").value, "42");
+  EXPECT_EQ(entries.at("n").expire_at_ms, now_ms_ + 1000);
+  EXPECT_TRUE(entries.at("s").written);
+  EXPECT_FALSE(entries.at("s").value.has_value());
 }
 
 TEST(GlobMatch, RedisPatterns) {

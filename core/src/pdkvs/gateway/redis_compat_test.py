@@ -97,6 +97,52 @@ SCRIPT = [
     (SHAPE, ["CLIENT", "ID"]), (SHAPE, ["CLIENT", "LIST"]), (SHAPE, ["COMMAND", "COUNT"]),
     (SHAPE, ["COMMAND", "DOCS", "get"]), (SHAPE, ["INFO"]), (SHAPE, ["INFO", "keyspace"]),
     (SHAPE, ["HELLO", "2"]),
+    # Strings and keys added with the transactions (issue 20).
+    (EXACT, ["SETEX", "sx", "100", "v"]), (TTL, ["TTL", "sx"]), (EXACT, ["SETEX", "sx", "0", "v"]),
+    (EXACT, ["SETEX", "sx", "abc", "v"]), (EXACT, ["SETEX", "sx", "5"]),
+    (EXACT, ["PSETEX", "px", "100000", "v"]), (TTL, ["PTTL", "px"]),
+    (EXACT, ["PSETEX", "px", "-5", "v"]), (EXACT, ["GETEX", "sx"]), (EXACT, ["GETEX", "sx", "PERSIST"]),
+    (EXACT, ["TTL", "sx"]), (EXACT, ["GETEX", "sx", "EX", "50"]), (TTL, ["TTL", "sx"]),
+    (EXACT, ["GETEX", "sx", "PX", "50000", "PERSIST"]), (EXACT, ["GETEX", "sx", "EX", "0"]),
+    (EXACT, ["GETEX", "sx", "EX"]), (EXACT, ["GETEX", "missing", "EX", "5"]),
+    (EXACT, ["GETEX", "sx", "BOGUS"]), (EXACT, ["GETEX", "sx", "PXAT", "1"]), (EXACT, ["EXISTS", "sx"]),
+    (EXACT, ["SET", "ea", "v", "EXAT", "4102444800"]), (EXACT, ["EXPIRETIME", "ea"]),
+    (EXACT, ["PEXPIRETIME", "ea"]), (EXACT, ["SET", "pa", "v", "PXAT", "4102444800623"]),
+    (EXACT, ["PEXPIRETIME", "pa"]), (EXACT, ["EXPIRETIME", "pa"]), (EXACT, ["EXPIRETIME", "missing"]),
+    (EXACT, ["PEXPIRETIME", "y"]), (EXACT, ["EXPIREAT", "ea", "4102444900"]),
+    (EXACT, ["EXPIRETIME", "ea"]), (EXACT, ["PEXPIREAT", "ea", "4102444900500"]),
+    (EXACT, ["PEXPIRETIME", "ea"]), (EXACT, ["EXPIREAT", "ea", "abc"]),
+    (EXACT, ["EXPIREAT", "missing", "5"]), (EXACT, ["EXPIREAT", "ea", "1"]), (EXACT, ["EXISTS", "ea"]),
+    (EXACT, ["SET", "eo", "v"]), (EXACT, ["EXPIRE", "eo", "100", "XX"]),
+    (EXACT, ["EXPIRE", "eo", "100", "NX"]), (EXACT, ["EXPIRE", "eo", "200", "NX"]),
+    (EXACT, ["EXPIRE", "eo", "50", "GT"]), (EXACT, ["EXPIRE", "eo", "300", "GT"]),
+    (EXACT, ["EXPIRE", "eo", "400", "LT"]), (EXACT, ["EXPIRE", "eo", "10", "LT"]), (TTL, ["TTL", "eo"]),
+    (EXACT, ["EXPIRE", "eo", "10", "NX", "XX"]), (EXACT, ["EXPIRE", "eo", "10", "GT", "LT"]),
+    (EXACT, ["EXPIRE", "eo", "10", "FOO"]), (EXACT, ["PERSIST", "eo"]),
+    (EXACT, ["EXPIRE", "eo", "10", "LT"]), (EXACT, ["PERSIST", "eo"]),
+    (EXACT, ["EXPIRE", "eo", "10", "GT"]), (EXACT, ["PEXPIRE", "eo", "5000", "XX", "GT"]),
+    (EXACT, ["PEXPIREAT", "eo", "4102444900000", "NX"]), (EXACT, ["EXPIRE", "missing", "5", "NX"]),
+    (EXACT, ["SET", "f", "10.50"]), (EXACT, ["INCRBYFLOAT", "f", "0.1"]),
+    (EXACT, ["INCRBYFLOAT", "f", "-5"]), (EXACT, ["INCRBYFLOAT", "f", "5.0e3"]),
+    (EXACT, ["INCRBYFLOAT", "f", "abc"]), (EXACT, ["INCRBYFLOAT", "f", " 1"]),
+    (EXACT, ["INCRBYFLOAT", "nf", "3"]), (EXACT, ["INCRBYFLOAT", "nf", "-3"]),
+    (EXACT, ["INCRBYFLOAT", "s", "1"]), (EXACT, ["SET", "fe", "1", "EX", "100"]),
+    (EXACT, ["INCRBYFLOAT", "fe", "0.25"]), (TTL, ["TTL", "fe"]),
+    (EXACT, ["SET", "r1", "v", "EX", "100"]), (EXACT, ["RENAME", "r1", "r2"]), (TTL, ["TTL", "r2"]),
+    (EXACT, ["EXISTS", "r1"]), (EXACT, ["RENAME", "r1", "r2"]), (EXACT, ["RENAME", "r2", "r2"]),
+    (EXACT, ["SET", "r3", "x"]), (EXACT, ["RENAMENX", "r2", "r3"]), (EXACT, ["RENAMENX", "r2", "r4"]),
+    (EXACT, ["RENAMENX", "r4", "r4"]), (EXACT, ["RENAMENX", "nope", "r5"]), (EXACT, ["GET", "r4"]),
+    (EXACT, ["RENAME", "r4", "r3"]), (EXACT, ["MGET", "r3", "r4"]), (TTL, ["TTL", "r3"]),
+    (EXACT, ["COPY", "r3", "c1"]), (EXACT, ["COPY", "r3", "c1"]), (EXACT, ["COPY", "r3", "c1", "REPLACE"]),
+    (EXACT, ["COPY", "r3", "r3"]), (EXACT, ["COPY", "nope", "c2"]), (EXACT, ["COPY", "r3", "c3", "DB", "0"]),
+    (EXACT, ["COPY", "r3", "c4", "BOGUS"]), (EXACT, ["COPY", "r3", "c4", "DB", "x"]),
+    (TTL, ["TTL", "c1"]), (EXACT, ["TOUCH", "c1", "nope", "c1"]), (EXACT, ["SET", "o1", "12345"]),
+    (EXACT, ["OBJECT", "ENCODING", "o1"]), (EXACT, ["SET", "o2", "short"]),
+    (EXACT, ["OBJECT", "ENCODING", "o2"]), (EXACT, ["SET", "o3", "x" * 50]),
+    (EXACT, ["OBJECT", "ENCODING", "o3"]), (EXACT, ["SET", "o4", "-0"]),
+    (EXACT, ["OBJECT", "ENCODING", "o4"]), (EXACT, ["OBJECT", "ENCODING", "nope"]),
+    (EXACT, ["OBJECT", "FREQ", "o1"]), (EXACT, ["OBJECT", "ENCODING"]), (EXACT, ["OBJECT", "BOGUS", "o1"]),
+    (SHAPE, ["RANDOMKEY"]), (EXACT, ["FLUSHALL", "BOGUS"]),
 ]
 
 
@@ -156,6 +202,262 @@ def raw(port, data, read_until_close=False):
 
 
 expected_len = [0]
+
+
+def resp(*args):
+    """One request as a RESP array of bulk strings."""
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+def reply_end(data, pos):
+    """Where the RESP2/RESP3 reply starting at data[pos] ends."""
+    line_end = data.index(b"\r\n", pos)
+    kind, head = data[pos:pos + 1], data[pos + 1:line_end]
+    pos = line_end + 2
+    if kind in (b"$", b"=", b"!") and head != b"-1":
+        return pos + int(head) + 2
+    if kind in (b"*", b"~", b">", b"%") and head != b"-1":
+        for _ in range(int(head) * (2 if kind == b"%" else 1)):
+            pos = reply_end(data, pos)
+    return pos
+
+
+def session(port, *requests):
+    """Sends the requests on one connection, then QUIT; all the replies."""
+    return raw(port, b"".join(resp(*r) for r in requests) + resp("QUIT"), True)
+
+
+# Transactions (MULTI/EXEC/DISCARD/WATCH/UNWATCH): scripts of one
+# connection, compared byte for byte, RESP2 then RESP3 (HELLO 3 first).
+TX_SESSIONS = [
+    [["MULTI"], ["SET", "t1", "a"], ["INCR", "t1"], ["GET", "t1"], ["APPEND", "t1", "b"],
+     ["SETRANGE", "t1", "5", "z"], ["GETRANGE", "t1", "0", "-1"], ["EXPIRE", "t1", "100"],
+     ["TTL", "t1"], ["PERSIST", "t1"], ["TTL", "t1"], ["STRLEN", "t1"], ["EXISTS", "t1", "t2"],
+     ["EXEC"], ["GET", "t1"]],
+    [["SET", "t2", "5"], ["MULTI"], ["INCRBY", "t2", "10"], ["DECR", "t2"], ["GETSET", "t2", "x"],
+     ["INCR", "t2"], ["GETDEL", "t2"], ["GET", "t2"], ["SETNX", "t2", "n"], ["SETNX", "t2", "m"],
+     ["SET", "t2", "p", "NX", "GET"], ["SET", "t2", "q", "XX", "GET"], ["SET", "t2", "r", "BOGUS"],
+     ["MSET", "t3", "1", "t4", "2", "t3", "3"], ["MGET", "t2", "t3", "t4", "t5"],
+     ["MSETNX", "t4", "9", "t5", "9"], ["DEL", "t3", "t4", "t9"], ["PING"], ["ECHO", "e"],
+     ["EXEC"], ["MGET", "t2", "t3", "t4", "t5"]],
+    [["SET", "t6", "v", "EX", "100"], ["MULTI"], ["SET", "t6", "w", "KEEPTTL"], ["TTL", "t6"],
+     ["SET", "t6", "x"], ["TTL", "t6"], ["PEXPIRE", "t6", "-1"], ["EXISTS", "t6"], ["EXEC"],
+     ["EXISTS", "t6"]],
+    # Errors while queueing abort the EXEC; errors of a queued command do not.
+    [["MULTI"], ["SET", "q1", "1"], ["NOPE", "x"], ["GET", "q1"], ["EXEC"], ["GET", "q1"]],
+    [["MULTI"], ["SET", "q1", "1"], ["GET"], ["EXEC"], ["EXISTS", "q1"]],
+    [["MULTI"], ["MULTI"], ["WATCH", "q1"], ["SET", "q2", "2"], ["EXEC"], ["GET", "q2"]],
+    [["EXEC"], ["DISCARD"], ["MULTI"], ["SET", "q3", "3"], ["DISCARD"], ["GET", "q3"], ["EXEC"]],
+    [["MULTI"], ["EXEC"], ["MULTI"], ["UNWATCH"], ["EXEC"]],
+    # WATCH: a write of the same connection after WATCH aborts the EXEC.
+    [["WATCH", "w1", "w2"], ["SET", "w1", "1"], ["MULTI"], ["SET", "w2", "x"], ["EXEC"],
+     ["GET", "w2"], ["MULTI"], ["SET", "w2", "y"], ["EXEC"], ["GET", "w2"]],
+    [["WATCH", "w3"], ["GET", "w3"], ["MULTI"], ["SET", "w3", "ok"], ["EXEC"], ["GET", "w3"]],
+    # The atomic multi-step commands inside a transaction.
+    [["SET", "t1", "1.5", "EX", "100"], ["MULTI"], ["INCRBYFLOAT", "t1", "2"], ["RENAME", "t1", "t2"],
+     ["COPY", "t2", "t3"], ["GETEX", "t3", "PERSIST"], ["TTL", "t3"], ["EXPIRE", "t2", "5", "GT"],
+     ["RENAMENX", "t2", "t3"], ["EXEC"], ["MGET", "t1", "t2", "t3"]],
+    [["WATCH", "w4"], ["SET", "w4", "1"], ["UNWATCH"], ["MULTI"], ["SET", "w4", "2"], ["EXEC"],
+     ["WATCH", "w4"], ["SET", "w4", "same"], ["MULTI"], ["DISCARD"], ["MULTI"], ["GET", "w4"],
+     ["EXEC"]],
+]
+
+
+def compare_transactions(gw_port, redis_port):
+    for protocol in (2, 3):
+        hello = [["HELLO", "3"]] if protocol == 3 else []
+        for requests in TX_SESSIONS:
+            for port in (gw_port, redis_port):
+                session(port, ["DEL", "t1", "t2", "t3", "t4", "t5", "t6", "q1", "q2", "q3", "w1",
+                               "w2", "w3", "w4"])
+            a, b = (session(p, *hello, *requests) for p in (gw_port, redis_port))
+            if protocol == 3:  # the HELLO maps differ (id, version): compare what follows
+                a, b = a[reply_end(a, 0):], b[reply_end(b, 0):]
+            check(a == b, f"RESP{protocol} {requests}: gateway {a!r} redis {b!r}")
+    # A documented difference: FLUSHALL (and FLUSHDB) refused inside MULTI.
+    got = session(gw_port, ["MULTI"], ["FLUSHALL"], ["SET", "kept", "1"], ["EXEC"], ["EXISTS", "kept"])
+    want = (b"+OK\r\n-ERR flushall inside MULTI is not supported by pDKVS\r\n+QUEUED\r\n"
+            b"-EXECABORT Transaction discarded because of previous errors.\r\n:0\r\n+OK\r\n")
+    check(got == want, f"FLUSHALL inside MULTI: {got!r}")
+    # RANDOMKEY: nil on an empty database, the only key on a one-key one.
+    for port in (gw_port, redis_port):
+        session(port, ["FLUSHALL"])
+    a, b = (session(p, ["RANDOMKEY"], ["SET", "only", "1"], ["RANDOMKEY"], ["DEL", "only"])
+            for p in (gw_port, redis_port))
+    check(a == b, f"RANDOMKEY: gateway {a!r} redis {b!r}")
+    # WATCH against another connection's write, and a watched key left alone.
+    for watched_write in (True, False):
+        out = []
+        for port in (gw_port, redis_port):
+            session(port, ["SET", "ww", "0"])
+            a = socket.create_connection(("127.0.0.1", port))
+            a.sendall(resp("WATCH", "ww", "wx"))
+            first = a.recv(100)
+            if watched_write:
+                session(port, ["SET", "ww", "other"])
+            else:
+                session(port, ["SET", "wy", "other"])
+            a.sendall(resp("MULTI") + resp("INCR", "wx") + resp("SET", "ww", "mine") +
+                      resp("EXEC") + resp("MGET", "ww", "wx") + resp("QUIT"))
+            rest = b""
+            while True:
+                chunk = a.recv(65536)
+                if not chunk:
+                    break
+                rest += chunk
+            a.close()
+            out.append(first + rest)
+            session(port, ["DEL", "ww", "wx", "wy"])
+        check(out[0] == out[1], f"WATCH (other write {watched_write}): {out[0]!r} {out[1]!r}")
+    # A client library's transactions: redis-py pipelines with WATCH.
+    results = []
+    for port in (gw_port, redis_port):
+        c = redis.Redis(port=port, protocol=2)
+        c.response_callbacks.clear()
+        got = []
+        pipe = c.pipeline(transaction=True)
+        pipe.set("lib:a", 10).incrby("lib:a", 5).get("lib:a").incr("lib:b").mget("lib:a", "lib:b")
+        got.append(pipe.execute())
+        pipe = c.pipeline(transaction=True)
+        pipe.set("lib:c", "x").incr("lib:c").get("lib:c")
+        got.append(pipe.execute(raise_on_error=False))
+        with c.pipeline(transaction=True) as p:
+            p.watch("lib:a")
+            value = int(p.get("lib:a"))
+            c.set("lib:a", value + 100)  # another connection of the pool
+            p.multi()
+            p.set("lib:a", value * 2)
+            try:
+                got.append(("committed", p.execute()))
+            except redis.WatchError:
+                got.append(("watch error",))
+        got.append(c.get("lib:a"))
+        c.delete("lib:a", "lib:b", "lib:c")
+        c.close()
+        results.append([repr(x) for x in got])
+    check(results[0] == results[1], f"redis-py transactions: {results[0]} {results[1]}")
+    # redis-cli's MULTI.
+    cli = "MULTI\nSET cli:t 1\nINCR cli:t\nINCR\nEXEC\nMULTI\nINCR cli:t\nGET cli:t\nEXEC\nDEL cli:t\n"
+    outs = [subprocess.run(["redis-cli", "-p", str(p)], input=cli.encode(),
+                           capture_output=True).stdout for p in (gw_port, redis_port)]
+    check(outs[0] == outs[1], f"redis-cli MULTI: gateway {outs[0]!r} redis {outs[1]!r}")
+
+
+def concurrent_transfers(port, password):
+    """8 clients move amounts between 16 accounts with MULTI/EXEC (half of
+    them WATCH-guarded, retrying on abort) while 2 readers sum the accounts
+    in a MULTI of MGETs: the total never changes."""
+    setup = redis.Redis(port=port, password=password)
+    accounts = [f"acct:{i}" for i in range(16)]
+    setup.mset({a: 100 for a in accounts})
+    setup.close()
+    errors = []
+
+    def mover(seed):
+        c = redis.Redis(port=port, password=password)
+        state = seed
+        for i in range(150):
+            state = (state * 1103515245 + 12345) % (1 << 31)
+            src, dst = accounts[state % 16], accounts[(state >> 8) % 16]
+            amount = 1 + (state >> 16) % 7
+            if seed % 2:
+                pipe = c.pipeline(transaction=True)
+                pipe.decrby(src, amount).incrby(dst, amount)
+                pipe.execute()
+                continue
+            while True:
+                with c.pipeline(transaction=True) as p:
+                    try:
+                        p.watch(src, dst)
+                        a, b = int(p.get(src)), int(p.get(dst))
+                        p.multi()
+                        p.set(src, a - amount).set(dst, b + amount if src != dst else a)
+                        p.execute()
+                        break
+                    except redis.WatchError:
+                        continue
+        c.close()
+
+    def reader():
+        c = redis.Redis(port=port, password=password)
+        for _ in range(150):
+            pipe = c.pipeline(transaction=True)
+            pipe.mget(accounts)
+            total = sum(int(v) for v in pipe.execute()[0])
+            if total != 1600:
+                errors.append(total)
+        c.close()
+
+    workers = [threading.Thread(target=mover, args=(s,)) for s in range(8)]
+    workers += [threading.Thread(target=reader) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    c = redis.Redis(port=port, password=password)
+    total = sum(int(v) for v in c.mget(accounts))
+    c.delete(*accounts)
+    c.close()
+    check(not errors and total == 1600, f"transfers: sums seen {errors[:5]}, final {total}")
+
+
+def transfers_through_server_kill(port, cluster_dir):
+    """On a cluster: 8 clients move amounts between 24 accounts (keys of
+    every server) with MULTI/EXEC, each counting its own acknowledged
+    transfers in the same transaction, while a server is killed (kill -9);
+    its vnodes fail over to their copies. The total is unchanged, and every
+    client's counter holds at least its acknowledged transfers and at most
+    those plus the ones whose outcome was unknown (an error reply)."""
+    setup = redis.Redis(port=port)
+    accounts = [f"kill:acct:{i}" for i in range(24)]
+    setup.mset({a: 1000 for a in accounts})
+    setup.close()
+    acked, unknown = [0] * 8, [0] * 8
+    stop = threading.Event()
+
+    def mover(n):
+        c = redis.Redis(port=port, socket_timeout=30)
+        state = n + 1
+        while not stop.is_set():
+            state = (state * 1103515245 + 12345) % (1 << 31)
+            src, dst = accounts[state % 24], accounts[(state >> 8) % 24]
+            pipe = c.pipeline(transaction=True)
+            pipe.decrby(src, 3).incrby(dst, 3).incr(f"kill:count:{n}")
+            try:
+                pipe.execute()
+                acked[n] += 1
+            except (redis.ResponseError, redis.ConnectionError, redis.TimeoutError):
+                unknown[n] += 1
+                time.sleep(0.05)
+        c.close()
+
+    workers = [threading.Thread(target=mover, args=(n,)) for n in range(8)]
+    for w in workers:
+        w.start()
+    time.sleep(1.5)
+    with open(os.path.join(cluster_dir, "server-1.pid")) as f:
+        os.kill(int(f.read().strip()), signal.SIGKILL)
+    acked_at_kill = sum(acked)
+    time.sleep(6)
+    stop.set()
+    for w in workers:
+        w.join()
+    c = redis.Redis(port=port, socket_timeout=30)
+    total = sum(int(v) for v in c.mget(accounts))
+    counts = [int(c.get(f"kill:count:{n}") or 0) for n in range(8)]
+    c.close()
+    check(total == 24000, f"transfers through a server kill: total {total}")
+    for n in range(8):
+        check(acked[n] <= counts[n] <= acked[n] + unknown[n],
+              f"client {n}: {acked[n]} acknowledged, {unknown[n]} unknown, counter {counts[n]}")
+    check(0 < acked_at_kill < sum(acked),
+          f"transfers acknowledged: {acked_at_kill} before the kill, {sum(acked)} in all")
+    print(f"transfers through a server kill: {sum(acked)} acknowledged, {sum(unknown)} failed",
+          flush=True)
 
 
 def start_gateway(binary, store, extra_env=None):
@@ -222,6 +524,8 @@ def main():
         a, b = raw(gw_port, data, True), raw(redis_port, data, True)
         check(a == b, f"raw {name}: gateway {a!r} redis {b!r}")
 
+    compare_transactions(gw_port, redis_port)
+
     # redis-cli through the same lines.
     cli_script = "SET cli 1\nINCRBY cli 41\nGET cli\nMGET cli nothing\nGETRANGE cli 0 0\nDEL cli\nINCR\n"
     outs = [subprocess.run(["redis-cli", "-p", str(p)], input=cli_script.encode(),
@@ -270,6 +574,8 @@ def main():
     check(c.strlen("shared:log") == 1600, "concurrent APPEND lost updates")
     c.close()
 
+    concurrent_transfers(gw_port, "s3cret")
+
     # kill -9 with acknowledged writes, restart: every one is there.
     c = redis.Redis(port=gw_port, password="s3cret")
     pipe = c.pipeline(transaction=False)
@@ -287,13 +593,19 @@ def main():
     check(not lost, f"lost after kill -9: {lost[:10]}")
     check(c.get("durable:counter") == b"2000", "counter after kill -9")
     c.close()
+    if os.environ.get("PDKVS_TEST_CLUSTER_DIR"):
+        gw.send_signal(signal.SIGTERM)  # again without a password
+        gw.wait()
+        gw, gw_port = start_gateway(binary, store)
+        transfers_through_server_kill(gw_port, os.environ["PDKVS_TEST_CLUSTER_DIR"])
     gw.send_signal(signal.SIGTERM)
     gw.wait()
     if failures:
         print(f"FAIL: {len(failures)} mismatches")
         sys.exit(1)
     print(f"OK: {len(SCRIPT) + len(extra)} scripted commands, RESP3, raw protocol, redis-cli, "
-          "auth, concurrent clients, kill -9 restart")
+          f"{len(TX_SESSIONS)} transaction sessions, auth, concurrent clients and MULTI/EXEC "
+          "transfers, kill -9 restart")
 
 
 if __name__ == "__main__":

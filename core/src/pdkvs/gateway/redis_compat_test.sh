@@ -36,5 +36,6 @@ if [[ -n $pdpm ]]; then
     --monitor-port "$(free_ports 1)" --server-port "$(free_ports 3)" --gateway-port 0 \
     --timeout 60s >"$dir/up.log" 2>&1 || { cat "$dir/up.log"; exit 1; }
   store=(--monitor "$(cat "$dir/cluster/monitor.addr")" --secret-file "$dir/cluster/cluster.secret")
+  export PDKVS_TEST_CLUSTER_DIR=$dir/cluster  # the script kills a server of it
 fi
 "$venv/bin/python" "$here/redis_compat_test.py" "$gateway" "$port" "${store[@]}"

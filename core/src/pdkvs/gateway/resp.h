@@ -55,6 +55,8 @@ class RespWriter {
   void Map(size_t n);                 // RESP3 %n; RESP2 an array of 2n
   void Set(size_t n);                 // RESP3 ~n; RESP2 an array
   void Verbatim(std::string_view s);  // RESP3 =txt:...; RESP2 a bulk string
+  // Replies written by another writer of the same protocol (EXEC's).
+  void Replies(std::string_view written) { out_->append(written); }
 
  private:
   void Header(char type, uint64_t n);

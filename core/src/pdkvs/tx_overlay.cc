@@ -1,0 +1,103 @@
+#include "pdkvs/tx_overlay.h"
+
+#include "pdkvs/item.h"
+
+namespace pdpm::pdkvs {
+
+void TxOverlay::Preload(std::string_view key, KvTxRead read) {
+  Entry e;
+  e.value = std::move(read.value);
+  e.expire_at_ms = read.expire_at_ms;
+  e.version = read.version;
+  Settle(&e);
+  entries_.emplace(std::string(key), std::move(e));
+}
+
+void TxOverlay::Settle(Entry* e) const {
+  if (e->value && e->expire_at_ms != 0 && e->expire_at_ms <= now_ms_) {
+    e->value.reset();
+    e->expire_at_ms = 0;
+  }
+}
+
+Status TxOverlay::Find(std::string_view key, Entry** out) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    KvTxRead read;
+    PDPM_RETURN_IF_ERROR(reader_(key, &read));
+    Preload(key, std::move(read));
+    it = entries_.find(key);
+  }
+  *out = &it->second;
+  return Status::OK();
+}
+
+Status TxOverlay::Get(std::string_view key, std::string* value, ItemMeta* meta) {
+  Entry* e = nullptr;
+  PDPM_RETURN_IF_ERROR(Find(key, &e));
+  if (!e->value) return Status::NotFound("no such key");
+  value->assign(*e->value);
+  if (meta != nullptr) *meta = ItemMeta{e->expire_at_ms, 0};
+  return Status::OK();
+}
+
+Status TxOverlay::Exists(std::string_view key, bool* exists) {
+  Entry* e = nullptr;
+  PDPM_RETURN_IF_ERROR(Find(key, &e));
+  *exists = e->value.has_value();
+  return Status::OK();
+}
+
+Status TxOverlay::Put(std::string_view key, std::string_view value, const PutOptions& options) {
+  PDPM_RETURN_IF_ERROR(CheckItemSize(key, value.size()));
+  Entry* e = nullptr;
+  PDPM_RETURN_IF_ERROR(Find(key, &e));
+  if (options.mode == PutMode::kIfAbsent && e->value) return Status::AlreadyExists("key exists");
+  if (options.mode == PutMode::kIfPresent && !e->value) return Status::NotFound("no such key");
+  const bool keep = options.keep_ttl && e->value;
+  e->value.emplace(value);
+  if (!keep) e->expire_at_ms = options.meta.expire_at_ms;
+  e->written = true;
+  Settle(e);
+  return Status::OK();
+}
+
+Status TxOverlay::Delete(std::string_view key) {
+  Entry* e = nullptr;
+  PDPM_RETURN_IF_ERROR(Find(key, &e));
+  if (!e->value) return Status::NotFound("no such key");
+  e->value.reset();
+  e->expire_at_ms = 0;
+  e->written = true;
+  return Status::OK();
+}
+
+Status TxOverlay::Update(std::string_view key, const UpdateFn& fn) {
+  Entry* e = nullptr;
+  PDPM_RETURN_IF_ERROR(Find(key, &e));
+  std::string_view old;
+  if (e->value) old = *e->value;
+  Mutation m;
+  PDPM_RETURN_IF_ERROR(fn(e->value ? &old : nullptr, ItemMeta{e->expire_at_ms, 0}, &m));
+  switch (m.kind) {
+    case Mutation::kKeep: return Status::OK();
+    case Mutation::kPut:
+      PDPM_RETURN_IF_ERROR(CheckItemSize(key, m.value.size()));
+      e->value = std::move(m.value);
+      e->expire_at_ms = m.meta.expire_at_ms;
+      break;
+    case Mutation::kDelete:
+      e->value.reset();
+      e->expire_at_ms = 0;
+      break;
+    case Mutation::kSetExpiry:
+      if (!e->value) return Status::NotFound("no such key");
+      e->expire_at_ms = m.meta.expire_at_ms;
+      break;
+  }
+  e->written = true;
+  Settle(e);
+  return Status::OK();
+}
+
+}  // namespace pdpm::pdkvs
