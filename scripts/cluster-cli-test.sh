@@ -178,6 +178,12 @@ expect_fail 1 "already_exists" "$pdpm" fs mount vol1 "$work/mnt" --dir "$dir"
 expect_fail 1 "is mounted on" "$pdpm" fs volume delete vol1 --dir "$dir"
 expect_fail 1 "not_found" "$pdpm" fs mount nosuch "$work/mnt2" --dir "$dir"
 expect_fail 1 "not_found" "$pdpm" fs umount "$work/mnt2" --dir "$dir"
+"$pdpm" fsck --fs --dir "$dir" >"$work/fsck-fs.out" || die "fsck --fs: $(cat "$work/fsck-fs.out")"
+grep -q "^clean: pdfs: .* 4 inodes, 3 directories" "$work/fsck-fs.out" ||
+  die "fsck --fs: $(cat "$work/fsck-fs.out")"
+expect_fail 1 "is mounted on .*pdpm fs umount it first" "$pdpm" fsck --fs --repair --dir "$dir"
+expect_fail 2 "--repair works with --fs only" "$pdpm" fsck --repair --dir "$dir"
+expect_fail 2 "--server works without --fs only" "$pdpm" fsck --fs --server 1 --dir "$dir"
 
 step "down (unmounts), fsck, up again: data still there"
 "$pdpm" down --dir "$dir" >"$work/down.out"
@@ -198,6 +204,10 @@ cmp "$work/big" "$work/mnt/big" || die "a pDFS file lost or changed across down 
 expect_fail 1 "not_found" "$pdpm" fs umount "$work/mnt" --dir "$dir"
 "$pdpm" fs volume delete vol1 --dir "$dir" >/dev/null
 [[ -z $("$pdpm" fs volume list --dir "$dir") ]] || die "fs volume list after delete"
+"$pdpm" fsck --fs --repair --dir "$dir" >"$work/fsck-fs.out" ||
+  die "fsck --fs --repair: $(cat "$work/fsck-fs.out")"
+grep -q "^clean: pdfs: .* 1 inodes, 1 directories" "$work/fsck-fs.out" ||
+  die "fsck --fs after the volume's deletion: $(cat "$work/fsck-fs.out")"
 expect_fail 1 "server 1 is running" "$pdpm" fsck --dir "$dir"
 
 step "kill -9 of every daemon, then up: data still there"

@@ -335,6 +335,50 @@ class ClientImpl final : public Client, public TxHost {
     return d.Done();
   }
 
+  Status ListObj(uint32_t table, uint32_t tag, const ObjectId& start, uint32_t max,
+                 std::vector<ObjectId>* out) override {
+    out->clear();
+    if (max > server::kMaxListObj) {
+      return Status::InvalidArgument("list objects: at most " +
+                                     std::to_string(server::kMaxListObj) + " ids a call");
+    }
+    std::string reply;
+    PDPM_RETURN_IF_ERROR(TableCall(
+        [table](uint32_t count, uint32_t* t) {
+          if (table == 0 || table > count) {
+            return Status::InvalidArgument("table " + std::to_string(table) +
+                                           ": the cluster has tables 1.." + std::to_string(count));
+          }
+          *t = table;
+          return Status::OK();
+        },
+        server::kListObj,
+        [&](uint32_t t, std::string* body) {
+          Encoder e(body);
+          e.U64(t);
+          e.U64(tag);
+          e.Id(start);
+          e.U64(max);
+        },
+        /*idempotent=*/true, &reply));
+    Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
+    uint64_t count = 0;
+    PDPM_RETURN_IF_ERROR(d.U64(&count));
+    if (count > max) return Status::Corruption("list objects: more ids than asked for");
+    out->resize(count);
+    for (ObjectId& id : *out) PDPM_RETURN_IF_ERROR(d.Id(&id));
+    return d.Done();
+  }
+
+  Status Space(uint64_t* capacity, uint64_t* used) override {
+    v1::ClusterStatus st;
+    PDPM_RETURN_IF_ERROR(monitor_->GetClusterStatus(&st).WithContext("monitor"));
+    const uint64_t copies = std::max<uint32_t>(1, st.replica_count());
+    *capacity = st.capacity_bytes() / copies;
+    *used = std::min(st.used_bytes() / copies, *capacity);
+    return Status::OK();
+  }
+
   Status TableCall(const TableRoute& route, uint16_t method, const TableBody& body, bool idempotent,
                    std::string* reply) override {
     uint32_t table = 0;

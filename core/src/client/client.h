@@ -41,6 +41,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "client/transaction.h"
 #include "common/status.h"
@@ -130,6 +131,14 @@ class Client {
   // size becomes `size`; a smaller object is unchanged); atomic like PutObj.
   virtual Status TruncateObj(const ObjectId& id, uint64_t size) = 0;
   virtual Status DelObj(const ObjectId& id) = 0;
+  // The ids of the objects of table `table` (1..table_count()) whose id.hi
+  // has `tag` in its upper 32 bits, from `start` on (inclusive), sorted by
+  // (hi, lo), at most `max` (<= 2048) of them. Fewer than `max`: the
+  // table has no more; else the next page starts after the last id. An
+  // object present for the whole listing is listed once. For checkers
+  // (pDFS fsck); kInvalidArgument for a bad table or max.
+  virtual Status ListObj(uint32_t table, uint32_t tag, const ObjectId& start, uint32_t max,
+                         std::vector<ObjectId>* out) = 0;
 
   // Starts a transaction over heap data (client/transaction.h, docs/tx.md).
   virtual Status TxBegin(std::unique_ptr<Transaction>* out) = 0;
@@ -163,6 +172,11 @@ class Client {
     std::string reply;  // out
   };
   virtual void TableCallAll(std::span<TableCallArgs> calls) = 0;
+
+  // The cluster's room for data, from the monitor: the PM of its servers
+  // divided by the replica count, and how much of that the servers'
+  // allocators hand out (as of their last heartbeats). For statfs/df.
+  virtual Status Space(uint64_t* capacity, uint64_t* used) = 0;
 
   // The epoch of the cached mapping.
   virtual uint64_t epoch() const = 0;

@@ -1,5 +1,6 @@
 #include "dsm/object_store.h"
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 
@@ -151,6 +152,32 @@ Status ObjectStoreTable::Delete(const ObjectId& id) {
   if (s.code() == StatusCode::kNotFound) return Status::NotFound("no object " + IdString(id));
   PDPM_RETURN_IF_ERROR(s);
   return lists_.Destroy(header);
+}
+
+void ObjectStoreTable::ListIds(uint32_t tag, const ObjectId& start, size_t max,
+                               std::vector<ObjectId>* out) const {
+  auto less = [](const ObjectId& a, const ObjectId& b) {
+    return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo;
+  };
+  out->clear();
+  if (max == 0) return;
+  std::shared_lock lock(mu_);
+  // The index is hashed, not ordered: keep the `max` smallest ids at or
+  // after `start` in a max-heap.
+  index_->ForEach([&](uint64_t e) {
+    const IndexEntry* entry = index_->Entry(e);
+    ObjectId id{entry->id_hi, entry->id_lo};
+    if ((id.hi >> 32) != tag || less(id, start)) return;
+    if (out->size() == max) {
+      if (!less(id, out->front())) return;
+      std::pop_heap(out->begin(), out->end(), less);
+      out->back() = id;
+    } else {
+      out->push_back(id);
+    }
+    std::push_heap(out->begin(), out->end(), less);
+  });
+  std::sort_heap(out->begin(), out->end(), less);
 }
 
 void ObjectStoreTable::Trace(std::unordered_set<uint64_t>* blocks) const {

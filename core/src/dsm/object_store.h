@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <vector>
 
 #include "common/status.h"
 #include "dsm/hash_index.h"
@@ -79,6 +80,12 @@ class ObjectStoreTable {
   Status Get(const ObjectId& id, std::string* value) const;
   Status Size(const ObjectId& id, uint64_t* size) const;
   Status Delete(const ObjectId& id);
+  // The ids of objects whose id.hi has `tag` in its upper 32 bits, from
+  // `start` on (inclusive) in (hi, lo) order, at most `max` of them, sorted:
+  // a listing in pages (each next page from the last id + 1) returns every
+  // object present for the whole listing once (for consistency checkers
+  // such as pDFS's fsck, docs/pdfs.md).
+  void ListIds(uint32_t tag, const ObjectId& start, size_t max, std::vector<ObjectId>* out) const;
   // Offsets of every block the table reaches: the index root, the bucket
   // array, entries, object headers, extent nodes and data pages.
   void Trace(std::unordered_set<uint64_t>* blocks) const;

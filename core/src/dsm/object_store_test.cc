@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -11,6 +12,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dsm/dsm_test_region.h"
 #include "dsm/segment_check.h"
@@ -285,6 +287,36 @@ TEST_F(ObjectStoreTest, RandomOperationsMatchAModel) {
       for (auto& [key, value] : model) ASSERT_EQ(Get({key * 7919, key}), value);
     }
   }
+}
+
+TEST_F(ObjectStoreTest, ListIdsPagesThroughOneTagInOrder) {
+  // Ids of two tags, interleaved in the hash index.
+  std::vector<ObjectId> tagged;
+  for (uint64_t i = 0; i < 300; i++) {
+    ObjectId mine{(uint64_t{7} << 32) | (i % 5), i * 0x9e3779b97f4a7c15ull};
+    ASSERT_TRUE(table_->Put(mine, "x").ok());
+    ASSERT_TRUE(table_->Put(ObjectId{(uint64_t{8} << 32) | i, i}, "y").ok());
+    tagged.push_back(mine);
+  }
+  std::sort(tagged.begin(), tagged.end(), [](const ObjectId& a, const ObjectId& b) {
+    return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo;
+  });
+  std::vector<ObjectId> listed, page;
+  ObjectId start{uint64_t{7} << 32, 0};
+  do {
+    table_->ListIds(7, start, 64, &page);
+    ASSERT_LE(page.size(), 64u);
+    listed.insert(listed.end(), page.begin(), page.end());
+    if (!page.empty()) {
+      start = page.back();
+      if (++start.lo == 0) ++start.hi;
+    }
+  } while (page.size() == 64);
+  EXPECT_EQ(listed, tagged);
+  table_->ListIds(9, {}, 10, &page);
+  EXPECT_TRUE(page.empty());
+  table_->ListIds(7, {}, 0, &page);
+  EXPECT_TRUE(page.empty());
 }
 
 TEST_F(ObjectStoreTest, TraceMatchesTheAllocatedObjectStoreBlocks) {

@@ -84,6 +84,9 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
       return self->HandleObject(m, r, out);
     });
   }
+  s->rpc_->Register(kListObj, [self](std::span<const uint8_t> r, std::string* out) {
+    return self->HandleListObj(r, out);
+  });
   for (uint16_t m = kKvGet; m <= kKvLast; ++m) {
     s->rpc_->Register(m, [self, m](std::span<const uint8_t> r, std::string* out) {
       return self->HandleKv(m, r, out);
@@ -720,6 +723,37 @@ Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req, s
     }
     default: return Status::Internal("unknown object method");
   }
+}
+
+Status DataServer::HandleListObj(std::span<const uint8_t> req, std::string* reply) {
+  Decoder d(req);
+  RequestHeader h;
+  uint64_t table = 0, tag = 0, max = 0;
+  dsm::ObjectId start;
+  PDPM_RETURN_IF_ERROR(d.Header(&h));
+  PDPM_RETURN_IF_ERROR(d.U64(&table));
+  PDPM_RETURN_IF_ERROR(d.U64(&tag));
+  PDPM_RETURN_IF_ERROR(d.Id(&start));
+  PDPM_RETURN_IF_ERROR(d.U64(&max));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  PDPM_RETURN_IF_ERROR(CheckHeader(h));
+  if (table > UINT32_MAX || tag > UINT32_MAX || max > kMaxListObj) {
+    return Status::InvalidArgument("list objects: table " + std::to_string(table) + ", tag " +
+                                   std::to_string(tag) + ", max " + std::to_string(max) +
+                                   " (at most " + std::to_string(kMaxListObj) + ")");
+  }
+  Segment* seg = nullptr;
+  Status s = TableSegment(static_cast<uint32_t>(table), h.epoch, false, &seg);
+  std::vector<dsm::ObjectId> ids;
+  if (s.ok()) {
+    seg->table->ListIds(static_cast<uint32_t>(tag), start, max, &ids);
+  } else if (s.code() != StatusCode::kNotFound) {  // kNotFound: the table holds nothing
+    return s;
+  }
+  Encoder e(reply);
+  e.U64(ids.size());
+  for (const dsm::ObjectId& id : ids) e.Id(id);
+  return Status::OK();
 }
 
 }  // namespace pdpm::server

@@ -201,6 +201,7 @@ class DataServer {
   Status AllocateHeap(uint64_t size, TxTag tag, dsm::GlobalAddress* out);
   Status HandlePFree(std::span<const uint8_t> req, std::string* reply);
   Status HandleObject(uint16_t method, std::span<const uint8_t> req, std::string* reply);
+  Status HandleListObj(std::span<const uint8_t> req, std::string* reply);
   // The table segment of `id`'s table after the ownership and epoch checks;
   // creates it when `create` (else kNotFound when there is none).
   Status TableFor(const dsm::ObjectId& id, uint64_t epoch, bool create, Segment** out);

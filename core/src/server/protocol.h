@@ -19,6 +19,10 @@
 //   kObjSize    16-byte id                     -> u64 size
 //   kDelObj     16-byte id                     -> empty
 //   kTruncateObj 16-byte id | u64 size         -> empty
+//   kListObj    u64 table | u64 tag | 16-byte start id | u64 max
+//                                               -> u64 count | count ids
+//               (the table's objects whose id.hi has `tag` in its upper
+//               32 bits, from `start` on, sorted; max <= kMaxListObj)
 //   kTx*        transactions: docs/tx.md
 //   kKv*        pDKVS vnode operations: docs/pdkvs.md ("Distributed store")
 // A decoder refuses a short, long or unknown-version message with
@@ -40,6 +44,8 @@ namespace pdpm::server {
 inline constexpr uint16_t kProtocolVersion = 1;
 inline constexpr size_t kRequestHeaderSize = 32;
 inline constexpr uint64_t kWholeObject = ~0ull;
+// Most ids one kListObj reply carries (16 bytes each: 32 KiB).
+inline constexpr uint64_t kMaxListObj = 2048;
 
 // Most bytes one RPC carries: a whole 64 MiB object plus its header. Large
 // payloads travel by one-sided transfer through the RPC layer's
@@ -62,6 +68,7 @@ enum Method : uint16_t {
   kObjSize = 0x114,
   kDelObj = 0x115,
   kTruncateObj = 0x116,  // drops an object's bytes past a size (pDFS truncate)
+  kListObj = 0x117,      // the ids of a table's objects of one tag (pDFS fsck)
   // Transactions (server/tx_participant.h, docs/tx.md).
   kTxHello = 0x201,
   kTxLock = 0x202,

@@ -9,8 +9,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pdpm::server;
   if (size == 0) return 0;
-  // Shapes 0..3: object and heap requests; 4..19: the pDKVS requests.
-  uint8_t shape = data[0] % 20;
+  // Shapes 0..3: object and heap requests; 4..19: the pDKVS requests;
+  // 20: kListObj.
+  uint8_t shape = data[0] % 21;
   pdpm::server::Decoder d({data + 1, size - 1});
   RequestHeader h;
   if (!d.Header(&h).ok()) return 0;
@@ -30,6 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 3:
       if (d.Id(&id).ok() && d.U64(&v).ok() && d.U64(&v).ok()) (void)d.Done();
+      break;
+    case 20:
+      if (d.U64(&v).ok() && d.U64(&v).ok() && d.Id(&id).ok() && d.U64(&v).ok()) (void)d.Done();
       break;
     default: {
       KvRequest r;

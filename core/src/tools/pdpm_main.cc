@@ -24,6 +24,8 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "monitor/monitor_client.h"
+#include "pdfs/client/file_system.h"
+#include "pdfs/client/fs_check.h"
 #include "pdfs/volumes/volume_manager.h"
 #include "pdkvs/cluster/cluster_kv_store.h"
 #include "server/fsck.h"
@@ -59,6 +61,8 @@ constexpr const char* kUsage =
     "  fs mount <volume> <dir>   mount a volume on a directory (pdfs-fuse, a daemon)\n"
     "  fs umount <dir>           unmount it\n"
     "  fsck                  check the PM of the stopped servers offline\n"
+    "  fsck --fs [--repair]  check the pDFS of the running cluster (repair: free\n"
+    "                        orphans and leaks, set quota usage; no mount may run)\n"
     "  server drain <id>     move a server's data away; it is DRAINED and may leave\n"
     "  help [command]        this text, or the flags of one command\n"
     "\n"
@@ -66,7 +70,7 @@ constexpr const char* kUsage =
     "32 hex digits or a decimal number. The cluster's pDKVS also speaks the Redis\n"
     "protocol (its gateway's port is in `pdpm up`'s output).\n";
 
-constexpr const char* kSwitches[] = {"--ha", "--nx", "--xx"};
+constexpr const char* kSwitches[] = {"--ha", "--nx", "--xx", "--fs", "--repair"};
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "pdpm: %s\n", s.ToString().c_str());
@@ -500,12 +504,58 @@ int Kv(CommandLine& cl) {
   return 0;
 }
 
+// `pdpm fsck --fs [--repair]`: the pDFS checker (pdfs/client/fs_check.h)
+// on the running cluster; a repair checks again and reports that.
+int FsckPdfs(CommandLine& cl, bool repair) {
+  LocalCluster cluster(cl.dir());
+  if (repair) {
+    // A repair frees orphans, which a mount may hold open.
+    const auto mounts = cluster.FsMounts();
+    if (!mounts.empty()) {
+      return Fail(Status::FailedPrecondition(
+          "volume " + mounts[0].second + " is mounted on " + mounts[0].first +
+          "; fsck --repair frees unlinked files a mount may hold open: pdpm fs umount it first"));
+    }
+  }
+  std::unique_ptr<client::Client> c;
+  Status s = OpenClient(cl.dir(), &c);
+  std::unique_ptr<pdfs::FileSystem> fs;
+  if (s.ok()) s = pdfs::FileSystem::Open(c.get(), {}, &fs);
+  pdfs::FsCheckReport report;
+  if (s.ok()) s = pdfs::CheckFileSystem(c.get(), &report);
+  if (s.ok() && repair && !report.clean()) {
+    std::printf("before the repair: %s", report.ToString().c_str());
+    s = pdfs::RepairFileSystem(c.get(), fs.get(), report);
+    if (s.ok()) s = pdfs::CheckFileSystem(c.get(), &report);
+  }
+  if (!s.ok()) return Fail(s.WithContext("fsck of pDFS"));
+  std::printf("%s: %s",
+              report.ok() ? (report.clean() ? "clean" : "ok, repairable findings") : "VIOLATIONS",
+              report.ToString().c_str());
+  std::fflush(stdout);
+  if (!report.ok()) {
+    std::fprintf(stderr, "pdpm: fsck found broken invariants of pDFS (see above)\n");
+    return 1;
+  }
+  return 0;
+}
+
 int Fsck(CommandLine& cl) {
   uint32_t only = 0;
+  bool pdfs = false, repair = false;
   cl.parser().AddUint32("server", &only, "check only this server (1..N; default all)");
+  cl.parser().AddBool("fs", &pdfs, "check pDFS on the running cluster instead of the PM");
+  cl.parser().AddBool("repair", &repair, "with --fs: free orphans and leaks, set quota usage");
   Status s = cl.Parse(0, 0, " [flags]");
   if (cl.help_shown()) return 0;
   if (!s.ok()) return BadCommandLine(s);
+  if (repair && !pdfs) {
+    return BadCommandLine(Status::InvalidArgument("--repair works with --fs only"));
+  }
+  if (pdfs && only != 0) {
+    return BadCommandLine(Status::InvalidArgument("--server works without --fs only"));
+  }
+  if (pdfs) return FsckPdfs(cl, repair);
   LocalCluster cluster(cl.dir());
   LocalClusterConfig config;
   s = cluster.LoadConfig(&config);

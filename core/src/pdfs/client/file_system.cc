@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <linux/fs.h>
 #include <sys/xattr.h>
 #include <time.h>
@@ -20,19 +21,6 @@ Time Now() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   return {ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
-}
-
-uint8_t DirentType(uint32_t mode) {
-  switch (mode & S_IFMT) {
-    case S_IFREG: return DT_REG;
-    case S_IFDIR: return DT_DIR;
-    case S_IFLNK: return DT_LNK;
-    case S_IFIFO: return DT_FIFO;
-    case S_IFSOCK: return DT_SOCK;
-    case S_IFCHR: return DT_CHR;
-    case S_IFBLK: return DT_BLK;
-    default: return DT_UNKNOWN;
-  }
 }
 
 // ENAMETOOLONG, or EINVAL for a name no directory may hold.
@@ -190,7 +178,14 @@ class FileSystem::Txn {
     DirIndex* index = nullptr;
     int err = LoadIndex(dir, &index);
     if (err != 0) return err;
-    for (const BucketRange& r : index->ranges) Drop(&BucketSlot(dir, r.bucket));
+    for (const BucketRange& r : index->ranges) {
+      // Loaded first: only a record known to exist is deleted at commit
+      // (an emptied bucket 0 stays as an object; fsck found them leaked).
+      DirBucket* b = nullptr;
+      err = LoadBucket(dir, r.bucket, &b);
+      if (err != 0) return err;
+      Drop(&BucketSlot(dir, r.bucket));
+    }
     Drop(&indexes_[dir]);
     return 0;
   }
@@ -235,7 +230,12 @@ class FileSystem::Txn {
     c.value = q;
     c.present = c.dirty = true;
   }
-  void DeleteQuota(uint64_t volume) { Drop(&quotas_[volume]); }
+  int DeleteQuota(uint64_t volume) {
+    VolumeQuota* q = nullptr;
+    int err = LoadQuota(volume, &q);  // loaded first, as in DeleteDirRecords
+    if (err == 0) Drop(&quotas_[volume]);
+    return err;
+  }
 
   // Charges `bytes` and `inodes` (negative: gives them back) to the quota
   // of `volume`; with `enforce`, EDQUOT (and nothing charged) when a
@@ -781,8 +781,7 @@ int FileSystem::DropDirectory(Txn& t, const Inode* dir) {
   if (err != 0) return err;
   t.DeleteInode(dir->ino);
   if (dir->ino == dir->volume) {
-    t.DeleteQuota(dir->ino);
-    return 0;
+    return t.DeleteQuota(dir->ino);
   }
   return t.Charge(dir->volume, 0, -1);
 }
@@ -841,6 +840,19 @@ int FileSystem::PurgeOrphans() {
     }
   }
   return 0;
+}
+
+int FileSystem::SetVolumeUsage(uint64_t volume, uint64_t bytes, uint64_t inodes) {
+  return RunTx([&](Txn& t) {
+    VolumeQuota* q = nullptr;
+    int e = t.LoadQuota(volume, &q);
+    if (e != 0) return e;
+    if (q == nullptr) return ENODATA;
+    q->bytes_used = bytes;
+    q->inodes_used = inodes;
+    t.SaveQuota(volume, *q);
+    return 0;
+  });
 }
 
 int FileSystem::Rmdir(uint64_t parent, std::string_view name) {
@@ -1135,6 +1147,36 @@ int FileSystem::Write(uint64_t ino, uint64_t* offset, std::string_view data, boo
     m->data_end = std::max(m->data_end, end);
     m->mtime = m->ctime = Now();
     t.SaveInode(*m);
+    return 0;
+  });
+}
+
+int FileSystem::Fallocate(uint64_t ino, int mode, uint64_t offset, uint64_t length) {
+  if ((mode & ~FALLOC_FL_KEEP_SIZE) != 0) return EOPNOTSUPP;
+  if (length == 0) return EINVAL;
+  if (offset > kMaxFileSize || length > kMaxFileSize - offset) return EFBIG;
+  Inode before;
+  int err = ReadInode(ino, &before);
+  if (err != 0) return err;
+  if (S_ISDIR(before.mode)) return EISDIR;
+  if (!S_ISREG(before.mode)) return ENODEV;
+  const uint64_t end = offset + length;
+  if ((mode & FALLOC_FL_KEEP_SIZE) != 0 || end <= before.size) return 0;
+  if (before.data_end > before.size) {
+    err = ClearTail(ino);
+    if (err != 0) return err;
+  }
+  return RunTx([&](Txn& t) {
+    Inode* n = nullptr;
+    int e = t.LoadInode(ino, &n);
+    if (e != 0 || end <= n->size) return e;
+    if (n->nlink > 0) {  // an orphan's bytes were given back already
+      e = t.Charge(n->volume, static_cast<int64_t>(end - n->size), 0);
+      if (e != 0) return e;
+    }
+    n->size = end;
+    n->mtime = n->ctime = Now();
+    t.SaveInode(*n);
     return 0;
   });
 }
@@ -1502,6 +1544,11 @@ int File::Truncate(uint64_t size) {
   args.size = size;
   Attr a;
   return fs_->SetAttr(ino_, args, &a);
+}
+
+int File::Fallocate(int mode, uint64_t offset, uint64_t length) {
+  if ((flags_ & O_ACCMODE) == O_RDONLY) return EBADF;
+  return fs_->Fallocate(ino_, mode, offset, length);
 }
 
 int File::Fstat(Attr* out) {

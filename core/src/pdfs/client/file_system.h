@@ -148,14 +148,23 @@ class FileSystem {
   // Writes at `offset` (with `append`: at the end, *offset set to where).
   int Write(uint64_t ino, uint64_t* offset, std::string_view data, bool append);
   int Fsync(uint64_t ino);
+  // fallocate(2) with mode 0: the size grows to offset + length when that
+  // is larger (the new range reads as zeros; charged to the volume like a
+  // truncate, EDQUOT past its quota); FALLOC_FL_KEEP_SIZE: the size stays.
+  // Either way no space of the cluster is set aside: chunks are sparse
+  // copy-on-write objects, so a later write allocates its pages anyway and
+  // may fail ENOSPC/EIO on a full cluster (docs/pdfs.md). Other modes:
+  // EOPNOTSUPP; length 0: EINVAL; past 1 PiB: EFBIG; a directory: EISDIR;
+  // not a regular file: ENODEV.
+  int Fallocate(uint64_t ino, int mode, uint64_t offset, uint64_t length);
   // flags: 0, XATTR_CREATE or XATTR_REPLACE.
   int SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags);
   int GetXattr(uint64_t ino, std::string_view name, std::string* value);
   int ListXattr(uint64_t ino, std::vector<std::string>* names);
   int RemoveXattr(uint64_t ino, std::string_view name);
   // The file stays readable while opened here after its last name is gone:
-  // its data is freed at the last Release (or by the next Open of the file
-  // system after a crash).
+  // its data is freed at the last Release (after a crash of this process:
+  // by PurgeOrphans or `pdpm fsck --fs --repair`).
   void Acquire(uint64_t ino);
   void Release(uint64_t ino);
 
@@ -173,6 +182,12 @@ class FileSystem {
   // Frees the data and inodes of every orphan no client of this process
   // holds open (for recovery after crashes).
   int PurgeOrphans();
+  // Frees the data and inode of `ino` when it has no name left (nlink 0),
+  // and drops it from its orphan list (also when it is gone already).
+  int Purge(uint64_t ino);
+  // Sets what the quota of `volume` says is used (pdpm fsck's repair, on a
+  // file system no client changes meanwhile). ENODATA: no quota.
+  int SetVolumeUsage(uint64_t volume, uint64_t bytes, uint64_t inodes);
 
   // --- volumes (docs/pdfs.md "Volumes") ---
   // A directory of the root with a quota (limits 0: unlimited), made in one
@@ -213,7 +228,6 @@ class FileSystem {
   int ClearData(uint64_t ino, uint64_t from, uint64_t to);
   // Clears [size, data_end) when an interrupted truncate left garbage.
   int ClearTail(uint64_t ino);
-  int Purge(uint64_t ino);
   int PurgeUnlessOpen(uint64_t ino);
   // One name of `n` gone in `t`: with no name left it is deleted, or made
   // an orphan (*orphan) when it has data or is open here.
@@ -252,6 +266,8 @@ class File {
   // given, says where).
   int Pwrite(uint64_t offset, std::string_view data, uint64_t* written_at = nullptr);
   int Truncate(uint64_t size);
+  // FileSystem::Fallocate; EBADF on a handle not open for writing.
+  int Fallocate(int mode, uint64_t offset, uint64_t length);
   int Fstat(Attr* out);
   int Fsync();
 

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/falloc.h>
 #include <linux/fs.h>
 #include <sys/xattr.h>
 
@@ -16,6 +17,7 @@
 
 #include "client/cluster_harness.h"
 #include "pdfs/client/file_system.h"
+#include "pdfs/client/fs_check.h"
 
 namespace pdpm::pdfs {
 namespace {
@@ -122,6 +124,15 @@ class FsTest : public ::testing::Test {
     Attr a;
     EXPECT_EQ(fs_->Lstat(path, &a), 0) << path;
     return a;
+  }
+  // pdpm fsck --fs: no violation (`clean`: no repairable finding either).
+  FsCheckReport Fsck(bool clean = true) {
+    FsCheckReport report;
+    Status s = CheckFileSystem(client_.get(), &report);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(report.ok()) << report.ToString();
+    if (clean) EXPECT_TRUE(report.clean()) << report.ToString();
+    return report;
   }
 
   LocalCluster cluster_;
@@ -246,6 +257,9 @@ TEST_F(FsTest, NamespaceOperationsAndErrors) {
   ASSERT_EQ(fs_->Mknod(StatOf("/sg").ino, "file", S_IFREG | 0644, 0, {1000, 1000}, &n), 0);
   EXPECT_EQ(n.gid, 50u);
   EXPECT_EQ(n.mode & S_ISGID, 0u);
+  // The last handle of /a/f (unlinked) closes: its orphan is freed.
+  f.reset();
+  Fsck();
 }
 
 TEST_F(FsTest, RenameRules) {
@@ -305,6 +319,7 @@ TEST_F(FsTest, RenameRules) {
   ASSERT_EQ(Rename("/z", "/z2"), 0);
   EXPECT_EQ(StatOf("/z").nlink, 2u);
   EXPECT_EQ(List("/"), (std::set<std::string>{"e", "empty", "y", "z", "z2"}));
+  Fsck();
 }
 
 TEST_F(FsTest, AttributesAndXattrs) {
@@ -401,6 +416,7 @@ TEST_F(FsTest, DataHolesTruncateAndLargeSparseFiles) {
   EXPECT_EQ(fs_->GetAttr(ino, &a), ENOENT);
   uint64_t size = 0;
   EXPECT_EQ(client_->ObjSize(DataId(ino, 0), &size).code(), StatusCode::kNotFound);
+  Fsck();
 }
 
 // Directories large enough to split their buckets; cookies keep their
@@ -448,6 +464,7 @@ TEST_F(FsTest, LargeDirectoriesAndStableCookies) {
   for (const std::string& name : rest) ASSERT_EQ(fs_->Unlink(dir, name), 0) << name;
   EXPECT_EQ(StatOf("/big").size, 0u);
   ASSERT_EQ(Rmdir("/big"), 0);
+  Fsck();
 }
 
 // Random writes, truncates and reads against an in-memory model, byte for
@@ -494,6 +511,7 @@ TEST_F(FsTest, RandomDataOperationsMatchAModel) {
     ASSERT_EQ(f->Fstat(&a), 0);
     ASSERT_EQ(a.size, size) << "op " << op;
   }
+  Fsck();
 }
 
 // Volumes: quotas on bytes and inodes enforced (EDQUOT, nothing changed),
@@ -566,6 +584,186 @@ TEST_F(FsTest, VolumesEnforceTheirQuotas) {
   ASSERT_EQ(fs_->DeleteVolume("v2"), 0);
   EXPECT_EQ(fs_->StatVolume("v2", &v), ENOENT);
   EXPECT_EQ(List("/"), (std::set<std::string>{"w"}));
+  Fsck();
+}
+
+// fallocate: mode 0 grows the size (zeros, charged to the volume),
+// KEEP_SIZE keeps it, other modes are refused; its errors.
+TEST_F(FsTest, FallocateModesAndErrors) {
+  VolumeInfo v;
+  ASSERT_EQ(fs_->CreateVolume("v", 100000, 0, {}, &v), 0);
+  std::unique_ptr<File> f;
+  ASSERT_EQ(fs_->OpenPath("/v/f", O_CREAT | O_RDWR, 0644, {}, &f), 0);
+  ASSERT_EQ(f->Pwrite(0, "abc"), 0);
+  const Attr before = StatOf("/v/f");
+  ASSERT_EQ(f->Fallocate(0, 1000, 9000), 0);
+  Attr a;
+  ASSERT_EQ(f->Fstat(&a), 0);
+  EXPECT_EQ(a.size, 10000u);
+  EXPECT_TRUE(a.mtime.sec > before.mtime.sec ||
+              (a.mtime.sec == before.mtime.sec && a.mtime.nsec >= before.mtime.nsec));
+  std::string out;
+  ASSERT_EQ(f->Pread(0, 20000, &out), 0);
+  EXPECT_EQ(out, "abc" + std::string(9997, '\0'));
+  ASSERT_EQ(fs_->StatVolume("v", &v), 0);
+  EXPECT_EQ(v.quota.bytes_used, 10000u);
+  // Inside the size, or KEEP_SIZE past it: the size stays.
+  ASSERT_EQ(f->Fallocate(0, 0, 5000), 0);
+  ASSERT_EQ(f->Fallocate(FALLOC_FL_KEEP_SIZE, 0, 50000), 0);
+  ASSERT_EQ(f->Fstat(&a), 0);
+  EXPECT_EQ(a.size, 10000u);
+  // Past the quota: EDQUOT, nothing changed.
+  EXPECT_EQ(f->Fallocate(0, 0, 200000), EDQUOT);
+  ASSERT_EQ(f->Fstat(&a), 0);
+  EXPECT_EQ(a.size, 10000u);
+  EXPECT_EQ(f->Fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 10), EOPNOTSUPP);
+  EXPECT_EQ(f->Fallocate(FALLOC_FL_ZERO_RANGE, 0, 10), EOPNOTSUPP);
+  EXPECT_EQ(f->Fallocate(0, 0, 0), EINVAL);
+  EXPECT_EQ(f->Fallocate(0, kMaxFileSize, 1), EFBIG);
+  EXPECT_EQ(fs_->Fallocate(StatOf("/v").ino, 0, 0, 1), EISDIR);
+  ASSERT_EQ(Symlink("f", "/v/l"), 0);
+  EXPECT_EQ(fs_->Fallocate(StatOf("/v/l").ino, 0, 0, 1), ENODEV);
+  std::unique_ptr<File> ro;
+  ASSERT_EQ(fs_->OpenPath("/v/f", O_RDONLY, 0, {}, &ro), 0);
+  EXPECT_EQ(ro->Fallocate(0, 0, 1), EBADF);
+  Fsck();
+}
+
+bool Found(const std::vector<std::string>& findings, const std::string& text) {
+  for (const std::string& f : findings) {
+    if (f.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Each kind of inconsistency, made by writing records by hand: fsck reports
+// it; repair frees leaks and orphans and sets quotas right; violations it
+// cannot repair stay reported until set right.
+TEST_F(FsTest, FsckFindsAndRepairsEveryInconsistency) {
+  VolumeInfo v;
+  ASSERT_EQ(fs_->CreateVolume("vol", 1 << 20, 100, {}, &v), 0);
+  ASSERT_EQ(Mkdir("/vol/d"), 0);
+  ASSERT_EQ(WriteFile("/vol/d/f", std::string(10000, 'f')), 0);
+  ASSERT_EQ(Link("/vol/d/f", "/vol/f2"), 0);
+  ASSERT_EQ(Symlink("d/f", "/vol/link"), 0);
+  ASSERT_EQ(Mkdir("/plain"), 0);
+  ASSERT_EQ(WriteFile("/plain/g", "gg"), 0);
+  // Unlinked while open: an orphan until the handle closes.
+  std::unique_ptr<File> open_file;
+  ASSERT_EQ(fs_->OpenPath("/plain/open", O_CREAT | O_RDWR, 0644, {}, &open_file), 0);
+  ASSERT_EQ(open_file->Pwrite(0, "open"), 0);
+  ASSERT_EQ(Unlink("/plain/open"), 0);
+  const uint64_t open_ino = open_file->ino();
+
+  // The listing under the checker refuses a table out of range and an
+  // overlong page.
+  std::vector<dsm::ObjectId> ids;
+  const uint32_t tag = static_cast<uint32_t>(kRecordTag >> 32);
+  EXPECT_EQ(client_->ListObj(0, tag, {}, 10, &ids).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->ListObj(client_->table_count() + 1, tag, {}, 10, &ids).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->ListObj(1, tag, {}, 4096, &ids).code(), StatusCode::kInvalidArgument);
+
+  FsCheckReport r = Fsck(false);
+  EXPECT_EQ(r.volumes, 1u);
+  EXPECT_EQ(r.directories, 4u);  // the root, vol, vol/d, plain
+  EXPECT_EQ(r.inodes, 4u + 4u);  // and f, link, g, the open orphan
+  EXPECT_EQ(r.repairable.size(), 1u) << r.ToString();
+  EXPECT_TRUE(Found(r.repairable, "inode " + std::to_string(open_ino) + ": an orphan"));
+
+  const uint64_t f = StatOf("/vol/d/f").ino;
+  const uint64_t g = StatOf("/plain/g").ino;
+  const uint64_t plain = StatOf("/plain").ino;
+  const uint64_t vol = StatOf("/vol").ino;
+  // Repairable: a chunk past data_end, a chunk of no inode, an orphan not
+  // on any list, a bucket outside its index, a quota record of a directory
+  // that is no volume (not in the root); and the quota's usage wrong.
+  ASSERT_TRUE(client_->PutObj(DataId(f, 3), "stale").ok());
+  ASSERT_TRUE(client_->PutObj(DataId(424242, 0), "lost").ok());
+  Inode lost;
+  lost.ino = 777777;
+  lost.mode = S_IFREG | 0644;
+  lost.data_end = lost.size = 4;
+  ASSERT_TRUE(client_->PutObj(InodeId(lost.ino), EncodeInode(lost)).ok());
+  ASSERT_TRUE(client_->PutObj(DataId(lost.ino, 0), "data").ok());
+  ASSERT_TRUE(client_->PutObj(DirBucketId(plain, 9), EncodeDirBucket({})).ok());
+  const uint64_t d = StatOf("/vol/d").ino;
+  ASSERT_TRUE(client_->PutObj(VolumeId(d), EncodeVolumeQuota({1, 1, 0, 0})).ok());
+  std::string data;
+  VolumeQuota q;
+  ASSERT_TRUE(client_->GetObj(VolumeId(vol), &data).ok());
+  ASSERT_TRUE(DecodeVolumeQuota(data, &q).ok());
+  const VolumeQuota right = q;
+  q.bytes_used += 5;
+  ASSERT_TRUE(client_->PutObj(VolumeId(vol), EncodeVolumeQuota(q)).ok());
+
+  r = FsCheckReport{};
+  ASSERT_TRUE(CheckFileSystem(client_.get(), &r).ok());
+  EXPECT_TRUE(Found(r.repairable, "data chunk 3 of inode " + std::to_string(f) + ", past"))
+      << r.ToString();
+  EXPECT_TRUE(Found(r.repairable, "data chunk 0 of inode 424242, which does not exist"));
+  EXPECT_TRUE(Found(r.repairable, "inode 777777: an orphan (no name, not even on"));
+  EXPECT_TRUE(Found(r.repairable, "bucket 9 is not in its index"));
+  EXPECT_TRUE(Found(r.repairable, "the quota record of inode " + std::to_string(d)));
+  ASSERT_EQ(r.violations.size(), 1u) << r.ToString();
+  EXPECT_TRUE(Found(r.violations, "volume " + std::to_string(vol) + ": the quota says"));
+  EXPECT_EQ(r.repairable.size(), 6u) << r.ToString();
+
+  // The open file is repaired too (its handle is gone: fsck repairs only
+  // files no client holds open).
+  open_file.reset();
+  ASSERT_TRUE(RepairFileSystem(client_.get(), fs_.get(), r).ok());
+  Fsck();
+  ASSERT_TRUE(client_->GetObj(VolumeId(vol), &data).ok());
+  ASSERT_TRUE(DecodeVolumeQuota(data, &q).ok());
+  EXPECT_EQ(q, right);
+  uint64_t size = 0;
+  EXPECT_EQ(client_->ObjSize(DataId(lost.ino, 0), &size).code(), StatusCode::kNotFound);
+  EXPECT_EQ(ReadFile("/vol/d/f"), std::string(10000, 'f'));  // nothing of value went
+
+  // Violations: a wrong nlink, an unreachable directory, an entry whose
+  // inode is gone, a directory whose parent pointer is wrong.
+  Inode n;
+  ASSERT_TRUE(client_->GetObj(InodeId(f), &data).ok());
+  ASSERT_TRUE(DecodeInode(data, &n).ok());
+  const Inode f_right = n;
+  n.nlink = 5;
+  ASSERT_TRUE(client_->PutObj(InodeId(f), EncodeInode(n)).ok());
+  Inode stray;
+  stray.ino = 888888;
+  stray.mode = S_IFDIR | 0755;
+  stray.nlink = 2;
+  stray.parent = plain;
+  ASSERT_TRUE(client_->PutObj(InodeId(stray.ino), EncodeInode(stray)).ok());
+  ASSERT_TRUE(client_->GetObj(InodeId(g), &data).ok());
+  ASSERT_TRUE(client_->DelObj(InodeId(g)).ok());
+  const std::string g_record = data;
+  ASSERT_TRUE(client_->GetObj(InodeId(d), &data).ok());
+  const std::string d_record = data;
+  ASSERT_TRUE(DecodeInode(data, &n).ok());
+  n.parent = plain;
+  ASSERT_TRUE(client_->PutObj(InodeId(d), EncodeInode(n)).ok());
+
+  r = FsCheckReport{};
+  ASSERT_TRUE(CheckFileSystem(client_.get(), &r).ok());
+  EXPECT_TRUE(Found(r.violations, "inode " + std::to_string(f) + ": nlink 5, names 2"))
+      << r.ToString();
+  EXPECT_TRUE(Found(r.violations, "directory 888888 is not reachable from the root"));
+  EXPECT_TRUE(Found(r.violations,
+                    "entry \"g\" names inode " + std::to_string(g) + ", which does not exist"));
+  EXPECT_TRUE(Found(r.violations, "directory " + std::to_string(d) + ": its parent pointer"));
+  EXPECT_EQ(r.violations.size(), 4u) << r.ToString();
+  // Repair leaves them (nothing it could do is known to be right).
+  ASSERT_TRUE(RepairFileSystem(client_.get(), fs_.get(), r).ok());
+  r = FsCheckReport{};
+  ASSERT_TRUE(CheckFileSystem(client_.get(), &r).ok());
+  EXPECT_EQ(r.violations.size(), 4u) << r.ToString();
+  ASSERT_TRUE(client_->PutObj(InodeId(f), EncodeInode(f_right)).ok());
+  ASSERT_TRUE(client_->DelObj(InodeId(stray.ino)).ok());
+  ASSERT_TRUE(client_->PutObj(InodeId(g), g_record).ok());
+  ASSERT_TRUE(client_->PutObj(InodeId(d), d_record).ok());
+  Fsck();
+  EXPECT_EQ(ReadFile("/plain/g"), "gg");  // its data was kept while its inode was gone
 }
 
 // Two copies of every segment; a server killed (-9) while clients create,
@@ -647,6 +845,11 @@ TEST_F(FsReplicatedTest, KillingAServerLosesNoCompletedOperation) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_TRUE(FileSystem::Open(client_.get(), {}, &fs_).ok());
   check();
+  // No violation; what writes cut short by the kill left (chunks past a
+  // file's data_end) is freed by a repair.
+  FsCheckReport report = Fsck(/*clean=*/false);
+  ASSERT_TRUE(RepairFileSystem(client_.get(), fs_.get(), report).ok());
+  Fsck();
 }
 
 }  // namespace

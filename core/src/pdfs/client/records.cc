@@ -1,5 +1,8 @@
 #include "pdfs/client/records.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
+
 #include <cstring>
 
 #include "common/crc32c.h"
@@ -184,6 +187,19 @@ Status DecodeInode(std::string_view data, Inode* out) {
   PDPM_RETURN_IF_ERROR(r.Done());
   *out = std::move(n);
   return Status::OK();
+}
+
+uint8_t DirentType(uint32_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return DT_REG;
+    case S_IFDIR: return DT_DIR;
+    case S_IFLNK: return DT_LNK;
+    case S_IFIFO: return DT_FIFO;
+    case S_IFSOCK: return DT_SOCK;
+    case S_IFCHR: return DT_CHR;
+    case S_IFBLK: return DT_BLK;
+    default: return DT_UNKNOWN;
+  }
 }
 
 uint64_t NameHash(std::string_view name) {

@@ -102,6 +102,9 @@ Status DecodeInode(std::string_view data, Inode* out);
 uint64_t NameHash(std::string_view name);  // 46 bits
 inline constexpr uint64_t kKeySeqBits = 16;
 
+// The d_type (DT_*) an entry records for an inode of `mode`.
+uint8_t DirentType(uint32_t mode);
+
 struct DirEntry {
   uint64_t key = 0;
   uint64_t ino = 0;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -211,6 +212,23 @@ TEST_F(FuseMountTest, PosixCallsAsRoot) {
   EXPECT_EQ(::pread(fd, buf, 4, 10), 4);
   EXPECT_EQ(std::string(buf, 4), "tail");
   ::close(fd);
+  // fallocate: mode 0 grows the size, KEEP_SIZE keeps it, other modes are
+  // not supported.
+  fd = ::open(P("falloc").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::fallocate(fd, 0, 4096, 8192), 0) << strerror(errno);
+  EXPECT_EQ(::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 100000), 0) << strerror(errno);
+  EXPECT_ERRNO(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 10), EOPNOTSUPP);
+  struct stat fst {};
+  ASSERT_EQ(::fstat(fd, &fst), 0);
+  EXPECT_EQ(fst.st_size, 12288);
+  ::close(fd);
+  // df of the whole file system: the cluster's room for data.
+  struct statvfs vfs {};
+  ASSERT_EQ(::statvfs(root_.c_str(), &vfs), 0);
+  EXPECT_GT(vfs.f_blocks, 0u);
+  EXPECT_LE(vfs.f_bfree, vfs.f_blocks);
+  EXPECT_EQ(vfs.f_namemax, 255u);
 }
 
 // An unprivileged user (nobody): mode bits, sticky and set-group-ID

@@ -39,8 +39,10 @@ constexpr unsigned kMaxWrite = 1u << 20;
 // mount's root (a volume, or the file system's root). FUSE's root inode
 // number (1) is pDFS's root's too; with a volume they are mapped.
 struct Served {
+  client::Client* client;
   FileSystem* fs;
   uint64_t root;
+  Logger* log;
 };
 
 FileSystem* Fs(fuse_req_t req) {
@@ -352,30 +354,50 @@ void FsyncDir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
   fuse_reply_err(req, Fs(req)->Fsync(In(req, ino)));
 }
 
-// A volume's quota and use as the file system's size; 0 (unknown) for the
-// whole file system or a volume without a quota.
+// The cluster's room for data and its use (Client::Space) as the file
+// system's size; a volume with a quota shows its quota (and no more free
+// room than the cluster has). Inode figures: a volume's inode quota, else
+// none (pDFS has no inode table to fill).
 void StatFs(fuse_req_t req, fuse_ino_t) {
   constexpr uint64_t kBlock = 4096;
+  const Served* served = static_cast<Served*>(fuse_req_userdata(req));
   struct statvfs st {};
   st.f_bsize = kBlock;
   st.f_frsize = kBlock;
   st.f_namemax = kMaxNameLength;
-  const uint64_t root = In(req, FUSE_ROOT_ID);
+  uint64_t capacity = 0, used = 0;
+  Status s = served->client->Space(&capacity, &used);
+  if (!s.ok()) {
+    served->log->Error("statfs: cluster space", {{"status", s}});
+    return (void)fuse_reply_err(req, EIO);
+  }
+  uint64_t total = capacity, free = capacity - used;
   VolumeInfo v;
-  if (root != kRootIno) {
-    int err = Fs(req)->StatVolume(root, &v);
+  if (served->root != kRootIno) {
+    int err = served->fs->StatVolume(served->root, &v);
     if (err != 0) return (void)fuse_reply_err(req, err);
   }
   const VolumeQuota& q = v.quota;
   if (q.byte_limit != 0) {
-    st.f_blocks = q.byte_limit / kBlock;
-    st.f_bfree = st.f_bavail = (q.byte_limit - std::min(q.byte_limit, q.bytes_used)) / kBlock;
+    total = q.byte_limit;
+    free = std::min(free, q.byte_limit - std::min(q.byte_limit, q.bytes_used));
   }
+  st.f_blocks = total / kBlock;
+  st.f_bfree = st.f_bavail = free / kBlock;
   if (q.inode_limit != 0) {
     st.f_files = q.inode_limit;
     st.f_ffree = st.f_favail = q.inode_limit - std::min(q.inode_limit, q.inodes_used);
   }
   fuse_reply_statfs(req, &st);
+}
+
+// fallocate(2): FileSystem::Fallocate (the kernel checked the handle is
+// open for writing).
+void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+               fuse_file_info*) {
+  if (offset < 0 || length <= 0) return (void)fuse_reply_err(req, EINVAL);
+  fuse_reply_err(req, Fs(req)->Fallocate(In(req, ino), mode, static_cast<uint64_t>(offset),
+                                         static_cast<uint64_t>(length)));
 }
 
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
@@ -440,6 +462,7 @@ fuse_lowlevel_ops Ops() {
   ops.releasedir = ReleaseDir;
   ops.fsyncdir = FsyncDir;
   ops.statfs = StatFs;
+  ops.fallocate = Fallocate;
   ops.setxattr = SetXattr;
   ops.getxattr = GetXattr;
   ops.listxattr = ListXattr;
@@ -482,7 +505,7 @@ int Main(int argc, char** argv) {
     log.Error("cannot open the file system", {{"status", s}});
     return 1;
   }
-  Served served{fs.get(), kRootIno};
+  Served served{client.get(), fs.get(), kRootIno, &log};
   if (!volume.empty()) {
     Attr a;
     int err = fs->Lookup(kRootIno, volume, &a);
