@@ -51,9 +51,9 @@ inline constexpr uint64_t kRootIno = 1;
 inline constexpr size_t kMaxNameLength = 255;
 inline constexpr size_t kMaxSymlinkLength = 4095;
 inline constexpr size_t kMaxXattrName = 255;
-inline constexpr size_t kMaxXattrValue = 64 * 1024;
+inline constexpr size_t kMaxXattrValue = size_t{64} * 1024;
 // All xattrs of one inode together (names and values).
-inline constexpr size_t kMaxXattrTotal = 128 * 1024;
+inline constexpr size_t kMaxXattrTotal = size_t{128} * 1024;
 
 dsm::ObjectId InodeId(uint64_t ino);
 dsm::ObjectId DirIndexId(uint64_t dir);
@@ -136,7 +136,7 @@ struct DirBucket {
 };
 
 // A bucket is split once its encoding passes this.
-inline constexpr size_t kBucketSplitBytes = 32 * 1024;
+inline constexpr size_t kBucketSplitBytes = size_t{32} * 1024;
 
 std::string EncodeDirBucket(const DirBucket& bucket);
 Status DecodeDirBucket(std::string_view data, DirBucket* out);
