@@ -485,6 +485,7 @@ int Main(int argc, char** argv) {
                   "the volume (a directory of the file system's root) to mount; default: all");
   flags.AddUint32("threads", &threads, "most threads serving requests at once");
   Status s = flags.Parse(argc, argv);
+  if (s.ok() && flags.PrintUsageIfAsked()) return 0;
   if (s.ok() && (monitor.empty() || secret_file.empty() || mountpoint.empty())) {
     s = Status::InvalidArgument("--monitor, --secret-file and --mountpoint are needed");
   }
