@@ -175,8 +175,9 @@ Status LocalKvStore::MultiPut(
       if (exists) return Status::OK();
     }
   }
-  for (const auto& [key, value] : pairs) {
-    PDPM_RETURN_IF_ERROR(Write(key, [&] { return VnodeOf(key)->Put(key, value); }));
+  for (const auto& pair : pairs) {
+    PDPM_RETURN_IF_ERROR(
+        Write(pair.first, [&] { return VnodeOf(pair.first)->Put(pair.first, pair.second); }));
   }
   *applied = true;
   return Status::OK();
