@@ -376,6 +376,7 @@ void TxLogArea::Trim(const std::function<bool(uint64_t offset)>& terminal) {
 }
 
 void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count, TxLogCheck* out) {
+  constexpr size_t kMaxInDoubtListed = 16;
   for (uint32_t i = 0; i < area_count; i++) {
     const char* a = base + uint64_t{i} * area_size;
     std::string where = "transaction log area " + std::to_string(i) + ": ";
@@ -411,7 +412,18 @@ void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count,
       Status s = DecodeTxEntries(r.body, true, &entries);
       if (!s.ok()) out->violations.push_back(rw + std::string(s.message()));
       if (r.state != TxState::kTruncated) out->live_records++;
-      if (r.state == TxState::kLocked || r.state == TxState::kCommitted) out->in_doubt++;
+      if (r.state == TxState::kLocked || r.state == TxState::kCommitted) {
+        out->in_doubt++;
+        if (out->in_doubt_records.size() < kMaxInDoubtListed) {
+          out->in_doubt_records.push_back(
+              "area " + std::to_string(i) + " record " + std::to_string(r.seq) + ": kind " +
+              std::to_string(static_cast<int>(r.kind)) + ", " + std::string(TxStateName(r.state)) +
+              ", tx " + std::to_string(r.tx) + ", holder " +
+              ((r.flags & kTxRecordHolderIsTable) != 0 ? "table " : "segment ") +
+              std::to_string(r.holder_segment) +
+              ((r.flags & kTxRecordHolder) != 0 ? " (this is the holder)" : ""));
+        }
+      }
     }
   }
 }

@@ -228,6 +228,9 @@ struct TxLogCheck {
   uint32_t assigned_areas = 0;
   uint64_t live_records = 0;  // not truncated
   uint64_t in_doubt = 0;      // locked or committed-not-applied
+  // The first in-doubt records (area, sequence, kind, state, transaction,
+  // holder), so a report says which transaction a participant still waits on.
+  std::vector<std::string> in_doubt_records;
   std::vector<std::string> violations;
 };
 void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count, TxLogCheck* out);

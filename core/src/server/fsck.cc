@@ -60,6 +60,7 @@ std::string PmCheckReport::ToString() const {
       out += "  areas assigned " + std::to_string(s.tx_log.assigned_areas) + ", live records " +
              std::to_string(s.tx_log.live_records) + ", in doubt " +
              std::to_string(s.tx_log.in_doubt) + "\n";
+      for (const auto& r : s.tx_log.in_doubt_records) out += "  in doubt: " + r + "\n";
       for (const auto& v : s.tx_log.violations) out += "  violation: " + v + "\n";
     }
     if (!s.report.clean()) out += s.report.ToString();
