@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "pdfs/client/fs_test_fixture.h"
+#include "pdfs/client/test_seed.h"
 
 namespace pdpm::pdfs {
 namespace {
@@ -347,34 +348,43 @@ TEST_F(FsTest, LargeDirectoriesAndStableCookies) {
   Fsck();
 }
 
-// Random writes, truncates and reads against an in-memory model, byte for
-// byte, over chunk boundaries (small chunks are not configurable: offsets
-// straddle the 64 MiB boundary instead).
+// Random writes, truncates, fallocates and reads against an in-memory
+// model, byte for byte, over chunk boundaries (small chunks are not
+// configurable: offsets straddle the 64 MiB boundary instead) and holes
+// (offsets gigabytes apart; the model is sparse). Seeded (test_seed.h).
 TEST_F(FsTest, RandomDataOperationsMatchAModel) {
+  std::mt19937_64 rng(TestSeed());
   std::unique_ptr<File> f;
   ASSERT_EQ(fs_->OpenPath("/model", O_CREAT | O_RDWR, 0644, {}, &f), 0);
   // The model holds the file sparsely: offset -> byte.
   std::map<uint64_t, char> bytes;
   uint64_t size = 0;
-  std::mt19937_64 rng(testing::UnitTest::GetInstance()->random_seed());
-  auto offset = [&] {
-    const uint64_t bases[] = {0, kChunkSize - 3000, 2 * kChunkSize - 100};
-    return bases[rng() % 3] + rng() % 6000;
-  };
-  for (int op = 0; op < 400; ++op) {
+  const uint64_t bases[] = {0, kChunkSize - 3000, 2 * kChunkSize - 100, uint64_t{5} << 30};
+  auto offset = [&] { return bases[rng() % 4] + rng() % 6000; };
+  int counts[4] = {};
+  constexpr int kOps = 600;
+  for (int op = 0; op < kOps; ++op) {
     const int kind = static_cast<int>(rng() % 10);
-    if (kind < 5) {
+    counts[kind < 4 ? 0 : kind < 6 ? 1 : kind < 7 ? 2 : 3]++;
+    if (kind < 4) {
       const uint64_t at = offset();
       std::string data(1 + rng() % 5000, '\0');
       for (char& c : data) c = static_cast<char>('a' + rng() % 26);
       ASSERT_EQ(f->Pwrite(at, data), 0);
       for (size_t i = 0; i < data.size(); ++i) bytes[at + i] = data[i];
       size = std::max(size, at + data.size());
-    } else if (kind < 7) {
+    } else if (kind < 6) {
       const uint64_t to = rng() % 4 == 0 ? 0 : offset();
       ASSERT_EQ(f->Truncate(to), 0);
       bytes.erase(bytes.lower_bound(to), bytes.end());
       size = to;
+    } else if (kind < 7) {
+      // fallocate: mode 0 grows the size (zeros), KEEP_SIZE changes nothing
+      // visible; neither touches a byte.
+      const uint64_t at = offset(), len = 1 + rng() % 8000;
+      const bool keep = rng() % 2 == 0;
+      ASSERT_EQ(f->Fallocate(keep ? FALLOC_FL_KEEP_SIZE : 0, at, len), 0);
+      if (!keep) size = std::max(size, at + len);
     } else {
       const uint64_t at = offset();
       const uint64_t len = rng() % 9000;
@@ -390,6 +400,22 @@ TEST_F(FsTest, RandomDataOperationsMatchAModel) {
     Attr a;
     ASSERT_EQ(f->Fstat(&a), 0);
     ASSERT_EQ(a.size, size) << "op " << op;
+  }
+  std::printf("%d operations: %d writes, %d truncates, %d fallocates, %d reads\n", kOps, counts[0],
+              counts[1], counts[2], counts[3]);
+  // The whole file at the end, through a fresh client.
+  f.reset();
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  ASSERT_EQ(fs_->OpenPath("/model", O_RDONLY, 0, {}, &f), 0);
+  for (const uint64_t base : bases) {
+    std::string out;
+    ASSERT_EQ(f->Pread(base, 9000, &out), 0);
+    std::string want;
+    for (uint64_t i = base; i < std::min(size, base + 9000); ++i) {
+      auto it = bytes.find(i);
+      want.push_back(it == bytes.end() ? '\0' : it->second);
+    }
+    EXPECT_EQ(out, want) << "at " << base;
   }
   Fsck();
 }

@@ -24,6 +24,7 @@
 #include "client/cluster_pm_check.h"
 #include "monitor/placement.h"
 #include "pdfs/client/fs_test_fixture.h"
+#include "pdfs/client/test_seed.h"
 
 namespace pdpm::pdfs {
 namespace {
@@ -291,15 +292,6 @@ class CrashWorkload {
   std::atomic<int> completed_{0};
 };
 
-// The seed of the workload: PDPM_TEST_SEED, else fixed; printed.
-uint64_t Seed() {
-  const char* env = std::getenv("PDPM_TEST_SEED");  // NOLINT(concurrency-mt-unsafe)
-  const uint64_t seed = env != nullptr ? std::strtoull(env, nullptr, 10) : 17;
-  std::printf("seed %llu (PDPM_TEST_SEED=%llu repeats this run)\n",
-              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
-  return seed;
-}
-
 // Waits until `n` more operations completed (false after `seconds`).
 bool WaitForOps(const CrashWorkload& load, int n, int seconds) {
   const int target = load.CompletedOps() + n;
@@ -336,7 +328,7 @@ TEST_P(FsKillTest, KillNineOfAServerLosesNoCompletedOperation) {
   const int victim = GetParam() ? root_holder : (root_holder + 1) % cluster_.server_count();
   std::printf("killing server %d (%s the root directory's records)\n", victim,
               GetParam() ? "holding" : "not holding");
-  CrashWorkload load(this, fs_.get(), 3, Seed());
+  CrashWorkload load(this, fs_.get(), 3, TestSeed());
   load.Start();
   EXPECT_TRUE(WaitForOps(load, 150, 60)) << cluster_.LogTails();
   cluster_.KillServer(victim);
@@ -383,7 +375,7 @@ TEST_F(FsPowerLossTest, PowerLossOfAServerLosesNoCompletedOperation) {
   Status s = cluster_.StartServer(
       1, {"PDPM_PM_SIMULATE_POWER_LOSS=1", "PDPM_PM_CRASH_AFTER_PERSISTED_BYTES=3000000"});
   ASSERT_TRUE(s.ok()) << s.ToString();
-  CrashWorkload load(this, fs_.get(), 3, Seed());
+  CrashWorkload load(this, fs_.get(), 3, TestSeed());
   load.Start();
   bool crashed = false;
   for (int i = 0; i < 1200 && !crashed; ++i) {
