@@ -13,6 +13,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +28,7 @@
 
 #include "client/cluster_harness.h"
 #include "pdfs/client/file_system.h"
+#include "pdfs/client/fs_check.h"
 #include "pdfs/client/test_seed.h"
 
 namespace pdpm::pdfs {
@@ -386,6 +388,107 @@ TEST_F(FuseMountTest, TwoMountsSeeEachOtherCloseToOpen) {
   ASSERT_EQ(::rename(P("dir").c_str(), P("moved").c_str()), 0);
   EXPECT_ERRNO(::stat((other.dir() + "/dir").c_str(), &st), ENOENT);
   EXPECT_EQ(::stat((other.dir() + "/moved").c_str(), &st), 0);
+}
+
+// Two mounts (two pdfs-fuse processes: two clients) changing one directory
+// at once: creates of distinct names all land, an exclusive create of one
+// name succeeds on exactly one mount, a rename of one file to two places
+// happens once, and crossing directory renames (x into y on one mount, y
+// into x on the other) never make a cycle: at most one succeeds. Both
+// mounts then list the same, and fsck finds the file system clean.
+TEST_F(FuseMountTest, TwoMountsChangeOneDirectoryAtOnce) {
+  Mount other(cluster_, cluster_.dir() + "/mnt2");
+  ASSERT_TRUE(other.mounted());
+  const std::string roots[2] = {P("d"), other.dir() + "/d"};
+  ASSERT_EQ(::mkdir(roots[0].c_str(), 0755), 0);
+  constexpr int kFiles = 60, kCrossing = 20;
+  for (int i = 0; i < kFiles; ++i) ASSERT_TRUE(WriteAll(P("d/r" + std::to_string(i)), "r"));
+  std::atomic<int> exclusive_wins{0}, rename_wins{0}, cross_wins{0};
+  std::vector<std::string> errors[2];
+  auto run = [&](int side) {
+    const std::string& root = roots[side];
+    const std::string me = side == 0 ? "a" : "b";
+    for (int i = 0; i < kFiles; ++i) {
+      const std::string n = std::to_string(i);
+      if (!WriteAll(root + "/" + me + n, me + n)) errors[side].push_back("create " + me + n);
+      int fd = ::open((root + "/x" + n).c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+      if (fd >= 0) {
+        exclusive_wins++;
+        const std::string mine = "won by " + me;
+        if (::write(fd, mine.data(), mine.size()) != static_cast<ssize_t>(mine.size())) {
+          errors[side].push_back("write x" + n);
+        }
+        ::close(fd);
+      } else if (errno != EEXIST) {
+        errors[side].push_back("exclusive create x" + n + ": " + strerror(errno));
+      }
+      if (::rename((root + "/r" + n).c_str(), (root + "/moved-" + me + n).c_str()) == 0) {
+        rename_wins++;
+      } else if (errno != ENOENT) {
+        errors[side].push_back("rename r" + n + ": " + strerror(errno));
+      }
+    }
+    // Crossing directory renames, one pair at a time on both mounts.
+    for (int i = 0; i < kCrossing; ++i) {
+      const std::string n = std::to_string(i);
+      const std::string from = root + (side == 0 ? "/cx" : "/cy") + n;
+      const std::string into = root + (side == 0 ? "/cy" : "/cx") + n + "/in";
+      if (::rename(from.c_str(), into.c_str()) == 0) {
+        cross_wins++;
+      } else if (errno != ENOENT && errno != EINVAL) {
+        errors[side].push_back("crossing rename " + n + ": " + strerror(errno));
+      }
+    }
+  };
+  for (int i = 0; i < kCrossing; ++i) {
+    ASSERT_EQ(::mkdir(P("d/cx" + std::to_string(i)).c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir(P("d/cy" + std::to_string(i)).c_str(), 0755), 0);
+  }
+  std::thread t0(run, 0), t1(run, 1);
+  t0.join();
+  t1.join();
+  for (const auto& side : errors) {
+    for (const std::string& e : side) ADD_FAILURE() << e;
+  }
+  EXPECT_EQ(exclusive_wins.load(), kFiles);
+  EXPECT_EQ(rename_wins.load(), kFiles);
+  EXPECT_EQ(cross_wins.load(), kCrossing);  // each pair: the first one in wins, the other fails
+  // Both mounts list the same names; every name is there once.
+  std::set<std::string> listed[2];
+  for (int side = 0; side < 2; ++side) {
+    DIR* dir = ::opendir(roots[side].c_str());
+    ASSERT_NE(dir, nullptr);
+    while (dirent* e = ::readdir(dir)) listed[side].insert(e->d_name);
+    ::closedir(dir);
+  }
+  EXPECT_EQ(listed[0], listed[1]);
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string n = std::to_string(i);
+    EXPECT_EQ(ReadAll(P("d/a" + n)), "a" + n);
+    EXPECT_EQ(ReadAll(P("d/b" + n)), "b" + n);
+    const std::string x = ReadAll(other.dir() + "/d/x" + n);
+    EXPECT_TRUE(x == "won by a" || x == "won by b") << x;
+    EXPECT_EQ(listed[0].count("r" + n), 0u);
+    EXPECT_EQ(listed[0].count("moved-a" + n) + listed[0].count("moved-b" + n), 1u) << n;
+  }
+  for (int i = 0; i < kCrossing; ++i) {
+    // The crossed pair: one inside the other, never a cycle (both gone).
+    const std::string n = std::to_string(i);
+    EXPECT_EQ(listed[0].count("cx" + n) + listed[0].count("cy" + n), 1u) << n;
+    EXPECT_EQ(::access(P("d/cy" + n + "/in").c_str(), F_OK) == 0,
+              ::access(P("d/cx" + n + "/in").c_str(), F_OK) != 0)
+        << n;
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat(roots[1].c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(listed[0].size() - 2));  // . and .. not counted
+  std::unique_ptr<client::Client> c;
+  ASSERT_TRUE(client::Client::Open(
+                  client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()), &c)
+                  .ok());
+  FsCheckReport report;
+  ASSERT_TRUE(CheckFileSystem(c.get(), &report).ok());
+  EXPECT_TRUE(report.clean()) << report.ToString();
 }
 
 // The same random sequence of system calls on the mount and on a local file
