@@ -242,8 +242,10 @@ TEST_F(FuseMountTest, PosixCallsAsRoot) {
   EXPECT_EQ(vfs.f_namemax, 255u);
 }
 
-// An unprivileged user (nobody): mode bits, sticky and set-group-ID
-// directories, as the kernel checks them on pDFS's attributes.
+// An unprivileged user (nobody): mode bits of files and directories (read,
+// write, search), ownership (chmod, chown, chgrp, times, xattrs), sticky
+// and set-group-ID directories, as the kernel checks them on pDFS's
+// attributes: every refusal with its errno (EACCES, EPERM).
 TEST_F(FuseMountTest, PermissionsOfAnUnprivilegedUser) {
   ASSERT_EQ(::mkdir(P("private").c_str(), 0700), 0);
   ASSERT_EQ(::mkdir(P("tmp").c_str(), 01777), 0);
@@ -254,6 +256,12 @@ TEST_F(FuseMountTest, PermissionsOfAnUnprivilegedUser) {
   ASSERT_EQ(::chmod(P("group").c_str(), 02777), 0);
   ASSERT_TRUE(WriteAll(P("readonly"), "ro"));
   ASSERT_EQ(::chmod(P("readonly").c_str(), 0644), 0);
+  ASSERT_EQ(::mkdir(P("shut").c_str(), 0755), 0);
+  ASSERT_TRUE(WriteAll(P("shut/inside"), "i"));
+  ASSERT_EQ(::mkdir(P("tmp/rootdir").c_str(), 0777), 0);
+  ASSERT_EQ(::mkdir(P("noexec").c_str(), 0766), 0);
+  ASSERT_EQ(::chmod(P("noexec").c_str(), 0766), 0);
+  ASSERT_TRUE(WriteAll(P("noexec/f"), "f"));
   // The cluster's directory is private (mkdtemp): let others through to
   // the mount.
   ASSERT_EQ(::chmod(cluster_.dir().c_str(), 0711), 0);
@@ -273,6 +281,50 @@ TEST_F(FuseMountTest, PermissionsOfAnUnprivilegedUser) {
     if (::open(P("readonly").c_str(), O_WRONLY) >= 0 || errno != EACCES) fail(__LINE__);
     if (::chmod(P("readonly").c_str(), 0777) == 0 || errno != EPERM) fail(__LINE__);
     if (::chown(P("tmp/roots").c_str(), 65534, 65534) == 0 || errno != EPERM) fail(__LINE__);
+    // No read on a directory: no listing; no search: nothing inside.
+    if (::opendir(P("private").c_str()) != nullptr || errno != EACCES) fail(__LINE__);
+    struct stat st {};
+    if (::stat(P("noexec/f").c_str(), &st) == 0 || errno != EACCES) fail(__LINE__);
+    // No write on a directory: no create, mkdir, unlink, rename out of it,
+    // link or symlink into it.
+    if (::mkdir(P("shut/d").c_str(), 0755) == 0 || errno != EACCES) fail(__LINE__);
+    if (::unlink(P("shut/inside").c_str()) == 0 || errno != EACCES) fail(__LINE__);
+    if (::rename(P("shut/inside").c_str(), P("tmp/inside").c_str()) == 0 || errno != EACCES) {
+      fail(__LINE__);
+    }
+    if (::symlink("x", P("shut/link").c_str()) == 0 || errno != EACCES) fail(__LINE__);
+    if (::mkfifo(P("shut/fifo").c_str(), 0644) == 0 || errno != EACCES) fail(__LINE__);
+    // Another's file without write permission: no truncate, no times of
+    // one's choosing (EPERM) nor the current time (EACCES), no user xattr.
+    if (::truncate(P("readonly").c_str(), 0) == 0 || errno != EACCES) fail(__LINE__);
+    const struct timespec times[2] = {{1, 0}, {2, 0}};
+    if (::utimensat(AT_FDCWD, P("readonly").c_str(), times, 0) == 0 || errno != EPERM) {
+      fail(__LINE__);
+    }
+    if (::utimensat(AT_FDCWD, P("readonly").c_str(), nullptr, 0) == 0 || errno != EACCES) {
+      fail(__LINE__);
+    }
+    if (::setxattr(P("readonly").c_str(), "user.k", "v", 1, 0) == 0 || errno != EACCES) {
+      fail(__LINE__);
+    }
+    // Its own file: chmod and times fine; giving it away or to a group it
+    // is not in is EPERM.
+    if (!WriteAll(P("tmp/own"), "o")) fail(__LINE__);
+    if (::chmod(P("tmp/own").c_str(), 0600) != 0) fail(__LINE__);
+    if (::utimensat(AT_FDCWD, P("tmp/own").c_str(), times, 0) != 0) fail(__LINE__);
+    if (::stat(P("tmp/own").c_str(), &st) != 0 || st.st_mtime != 2 ||
+        st.st_mode != (S_IFREG | 0600)) {
+      fail(__LINE__);
+    }
+    if (::chown(P("tmp/own").c_str(), 0, static_cast<gid_t>(-1)) == 0 || errno != EPERM)
+      fail(__LINE__);
+    if (::chown(P("tmp/own").c_str(), static_cast<uid_t>(-1), 4242) == 0 || errno != EPERM) {
+      fail(__LINE__);
+    }
+    if (::setxattr(P("tmp/own").c_str(), "user.k", "v", 1, 0) != 0) fail(__LINE__);
+    // Sticky directory: another's empty directory cannot be removed.
+    if (::rmdir(P("tmp/rootdir").c_str()) == 0 || errno != EPERM) fail(__LINE__);
+    if (::unlink(P("tmp/own").c_str()) != 0) fail(__LINE__);
     // Sticky: may create and remove its own, not root's.
     if (!WriteAll(P("tmp/mine"), "m")) fail(__LINE__);
     if (::unlink(P("tmp/roots").c_str()) == 0 || errno != EPERM) fail(__LINE__);
@@ -282,7 +334,6 @@ TEST_F(FuseMountTest, PermissionsOfAnUnprivilegedUser) {
     if (::unlink(P("tmp/mine").c_str()) != 0) fail(__LINE__);
     // Set-group-ID directory: new files take its group.
     if (!WriteAll(P("group/file"), "g")) fail(__LINE__);
-    struct stat st {};
     if (::stat(P("group/file").c_str(), &st) != 0 || st.st_gid != 4242 || st.st_uid != 65534) {
       fail(__LINE__);
     }
@@ -296,6 +347,11 @@ TEST_F(FuseMountTest, PermissionsOfAnUnprivilegedUser) {
   EXPECT_EQ(WEXITSTATUS(status), 0)
       << "the check failing near line " << WEXITSTATUS(status) - 1 << " (mod 250) of this file";
   EXPECT_EQ(ReadAll(P("tmp/roots")), "r");
+  EXPECT_EQ(ReadAll(P("shut/inside")), "i");
+  EXPECT_EQ(ReadAll(P("readonly")), "ro");
+  struct stat st {};
+  EXPECT_EQ(::stat(P("tmp/rootdir").c_str(), &st), 0);
+  EXPECT_EQ(::stat(P("shut/d").c_str(), &st), -1);
 }
 
 // Real programs with their own checks.
