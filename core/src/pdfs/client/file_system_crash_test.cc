@@ -178,6 +178,13 @@ class CrashWorkload {
       m.dirs.insert(d);
       m.gone.erase(d);
     }
+    // What failed below `from` (a create that may have happened) moved
+    // with it, if it is there.
+    std::set<std::string> unknown;
+    for (const std::string& u : m.unknown) {
+      if (u.starts_with(below)) unknown.insert(to + u.substr(from.size()));
+    }
+    m.unknown.insert(unknown.begin(), unknown.end());
   }
 
   void Run(int w) {
