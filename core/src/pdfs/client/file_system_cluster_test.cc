@@ -1,6 +1,6 @@
 // pDFSLib against a real cluster: a pdpm-monitor and pdpm-server processes
 // (client/cluster_harness.h). Every operation and its errors, a random
-// model check of the data path, and kill -9 of a server under load.
+// model check of the data path, fsck. (Crashes: file_system_crash_test.cc.)
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -15,130 +15,11 @@
 #include <set>
 #include <thread>
 
-#include "client/cluster_harness.h"
-#include "pdfs/client/file_system.h"
-#include "pdfs/client/fs_check.h"
+#include "pdfs/client/fs_test_fixture.h"
+#include "pdfs/client/test_seed.h"
 
 namespace pdpm::pdfs {
 namespace {
-
-using client::LocalCluster;
-using client::LocalClusterOptions;
-
-LocalClusterOptions FsClusterOptions(uint32_t replicas) {
-  LocalClusterOptions o;
-  o.replicas = replicas;
-  o.segment_size = 64ull << 20;
-  o.pm_size = (4 * 64 + 2) * (1ull << 20);
-  o.heartbeat_ms = 100;
-  o.suspect_ms = 1000;
-  o.down_ms = 2000;
-  return o;
-}
-
-class FsTest : public ::testing::Test {
- protected:
-  explicit FsTest(uint32_t replicas = 1) : cluster_(FsClusterOptions(replicas)) {}
-
-  void SetUp() override {
-    Status s = cluster_.Start();
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    s = client::Client::Open(
-        client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()), &client_);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    s = FileSystem::Open(client_.get(), {}, &fs_);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-  }
-
-  // Path helpers: the inode operations on the path's parent.
-  int Mkdir(const std::string& path, uint32_t mode = 0755, Owner owner = {}) {
-    uint64_t parent = 0;
-    std::string name;
-    int err = fs_->ResolveParent(path, &parent, &name);
-    Attr a;
-    return err != 0 ? err : fs_->Mkdir(parent, name, mode, owner, &a);
-  }
-  int Unlink(const std::string& path) {
-    uint64_t parent = 0;
-    std::string name;
-    int err = fs_->ResolveParent(path, &parent, &name);
-    return err != 0 ? err : fs_->Unlink(parent, name);
-  }
-  int Rmdir(const std::string& path) {
-    uint64_t parent = 0;
-    std::string name;
-    int err = fs_->ResolveParent(path, &parent, &name);
-    return err != 0 ? err : fs_->Rmdir(parent, name);
-  }
-  int Rename(const std::string& from, const std::string& to, unsigned flags = 0) {
-    uint64_t p1 = 0, p2 = 0;
-    std::string n1, n2;
-    int err = fs_->ResolveParent(from, &p1, &n1);
-    if (err == 0) err = fs_->ResolveParent(to, &p2, &n2);
-    return err != 0 ? err : fs_->Rename(p1, n1, p2, n2, flags);
-  }
-  int Link(const std::string& from, const std::string& to) {
-    uint64_t ino = 0, parent = 0;
-    std::string name;
-    int err = fs_->ResolvePath(from, false, &ino);
-    if (err == 0) err = fs_->ResolveParent(to, &parent, &name);
-    Attr a;
-    return err != 0 ? err : fs_->Link(ino, parent, name, &a);
-  }
-  int Symlink(const std::string& target, const std::string& path) {
-    uint64_t parent = 0;
-    std::string name;
-    int err = fs_->ResolveParent(path, &parent, &name);
-    Attr a;
-    return err != 0 ? err : fs_->Symlink(parent, name, target, {}, &a);
-  }
-  int WriteFile(const std::string& path, const std::string& data, int flags = O_TRUNC) {
-    std::unique_ptr<File> f;
-    int err = fs_->OpenPath(path, O_CREAT | O_WRONLY | flags, 0644, {}, &f);
-    return err != 0 ? err : f->Pwrite(0, data);
-  }
-  std::string ReadFile(const std::string& path) {
-    std::unique_ptr<File> f;
-    std::string out;
-    int err = fs_->OpenPath(path, O_RDONLY, 0, {}, &f);
-    if (err == 0) err = f->Pread(0, 1ull << 30, &out);
-    return err == 0 ? out : "<" + std::string(strerror(err)) + ">";
-  }
-  std::set<std::string> List(const std::string& path) {
-    uint64_t dir = 0;
-    std::set<std::string> names;
-    EXPECT_EQ(fs_->ResolvePath(path, true, &dir), 0) << path;
-    uint64_t cookie = 0;
-    for (bool eof = false; !eof;) {
-      std::vector<ReaddirEntry> page;
-      EXPECT_EQ(fs_->Readdir(dir, cookie, 7, &page, &eof), 0);
-      for (const ReaddirEntry& e : page) {
-        EXPECT_TRUE(names.insert(e.name).second) << e.name << " listed twice";
-        cookie = e.next_cookie;
-      }
-      if (page.empty() && !eof) ADD_FAILURE() << "an empty page before the end";
-    }
-    return names;
-  }
-  Attr StatOf(const std::string& path) {
-    Attr a;
-    EXPECT_EQ(fs_->Lstat(path, &a), 0) << path;
-    return a;
-  }
-  // pdpm fsck --fs: no violation (`clean`: no repairable finding either).
-  FsCheckReport Fsck(bool clean = true) {
-    FsCheckReport report;
-    Status s = CheckFileSystem(client_.get(), &report);
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    EXPECT_TRUE(report.ok()) << report.ToString();
-    if (clean) EXPECT_TRUE(report.clean()) << report.ToString();
-    return report;
-  }
-
-  LocalCluster cluster_;
-  std::unique_ptr<client::Client> client_;
-  std::unique_ptr<FileSystem> fs_;
-};
 
 TEST_F(FsTest, NamespaceOperationsAndErrors) {
   Attr root;
@@ -467,34 +348,43 @@ TEST_F(FsTest, LargeDirectoriesAndStableCookies) {
   Fsck();
 }
 
-// Random writes, truncates and reads against an in-memory model, byte for
-// byte, over chunk boundaries (small chunks are not configurable: offsets
-// straddle the 64 MiB boundary instead).
+// Random writes, truncates, fallocates and reads against an in-memory
+// model, byte for byte, over chunk boundaries (small chunks are not
+// configurable: offsets straddle the 64 MiB boundary instead) and holes
+// (offsets gigabytes apart; the model is sparse). Seeded (test_seed.h).
 TEST_F(FsTest, RandomDataOperationsMatchAModel) {
+  std::mt19937_64 rng(TestSeed());
   std::unique_ptr<File> f;
   ASSERT_EQ(fs_->OpenPath("/model", O_CREAT | O_RDWR, 0644, {}, &f), 0);
   // The model holds the file sparsely: offset -> byte.
   std::map<uint64_t, char> bytes;
   uint64_t size = 0;
-  std::mt19937_64 rng(testing::UnitTest::GetInstance()->random_seed());
-  auto offset = [&] {
-    const uint64_t bases[] = {0, kChunkSize - 3000, 2 * kChunkSize - 100};
-    return bases[rng() % 3] + rng() % 6000;
-  };
-  for (int op = 0; op < 400; ++op) {
+  const uint64_t bases[] = {0, kChunkSize - 3000, 2 * kChunkSize - 100, uint64_t{5} << 30};
+  auto offset = [&] { return bases[rng() % 4] + rng() % 6000; };
+  int counts[4] = {};
+  constexpr int kOps = 600;
+  for (int op = 0; op < kOps; ++op) {
     const int kind = static_cast<int>(rng() % 10);
-    if (kind < 5) {
+    counts[kind < 4 ? 0 : kind < 6 ? 1 : kind < 7 ? 2 : 3]++;
+    if (kind < 4) {
       const uint64_t at = offset();
       std::string data(1 + rng() % 5000, '\0');
       for (char& c : data) c = static_cast<char>('a' + rng() % 26);
       ASSERT_EQ(f->Pwrite(at, data), 0);
       for (size_t i = 0; i < data.size(); ++i) bytes[at + i] = data[i];
       size = std::max(size, at + data.size());
-    } else if (kind < 7) {
+    } else if (kind < 6) {
       const uint64_t to = rng() % 4 == 0 ? 0 : offset();
       ASSERT_EQ(f->Truncate(to), 0);
       bytes.erase(bytes.lower_bound(to), bytes.end());
       size = to;
+    } else if (kind < 7) {
+      // fallocate: mode 0 grows the size (zeros), KEEP_SIZE changes nothing
+      // visible; neither touches a byte.
+      const uint64_t at = offset(), len = 1 + rng() % 8000;
+      const bool keep = rng() % 2 == 0;
+      ASSERT_EQ(f->Fallocate(keep ? FALLOC_FL_KEEP_SIZE : 0, at, len), 0);
+      if (!keep) size = std::max(size, at + len);
     } else {
       const uint64_t at = offset();
       const uint64_t len = rng() % 9000;
@@ -510,6 +400,22 @@ TEST_F(FsTest, RandomDataOperationsMatchAModel) {
     Attr a;
     ASSERT_EQ(f->Fstat(&a), 0);
     ASSERT_EQ(a.size, size) << "op " << op;
+  }
+  std::printf("%d operations: %d writes, %d truncates, %d fallocates, %d reads\n", kOps, counts[0],
+              counts[1], counts[2], counts[3]);
+  // The whole file at the end, through a fresh client.
+  f.reset();
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  ASSERT_EQ(fs_->OpenPath("/model", O_RDONLY, 0, {}, &f), 0);
+  for (const uint64_t base : bases) {
+    std::string out;
+    ASSERT_EQ(f->Pread(base, 9000, &out), 0);
+    std::string want;
+    for (uint64_t i = base; i < std::min(size, base + 9000); ++i) {
+      auto it = bytes.find(i);
+      want.push_back(it == bytes.end() ? '\0' : it->second);
+    }
+    EXPECT_EQ(out, want) << "at " << base;
   }
   Fsck();
 }
@@ -764,92 +670,6 @@ TEST_F(FsTest, FsckFindsAndRepairsEveryInconsistency) {
   ASSERT_TRUE(client_->PutObj(InodeId(d), d_record).ok());
   Fsck();
   EXPECT_EQ(ReadFile("/plain/g"), "gg");  // its data was kept while its inode was gone
-}
-
-// Two copies of every segment; a server killed (-9) while clients create,
-// write and rename: every operation that returned success is there after
-// the failover and after the server's return.
-class FsReplicatedTest : public FsTest {
- protected:
-  FsReplicatedTest() : FsTest(2) {}
-};
-
-TEST_F(FsReplicatedTest, KillingAServerLosesNoCompletedOperation) {
-  ASSERT_EQ(Mkdir("/w"), 0);
-  constexpr int kWorkers = 3;
-  std::atomic<bool> stop{false};
-  std::atomic<int> done_after_kill{0};
-  std::atomic<bool> killed{false};
-  struct Done {
-    std::map<std::string, std::string> files;  // path -> content
-    std::set<std::string> removed;
-  };
-  std::vector<Done> done(kWorkers);
-  std::vector<std::thread> workers;
-  for (int w = 0; w < kWorkers; ++w) {
-    workers.emplace_back([&, w] {
-      for (int i = 0; !stop; ++i) {
-        const std::string dir = "/w/" + std::to_string(w);
-        if (i == 0 && Mkdir(dir) != 0) return;
-        const std::string path = dir + "/f" + std::to_string(i);
-        const std::string content = path + ":" + std::string(100 + i % 3000, 'c');
-        if (WriteFile(path, content) != 0) continue;  // not completed: no claim
-        done[w].files[path] = content;
-        if (i % 3 == 0) {
-          const std::string to = dir + "/renamed" + std::to_string(i);
-          // A failed rename may have happened (its outcome unknown): no claim.
-          done[w].files.erase(path);
-          if (Rename(path, to) == 0) {
-            done[w].removed.insert(path);
-            done[w].files[to] = content;
-          }
-        }
-        if (killed) done_after_kill++;
-      }
-    });
-  }
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  cluster_.KillServer(1);
-  killed = true;
-  // Operations go on once the backups are promoted.
-  for (int waited = 0; done_after_kill < 30 && waited < 600; ++waited) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  stop = true;
-  for (auto& t : workers) t.join();
-  EXPECT_GE(done_after_kill.load(), 30) << cluster_.LogTails();
-
-  auto check = [&] {
-    for (int w = 0; w < kWorkers; ++w) {
-      for (const auto& [path, content] : done[w].files) {
-        EXPECT_EQ(ReadFile(path), content) << path;
-      }
-      for (const std::string& path : done[w].removed) {
-        Attr a;
-        EXPECT_EQ(fs_->Lstat(path, &a), ENOENT) << path;
-      }
-      std::set<std::string> listed = List("/w/" + std::to_string(w));
-      for (const auto& [path, content] : done[w].files) {
-        EXPECT_EQ(listed.count(path.substr(path.rfind('/') + 1)), 1u) << path;
-      }
-    }
-  };
-  check();
-  // The server comes back (fenced, refilled): everything is still there,
-  // also for a client that starts afresh.
-  ASSERT_TRUE(cluster_.StartServer(1).ok());
-  fs_.reset();
-  client_.reset();
-  Status s = client::Client::Open(
-      client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()), &client_);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  ASSERT_TRUE(FileSystem::Open(client_.get(), {}, &fs_).ok());
-  check();
-  // No violation; what writes cut short by the kill left (chunks past a
-  // file's data_end) is freed by a repair.
-  FsCheckReport report = Fsck(/*clean=*/false);
-  ASSERT_TRUE(RepairFileSystem(client_.get(), fs_.get(), report).ok());
-  Fsck();
 }
 
 }  // namespace
