@@ -660,9 +660,13 @@ Status Transaction::Commit() {
   coordinator_->MaybeCrash("validate");
   // COMMIT-BACKUP: the values durable on every backup before deciding.
   for (const auto& [server, entries] : backups) {
-    std::vector<uint64_t> none;
+    // Truncations ride on BACKUP LOCKs too: a server that is only ever a
+    // backup of what this coordinator writes keeps the BACKUP records of
+    // the holder segment until truncated, and would otherwise never hear
+    // of it (its log area filled: docs/tx.md "Log format").
+    std::vector<uint64_t> truncations = coordinator_->TakeTruncations(server);
     attempted.push_back(server);
-    s = lock_request(server, dsm::kTxRoleBackup, entries, &none);
+    s = lock_request(server, dsm::kTxRoleBackup, entries, &truncations);
     if (!s.ok()) {
       AbortAt(attempted);
       return Fail(s);

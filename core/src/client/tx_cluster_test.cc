@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -394,6 +395,39 @@ TEST_P(TxClusterTest, ConflictAbortAndAllocation) {
   EXPECT_EQ(t1->Write(ro, &w, 8).code(), StatusCode::kPermissionDenied);
   t1.reset();  // before its client
   t2.reset();
+  StopAndCheckAll();
+}
+
+// One client runs many transactions on one heap segment, each logging a
+// 4 KiB write: far more records than a log area (512 KiB) holds at the
+// segment's primary and, with two copies, at its backup, which this client
+// never locks as a primary. Every record must be truncated as the client
+// goes on: the area never fills (it did at the backup, whose truncations
+// rode on primary LOCKs only: `transaction log area N full`).
+TEST_P(TxClusterTest, ManyTransactionsOnOneSegmentNeverFillALogArea) {
+  constexpr uint64_t kPage = 4096;
+  constexpr int kTxs = 400;  // about 1.7 MiB of records per participant
+  GlobalAddress page;
+  ASSERT_TRUE(client_->PAllocate(kPage, 1, &page).ok());
+  std::string data(kPage, 'p');
+  int64_t zero = 0;
+  ASSERT_TRUE(client_->Write(page, &zero, sizeof(zero)).ok());
+  for (int i = 0; i < kTxs; i++) {
+    std::unique_ptr<Transaction> t;
+    ASSERT_TRUE(client_->TxBegin(&t).ok());
+    int64_t count = 0;
+    ASSERT_TRUE(t->Read(page, &count, sizeof(count)).ok());
+    ASSERT_EQ(count, i) << "transaction " << i;
+    count++;
+    std::memcpy(data.data(), &count, sizeof(count));
+    ASSERT_TRUE(t->Write(page, data.data(), data.size()).ok());
+    Status s = t->Commit();
+    ASSERT_TRUE(s.ok()) << "transaction " << i << ": " << s.ToString();
+  }
+  int64_t count = 0;
+  ASSERT_TRUE(client_->Read(page, &count, sizeof(count)).ok());
+  EXPECT_EQ(count, kTxs);
+  ASSERT_TRUE(client_->PFree(page).ok());
   StopAndCheckAll();
 }
 

@@ -1,6 +1,8 @@
 #include "dsm/txlog.h"
 
 #include <cstring>
+#include <map>
+#include <tuple>
 
 #include "common/crc32c.h"
 
@@ -88,6 +90,21 @@ void ScanChain(const char* base, uint64_t size, uint64_t start_word, std::vector
   }
   *tail = pos;
   *next_seq = seq;
+}
+
+// Which records of a chain a later moved copy supersedes (the same kind,
+// tx, holder and body; docs/tx.md "Log format").
+std::vector<bool> Superseded(const std::vector<TxRecord>& chain) {
+  std::vector<bool> out(chain.size(), false);
+  std::map<std::tuple<TxRecordKind, uint64_t, uint32_t, std::string_view>, size_t> last;
+  for (size_t i = 0; i < chain.size(); i++) {
+    const TxRecord& r = chain[i];
+    auto key = std::make_tuple(r.kind, r.tx, r.holder_segment, std::string_view(r.body));
+    auto it = last.find(key);
+    if (it != last.end() && (r.flags & kTxRecordMoved) != 0) out[it->second] = true;
+    last[key] = i;
+  }
+  return out;
 }
 
 // One above every intact record anywhere in the area (for a new owner).
@@ -261,8 +278,14 @@ Status TxLogArea::Open(std::vector<TxRecord>* records) {
   if (start_ < kTxAreaHeaderSize || start_ >= size_) {
     return Status::Corruption(where + ": start outside the area");
   }
-  ScanChain(base_, size_, start_word, records, &wrapped_, &tail_, &next_seq_);
-  for (const auto& r : *records) live_.push_back({r.offset, r.seq});
+  std::vector<TxRecord> chain;
+  ScanChain(base_, size_, start_word, &chain, &wrapped_, &tail_, &next_seq_);
+  // A superseded record still takes its place in the ring until trimmed.
+  std::vector<bool> superseded = Superseded(chain);
+  for (size_t i = 0; i < chain.size(); i++) {
+    live_.push_back({chain[i].offset, chain[i].seq, chain[i].size});
+    if (!superseded[i]) records->push_back(std::move(chain[i]));
+  }
   if (live_.empty()) wrapped_ = false;
   return Status::OK();
 }
@@ -295,6 +318,23 @@ Status TxLogArea::Assign(uint64_t coordinator) {
 
 Status TxLogArea::Append(TxRecordKind kind, uint16_t flags, uint64_t tx, uint32_t holder_segment,
                          std::string_view body, TxRecord* out) {
+  return AppendRecord(kind, flags, TxState::kLocked, tx, holder_segment, body, out);
+}
+
+bool TxLogArea::Fits(uint64_t need) const {
+  if (live_.empty()) return need <= size_ - kTxAreaHeaderSize;
+  if (wrapped_) return tail_ + need <= start_;
+  return tail_ + need <= size_ || kTxAreaHeaderSize + need <= start_;
+}
+
+uint64_t TxLogArea::FreeBytes() const {
+  if (live_.empty()) return size_ - kTxAreaHeaderSize;
+  if (wrapped_) return start_ - tail_;
+  return (size_ - tail_) + (start_ - kTxAreaHeaderSize);
+}
+
+Status TxLogArea::AppendRecord(TxRecordKind kind, uint16_t flags, TxState state, uint64_t tx,
+                               uint32_t holder_segment, std::string_view body, TxRecord* out) {
   uint64_t need = Pad(kTxRecordHeaderSize + body.size());
   if (need > size_ - kTxAreaHeaderSize - kTxRecordAlign) {
     return Status::TooLarge("a transaction record of " + std::to_string(need) +
@@ -307,14 +347,14 @@ Status TxLogArea::Append(TxRecordKind kind, uint16_t flags, uint64_t tx, uint32_
     PersistStart(tail_, next_seq_);
   }
   uint64_t pos = tail_;
-  auto write_header = [&](uint64_t at, TxRecordKind k, uint16_t f, uint32_t body_len) {
+  auto write_header = [&](uint64_t at, TxRecordKind k, uint16_t f, TxState st, uint32_t body_len) {
     char* p = base_ + at;
     std::memset(p, 0, kTxRecordHeaderSize);
     Store<uint32_t>(p, kTxRecordMagic);
     p[4] = static_cast<char>(kTxRecordVersion);
     p[5] = static_cast<char>(k);
     Store<uint16_t>(p + 6, f);
-    Store<uint64_t>(p + 8, static_cast<uint64_t>(TxState::kLocked));
+    Store<uint64_t>(p + 8, static_cast<uint64_t>(st));
     Store<uint64_t>(p + 16, next_seq_);
     Store<uint64_t>(p + 24, tx);
     Store<uint32_t>(p + 32, holder_segment);
@@ -325,7 +365,7 @@ Status TxLogArea::Append(TxRecordKind kind, uint16_t flags, uint64_t tx, uint32_
       return Status::ResourceExhausted("transaction log area " + std::to_string(index_) + " full");
     }
     if (pos < size_) {
-      write_header(pos, TxRecordKind::kWrap, 0, 0);
+      write_header(pos, TxRecordKind::kWrap, 0, TxState::kLocked, 0);
       Store<uint32_t>(base_ + pos + 40, RecordCrc(base_ + pos, 0));
       persist_(base_ + pos, kTxRecordHeaderSize);
       next_seq_++;
@@ -335,22 +375,57 @@ Status TxLogArea::Append(TxRecordKind kind, uint16_t flags, uint64_t tx, uint32_
   } else if (wrapped_ && pos + need > start_) {
     return Status::ResourceExhausted("transaction log area " + std::to_string(index_) + " full");
   }
-  write_header(pos, kind, flags, static_cast<uint32_t>(body.size()));
+  write_header(pos, kind, flags, state, static_cast<uint32_t>(body.size()));
   std::memcpy(base_ + pos + kTxRecordHeaderSize, body.data(), body.size());
   Store<uint32_t>(base_ + pos + 40, RecordCrc(base_ + pos, static_cast<uint32_t>(body.size())));
   persist_(base_ + pos, kTxRecordHeaderSize + body.size());
   out->offset = pos;
   out->size = need;
   out->kind = kind;
-  out->state = TxState::kLocked;
+  out->state = state;
   out->seq = next_seq_;
   out->tx = tx;
   out->holder_segment = holder_segment;
   out->flags = flags;
-  live_.push_back({pos, next_seq_});
+  live_.push_back({pos, next_seq_, need});
   next_seq_++;
   tail_ = pos + need;
   return Status::OK();
+}
+
+void TxLogArea::Compact(uint64_t body_size, const Owner& owner) {
+  auto trim = [&] {
+    Trim([&](uint64_t offset) {
+      if (!owner.done(offset)) return false;
+      owner.dropped(offset);
+      return true;
+    });
+  };
+  trim();
+  const uint64_t want = Pad(kTxRecordHeaderSize + body_size) + (size_ - kTxAreaHeaderSize) / 4;
+  for (size_t moves = 0, lap = live_.size(); moves < lap && !live_.empty(); moves++) {
+    if (FreeBytes() >= want) return;
+    // Worth it only when some record behind the head is done: moving live
+    // ones past live ones frees nothing.
+    bool garbage = false;
+    for (size_t i = 1; i < live_.size() && !garbage; i++) garbage = owner.done(live_[i].offset);
+    if (!garbage) return;
+    const Live head = live_.front();
+    if (!owner.movable(head.offset) || !Fits(head.size)) return;
+    // The record as it is on PM (it is intact: it was read or written so),
+    // copied with its current state; the copy never overlaps it.
+    const char* p = base_ + head.offset;
+    const uint32_t body_len = Load<uint32_t>(p + 36);
+    TxRecord copy;
+    Status s = AppendRecord(static_cast<TxRecordKind>(p[5]),
+                            static_cast<uint16_t>(Load<uint16_t>(p + 6) | kTxRecordMoved),
+                            static_cast<TxState>(Load<uint64_t>(p + 8)), Load<uint64_t>(p + 24),
+                            Load<uint32_t>(p + 32),
+                            std::string_view(p + kTxRecordHeaderSize, body_len), &copy);
+    if (!s.ok()) return;
+    owner.moved(head.offset, copy);
+    trim();
+  }
 }
 
 void TxLogArea::SetState(const TxRecord& r, TxState s) {
@@ -397,7 +472,10 @@ void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count,
     bool wrapped;
     uint64_t tail, next_seq;
     ScanChain(a, area_size, start_word, &records, &wrapped, &tail, &next_seq);
-    for (const auto& r : records) {
+    std::vector<bool> superseded = Superseded(records);
+    for (size_t i = 0; i < records.size(); i++) {
+      if (superseded[i]) continue;
+      const TxRecord& r = records[i];
       std::string rw = where + "record " + std::to_string(r.seq) + ": ";
       if (r.kind != TxRecordKind::kLock && r.kind != TxRecordKind::kBackup &&
           r.kind != TxRecordKind::kAlloc && r.kind != TxRecordKind::kBackupAlloc) {

@@ -13,7 +13,8 @@
 // assignment leaves an unassigned area; its records were all terminal.
 // Records follow from offset 64, each padded to 64 bytes:
 //   magic "PTXR" u32 | version u8 | kind u8 |
-//   flags u16 (1: at the decision holder, 2: the holder is named by a table) |
+//   flags u16 (1: at the decision holder, 2: the holder is named by a table,
+//   4: moved: a copy of an earlier record, which it supersedes) |
 //   state u64 (changed in place by one persisted store) |
 //   seq u64 | tx u64 | holder segment (or table) u32 | body length u32 |
 //   crc32c u32 (of magic..body length, state excluded, then the body) |
@@ -36,9 +37,17 @@
 // data = key length u32 | key | value; an allocated entry names a block the
 // transaction allocated (kept if it commits), no data.
 //
-// Record versions: 3 (written now) adds the BACKUP-ALLOC record kind and
-// the allocated entry kind; 2 added the pDKVS entry kinds; records of
-// versions 1 and 2 are read as before.
+// A record that stays live while those behind it are done (its commit
+// pending at a slow or absent party) does not hold the ring: when the area
+// runs short, the oldest live records are copied to the tail (flag moved,
+// the same kind, state, tx and body) and the head trimmed past them. A
+// crash between the copy and the trim leaves both: a reader keeps the
+// moved copy (the later one) and skips the original.
+//
+// Record versions: 5 (written now) adds the moved flag; 4 the expiring
+// pDKVS put and the pDKVS delete; 3 the BACKUP-ALLOC record kind and the
+// allocated entry kind; 2 the pDKVS entry kinds; records of versions 1 to
+// 4 are read as before.
 #pragma once
 
 #include <cstdint>
@@ -55,10 +64,10 @@
 namespace pdpm::dsm {
 
 inline constexpr uint32_t kTxLogVersion = 1;  // of the area header
-// Of a record: 4 added the expiring pDKVS put and the pDKVS delete (entry
-// kinds 8, 9), 3 BACKUP-ALLOC records and allocated entries, 2 the pDKVS
-// entry kinds; 1 to 3 are still read.
-inline constexpr uint8_t kTxRecordVersion = 4;
+// Of a record: 5 added the moved flag, 4 the expiring pDKVS put and the
+// pDKVS delete (entry kinds 8, 9), 3 BACKUP-ALLOC records and allocated
+// entries, 2 the pDKVS entry kinds; 1 to 4 are still read.
+inline constexpr uint8_t kTxRecordVersion = 5;
 inline constexpr uint8_t kTxRecordVersionOldest = 1;
 inline constexpr uint64_t kTxAreaMagic = 0x524158544d504450ull;  // "PDPMTXAR"
 inline constexpr uint32_t kTxRecordMagic = 0x52585450;           // "PTXR"
@@ -174,6 +183,9 @@ struct TxRecord {
 inline constexpr uint16_t kTxRecordHolder = 1;
 // The holder is named by an object-store table number, not a segment.
 inline constexpr uint16_t kTxRecordHolderIsTable = 2;
+// A copy of an earlier record of the same kind, tx, holder and body, made
+// to free the ring behind it (TxLogArea::Compact); it supersedes that one.
+inline constexpr uint16_t kTxRecordMoved = 4;
 
 // One coordinator's area. Appends and state changes are serialised by the
 // caller (TxParticipant holds one lock per area).
@@ -185,7 +197,8 @@ class TxLogArea {
       : base_(base), size_(size), index_(index), persist_(std::move(persist)) {}
 
   // Reads the area: its coordinator (0 when never assigned) and every
-  // record from `start`. kCorruption for a damaged header.
+  // record from `start` (a record superseded by a moved copy left out).
+  // kCorruption for a damaged header.
   Status Open(std::vector<TxRecord>* records);
   // Gives the (empty or fully terminal) area to `coordinator`: header
   // rewritten, nothing live.
@@ -203,6 +216,24 @@ class TxLogArea {
   void Trim(const std::function<bool(uint64_t offset)>& terminal);
   bool empty() const { return live_.empty(); }
 
+  // What the area's user knows of its records, for Compact.
+  struct Owner {
+    // The record at `offset` is done with (may be dropped).
+    std::function<bool(uint64_t offset)> done;
+    // It was dropped from the head.
+    std::function<void(uint64_t offset)> dropped;
+    // It may be copied now (no one is about to change it).
+    std::function<bool(uint64_t offset)> movable;
+    // It was copied: from now on it is `to` (state changes go there).
+    std::function<void(uint64_t from, const TxRecord& to)> moved;
+  };
+  // Makes room before an append of a `body_size`-byte body: trims, and
+  // while less than a quarter of the area (beyond the record) is free and
+  // records behind the head are done, copies the oldest live record to the
+  // tail (flag kTxRecordMoved) and trims again. At most one lap of the live
+  // records; stops at a record that is not movable or does not fit.
+  void Compact(uint64_t body_size, const Owner& owner);
+
  private:
   char* base_;
   uint64_t size_;
@@ -216,10 +247,17 @@ class TxLogArea {
   struct Live {
     uint64_t offset;
     uint64_t seq;
+    uint64_t size;  // padded
   };
   std::deque<Live> live_;  // from start, in order
 
   void PersistStart(uint64_t offset, uint64_t seq);
+  // Whether a record of `need` (padded) bytes fits now; the bytes free.
+  bool Fits(uint64_t need) const;
+  uint64_t FreeBytes() const;
+  // Appends a record as given (Append's, or a moved copy).
+  Status AppendRecord(TxRecordKind kind, uint16_t flags, TxState state, uint64_t tx,
+                      uint32_t holder_segment, std::string_view body, TxRecord* out);
 };
 
 // Offline check of a log region (fsck): every area header and every

@@ -192,6 +192,112 @@ TEST(TxLogTest, RingWrapsAndReopens) {
   EXPECT_EQ(area.Open(&recs).code(), StatusCode::kCorruption);
 }
 
+// A record that stays live (its commit pending at a slow or absent party)
+// while the records behind it end does not hold the ring: Compact moves it
+// forward. A crash between a move's copy and its trim leaves both on PM; a
+// reader keeps the copy only. With every record live nothing is moved.
+TEST(TxLogTest, ALiveRecordDoesNotHoldTheRing) {
+  TestRegion region(kAreaSize);
+  TxLogArea area(region.base(), kAreaSize, 0, region.range().persist);
+  std::vector<TxRecord> recs;
+  ASSERT_TRUE(area.Open(&recs).ok());
+  ASSERT_TRUE(area.Assign(42).ok());
+  std::map<uint64_t, TxRecord> live;  // by offset
+  std::vector<char> snapshot;         // the area as a move's copy left it
+  uint64_t moves = 0;
+  TxLogArea::Owner owner;
+  owner.done = [&](uint64_t offset) { return live.count(offset) == 0; };
+  owner.dropped = [&](uint64_t offset) { EXPECT_EQ(live.count(offset), 0u) << offset; };
+  owner.movable = [&](uint64_t offset) { return live.count(offset) != 0; };
+  owner.moved = [&](uint64_t from, const TxRecord& to) {
+    TxRecord r = live.at(from);
+    EXPECT_EQ(to.flags, r.flags | kTxRecordMoved);
+    EXPECT_EQ(to.state, r.state);
+    EXPECT_GT(to.seq, r.seq);
+    live.erase(from);
+    r.offset = to.offset;
+    r.seq = to.seq;
+    r.flags = to.flags;
+    live[to.offset] = r;
+    if (moves++ == 3) snapshot.assign(region.base(), region.base() + kAreaSize);
+  };
+  auto append = [&](uint64_t tx) {
+    std::string body = Body(tx);
+    area.Compact(body.size(), owner);
+    TxRecord r;
+    Status s = area.Append(TxRecordKind::kLock, kTxRecordHolder, tx, 7, body, &r);
+    if (s.ok()) live[r.offset] = r;
+    return s;
+  };
+  ASSERT_TRUE(append(1).ok());  // stays live throughout
+  uint64_t stuck = live.begin()->first;
+  area.SetState(live.at(stuck), TxState::kCommitted);
+  live.at(stuck).state = TxState::kCommitted;
+  // Each transaction ends when the next one is logged: the ring wraps
+  // around many times past the live record.
+  uint64_t bytes = 0;
+  for (uint64_t tx = 2; bytes < 20 * kAreaSize; tx++) {
+    Status s = append(tx);
+    ASSERT_TRUE(s.ok()) << "tx " << tx << ": " << s.ToString();
+    bytes += Body(tx).size();
+    for (auto it = live.begin(); it != live.end(); ++it) {
+      if (it->second.tx != 1 && it->second.tx != tx) {
+        area.SetState(it->second, TxState::kApplied);
+        live.erase(it);
+        break;
+      }
+    }
+    area.Trim(owner.done);
+  }
+  EXPECT_GT(moves, 3u);
+  // Reopened: the live records once each, the moved one with its state;
+  // the others read back are those ended behind the head, not yet trimmed.
+  TxLogArea again(region.base(), kAreaSize, 0, region.range().persist);
+  ASSERT_TRUE(again.Open(&recs).ok());
+  std::map<uint64_t, const TxRecord*> by_tx;
+  for (const auto& r : recs) by_tx[r.tx] = &r;
+  ASSERT_EQ(by_tx.size(), recs.size());
+  for (const auto& [offset, r] : live) EXPECT_EQ(by_tx.count(r.tx), 1u) << r.tx;
+  for (const auto& r : recs) {
+    bool is_live = false;
+    for (const auto& [offset, l] : live) is_live |= l.tx == r.tx;
+    if (!is_live) {
+      EXPECT_EQ(r.state, TxState::kApplied) << r.tx;
+    }
+  }
+  ASSERT_EQ(by_tx.count(1), 1u);
+  EXPECT_EQ(by_tx[1]->state, TxState::kCommitted);
+  EXPECT_NE(by_tx[1]->flags & kTxRecordMoved, 0);
+  EXPECT_EQ(by_tx[1]->body, Body(1));
+  // The crash after a copy, before its trim: the original is still in the
+  // chain; the reader and the checker see the record once.
+  ASSERT_FALSE(snapshot.empty());
+  TestRegion crashed(kAreaSize);
+  std::memcpy(crashed.base(), snapshot.data(), kAreaSize);
+  TxLogArea reopened(crashed.base(), kAreaSize, 0, crashed.range().persist);
+  ASSERT_TRUE(reopened.Open(&recs).ok());
+  std::map<uint64_t, int> seen;
+  for (const auto& r : recs) seen[r.tx]++;
+  for (const auto& [tx, n] : seen) EXPECT_EQ(n, 1) << "tx " << tx;
+  EXPECT_EQ(seen.count(1), 1u);
+  TxLogCheck check;
+  CheckTxLogRegion(crashed.base(), kAreaSize, 1, &check);
+  EXPECT_TRUE(check.violations.empty());
+  EXPECT_EQ(check.live_records, recs.size());
+  // The reopened area goes on: the superseded original is dropped at the
+  // first trim, and appends continue.
+  TxRecord r;
+  ASSERT_TRUE(reopened.Append(TxRecordKind::kLock, 0, 100000, 7, Body(5), &r).ok());
+  // From now on every record stays live: once the two live before are
+  // moved past the ended ones, Compact has nothing to gain and moves
+  // nothing (no churn); the ring fills.
+  const uint64_t moved_before = moves;
+  Status s;
+  for (uint64_t tx = 200000; s.ok(); tx++) s = append(tx);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_LE(moves, moved_before + 2);
+}
+
 // A crash at every point: the records acknowledged live are there, intact;
 // nothing else is, except the one operation in flight.
 TEST(TxLogCrashTest, PowerLossAtEveryPointKeepsTheAcknowledgedRecords) {

@@ -494,7 +494,7 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* /*re
   uint16_t flags =
       (holder ? dsm::kTxRecordHolder : 0) | (holder_is_table ? dsm::kTxRecordHolderIsTable : 0);
   if (role == kTxRolePrimary) {
-    s = area->log->Append(TxRecordKind::kLock, flags, tx, holder_segment, body, &rec->r);
+    s = AppendTo(area, TxRecordKind::kLock, flags, tx, holder_segment, body, &rec->r);
     if (!s.ok()) {
       for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
       return s;
@@ -521,7 +521,7 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* /*re
     std::string part_body;
     dsm::EncodeTxEntries(one->entries, &part_body);
     PDPM_RETURN_IF_ERROR(
-        area->log->Append(TxRecordKind::kBackup, flags, tx, holder_segment, part_body, &one->r));
+        AppendTo(area, TxRecordKind::kBackup, flags, tx, holder_segment, part_body, &one->r));
     AddRec(area, std::move(one));
   }
   return Status::OK();
@@ -827,25 +827,61 @@ bool TxParticipant::Terminal(const Rec& rec) const {
   }
 }
 
+dsm::TxLogArea::Owner TxParticipant::OwnerOf(Area* area) {
+  dsm::TxLogArea::Owner o;
+  o.done = [this, area](uint64_t offset) {
+    auto it = area->by_offset.find(offset);
+    return it == area->by_offset.end() || Terminal(*it->second);
+  };
+  o.dropped = [this, area](uint64_t offset) {
+    auto it = area->by_offset.find(offset);
+    if (it == area->by_offset.end()) return;  // superseded by a moved copy
+    swept_.push_back(it->second);
+    area->by_offset.erase(it);
+  };
+  // A record another thread applies or frees (mu_ released) is changed by
+  // it later: it stays where it is.
+  o.movable = [area](uint64_t offset) {
+    auto it = area->by_offset.find(offset);
+    return it != area->by_offset.end() && !it->second->working;
+  };
+  o.moved = [area](uint64_t from, const dsm::TxRecord& to) {
+    auto it = area->by_offset.find(from);
+    Rec* rec = it->second;
+    area->by_offset.erase(it);
+    rec->r.offset = to.offset;
+    rec->r.seq = to.seq;
+    rec->r.size = to.size;
+    rec->r.flags = to.flags;
+    area->by_offset[to.offset] = rec;
+  };
+  return o;
+}
+
+Status TxParticipant::AppendTo(Area* area, TxRecordKind kind, uint16_t flags, uint64_t tx,
+                               uint32_t holder_segment, std::string_view body, dsm::TxRecord* out) {
+  area->log->Compact(body.size(), OwnerOf(area));
+  Status s = area->log->Append(kind, flags, tx, holder_segment, body, out);
+  if (s.code() == StatusCode::kResourceExhausted) {
+    // Every record of the area is live (transactions of this coordinator
+    // in flight or not yet truncated): nothing was locked here, and the
+    // space comes back as they end.
+    return Status::Aborted(std::string(s.message()) + ": run the transaction again");
+  }
+  return s;
+}
+
 void TxParticipant::SetState(Rec* rec, TxState s) {
   auto live = rec->area->by_offset.find(rec->r.offset);
   if (live == rec->area->by_offset.end() || live->second != rec) return;  // trimmed already
   rec->area->log->SetState(rec->r, s);
   rec->r.state = s;
-  Area* area = rec->area;
-  std::vector<uint64_t> trimmed;
-  area->log->Trim([&](uint64_t offset) {
-    auto it = area->by_offset.find(offset);
-    bool done = it == area->by_offset.end() || Terminal(*it->second);
-    if (done) trimmed.push_back(offset);
-    return done;
+  const dsm::TxLogArea::Owner owner = OwnerOf(rec->area);
+  rec->area->log->Trim([&](uint64_t offset) {
+    if (!owner.done(offset)) return false;
+    owner.dropped(offset);
+    return true;
   });
-  for (uint64_t offset : trimmed) {
-    auto it = area->by_offset.find(offset);
-    if (it == area->by_offset.end()) continue;
-    swept_.push_back(it->second);
-    area->by_offset.erase(it);
-  }
 }
 
 std::vector<TxParticipant::Rec*> TxParticipant::RecordsOf(Key key) {
@@ -860,7 +896,13 @@ std::vector<TxParticipant::Rec*> TxParticipant::RecordsOf(Key key) {
 void TxParticipant::Truncate(uint64_t coordinator, const std::vector<uint64_t>& txs) {
   for (uint64_t t : txs) {
     for (Rec* r : RecordsOf({coordinator, t})) {
-      if (r->r.state == TxState::kApplied || r->r.state == TxState::kAborted) {
+      // A BACKUP record still only committed: its primary applied the
+      // transaction (the coordinator truncates once every participant
+      // did) without shipping it here, so this copy was dropped there and
+      // is filled again before it can be promoted. Kept, it would never
+      // end (the truncation is not sent again).
+      bool dropped_copy = r->r.kind == TxRecordKind::kBackup && r->r.state == TxState::kCommitted;
+      if (r->r.state == TxState::kApplied || r->r.state == TxState::kAborted || dropped_copy) {
         SetState(r, TxState::kTruncated);
       }
     }
@@ -1072,7 +1114,7 @@ Status TxParticipant::LogBlock(TxRecordKind kind, Key key, uint32_t segment, uin
   dsm::EncodeTxEntries(rec->entries, &body);
   Area* area = nullptr;
   PDPM_RETURN_IF_ERROR(AreaFor(key.first, &area));
-  PDPM_RETURN_IF_ERROR(area->log->Append(kind, 0, key.second, 0, body, &rec->r));
+  PDPM_RETURN_IF_ERROR(AppendTo(area, kind, 0, key.second, 0, body, &rec->r));
   AddRec(area, std::move(rec));
   return Status::OK();
 }

@@ -301,6 +301,14 @@ class TxParticipant {
   // Requires mu_. Persists the state and trims the area; trimmed records
   // leave the index at the next Sweep (when mu_ is released).
   void SetState(Rec* rec, dsm::TxState s);
+  // Requires mu_: what the area's records are to its log (done, movable),
+  // and the index kept current as the log drops or moves them.
+  dsm::TxLogArea::Owner OwnerOf(Area* area);
+  // Requires mu_. Appends a record, moving records that stay live past
+  // the done ones first (TxLogArea::Compact); kAborted (run the
+  // transaction again) when the area still has no room.
+  Status AppendTo(Area* area, dsm::TxRecordKind kind, uint16_t flags, uint64_t tx,
+                  uint32_t holder_segment, std::string_view body, dsm::TxRecord* out);
   void Sweep();
   // The records of one transaction here (requires mu_).
   std::vector<Rec*> RecordsOf(Key key);
