@@ -41,7 +41,7 @@ chart_checks() {
 }
 
 cluster_up() {
-  "$here/cluster.sh" up "$state" "$bin" "$images"/{core,operator,e2e-client,pause}.tar
+  "$here/cluster.sh" up "$state" "$bin" "$images"/{core,operator,csi,e2e-client,pause}.tar
   # Scenario 7 upgrades the cluster to a new tag of the core image: the same
   # content under the tag the suite's -upgrade-tag defaults to.
   local version
@@ -54,7 +54,7 @@ suite() {
   # shellcheck disable=SC2086 # flags as words
   (cd "$here" && PATH=$bin:$PATH go test -count=1 -timeout 30m -v ${PDPM_E2E_GOFLAGS:-} . \
     -args -kubeconfig "$state/kubeconfig" -kubectl "$bin/kubectl" -helm "$bin/helm" -pull-policy Never \
-    -logs "$state/logs/suite")
+    -logs "$state/logs/suite" -kubelet-dir "$state/kubelet" -csi-state-dir "$state/pdpm-csi")
 }
 
 # Runs however the script ends: the cluster goes (if it was started) and

@@ -36,3 +36,38 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "pdpm.image" -}}
 {{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) -}}
 {{- end -}}
+
+{{/* The CSI driver's name: the CSIDriver object's and the provisioner's. */}}
+{{- define "pdpm.csiDriverName" -}}
+pdfs.csi.pdpm.io
+{{- end -}}
+
+{{- define "pdpm.csiControllerName" -}}
+{{- printf "%s-csi-controller" (include "pdpm.fullname" .) -}}
+{{- end -}}
+
+{{- define "pdpm.csiNodeName" -}}
+{{- printf "%s-csi-node" (include "pdpm.fullname" .) -}}
+{{- end -}}
+
+{{/* Labels of a CSI component's objects; .component: controller or node. */}}
+{{- define "pdpm.csiLabels" -}}
+{{ include "pdpm.labels" .root }}
+app.kubernetes.io/name: pdpm-csi
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Labels that select a CSI component's pods. */}}
+{{- define "pdpm.csiSelector" -}}
+app.kubernetes.io/name: pdpm-csi
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* A container's securityContext when it needs no privilege at all. */}}
+{{- define "pdpm.restrictedContainer" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}

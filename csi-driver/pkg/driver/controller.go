@@ -83,6 +83,20 @@ func byteQuota(r *csi.CapacityRange) (uint64, error) {
 	}
 }
 
+// numberParam reads an optional unsigned StorageClass parameter of `bits`
+// bits (0 when absent); InvalidArgument says what was wanted.
+func numberParam(params map[string]string, key string, bits int, what string) (uint64, error) {
+	v, ok := params[key]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, bits)
+	if err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "parameter %s=%q: want %s", key, v, what)
+	}
+	return n, nil
+}
+
 func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name is required")
@@ -95,15 +109,22 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	params := req.GetParameters()
-	var inodes uint64
-	if v, ok := params[ParamInodeQuota]; ok {
-		if inodes, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "parameter %s=%q: want a number of inodes", ParamInodeQuota, v)
-		}
+	inodes, err := numberParam(params, ParamInodeQuota, 64, "a number of inodes")
+	if err != nil {
+		return nil, err
+	}
+	uid, err := numberParam(params, ParamUID, 32, "a user id")
+	if err != nil {
+		return nil, err
+	}
+	gid, err := numberParam(params, ParamGID, 32, "a group id")
+	if err != nil {
+		return nil, err
 	}
 	for k := range params {
-		if k != ParamCluster && k != ParamInodeQuota && k != ParamTransport {
-			return nil, status.Errorf(codes.InvalidArgument, "unknown parameter %q (want %s, %s, %s)", k, ParamCluster, ParamInodeQuota, ParamTransport)
+		if k != ParamCluster && k != ParamInodeQuota && k != ParamTransport && k != ParamUID && k != ParamGID {
+			return nil, status.Errorf(codes.InvalidArgument, "unknown parameter %q (want %s, %s, %s, %s, %s)",
+				k, ParamCluster, ParamInodeQuota, ParamTransport, ParamUID, ParamGID)
 		}
 	}
 	cluster, err := c.Clusters.Resolve(params[ParamCluster], req.GetSecrets())
@@ -128,7 +149,8 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		source = srcName
 	}
 	resp, err := c.API.CreateVolume(ctx, &pdpmv1.CreateVolumeRequest{
-		Cluster: cluster.ref(), Name: req.GetName(), ByteLimit: bytes, InodeLimit: inodes, SourceVolume: source})
+		Cluster: cluster.ref(), Name: req.GetName(), ByteLimit: bytes, InodeLimit: inodes,
+		Uid: uint32(uid), Gid: uint32(gid), SourceVolume: source})
 	if err != nil {
 		return nil, apiError("create volume "+req.GetName(), err)
 	}

@@ -26,6 +26,8 @@ const (
 	ParamCluster        = "cluster"       // the cluster's name: part of every volume id
 	ParamInodeQuota     = "inodeQuota"    // the volume's inode quota (default: none)
 	ParamTransport      = "transport"     // tcp (default) or verbs
+	ParamUID            = "uid"           // owner of the volume's root directory (default 0)
+	ParamGID            = "gid"           // its group (default 0)
 	// Volume context (what NodeStage is given): where the volume lives.
 	contextCluster   = "cluster"
 	contextMonitors  = "monitors"

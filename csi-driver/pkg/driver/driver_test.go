@@ -58,6 +58,8 @@ func TestCreateVolumeArguments(t *testing.T) {
 			CapacityRange: &csi.CapacityRange{RequiredBytes: -1}}, codes.InvalidArgument},
 		{"inode quota", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rwx},
 			Parameters: map[string]string{ParamInodeQuota: "many"}}, codes.InvalidArgument},
+		{"uid beyond 32 bits", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rwx},
+			Parameters: map[string]string{ParamUID: "4294967296"}}, codes.InvalidArgument},
 		{"unknown parameter", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rwx},
 			Parameters: map[string]string{"replicas": "3"}}, codes.InvalidArgument},
 		{"cluster without credentials", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rwx},

@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -41,6 +39,8 @@ type Node struct {
 	Log        *slog.Logger
 	// How long NodeStageVolume waits for pdfs-fuse to mount.
 	MountTimeout time.Duration
+
+	held connections // the staged volumes' FUSE connections (held.go)
 }
 
 // stageRecord is what NodeStageVolume leaves on disk (version 1).
@@ -115,28 +115,31 @@ func writeFileDurably(path string, data []byte, mode os.FileMode) error {
 	return err
 }
 
-// mountState tells what is mounted on `path`: mounted (per mountinfo),
-// and whether it answers (a FUSE mount whose process died answers
-// ENOTCONN, a broken one EIO).
-func mountState(path string) (mounted bool, healthy bool, err error) {
+// isMounted: whether something is mounted on `path` (per mountinfo).
+func isMounted(path string) (bool, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return false, false, err
+		return false, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	mounted := false
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) > 4 && unescapeMountPath(fields[4]) == path {
 			mounted = true
 		}
 	}
-	if err := sc.Err(); err != nil {
+	return mounted, sc.Err()
+}
+
+// mountState tells what is mounted on `path`: mounted (per mountinfo),
+// and whether it answers (a FUSE mount whose process died answers
+// ENOTCONN, a broken one EIO).
+func mountState(path string) (mounted bool, healthy bool, err error) {
+	if mounted, err = isMounted(path); err != nil || !mounted {
 		return false, false, err
-	}
-	if !mounted {
-		return false, false, nil
 	}
 	var st unix.Statfs_t
 	err = unix.Statfs(path, &st)
@@ -194,7 +197,7 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 		"staging target path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
-	clusterName, name, err := parseVolumeID(req.GetVolumeId())
+	clusterName, _, err := parseVolumeID(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
@@ -206,12 +209,21 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 		cluster.Monitors = m
 	}
 	cluster.Transport = req.GetVolumeContext()[contextTransport]
-	return &csi.NodeStageVolumeResponse{}, n.stage(req.GetVolumeId(), name, req.GetStagingTargetPath(), cluster)
+	return &csi.NodeStageVolumeResponse{}, n.stage(req.GetVolumeId(), req.GetStagingTargetPath(), cluster)
 }
 
-// stage mounts volume `name` on `path` unless a healthy mount is there; a
-// broken one (its pdfs-fuse gone) is detached and mounted again in place.
-func (n *Node) stage(volumeID, name, path string, cluster Cluster) error {
+// stage mounts the volume on `path` unless a healthy mount is there or
+// the plugin holds its connection (a pdfs-fuse being restarted on it); a
+// broken one (its connection gone) is detached and mounted again in place.
+func (n *Node) stage(volumeID, path string, cluster Cluster) error {
+	if h := n.held.get(volumeID); h != nil {
+		if mounted, err := isMounted(path); err == nil && mounted {
+			return nil
+		}
+		if err := n.release(volumeID, path); err != nil {
+			return status.Errorf(codes.Internal, "release the connection of %s: %v", volumeID, err)
+		}
+	}
 	mounted, healthy, err := mountState(path)
 	if err != nil {
 		return status.Errorf(codes.Internal, "read the mounts: %v", err)
@@ -235,37 +247,42 @@ func (n *Node) stage(volumeID, name, path string, cluster Cluster) error {
 	if err := writeFileDurably(base+".secret", []byte(cluster.Secret+"\n"), 0o600); err != nil {
 		return status.Errorf(codes.Internal, "write the secret file: %v", err)
 	}
-	logFile, err := os.OpenFile(base+".log", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	// A new connection: an INIT recorded for an earlier one must not be
+	// replayed on it.
+	if err := os.Remove(base + ".init"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return status.Errorf(codes.Internal, "remove the old init record: %v", err)
+	}
+	record := stageRecord{Version: 1, VolumeID: volumeID, StagingPath: path, Monitors: cluster.Monitors,
+		Transport: cluster.Transport}
+	dev, err := mountHeld(path)
 	if err != nil {
-		return status.Errorf(codes.Internal, "open the mount's log: %v", err)
+		return status.Errorf(codes.Internal, "mount the FUSE connection: %v", err)
 	}
-	defer logFile.Close()
-	transport := cluster.Transport
-	if transport == "" {
-		transport = "tcp"
+	h := &heldConnection{dev: dev, base: base, gone: make(chan struct{}), args: n.fuseArgs(&record)}
+	abort := func() {
+		_ = detach(path)
+		dev.Close()
 	}
-	cmd := exec.Command(n.FuseBinary, "--monitor", cluster.Monitors, "--secret-file", base+".secret",
-		"--transport", transport, "--mountpoint", path, "--volume", name)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own session: a signal to the plugin's process group, or the
-	// plugin's exit, leaves the mount serving.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return status.Errorf(codes.Internal, "start %s: %v", n.FuseBinary, err)
+	cmd, err := n.startFuse(h)
+	if err != nil {
+		abort()
+		return status.Errorf(codes.Internal, "%v", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	record := stageRecord{Version: 1, VolumeID: volumeID, StagingPath: path, Monitors: cluster.Monitors,
-		Transport: cluster.Transport, PID: cmd.Process.Pid}
-	data, _ := json.Marshal(record)
-	if err := writeFileDurably(base+".json", data, 0o600); err != nil {
+	record.PID = cmd.Process.Pid
+	if err := n.writeRecord(&record); err != nil {
 		_ = cmd.Process.Kill()
+		abort()
 		return status.Errorf(codes.Internal, "write the staging record: %v", err)
 	}
+	// pdfs-fuse records the kernel's INIT once it has opened the volume and
+	// serves; until then a statfs of the mount would wait for it.
 	deadline := time.Now().Add(n.MountTimeout)
 	for {
 		select {
 		case err := <-exited:
+			abort()
 			tail := logTail(base + ".log")
 			_ = os.Remove(base + ".json")
 			if strings.Contains(tail, "no such volume") {
@@ -274,20 +291,48 @@ func (n *Node) stage(volumeID, name, path string, cluster Cluster) error {
 			return status.Errorf(codes.Internal, "pdfs-fuse for %s exited (%v): %s", volumeID, err, tail)
 		case <-time.After(20 * time.Millisecond):
 		}
-		if mounted, healthy, _ := mountState(path); mounted && healthy {
-			n.Log.Info("staged", "volume", volumeID, "path", path, "pid", cmd.Process.Pid)
-			return nil
+		if _, err := os.Stat(base + ".init"); err == nil {
+			if _, healthy, _ := mountState(path); healthy {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
+			abort()
 			return status.Errorf(codes.DeadlineExceeded, "pdfs-fuse did not mount %s within %s: %s", volumeID, n.MountTimeout, logTail(base+".log"))
 		}
 	}
+	h.pid = cmd.Process.Pid
+	n.held.put(volumeID, h)
+	go n.supervise(volumeID, h, func() error { return <-exited })
+	n.Log.Info("staged", "volume", volumeID, "path", path, "pid", cmd.Process.Pid)
+	return nil
+}
+
+// writeRecord writes a staging record durably.
+func (n *Node) writeRecord(r *stageRecord) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return writeFileDurably(n.recordPath(r.VolumeID)+".json", data, 0o600)
+}
+
+// fuseArgs are the pdfs-fuse arguments of a staged volume (without the
+// descriptor flags), from its record.
+func (n *Node) fuseArgs(r *stageRecord) []string {
+	_, name, _ := parseVolumeID(r.VolumeID)
+	transport := r.Transport
+	if transport == "" {
+		transport = "tcp"
+	}
+	return []string{"--monitor", r.Monitors, "--secret-file", n.recordPath(r.VolumeID) + ".secret",
+		"--transport", transport, "--mountpoint", r.StagingPath, "--volume", name}
 }
 
 // restage mounts a staged volume again from its record and secret.
 func (n *Node) restage(r *stageRecord) error {
-	clusterName, name, err := parseVolumeID(r.VolumeID)
+	clusterName, _, err := parseVolumeID(r.VolumeID)
 	if err != nil {
 		return err
 	}
@@ -295,7 +340,7 @@ func (n *Node) restage(r *stageRecord) error {
 	if err != nil {
 		return status.Errorf(codes.Internal, "read the staged volume's secret: %v", err)
 	}
-	return n.stage(r.VolumeID, name, r.StagingPath, Cluster{Name: clusterName, Monitors: r.Monitors,
+	return n.stage(r.VolumeID, r.StagingPath, Cluster{Name: clusterName, Monitors: r.Monitors,
 		Transport: r.Transport, Secret: strings.TrimSpace(string(secret))})
 }
 
@@ -315,6 +360,12 @@ func (n *Node) Recover() int {
 		if err != nil || r.Version != 1 {
 			n.Log.Warn("skipping an unreadable staging record", "path", path, "error", err)
 			continue
+		}
+		if r.PID > 0 && isFuseProcess(r.PID, n.FuseBinary) {
+			// Its pdfs-fuse still serves: hold its connection again.
+			if mounted, _ := isMounted(r.StagingPath); mounted && n.adopt(&r, n.fuseArgs(&r)) {
+				continue
+			}
 		}
 		if mounted, healthy, _ := mountState(r.StagingPath); mounted && healthy {
 			continue
@@ -347,19 +398,16 @@ func (n *Node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolume
 	if err != nil {
 		return nil, err
 	}
-	if mounted, _, _ := mountState(path); mounted {
-		// pdfs-fuse ends its session when the kernel unmounts it.
-		if err := unix.Unmount(path, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			if err := detach(path); err != nil {
-				return nil, status.Errorf(codes.Internal, "unmount %s: %v", path, err)
-			}
-		}
+	// The unmount ends pdfs-fuse's session; one the plugin does not hold
+	// (started before a plugin that could not take it back) is signalled.
+	if err := n.release(req.GetVolumeId(), path); err != nil {
+		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
 	if record != nil && record.PID > 0 && isFuseProcess(record.PID, n.FuseBinary) {
 		_ = unix.Kill(record.PID, unix.SIGTERM)
 	}
 	base := n.recordPath(req.GetVolumeId())
-	for _, suffix := range []string{".json", ".secret", ".log"} {
+	for _, suffix := range []string{".json", ".secret", ".log", ".init"} {
 		if err := os.Remove(base + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, status.Errorf(codes.Internal, "remove the staging record: %v", err)
 		}
@@ -468,6 +516,11 @@ func volumePathCheck(id, path string) error {
 func (n *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	if err := volumePathCheck(req.GetVolumeId(), req.GetVolumePath()); err != nil {
 		return nil, err
+	}
+	if h := n.held.get(req.GetVolumeId()); h != nil && !h.running() {
+		// The requests wait for the pdfs-fuse being started: a statfs would too.
+		return &csi.NodeGetVolumeStatsResponse{VolumeCondition: &csi.VolumeCondition{
+			Abnormal: true, Message: "pdfs-fuse is being restarted on the held connection"}}, nil
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(req.GetVolumePath(), &st); err != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -38,14 +39,18 @@ func ParseEndpoint(endpoint string) (network, address string, err error) {
 	return "", "", fmt.Errorf("endpoint %q: want unix:///PATH or tcp://HOST:PORT", endpoint)
 }
 
-// Listen binds the endpoint (a stale socket file of an earlier run is
-// replaced).
+// Listen binds the endpoint (a unix socket's directory is created, a stale
+// socket file of an earlier run replaced).
 func Listen(endpoint string) (net.Listener, error) {
 	network, address, err := ParseEndpoint(endpoint)
 	if err != nil {
 		return nil, err
 	}
 	if network == "unix" {
+		// kubelet's plugins/<driver>/ does not exist before the first start.
+		if err := os.MkdirAll(filepath.Dir(address), 0o750); err != nil {
+			return nil, fmt.Errorf("create the socket's directory: %w", err)
+		}
 		if err := os.Remove(address); err != nil && !os.IsNotExist(err) {
 			return nil, fmt.Errorf("remove the old socket: %w", err)
 		}

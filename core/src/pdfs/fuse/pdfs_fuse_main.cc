@@ -8,16 +8,26 @@
 // wrote and closed (every write reaches pDFS before it returns: no
 // write-back cache) is what any client sees at its next open:
 // close-to-open, across mounts.
+//
+// With --fuse-fd the connection is one a mount holder (the CSI node plugin)
+// mounted and keeps open, so it outlives this process: a pdfs-fuse started
+// after one died resumes it (HeldConnection below; docs/csi.md).
 #define FUSE_USE_VERSION 312
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <fuse3/fuse_lowlevel.h>
 #include <linux/fs.h>
+#include <linux/fuse.h>
+#include <sys/uio.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -35,6 +45,8 @@ namespace {
 // The largest write the kernel sends in one request.
 constexpr unsigned kMaxWrite = 1u << 20;
 
+class HeldConnection;
+
 // What the mount serves: the file system, and the directory that is the
 // mount's root (a volume, or the file system's root). FUSE's root inode
 // number (1) is pDFS's root's too; with a volume they are mapped.
@@ -43,6 +55,125 @@ struct Served {
   FileSystem* fs;
   uint64_t root;
   Logger* log;
+  HeldConnection* held = nullptr;  // set with --fuse-fd
+};
+
+// A FUSE connection that a mount holder opened (/dev/fuse), mounted (mount
+// option fd=N) and keeps a copy of, served here through libfuse's custom
+// I/O on the inherited descriptor. The kernel keeps a connection while any
+// copy of its descriptor is open, so when this process dies the mount
+// stays, its requests waiting, and the holder starts another pdfs-fuse on
+// the same descriptor. The kernel sends FUSE_INIT once per connection: the
+// first pdfs-fuse records that request in the init file; a later one finds
+// the record, replays it to its own libfuse session (whose reply is dropped:
+// the kernel has had its answer) and then asks the kernel to resend the
+// requests the dead process had read but not answered (FUSE_NOTIFY_RESEND,
+// Linux 6.9). Requests are served statelessly (node ids are pDFS inode
+// numbers, file handles the open flags), so the new process serves every
+// open file as the old one did.
+class HeldConnection {
+ public:
+  HeldConnection(int fd, std::string init_file, Logger* log)
+      : fd_(fd), init_file_(std::move(init_file)), log_(log) {}
+
+  // Serves the connection in `se` (whose user data is a Served pointing
+  // here). The session owns the descriptor from then on.
+  Status Attach(fuse_session* se) {
+    static const fuse_custom_io io = {Writev, Read, nullptr, nullptr};
+    int rc = fuse_session_custom_io(se, &io, fd_);
+    if (rc != 0) return Status::IOError("fuse_session_custom_io: " + std::string(strerror(-rc)));
+    return Status::OK();
+  }
+
+  // When the connection was initialised by an earlier pdfs-fuse (its INIT
+  // recorded), initialises `se` from the record and has the kernel resend
+  // what is unanswered; *resumed tells which. Before the session's loop.
+  Status ResumeIfInitialised(fuse_session* se, bool* resumed) {
+    *resumed = false;
+    if (!FileExists(init_file_)) return Status::OK();
+    std::string init;
+    Status s = ReadWholeFile(init_file_, &init);
+    if (!s.ok()) return s.WithContext("the recorded FUSE_INIT");
+    fuse_in_header h{};
+    if (init.size() < sizeof(h) + sizeof(fuse_init_in)) {
+      return Status::Corruption("the recorded FUSE_INIT is too short");
+    }
+    memcpy(&h, init.data(), sizeof(h));
+    if (h.opcode != FUSE_INIT || h.len != init.size()) {
+      return Status::Corruption("the init file holds no FUSE_INIT request");
+    }
+    drop_reply_to_.store(h.unique);
+    fuse_buf buf{};
+    buf.size = init.size();
+    buf.mem = init.data();
+    fuse_session_process_buf(se, &buf);
+    if (drop_reply_to_.load() != 0) {
+      return Status::IOError("libfuse did not answer the recorded FUSE_INIT");
+    }
+    // Requests the dead process read and never answered go back to the
+    // queue this process reads.
+    fuse_out_header resend{sizeof(fuse_out_header), kNotifyResend, 0};
+    if (write(fd_, &resend, sizeof(resend)) != static_cast<ssize_t>(sizeof(resend))) {
+      return Status::FromErrno("FUSE_NOTIFY_RESEND", errno);
+    }
+    *resumed = true;
+    return Status::OK();
+  }
+
+ private:
+  // FUSE_NOTIFY_RESEND's code (linux/fuse.h from 7.40; older headers lack it).
+  static constexpr int32_t kNotifyResend = 7;
+  // The bit the kernel sets in a resent request's unique (FUSE_UNIQUE_RESEND).
+  static constexpr uint64_t kUniqueResend = 1ULL << 63;
+
+  static HeldConnection* Of(void* userdata) { return static_cast<Served*>(userdata)->held; }
+
+  // read(2), recording the kernel's FUSE_INIT request before libfuse sees
+  // it, and making a resent append idempotent: a write the dead process
+  // may have done already is done again at the offset the kernel gave (the
+  // file's size as this node saw it) rather than at the end of the file,
+  // which would append it twice. Keeps read's errno for libfuse.
+  static ssize_t Read(int fd, void* buf, size_t len, void* userdata) {
+    ssize_t n = read(fd, buf, len);
+    auto* h = static_cast<fuse_in_header*>(buf);
+    if (n >= static_cast<ssize_t>(sizeof(fuse_in_header) + sizeof(fuse_write_in)) &&
+        h->opcode == FUSE_WRITE && (h->unique & kUniqueResend) != 0) {
+      auto* w = reinterpret_cast<fuse_write_in*>(h + 1);
+      w->fh &= ~static_cast<uint64_t>(O_APPEND);  // the handle is the open flags
+    }
+    if (n >= static_cast<ssize_t>(sizeof(fuse_in_header)) && h->opcode == FUSE_INIT) {
+      int saved = errno;
+      HeldConnection* self = Of(userdata);
+      Status s = WriteFileAtomically(
+          self->init_file_, std::string(static_cast<const char*>(buf), static_cast<size_t>(n)),
+          0600);
+      if (!s.ok()) {
+        self->log_->Error("cannot record FUSE_INIT: a restarted pdfs-fuse cannot resume",
+                          {{"status", s}});
+      }
+      errno = saved;
+    }
+    return n;
+  }
+
+  // writev(2), but the reply to the replayed FUSE_INIT goes nowhere.
+  static ssize_t Writev(int fd, iovec* iov, int count, void* userdata) {
+    HeldConnection* self = Of(userdata);
+    uint64_t drop = self->drop_reply_to_.load();
+    if (drop != 0 && count > 0 && iov[0].iov_len >= sizeof(fuse_out_header) &&
+        static_cast<const fuse_out_header*>(iov[0].iov_base)->unique == drop) {
+      self->drop_reply_to_.store(0);
+      ssize_t total = 0;
+      for (int i = 0; i < count; i++) total += static_cast<ssize_t>(iov[i].iov_len);
+      return total;
+    }
+    return writev(fd, iov, count);
+  }
+
+  int fd_;
+  std::string init_file_;
+  Logger* log_;
+  std::atomic<uint64_t> drop_reply_to_{0};  // unique of the replayed INIT
 };
 
 FileSystem* Fs(fuse_req_t req) {
@@ -484,10 +615,30 @@ int Main(int argc, char** argv) {
   flags.AddString("volume", &volume,
                   "the volume (a directory of the file system's root) to mount; default: all");
   flags.AddUint32("threads", &threads, "most threads serving requests at once");
+  std::string fuse_fd, init_file;
+  flags.AddString("fuse-fd", &fuse_fd,
+                  "serve this inherited /dev/fuse descriptor, already mounted on --mountpoint by "
+                  "the caller, who keeps a copy (a restarted pdfs-fuse resumes the connection)");
+  flags.AddString("init-file", &init_file,
+                  "with --fuse-fd: where the connection's FUSE_INIT is recorded (by the first "
+                  "pdfs-fuse) and found (by a restarted one)");
   Status s = flags.Parse(argc, argv);
   if (s.ok() && flags.PrintUsageIfAsked()) return 0;
   if (s.ok() && (monitor.empty() || secret_file.empty() || mountpoint.empty())) {
     s = Status::InvalidArgument("--monitor, --secret-file and --mountpoint are needed");
+  }
+  int held_fd = -1;
+  if (s.ok() && !fuse_fd.empty()) {
+    char* end = nullptr;
+    long v = strtol(fuse_fd.c_str(), &end, 10);
+    if (*end != '\0' || v < 0 || v > INT32_MAX || fcntl(static_cast<int>(v), F_GETFD) < 0) {
+      s = Status::InvalidArgument("--fuse-fd " + fuse_fd + ": not an open descriptor");
+    } else if (init_file.empty()) {
+      s = Status::InvalidArgument("--fuse-fd needs --init-file");
+    }
+    held_fd = static_cast<int>(v);
+  } else if (s.ok() && !init_file.empty()) {
+    s = Status::InvalidArgument("--init-file is for --fuse-fd");
   }
   if (!s.ok()) {
     fprintf(stderr, "%s\n%s", s.ToString().c_str(), flags.Usage().c_str());
@@ -532,19 +683,44 @@ int Main(int argc, char** argv) {
     fuse_opt_free_args(&fargs);
     return 1;
   }
+  std::unique_ptr<HeldConnection> held;
+  if (held_fd >= 0) {
+    held = std::make_unique<HeldConnection>(held_fd, init_file, &log);
+    served.held = held.get();
+  }
   int rc = 1;
   if (fuse_set_signal_handlers(se) == 0) {
-    if (fuse_session_mount(se, mountpoint.c_str()) == 0) {
+    bool serving = false;
+    if (held != nullptr) {
+      // The holder mounted and unmounts: this process only serves.
+      bool resumed = false;
+      s = held->Attach(se);
+      if (s.ok()) s = held->ResumeIfInitialised(se, &resumed);
+      if (s.ok()) {
+        log.Info(resumed ? "resumed the held connection" : "serving the held connection",
+                 {{"mountpoint", mountpoint}, {"monitor", monitor}});
+        serving = true;
+      } else {
+        log.Error("cannot serve the held connection", {{"status", s}});
+      }
+    } else if (fuse_session_mount(se, mountpoint.c_str()) == 0) {
       log.Info("mounted", {{"mountpoint", mountpoint}, {"monitor", monitor}});
+      serving = true;
+    } else {
+      log.Error("mount failed", {{"mountpoint", mountpoint}});
+    }
+    if (serving) {
       fuse_loop_config* config = fuse_loop_cfg_create();
       fuse_loop_cfg_set_max_threads(config, threads);
       fuse_loop_cfg_set_idle_threads(config, threads);
       rc = fuse_session_loop_mt(se, config);
       fuse_loop_cfg_destroy(config);
-      fuse_session_unmount(se);
-      log.Info("unmounted", {{"mountpoint", mountpoint}, {"rc", rc}});
-    } else {
-      log.Error("mount failed", {{"mountpoint", mountpoint}});
+      if (held == nullptr) {
+        fuse_session_unmount(se);
+        log.Info("unmounted", {{"mountpoint", mountpoint}, {"rc", rc}});
+      } else {
+        log.Info("stopped serving", {{"mountpoint", mountpoint}, {"rc", rc}});
+      }
     }
     fuse_remove_signal_handlers(se);
   }

@@ -1,0 +1,473 @@
+package k8s
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The CSI driver on the real cluster (docs/csi.md): the chart's CSI
+// manifests installed, a PDPMCluster, and PersistentVolumeClaims of its
+// StorageClasses used by pods.
+
+var (
+	kubeletDir  = flag.String("kubelet-dir", "/var/lib/kubelet", "kubelet's root directory on the nodes (where the CSI node plugin mounts)")
+	csiStateDir = flag.String("csi-state-dir", "/var/lib/pdpm-csi", "where the CSI node plugin records the volumes it staged, on the nodes")
+)
+
+const (
+	csiClusterName = "csi-cluster"     // the PDPMCluster the volumes live in
+	csiSecretName  = "csi-cluster-csi" // its monitors and cluster secret, for the driver
+	scDelete       = "pdfs-e2e"        // StorageClass, reclaim policy Delete
+	scRetain       = "pdfs-e2e-retain" // StorageClass, reclaim policy Retain
+	csiControllerD = "pdpm-csi-controller"
+	csiNodeDS      = "pdpm-csi-node"
+)
+
+// TestCSIOnKubernetes: issue 19's scenarios, in order (each builds on the
+// previous one; the first failure stops it).
+func TestCSIOnKubernetes(t *testing.T) {
+	c := &cluster{kubeconfig: *kubeconfig, kubectlBin: *kubectlBin, helmBin: *helmBin}
+	ctx := context.Background()
+	root := repo(t)
+	tg := imageTag(t)
+
+	if !*keep {
+		t.Cleanup(func() {
+			if t.Failed() && *logsDir != "" {
+				saveLogs(c, *logsDir)
+			}
+			cctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			// Pods and claims first (their mounts need the node plugin, the
+			// volumes the controller), then the cluster, then the release.
+			_, _ = c.kubectl(cctx, "-n", *ns, "delete", "pods,pvc", "--all", "--timeout=2m")
+			_, _ = c.kubectl(cctx, "delete", "pv", "-l", "pdpm-e2e=csi", "--timeout=1m")
+			_, _ = c.kubectl(cctx, "-n", *ns, "delete", "pdpmclusters", "--all", "--timeout=2m")
+			_, _ = c.kubectl(cctx, "delete", "namespace", *ns, "--ignore-not-found", "--timeout=2m")
+			_, _ = c.helm(cctx, "-n", *opNS, "uninstall", releaseName, "--wait", "--timeout=1m")
+		})
+	}
+
+	phase(t, "csi-helm-install", func(t *testing.T) { testCSIInstall(ctx, t, c, root, tg) })
+	phase(t, "csi-cluster-ready", func(t *testing.T) { testCSICluster(ctx, t, c, root, tg) })
+	phase(t, "csi-rwx-two-pods", func(t *testing.T) { testCSIReadWriteMany(ctx, t, c, tg) })
+	phase(t, "csi-expand-under-writes", func(t *testing.T) { testCSIExpandUnderWrites(ctx, t, c, tg) })
+	phase(t, "csi-full-volume", func(t *testing.T) { testCSIFullVolume(ctx, t, c, tg) })
+	phase(t, "csi-server-killed-under-writes", func(t *testing.T) { testCSIServerKilled(ctx, t, c, tg) })
+	phase(t, "csi-delete-pvc-deleted", func(t *testing.T) { testCSIDeletePolicy(ctx, t, c, tg) })
+	phase(t, "csi-delete-pvc-retained", func(t *testing.T) { testCSIRetainPolicy(ctx, t, c, tg) })
+	phase(t, "csi-uninstall", func(t *testing.T) { testCSIUninstall(ctx, t, c) })
+}
+
+// The chart with the CSI driver enabled: the controller Deployment becomes
+// Available, the node plugin runs, and kubelet registered the driver (the
+// node's CSINode lists it).
+func testCSIInstall(ctx context.Context, t *testing.T, c *cluster, root, tg string) {
+	storageClass := func(i int, name, policy string) []string {
+		p := fmt.Sprintf("csi.storageClasses[%d].", i)
+		return []string{"--set", p + "name=" + name, "--set", p + "cluster=" + csiClusterName,
+			"--set", p + "secret.name=" + csiSecretName, "--set", p + "secret.namespace=" + *ns,
+			"--set", p + "reclaimPolicy=" + policy,
+			// The client image's user owns the volumes (kubelet chowns nothing).
+			"--set", p + "uid=65532", "--set", p + "gid=65532"}
+	}
+	args := []string{"install", releaseName, filepath.Join(root, "charts", "pdpm"),
+		"--namespace", *opNS, "--create-namespace", "--wait", "--timeout", "4m",
+		"--set", "operator.image.tag=" + tg, "--set", "operator.image.pullPolicy=" + *pullPolicy,
+		"--set", "csi.enabled=true", "--set", "csi.image.tag=" + tg, "--set", "csi.image.pullPolicy=" + *pullPolicy,
+		"--set", "csi.node.kubeletDir=" + *kubeletDir, "--set", "csi.node.stateDir=" + *csiStateDir}
+	args = append(args, storageClass(0, scDelete, "Delete")...)
+	args = append(args, storageClass(1, scRetain, "Retain")...)
+	must(t)(c.helm(ctx, args...))
+	must(t)(c.kubectl(ctx, "-n", *opNS, "wait", "--for=condition=Available", "deployment/"+csiControllerD, "--timeout=2m"))
+	must(t)(c.kubectl(ctx, "-n", *opNS, "rollout", "status", "daemonset/"+csiNodeDS, "--timeout=2m"))
+	eventually(t, time.Minute, "every node's CSINode lists pdfs.csi.pdpm.io", func() error {
+		out, err := c.kubectl(ctx, "get", "csinodes", "-o",
+			`jsonpath={range .items[*]}{.metadata.name}={.spec.drivers[*].name}{"\n"}{end}`)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if !strings.Contains(l, "pdfs.csi.pdpm.io") {
+				return fmt.Errorf("not registered: %q", l)
+			}
+		}
+		return nil
+	})
+}
+
+// The volumes' PDPMCluster (the Emulated sample under another name) and
+// the Secret the StorageClasses name: its monitors' Service and the cluster
+// key the operator generated.
+func testCSICluster(ctx context.Context, t *testing.T, c *cluster, root, tg string) {
+	must(t)(c.kubectl(ctx, "create", "namespace", *ns))
+	var sample map[string]any
+	if err := json.Unmarshal([]byte(sampleManifest(ctx, t, c, root, tg, "WipeData")), &sample); err != nil {
+		t.Fatal(err)
+	}
+	sample["metadata"].(map[string]any)["name"] = csiClusterName
+	manifest, _ := json.Marshal(sample)
+	must(t)(c.kubectlIn(ctx, string(manifest), "-n", *ns, "apply", "-f", "-"))
+	waitReady(ctx, t, c, csiClusterName, 6*time.Minute)
+	key := must(t)(c.kubectl(ctx, "-n", *ns, "get", "secret", csiClusterName+"-key", "-o", "jsonpath={.data.cluster-key}"))
+	secret, err := base64.StdEncoding.DecodeString(key)
+	if err != nil || len(secret) == 0 {
+		t.Fatalf("the cluster key Secret: %q (%v)", key, err)
+	}
+	monitors := fmt.Sprintf("%s.%s.svc.cluster.local:7400", csiClusterName, *ns)
+	must(t)(c.kubectl(ctx, "-n", *ns, "create", "secret", "generic", csiSecretName,
+		"--from-literal=monitors="+monitors, "--from-literal=clusterSecret="+strings.TrimSpace(string(secret))))
+}
+
+// claim creates a PersistentVolumeClaim and waits until it is Bound;
+// volumeName "" lets the StorageClass provision one.
+func claim(ctx context.Context, t *testing.T, c *cluster, name, storageClass, volumeName, size string) {
+	t.Helper()
+	spec := fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: %s}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: %q
+  volumeName: %q
+  resources: {requests: {storage: %s}}
+`, name, storageClass, volumeName, size)
+	must(t)(c.kubectlIn(ctx, spec, "-n", *ns, "apply", "-f", "-"))
+	must(t)(c.kubectl(ctx, "-n", *ns, "wait", "--for=jsonpath={.status.phase}=Bound", "pvc/"+name, "--timeout=2m"))
+}
+
+// startPod runs a pod of the client image with the claim mounted on /data,
+// running script (sh), and with wait waits until it is Ready.
+func startPod(ctx context.Context, t *testing.T, c *cluster, tg, name, claimName, script string, wait bool) {
+	t.Helper()
+	spec := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: main
+      image: pdpm-e2e/client:%s
+      imagePullPolicy: %s
+      command: [sh, -c, %q]
+      volumeMounts: [{name: data, mountPath: /data}]
+  volumes:
+    - name: data
+      persistentVolumeClaim: {claimName: %s}
+`, name, tg, *pullPolicy, script, claimName)
+	must(t)(c.kubectlIn(ctx, spec, "-n", *ns, "apply", "-f", "-"))
+	if wait {
+		must(t)(c.kubectl(ctx, "-n", *ns, "wait", "--for=condition=Ready", "pod/"+name, "--timeout=3m"))
+	}
+}
+
+// inPod runs a shell command in a pod and returns its output.
+func inPod(ctx context.Context, c *cluster, pod, script string) (string, error) {
+	return c.kubectl(ctx, "-n", *ns, "exec", pod, "--", "sh", "-c", script)
+}
+
+// volumeOf is the claim's PersistentVolume's name.
+func volumeOf(ctx context.Context, t *testing.T, c *cluster, claimName string) string {
+	t.Helper()
+	return strings.TrimSpace(must(t)(c.kubectl(ctx, "-n", *ns, "get", "pvc", claimName, "-o", "jsonpath={.spec.volumeName}")))
+}
+
+// RWX: two pods mount one claim and each sees what the other wrote, files
+// created by either and lines appended by both at once.
+func testCSIReadWriteMany(ctx context.Context, t *testing.T, c *cluster, tg string) {
+	claim(ctx, t, c, "shared", scDelete, "", "64Mi")
+	startPod(ctx, t, c, tg, "pod-a", "shared", "sleep infinity", true)
+	startPod(ctx, t, c, tg, "pod-b", "shared", "sleep infinity", true)
+	must(t)(inPod(ctx, c, "pod-a", "echo from-a > /data/a.txt"))
+	if out := must(t)(inPod(ctx, c, "pod-b", "cat /data/a.txt")); strings.TrimSpace(out) != "from-a" {
+		t.Fatalf("pod-b reads %q in pod-a's file", out)
+	}
+	must(t)(inPod(ctx, c, "pod-b", "echo from-b > /data/b.txt"))
+	if out := must(t)(inPod(ctx, c, "pod-a", "cat /data/b.txt")); strings.TrimSpace(out) != "from-b" {
+		t.Fatalf("pod-a reads %q in pod-b's file", out)
+	}
+	// Both write 200 lines at once, each into its own file; each then reads
+	// the other's whole file.
+	const n = 200
+	script := func(who string) string {
+		return fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo "%s $i" >> /data/%s.lines; i=$((i+1)); done`, n, who, who)
+	}
+	errs := make(chan error, 2)
+	for _, who := range []string{"a", "b"} {
+		go func() { _, err := inPod(ctx, c, "pod-"+who, script(who)); errs <- err }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for reader, writer := range map[string]string{"pod-a": "b", "pod-b": "a"} {
+		out := must(t)(inPod(ctx, c, reader, "cat /data/"+writer+".lines"))
+		got := strings.Split(strings.TrimSpace(out), "\n")
+		if len(got) != n {
+			t.Fatalf("%s reads %d of %s's %d lines", reader, len(got), writer, n)
+		}
+		for i, l := range got {
+			if want := fmt.Sprintf("%s %d", writer, i+1); l != want {
+				t.Fatalf("%s reads line %d of %s's file as %q, want %q", reader, i+1, writer, l, want)
+			}
+		}
+	}
+	// The volume's size is the claim's: its quota, as df shows it.
+	out := must(t)(inPod(ctx, c, "pod-a", "df -k /data | tail -1"))
+	if f := strings.Fields(out); len(f) < 2 || f[1] != fmt.Sprint(64<<10) {
+		t.Errorf("df of the 64Mi volume: %q, want 65536 1K-blocks", out)
+	}
+}
+
+// fileWriter is a pod that appends numbered lines to /data/<name>.log, one
+// write per line, until /data/<name>.stop exists; a failed write ends it
+// with the error (the pod Failed), a stop with success.
+type fileWriter struct{ pod, file, claim, tag string }
+
+func startFileWriter(ctx context.Context, t *testing.T, c *cluster, tg, name, claimName string) *fileWriter {
+	t.Helper()
+	w := &fileWriter{pod: name, file: "/data/" + name + ".log", claim: claimName, tag: tg}
+	script := fmt.Sprintf(`rm -f /data/%[1]s.stop; i=0; while [ ! -e /data/%[1]s.stop ]; do i=$((i+1));
+  echo "line $i" >> %[2]s || { echo "write $i failed" >&2; exit 1; }; sleep 0.02; done`, name, w.file)
+	startPod(ctx, t, c, tg, name, claimName, script, true)
+	w.waitFor(ctx, t, c, 50, time.Minute, "the writer's first lines")
+	return w
+}
+
+// lines is how many lines the file holds now.
+func (w *fileWriter) lines(ctx context.Context, c *cluster) (int, error) {
+	out, err := inPod(ctx, c, w.pod, "wc -l < "+w.file)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	_, err = fmt.Sscan(out, &n)
+	return n, err
+}
+
+// waitFor waits until n more lines than now are written.
+func (w *fileWriter) waitFor(ctx context.Context, t *testing.T, c *cluster, n int, timeout time.Duration, what string) {
+	t.Helper()
+	from, _ := w.lines(ctx, c)
+	eventually(t, timeout, what, func() error {
+		got, err := w.lines(ctx, c)
+		if err != nil {
+			return err
+		}
+		if got-from < n {
+			return fmt.Errorf("%d of %d more lines written (writer pod %s)", got-from, n, w.pod)
+		}
+		return nil
+	})
+}
+
+// stop ends the writer, checks that no write failed and that the file is
+// every line, in order, and deletes the pod. Returns the line count.
+func (w *fileWriter) stop(ctx context.Context, t *testing.T, c *cluster) int {
+	t.Helper()
+	must(t)(inPod(ctx, c, w.pod, "touch /data/"+w.pod+".stop"))
+	var podPhase string
+	eventually(t, time.Minute, "the writer "+w.pod+" ends", func() error {
+		var err error
+		podPhase, err = c.kubectl(ctx, "-n", *ns, "get", "pod", w.pod, "-o", "jsonpath={.status.phase}")
+		if err == nil && podPhase != "Succeeded" && podPhase != "Failed" {
+			err = fmt.Errorf("phase %s", podPhase)
+		}
+		return err
+	})
+	if out := must(t)(c.kubectl(ctx, "-n", *ns, "logs", w.pod)); podPhase != "Succeeded" || strings.TrimSpace(out) != "" {
+		t.Errorf("writer %s: %s: %s", w.pod, podPhase, out)
+	}
+	// The pod is done: read the file from a new one on the same claim.
+	reader := w.pod + "-check"
+	startPod(ctx, t, c, w.tag, reader, w.claim, "sleep infinity", true)
+	content := must(t)(inPod(ctx, c, reader, "cat "+w.file))
+	got := strings.Split(strings.TrimSpace(content), "\n")
+	for i, l := range got {
+		if want := fmt.Sprintf("line %d", i+1); l != want {
+			t.Fatalf("%s: line %d is %q, want %q", w.file, i+1, l, want)
+		}
+	}
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", w.pod, reader, "--timeout=2m"))
+	t.Logf("writer %s: %d lines, all intact", w.pod, len(got))
+	return len(got)
+}
+
+// df is a mount's size and use in 1K blocks, as a pod sees them.
+func df(ctx context.Context, t *testing.T, c *cluster, pod string) (total, used int64) {
+	t.Helper()
+	out := must(t)(inPod(ctx, c, pod, "df -k /data | tail -1"))
+	if _, err := fmt.Sscan(strings.Join(strings.Fields(out)[1:3], " "), &total, &used); err != nil {
+		t.Fatalf("df: %q: %v", out, err)
+	}
+	return total, used
+}
+
+// Expansion: the claim grows from 64Mi to 128Mi while a pod writes; the
+// writes go on, the claim and the pod's mount show the new size.
+func testCSIExpandUnderWrites(ctx context.Context, t *testing.T, c *cluster, tg string) {
+	claim(ctx, t, c, "growing", scDelete, "", "64Mi")
+	w := startFileWriter(ctx, t, c, tg, "grow-writer", "growing")
+	must(t)(c.kubectl(ctx, "-n", *ns, "patch", "pvc", "growing", "--type=merge", "-p",
+		`{"spec":{"resources":{"requests":{"storage":"128Mi"}}}}`))
+	must(t)(c.kubectl(ctx, "-n", *ns, "wait", "--for=jsonpath={.status.capacity.storage}=128Mi", "pvc/growing", "--timeout=2m"))
+	eventually(t, time.Minute, "the pod's mount shows 128Mi", func() error {
+		if total, _ := df(ctx, t, c, w.pod); total != 128<<10 {
+			return fmt.Errorf("df: %d 1K-blocks", total)
+		}
+		return nil
+	})
+	w.waitFor(ctx, t, c, 50, time.Minute, "writes after the expansion")
+	w.stop(ctx, t, c)
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pvc", "growing", "--timeout=1m"))
+}
+
+// A full volume: writing past the quota fails in the pod with ENOSPC or
+// EDQUOT; the volume still serves (space freed, written again), and a pod
+// writing to another volume meanwhile never notices.
+func testCSIFullVolume(ctx context.Context, t *testing.T, c *cluster, tg string) {
+	claim(ctx, t, c, "small", scDelete, "", "16Mi")
+	claim(ctx, t, c, "neighbour", scDelete, "", "64Mi")
+	w := startFileWriter(ctx, t, c, tg, "neighbour-writer", "neighbour")
+	startPod(ctx, t, c, tg, "pod-small", "small", "sleep infinity", true)
+	out, err := inPod(ctx, c, "pod-small", "dd if=/dev/zero of=/data/big bs=1M count=32 conv=fsync 2>&1")
+	if err == nil {
+		t.Fatalf("32 MiB written into a 16Mi volume: %s", out)
+	}
+	if !strings.Contains(out, "No space left on device") && !strings.Contains(out, "Disk quota exceeded") {
+		t.Fatalf("writing past the quota: %v: %s; want ENOSPC or EDQUOT", err, out)
+	}
+	t.Logf("writing past the quota: %s", lastLine(out))
+	must(t)(inPod(ctx, c, "pod-small", "rm /data/big && echo after-full > /data/small.txt && cat /data/small.txt"))
+	if _, used := df(ctx, t, c, "pod-small"); used > 1024 {
+		t.Errorf("the emptied volume still uses %d KiB", used)
+	}
+	w.waitFor(ctx, t, c, 20, time.Minute, "the neighbour's writes")
+	w.stop(ctx, t, c)
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", "pod-small", "--timeout=2m"))
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pvc", "small", "neighbour", "--timeout=1m"))
+}
+
+// A PM server pod killed while a pod writes: writes pause during the
+// failover and go on; no write fails and every line is there.
+func testCSIServerKilled(ctx context.Context, t *testing.T, c *cluster, tg string) {
+	claim(ctx, t, c, "survivor", scDelete, "", "64Mi")
+	w := startFileWriter(ctx, t, c, tg, "failover-writer", "survivor")
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", csiClusterName+"-server-1", "--grace-period=0", "--force"))
+	w.waitFor(ctx, t, c, 100, 3*time.Minute, "writes after the server pod was killed")
+	waitReady(ctx, t, c, csiClusterName, 4*time.Minute)
+	w.waitFor(ctx, t, c, 50, time.Minute, "writes once the cluster is Ready again")
+	w.stop(ctx, t, c)
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pvc", "survivor", "--timeout=1m"))
+}
+
+// pvCSI is a PersistentVolume's csi source, as the provisioner made it.
+type pvCSI struct {
+	Driver             string            `json:"driver"`
+	VolumeHandle       string            `json:"volumeHandle"`
+	VolumeAttributes   map[string]string `json:"volumeAttributes,omitempty"`
+	NodeStageSecretRef map[string]string `json:"nodeStageSecretRef,omitempty"`
+}
+
+func volumeSource(ctx context.Context, t *testing.T, c *cluster, pv string) pvCSI {
+	t.Helper()
+	var v struct {
+		Spec struct {
+			CSI pvCSI `json:"csi"`
+		} `json:"spec"`
+	}
+	if err := c.getJSON(ctx, &v, "pv", pv); err != nil {
+		t.Fatal(err)
+	}
+	return v.Spec.CSI
+}
+
+// staticVolume creates a PersistentVolume for an existing pDFS volume (as
+// an administrator would for a retained one), reserved for a claim.
+func staticVolume(ctx context.Context, t *testing.T, c *cluster, name, claimName string, src pvCSI) {
+	t.Helper()
+	csiJSON, _ := json.Marshal(src)
+	spec := fmt.Sprintf(`{"apiVersion": "v1", "kind": "PersistentVolume",
+  "metadata": {"name": %q, "labels": {"pdpm-e2e": "csi"}},
+  "spec": {"capacity": {"storage": "64Mi"}, "accessModes": ["ReadWriteMany"],
+    "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+    "claimRef": {"namespace": %q, "name": %q}, "csi": %s}}`, name, *ns, claimName, csiJSON)
+	must(t)(c.kubectlIn(ctx, spec, "apply", "-f", "-"))
+}
+
+// Delete policy: deleting the claim deletes the PersistentVolume and the
+// pDFS volume — a PersistentVolume made again for its handle cannot be
+// mounted: the node plugin answers NotFound.
+func testCSIDeletePolicy(ctx context.Context, t *testing.T, c *cluster, tg string) {
+	pv := volumeOf(ctx, t, c, "shared")
+	src := volumeSource(ctx, t, c, pv)
+	if src.Driver != "pdfs.csi.pdpm.io" || !strings.HasPrefix(src.VolumeHandle, csiClusterName+"/") {
+		t.Fatalf("PV %s: driver %q, handle %q", pv, src.Driver, src.VolumeHandle)
+	}
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", "pod-a", "pod-b", "--timeout=2m"))
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pvc", "shared", "--timeout=1m"))
+	must(t)(c.kubectl(ctx, "wait", "--for=delete", "pv/"+pv, "--timeout=2m"))
+
+	staticVolume(ctx, t, c, "deleted-again", "deleted-again", src)
+	claim(ctx, t, c, "deleted-again", "", "deleted-again", "64Mi")
+	startPod(ctx, t, c, tg, "pod-deleted", "deleted-again", "sleep infinity", false)
+	eventually(t, 2*time.Minute, "the deleted volume's mount refused as NotFound", func() error {
+		out, err := c.kubectl(ctx, "-n", *ns, "get", "events", "--field-selector",
+			"involvedObject.name=pod-deleted,reason=FailedMount", "-o", "jsonpath={.items[*].message}")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "NotFound") {
+			return fmt.Errorf("FailedMount events: %q", out)
+		}
+		return nil
+	})
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", "pod-deleted", "--timeout=2m"))
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pvc", "deleted-again", "--timeout=1m"))
+	must(t)(c.kubectl(ctx, "delete", "pv", "deleted-again", "--timeout=1m"))
+}
+
+// Retain policy: deleting the claim keeps the PersistentVolume (Released)
+// and the data; the volume bound again to a new claim serves the same
+// files.
+func testCSIRetainPolicy(ctx context.Context, t *testing.T, c *cluster, tg string) {
+	claim(ctx, t, c, "kept", scRetain, "", "64Mi")
+	pv := volumeOf(ctx, t, c, "kept")
+	startPod(ctx, t, c, tg, "pod-kept", "kept", "echo kept-data > /data/kept.txt && sync && sleep infinity", true)
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", "pod-kept", "--timeout=2m"))
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pvc", "kept", "--timeout=1m"))
+	must(t)(c.kubectl(ctx, "wait", "--for=jsonpath={.status.phase}=Released", "pv/"+pv, "--timeout=1m"))
+
+	// An administrator makes the retained volume available to a new claim.
+	must(t)(c.kubectl(ctx, "label", "pv", pv, "pdpm-e2e=csi"))
+	must(t)(c.kubectl(ctx, "patch", "pv", pv, "--type=json", "-p",
+		fmt.Sprintf(`[{"op":"replace","path":"/spec/claimRef","value":{"namespace":%q,"name":"kept-again"}}]`, *ns)))
+	claim(ctx, t, c, "kept-again", scRetain, pv, "64Mi")
+	startPod(ctx, t, c, tg, "pod-kept-again", "kept-again", "sleep infinity", true)
+	if out := must(t)(inPod(ctx, c, "pod-kept-again", "cat /data/kept.txt")); strings.TrimSpace(out) != "kept-data" {
+		t.Fatalf("the retained volume holds %q, want kept-data", out)
+	}
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", "pod-kept-again", "--timeout=2m"))
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pvc", "kept-again", "--timeout=1m"))
+	must(t)(c.kubectl(ctx, "delete", "pv", pv, "--timeout=1m"))
+}
+
+// Uninstall: the cluster and the namespace go, then the release; no mount
+// of the driver is left on the node.
+func testCSIUninstall(ctx context.Context, t *testing.T, c *cluster) {
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pdpmclusters", "--all", "--timeout=3m"))
+	must(t)(c.kubectl(ctx, "delete", "namespace", *ns, "--timeout=3m"))
+	must(t)(c.helm(ctx, "-n", *opNS, "uninstall", releaseName, "--wait", "--timeout=2m"))
+	if out, err := c.kubectl(ctx, "get", "csidriver", "pdfs.csi.pdpm.io", "--ignore-not-found", "-o", "name"); err != nil || out != "" {
+		t.Errorf("the CSIDriver is left after uninstall: %q %v", out, err)
+	}
+}
