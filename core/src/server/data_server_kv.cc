@@ -303,7 +303,6 @@ Status RunKv(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::
       return Status::OK();
     }
     case kKvCount: e.U64(index->Count()); return Status::OK();
-    case kKvFlush: return pdkvs::VnodeFlush(index);
     default: return Status::Internal("unknown pDKVS method");
   }
 }
@@ -547,7 +546,13 @@ Status DataServer::HandleKvRequest(uint16_t method, const RequestHeader& h, KvRe
       }
       PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
     }
-    Status st = RunKv(method, r, seg->kv.get(), reply);
+    // A flush bumps the version word of every key it removes: a
+    // transaction (a WATCH) that read one of them fails.
+    Status st =
+        method == kKvFlush
+            ? pdkvs::VnodeFlush(seg->kv.get(),
+                                [&](std::string_view key) { tx_->KvKey(r.table, key).Written(); })
+            : RunKv(method, r, seg->kv.get(), reply);
     if (!st.ok()) {
       reply->clear();
       return st;

@@ -475,8 +475,24 @@ Status ClusterKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
   for (const KvTxWrite& w : writes) {
     PDPM_RETURN_IF_ERROR(CheckValueSize(w.key, w.value ? w.value->size() : 0));
   }
+  std::vector<std::string_view> checked;
+  checked.reserve(checks.size());
+  for (const KvTxCheck& c : checks) checked.push_back(c.key);
   return RunTransaction(
       [&](client::Transaction* tx) {
+        // Each checked key's word where its vnode lives now (routed anew,
+        // epoch-checked by the vnode's server): a vnode that moved since
+        // the read (a drain, a failover) answers from another server, whose
+        // words say nothing of the read, so the caller reads again; else
+        // the commit validates the word at that server — under the LOCK
+        // where the key is written, by reading it otherwise.
+        std::vector<KeyVersion> now;
+        PDPM_RETURN_IF_ERROR(Versions(checked, &now));
+        for (size_t i = 0; i < checks.size(); ++i) {
+          if (now[i] != KeyVersion{checks[i].version.server, checks[i].version.word}) {
+            return Status::Aborted("conflict: a read key changed, or its vnode moved");
+          }
+        }
         const uint32_t table_count = client_->table_count();
         for (const KvTxCheck& c : checks) {
           const uint64_t hash = HashKey(c.key);

@@ -71,11 +71,11 @@ class ClusterKvStore final : public KvStore {
   // TxRead: the values and versions of one multi-get step per vnode
   // (kKvMultiGetVersioned), then each present key's expiry. TxCommit: one
   // pDSM transaction of the writes (puts with their expiry, deletes),
-  // validating every checked key's version word where it was read; run
-  // again on a failover or a stale route (kUnavailable when its outcome
-  // is unknown), kAborted on a conflict. A key whose vnode moved to a
-  // server still alive (a drain) between TxRead and TxCommit is checked at
-  // its old server.
+  // validating every checked key's version word at the server holding its
+  // vnode at commit time: kAborted when that is not the server the key
+  // was read from (the vnode moved: a drain, a failover) or the word
+  // changed; run again on a failover or a stale route (kUnavailable when
+  // its outcome is unknown).
   Status TxRead(const std::vector<std::string_view>& keys, std::vector<KvTxRead>* out) override;
   Status TxCommit(const std::vector<KvTxCheck>& checks,
                   const std::vector<KvTxWrite>& writes) override;

@@ -1146,6 +1146,78 @@ TEST_F(KvClusterTest, RepeatedKeysInAMultiPutTakeTheLastValueAndLeaveNoLock) {
   ASSERT_OK(kv_->Set(keys.back(), "y", {}, &r));
 }
 
+// A transaction (the gateway's EXEC) checks the keys it read where their
+// vnodes live at its commit: a vnode drained to another server between the
+// reads and the commit, and written there, makes the commit fail (the
+// gateway reads again) rather than pass validation at the old server, which
+// no longer sees the key's writes. Read-only and written keys alike.
+TEST_F(KvClusterTest, ATransactionWhoseReadVnodeMovedIsCheckedWhereItLivesNow) {
+  const uint32_t tables = kv_->client()->table_count();
+  const std::string moved = "moved";
+  SetResult r;
+  ASSERT_OK(kv_->Set(moved, "1", {}, &r));
+  const uint32_t leaving = kv_->client()->table_owner(monitor::TableForKey(HashKey(moved), tables));
+  ASSERT_NE(leaving, 0u);
+  std::vector<KvTxRead> before;
+  ASSERT_OK(kv_->TxRead({moved}, &before));
+  ASSERT_EQ(before[0].version.server, leaving);
+  WaitReplicated();
+  monitor::MonitorClient mc(cluster_.monitor_address(), {cluster_.secret()});
+  v1::DrainServerRequest req;
+  req.set_server_id(leaving);
+  v1::DrainServerResponse resp;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  do {
+    ASSERT_OK(mc.DrainServer(req, &resp));
+    if (resp.state() == v1::SERVER_STATE_DRAINED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (std::chrono::steady_clock::now() < deadline);
+  ASSERT_EQ(resp.state(), v1::SERVER_STATE_DRAINED) << resp.message();
+  // Another client writes the key at its new server; kv_'s mapping may
+  // still name the old one.
+  std::unique_ptr<ClusterKvStore> other;
+  ASSERT_OK(OpenStore(&other));
+  ASSERT_OK(other->Set(moved, "2", {}, &r));
+  ASSERT_NE(other->client()->table_owner(monitor::TableForKey(HashKey(moved), tables)), leaving);
+  const std::string side = "side";
+  EXPECT_EQ(kv_->TxCommit({{moved, before[0].version}}, {{side, "x", 0}}).code(),
+            StatusCode::kAborted);
+  EXPECT_EQ(kv_->TxCommit({{moved, before[0].version}}, {{moved, "3", 0}}).code(),
+            StatusCode::kAborted);
+  std::string got;
+  EXPECT_EQ(kv_->Get(side, &got).code(), StatusCode::kNotFound);
+  ASSERT_OK(kv_->Get(moved, &got));
+  EXPECT_EQ(got, "2");
+  // Read again where the vnode is now: the commit goes through.
+  std::vector<KvTxRead> after;
+  ASSERT_OK(kv_->TxRead({moved}, &after));
+  ASSERT_NE(after[0].version.server, leaving);
+  ASSERT_OK(kv_->TxCommit({{moved, after[0].version}}, {{moved, "4", 0}}));
+  ASSERT_OK(other->Get(moved, &got));
+  EXPECT_EQ(got, "4");
+}
+
+// A flush removes keys as writes do: a transaction (a WATCH) that read a
+// key the flush removed fails its commit.
+TEST_F(KvClusterTest, AFlushFailsATransactionThatReadARemovedKey) {
+  const std::vector<std::string> keys = KeysOnEveryVnode("flushed", 1);
+  bool applied = false;
+  ASSERT_OK(PutAll(kv_.get(), keys, "v", false, &applied));
+  for (const std::string& key : keys) {
+    std::vector<KvTxRead> read;
+    ASSERT_OK(kv_->TxRead({key}, &read));
+    ASSERT_TRUE(read[0].value.has_value());
+    ASSERT_OK(kv_->Flush());
+    EXPECT_EQ(kv_->TxCommit({{key, read[0].version}}, {}).code(), StatusCode::kAborted) << key;
+    ASSERT_OK(PutAll(kv_.get(), keys, "v", false, &applied));
+  }
+  // An absent key read before the flush stays absent: no conflict.
+  std::vector<KvTxRead> read;
+  ASSERT_OK(kv_->TxRead({"never-set"}, &read));
+  ASSERT_OK(kv_->Flush());
+  ASSERT_OK(kv_->TxCommit({{"never-set", read[0].version}}, {}));
+}
+
 // The coordinator (its own process) dies (_exit) at each phase of a
 // multi-put's commit: afterwards every key holds the old value (before the
 // decision) or the new one (from it on), none stays locked, and no log
