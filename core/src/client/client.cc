@@ -123,6 +123,7 @@ class ClientImpl final : public Client, public TxHost {
 
   uint64_t epoch() const override { return Snapshot()->epoch; }
   uint32_t table_count() const override { return Snapshot()->table_count; }
+  uint32_t replica_count() const override { return Snapshot()->replica_count; }
   uint32_t table_owner(uint32_t table) const override {
     auto m = Snapshot();
     auto it = m->table_owner.find(table);

@@ -182,6 +182,8 @@ class Client {
   virtual uint64_t epoch() const = 0;
   // The cluster's object-store table count in the cached mapping (0: none).
   virtual uint32_t table_count() const = 0;
+  // Copies of every segment (primary and backups) in the cached mapping.
+  virtual uint32_t replica_count() const = 0;
   // The server owning table `table` in the cached mapping (0: none), to
   // group requests by server.
   virtual uint32_t table_owner(uint32_t table) const = 0;

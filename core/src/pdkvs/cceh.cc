@@ -385,7 +385,7 @@ Status CcehIndex::Recover() {
     alloc_->StoreAndPersist(&L.seg(split.parent)->depth_pattern,
                             EncodeDepth(DepthOf(w) + 1, PatternOf(w) << 1));
   }
-  uint64_t items = 0;
+  uint64_t items = 0, expiring = 0;
   for (const SegmentRef& ref : segments) {
     ClearStaleSlots(ref.offset);
     for (uint32_t i = 0; i < L.slot_count(); ++i) {
@@ -399,11 +399,13 @@ Status CcehIndex::Recover() {
       }
       PDPM_RETURN_IF_ERROR(s.WithContext("segment " + HexOffset(ref.offset)));
       ++items;
+      if (view.meta().expire_at_ms != 0) ++expiring;
     }
     locks_.emplace(ref.offset, std::make_unique<SegmentLock>(ref.offset));
   }
   MirrorDirectory();
   items_.store(items);
+  expiring_.store(expiring);
   return Status::OK();
 }
 
@@ -573,10 +575,21 @@ Status CcehIndex::FindSlot(uint64_t seg, uint64_t hash, std::string_view key, Sl
   return Status::OK();
 }
 
+void CcehIndex::CountExpiry(uint64_t before, uint64_t after) {
+  if ((before == 0) == (after == 0)) return;
+  if (after != 0) {
+    expiring_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    expiring_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
 Status CcehIndex::RemoveSlot(Slot* slot) {
   uint64_t item = slot->item;
+  const uint64_t expire_at_ms = alloc_->At<ItemHeader>(item)->expire_at_ms;
   alloc_->StoreAndPersist(&slot->item, 0);
   items_.fetch_sub(1, std::memory_order_relaxed);
+  CountExpiry(expire_at_ms, 0);
   Status freed = alloc_->Free(item, BlockOwner::kKvStore);
   if (!freed.ok()) {
     return freed.WithContext("the removal is durable, freeing item " + HexOffset(item) + " failed");
@@ -706,6 +719,7 @@ Status CcehIndex::Apply(std::string_view key, bool may_insert, bool reads_old,
       case Mutation::kSetExpiry:
         if (found == nullptr) return Status::NotFound("no such key to set the expiry of");
         // Outside the checksum: one persisted store, old or new after a crash.
+        CountExpiry(view.meta().expire_at_ms, change.meta.expire_at_ms);
         alloc_->StoreAndPersist(&alloc_->At<ItemHeader>(found->item)->expire_at_ms,
                                 change.meta.expire_at_ms);
         return Status::OK();
@@ -720,6 +734,7 @@ Status CcehIndex::Apply(std::string_view key, bool may_insert, bool reads_old,
       // The slot already carries the key's hash: one store switches it; the
       // old item is freed only once the switch is durable.
       uint64_t old = found->item;
+      CountExpiry(view.meta().expire_at_ms, change.meta.expire_at_ms);
       alloc_->StoreAndPersist(&found->item, item);
       Status freed = alloc_->Free(old, BlockOwner::kKvStore);
       if (!freed.ok()) {
@@ -733,6 +748,7 @@ Status CcehIndex::Apply(std::string_view key, bool may_insert, bool reads_old,
     alloc_->Persist(&free_slot->hash, sizeof(uint64_t));
     alloc_->StoreAndPersist(&free_slot->item, item);
     items_.fetch_add(1, std::memory_order_relaxed);
+    CountExpiry(0, change.meta.expire_at_ms);
     return Status::OK();
   }
 }
@@ -810,6 +826,26 @@ Status CcehIndex::Split(uint64_t seg) {
   //    segment is still locked; a crash before leaves them to recovery.
   ClearStaleSlots(seg);
   splits_.fetch_add(1, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+Status CcehIndex::ReclaimExpired(uint64_t position, uint64_t* next_position, uint64_t* reclaimed) {
+  const Layout& L = *layout_;
+  std::unique_lock<std::shared_mutex> lock;
+  const uint64_t seg = LockSegment(position, &lock);
+  const uint32_t d = L.depth(seg);
+  const uint64_t now = NowMs();
+  for (uint32_t i = 0; i < L.slot_count(); ++i) {
+    Slot* slot = L.slot(seg, i);
+    if (slot->item == 0 || !L.Covers(seg, slot->hash)) continue;
+    ItemView view;
+    PDPM_RETURN_IF_ERROR(ItemView::Open(*alloc_, slot->item, &view));
+    if (!view.ExpiredAt(now)) continue;
+    PDPM_RETURN_IF_ERROR(RemoveSlot(slot));
+    ++*reclaimed;
+  }
+  // The first hash past the segment; 0 (done) after the last one.
+  *next_position = d == 0 ? 0 : (L.pattern(seg) + 1) << (64 - d);
   return Status::OK();
 }
 

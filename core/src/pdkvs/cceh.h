@@ -174,6 +174,16 @@ class CcehIndex {
   Status Scan(uint64_t cursor, size_t count, ScanPage* page);
   // Stored items, expired ones not yet freed included.
   uint64_t Count() const { return items_.load(std::memory_order_relaxed); }
+  // Stored items that carry an expiry time (expired ones not yet freed
+  // included).
+  uint64_t CountExpiring() const { return expiring_.load(std::memory_order_relaxed); }
+  // Active expiry, a step at a time: frees every expired item of the
+  // segment covering hash `position` (its exclusive lock held meanwhile),
+  // adds their number to *reclaimed and sets *next_position to the first
+  // hash of the next segment, 0 after the last one. A sweep starts at 0 and
+  // follows *next_position until it is 0 again; splits in between never
+  // make it skip a hash.
+  Status ReclaimExpired(uint64_t position, uint64_t* next_position, uint64_t* reclaimed);
   CcehStats Stats();
 
   uint64_t header_offset() const { return header_offset_; }
@@ -236,7 +246,12 @@ class CcehIndex {
   // locks_. Kept with the directory under dir_mu_ (exclusive to change).
   std::vector<SegmentLock*> dir_locks_;
   uint32_t dir_depth_ = 0;  // the global depth: 2^dir_depth_ entries
+  // Counts an item's expiry time changing from `before` to `after` (0:
+  // none; an item added or removed: 0 on the other side) in expiring_.
+  void CountExpiry(uint64_t before, uint64_t after);
+
   std::atomic<uint64_t> items_{0};
+  std::atomic<uint64_t> expiring_{0};
   std::atomic<uint64_t> splits_{0};
   std::atomic<uint64_t> doublings_{0};
 };

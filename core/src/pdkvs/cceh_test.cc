@@ -267,6 +267,81 @@ TEST_F(CcehTest, Ttl) {
   ExpectClean();
 }
 
+// CountExpiring follows every way an item gets, changes or loses its
+// expiry time and is rebuilt by Open; ReclaimExpired sweeps the index a
+// segment at a time (small segments: many splits) and frees exactly the
+// expired items.
+TEST_F(CcehTest, ActiveExpiryFreesExpiredItemsAndCountsExpiring) {
+  Make(4, 2, 48);  // the clock stands at 1000
+  auto expiring = [](uint64_t at) {
+    PutOptions o;
+    o.meta.expire_at_ms = at;
+    return o;
+  };
+  constexpr int kKeys = 2000;
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    // Thirds: no expiry, expiring at 2000, expiring at 6000.
+    const uint64_t at = i % 3 == 0 ? 0 : i % 3 == 1 ? 2000 : 6000;
+    ASSERT_TRUE(index_->Put(key, "v", expiring(at)).ok()) << key;
+  }
+  const uint64_t with_ttl = kKeys - (kKeys + 2) / 3;
+  EXPECT_EQ(index_->CountExpiring(), with_ttl);
+  ASSERT_GT(index_->Stats().segments, 16u);
+  // Replacing keeps the count right both ways; a TTL change in place too.
+  ASSERT_TRUE(index_->Put("k0", "v", expiring(6000)).ok());
+  ASSERT_TRUE(index_->Put("k1", "v").ok());
+  EXPECT_EQ(index_->CountExpiring(), with_ttl);
+  ASSERT_TRUE(index_
+                  ->Update("k3",
+                           [](const std::string_view*, const ItemMeta&, Mutation* m) {
+                             m->kind = Mutation::kSetExpiry;
+                             m->meta.expire_at_ms = 2000;
+                             return Status::OK();
+                           })
+                  .ok());
+  EXPECT_EQ(index_->CountExpiring(), with_ttl + 1);
+  ASSERT_TRUE(index_->Delete("k4").ok());  // expiring at 2000
+  EXPECT_EQ(index_->CountExpiring(), with_ttl);
+  Reopen();
+  EXPECT_EQ(index_->CountExpiring(), with_ttl);
+  // Nothing expired yet: a sweep frees nothing.
+  auto sweep = [&] {
+    uint64_t position = 0, reclaimed = 0, steps = 0;
+    do {
+      uint64_t next = 0;
+      EXPECT_TRUE(index_->ReclaimExpired(position, &next, &reclaimed).ok());
+      EXPECT_TRUE(next == 0 || next > position);
+      position = next;
+      ++steps;
+    } while (position != 0);
+    EXPECT_GE(steps, index_->Stats().segments);
+    return reclaimed;
+  };
+  EXPECT_EQ(sweep(), 0u);
+  EXPECT_EQ(index_->Count(), uint64_t{kKeys} - 1);
+  now_ms_ = 2000;
+  // The keys expiring at 2000: every i % 3 == 1 but k1 (made permanent)
+  // and k4 (deleted), plus k3.
+  uint64_t due = 0;
+  for (int i = 0; i < kKeys; ++i) due += i % 3 == 1 ? 1 : 0;
+  due = due - 2 + 1;
+  EXPECT_EQ(sweep(), due);
+  EXPECT_EQ(index_->Count(), uint64_t{kKeys} - 1 - due);
+  EXPECT_EQ(index_->CountExpiring(), with_ttl - due);
+  EXPECT_EQ(Get("k1"), "v");
+  EXPECT_EQ(Get("k2"), "v");
+  EXPECT_EQ(Get("k3"), "<not_found>");
+  ExpectClean();
+  now_ms_ = 6000;
+  EXPECT_EQ(sweep(), with_ttl - due);
+  EXPECT_EQ(index_->CountExpiring(), 0u);
+  EXPECT_EQ(index_->Count(), uint64_t{kKeys} - 1 - with_ttl);
+  ExpectClean();
+  Reopen();
+  EXPECT_EQ(index_->CountExpiring(), 0u);
+}
+
 TEST_F(CcehTest, UpdateBuildsIncrementAndAppend) {
   auto incr = [](const std::string_view* old, const ItemMeta& meta, Mutation* m) {
     int64_t n = old == nullptr ? 0 : std::stoll(std::string(*old));

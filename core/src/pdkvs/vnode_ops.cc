@@ -189,7 +189,7 @@ Status GetEach(const std::vector<std::string_view>& keys,
   return Status::OK();
 }
 
-Status VnodeFlush(CcehIndex* index) {
+Status VnodeFlush(CcehIndex* index, const std::function<void(std::string_view key)>& removed) {
   ScanPage page;
   do {
     // Deleting restarts every page at 0: what was returned is gone.
@@ -197,6 +197,7 @@ Status VnodeFlush(CcehIndex* index) {
     for (const std::string& key : page.keys) {
       Status s = index->Delete(key);
       if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+      if (s.ok() && removed) removed(key);
     }
   } while (!page.keys.empty());
   return Status::OK();

@@ -51,7 +51,10 @@ Status VnodeSetExpiry(Index* index, std::string_view key, uint64_t expire_at_ms,
 Status GetEach(const std::vector<std::string_view>& keys,
                const std::function<Status(std::string_view key, std::string* value)>& get,
                std::vector<std::optional<std::string>>* values);
-// Removes every key of the vnode.
-Status VnodeFlush(CcehIndex* index);
+// Removes every key of the vnode, calling `removed` (when set) with each
+// key it deleted, after the deletion (the distributed store bumps the key's
+// version word there, so a transaction that read the key fails).
+Status VnodeFlush(CcehIndex* index,
+                  const std::function<void(std::string_view key)>& removed = nullptr);
 
 }  // namespace pdpm::pdkvs

@@ -78,8 +78,12 @@ Status AnswerEmpty(uint16_t method, const KvRequest& r, std::string* reply) {
   Encoder e(reply);
   switch (method) {
     case kKvExists:
-    case kKvSetExpiry:
-    case kKvCount: e.U64(0); return Status::OK();
+    case kKvSetExpiry: e.U64(0); return Status::OK();
+    case kKvCount:
+    case kKvReclaimExpired:
+      e.U64(0);
+      e.U64(0);
+      return Status::OK();
     case kKvGetRange:
     case kKvFlush: return Status::OK();
     case kKvMultiGet:
@@ -302,8 +306,17 @@ Status RunKv(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::
       e.U64(changed ? 1 : 0);
       return Status::OK();
     }
-    case kKvCount: e.U64(index->Count()); return Status::OK();
-    case kKvFlush: return pdkvs::VnodeFlush(index);
+    case kKvCount:
+      e.U64(index->Count());
+      e.U64(index->CountExpiring());
+      return Status::OK();
+    case kKvReclaimExpired: {
+      uint64_t next = 0, reclaimed = 0;
+      PDPM_RETURN_IF_ERROR(index->ReclaimExpired(r.arg0, &next, &reclaimed));
+      e.U64(next);
+      e.U64(reclaimed);
+      return Status::OK();
+    }
     default: return Status::Internal("unknown pDKVS method");
   }
 }
@@ -547,7 +560,13 @@ Status DataServer::HandleKvRequest(uint16_t method, const RequestHeader& h, KvRe
       }
       PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
     }
-    Status st = RunKv(method, r, seg->kv.get(), reply);
+    // A flush bumps the version word of every key it removes: a
+    // transaction (a WATCH) that read one of them fails.
+    Status st =
+        method == kKvFlush
+            ? pdkvs::VnodeFlush(seg->kv.get(),
+                                [&](std::string_view key) { tx_->KvKey(r.table, key).Written(); })
+            : RunKv(method, r, seg->kv.get(), reply);
     if (!st.ok()) {
       reply->clear();
       return st;

@@ -16,6 +16,7 @@ bool IsKvSingleKey(uint16_t method) {
     case kKvScan:
     case kKvCount:
     case kKvFlush:
+    case kKvReclaimExpired:
     case kKvBatch:
     case kKvVnodeBatches: return false;
     default: return IsKvMethod(method);
@@ -38,7 +39,8 @@ bool IsKvIdempotent(uint16_t method, const KvRequest& r) {
     case kKvScan:
     case kKvGetExpiry:
     case kKvCount:
-    case kKvFlush: return true;
+    case kKvFlush:
+    case kKvReclaimExpired: return true;
     case kKvSet: return (r.arg0 & (kKvSetConditionMask | kKvSetWantOld)) == 0;
     case kKvMultiPut: return r.arg0 == 0;
     case kKvBatch:
@@ -61,7 +63,8 @@ void EncodeKvFields(uint16_t method, const KvRequest& r, Encoder* e) {
       break;
     case kKvAppend: e->Str(r.value); break;
     case kKvIncrBy:
-    case kKvSetExpiry: e->U64(r.arg0); break;
+    case kKvSetExpiry:
+    case kKvReclaimExpired: e->U64(r.arg0); break;
     case kKvGetRange:
     case kKvScan:
       e->U64(r.arg0);
@@ -112,7 +115,8 @@ Status DecodeKvFields(uint16_t method, Decoder* d, KvRequest* r) {
     }
     case kKvAppend: PDPM_RETURN_IF_ERROR(d->Str(&r->value)); break;
     case kKvIncrBy:
-    case kKvSetExpiry: PDPM_RETURN_IF_ERROR(d->U64(&r->arg0)); break;
+    case kKvSetExpiry:
+    case kKvReclaimExpired: PDPM_RETURN_IF_ERROR(d->U64(&r->arg0)); break;
     case kKvGetRange:
     case kKvScan:
       PDPM_RETURN_IF_ERROR(d->U64(&r->arg0));

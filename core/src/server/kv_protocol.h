@@ -18,7 +18,12 @@
 //                 server id and a version word per answered key)
 //   kKvMultiPut   u64 if_none_exist (0/1) | u64 n | n (key | value)
 //   kKvScan       u64 cursor | u64 count
-//   kKvCount, kKvFlush  nothing
+//   kKvCount, kKvFlush  nothing (kKvCount's reply: u64 keys | u64 keys
+//                 with an expiry time; servers before the latter sent keys
+//                 only)
+//   kKvReclaimExpired  u64 position (reply: u64 next position, 0 when the
+//                 vnode is done | u64 keys freed): frees the expired keys
+//                 of the index segment covering the hash position
 //   kKvBatch      u64 n | n (u64 method | that request's body without
 //                 its table): requests (IsKvBatchable) of keys of the
 //                 vnode, run in order in one step (reply: u64 answered |

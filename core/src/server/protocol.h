@@ -109,7 +109,8 @@ enum Method : uint16_t {
   kKvMultiGetVersioned = 0x412,  // a multi-get with the keys' version words
   kKvBatch = 0x413,              // single-key requests of one vnode in one step
   kKvVnodeBatches = 0x414,       // kKvBatch requests of several vnodes of one server
-  kKvLast = kKvVnodeBatches,
+  kKvReclaimExpired = 0x415,     // active expiry: one step of a vnode's sweep
+  kKvLast = kKvReclaimExpired,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It

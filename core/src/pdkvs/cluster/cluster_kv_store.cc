@@ -110,8 +110,10 @@ Status ClusterKvStore::KeyCall(uint16_t method, KvRequest r, std::string* reply)
       &r, reply);
 }
 
-Status ClusterKvStore::VnodeCall(uint16_t method, uint32_t table, std::string* reply) {
+Status ClusterKvStore::VnodeCall(uint16_t method, uint32_t table, std::string* reply,
+                                 uint64_t arg0) {
   KvRequest r;
+  r.arg0 = arg0;
   return Send(
       method,
       [&](uint32_t table_count, uint32_t* out) {
@@ -475,8 +477,24 @@ Status ClusterKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
   for (const KvTxWrite& w : writes) {
     PDPM_RETURN_IF_ERROR(CheckValueSize(w.key, w.value ? w.value->size() : 0));
   }
+  std::vector<std::string_view> checked;
+  checked.reserve(checks.size());
+  for (const KvTxCheck& c : checks) checked.push_back(c.key);
   return RunTransaction(
       [&](client::Transaction* tx) {
+        // Each checked key's word where its vnode lives now (routed anew,
+        // epoch-checked by the vnode's server): a vnode that moved since
+        // the read (a drain, a failover) answers from another server, whose
+        // words say nothing of the read, so the caller reads again; else
+        // the commit validates the word at that server — under the LOCK
+        // where the key is written, by reading it otherwise.
+        std::vector<KeyVersion> now;
+        PDPM_RETURN_IF_ERROR(Versions(checked, &now));
+        for (size_t i = 0; i < checks.size(); ++i) {
+          if (now[i] != KeyVersion{checks[i].version.server, checks[i].version.word}) {
+            return Status::Aborted("conflict: a read key changed, or its vnode moved");
+          }
+        }
         const uint32_t table_count = client_->table_count();
         for (const KvTxCheck& c : checks) {
           const uint64_t hash = HashKey(c.key);
@@ -618,17 +636,42 @@ Status ClusterKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bo
   return Status::OK();
 }
 
-Status ClusterKvStore::Count(uint64_t* count) {
-  *count = 0;
+Status ClusterKvStore::Count(KvCounts* counts) {
+  *counts = {};
   for (uint32_t table = 1;; ++table) {
     std::string reply;
     Status s = VnodeCall(server::kKvCount, table, &reply);
     if (s.code() == StatusCode::kOutOfRange) return Status::OK();
     PDPM_RETURN_IF_ERROR(s);
-    uint64_t n = 0;
-    PDPM_RETURN_IF_ERROR(ReplyU64(reply, &n));
-    *count += n;
+    Decoder d = ReplyDecoder(reply);
+    uint64_t keys = 0, expires = 0;
+    PDPM_RETURN_IF_ERROR(d.U64(&keys));
+    // A server before the expiring count sent the keys only.
+    if (!d.Done().ok()) PDPM_RETURN_IF_ERROR(d.U64(&expires));
+    PDPM_RETURN_IF_ERROR(d.Done());
+    counts->keys += keys;
+    counts->expires += expires;
   }
+}
+
+Status ClusterKvStore::ReclaimExpired(uint32_t vnode, uint64_t position, uint64_t* next_position,
+                                      uint64_t* reclaimed) {
+  std::string reply;
+  PDPM_RETURN_IF_ERROR(VnodeCall(server::kKvReclaimExpired, vnode + 1, &reply, position));
+  Decoder d = ReplyDecoder(reply);
+  uint64_t freed = 0;
+  PDPM_RETURN_IF_ERROR(d.U64(next_position));
+  PDPM_RETURN_IF_ERROR(d.U64(&freed));
+  PDPM_RETURN_IF_ERROR(d.Done());
+  *reclaimed += freed;
+  return Status::OK();
+}
+
+uint32_t ClusterKvStore::BackupCount() {
+  // A write is acknowledged once every in-sync backup of its segment has
+  // it; a segment whose backup failed has fewer until it is re-made.
+  const uint32_t copies = client_->replica_count();
+  return copies > 0 ? copies - 1 : 0;
 }
 
 Status ClusterKvStore::Flush() {

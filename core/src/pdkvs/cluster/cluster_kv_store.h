@@ -66,16 +66,19 @@ class ClusterKvStore final : public KvStore {
   Status Scan(uint64_t cursor, size_t count, KvScanPage* page) override;
   Status GetExpiry(std::string_view key, uint64_t* expire_at_ms) override;
   Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
-  Status Count(uint64_t* count) override;
+  Status Count(KvCounts* counts) override;
+  Status ReclaimExpired(uint32_t vnode, uint64_t position, uint64_t* next_position,
+                        uint64_t* reclaimed) override;
   Status Flush() override;
+  uint32_t BackupCount() override;
   // TxRead: the values and versions of one multi-get step per vnode
   // (kKvMultiGetVersioned), then each present key's expiry. TxCommit: one
   // pDSM transaction of the writes (puts with their expiry, deletes),
-  // validating every checked key's version word where it was read; run
-  // again on a failover or a stale route (kUnavailable when its outcome
-  // is unknown), kAborted on a conflict. A key whose vnode moved to a
-  // server still alive (a drain) between TxRead and TxCommit is checked at
-  // its old server.
+  // validating every checked key's version word at the server holding its
+  // vnode at commit time: kAborted when that is not the server the key
+  // was read from (the vnode moved: a drain, a failover) or the word
+  // changed; run again on a failover or a stale route (kUnavailable when
+  // its outcome is unknown).
   Status TxRead(const std::vector<std::string_view>& keys, std::vector<KvTxRead>* out) override;
   Status TxCommit(const std::vector<KvTxCheck>& checks,
                   const std::vector<KvTxWrite>& writes) override;
@@ -97,8 +100,9 @@ class ClusterKvStore final : public KvStore {
               std::string* reply);
   // Request `r` about the key r.key, routed to its table.
   Status KeyCall(uint16_t method, server::KvRequest r, std::string* reply);
-  // A body-less request to table `table` (1-based; kOutOfRange past the last).
-  Status VnodeCall(uint16_t method, uint32_t table, std::string* reply);
+  // A request without keys to table `table` (1-based; kOutOfRange past the
+  // last), `arg0` its argument if it takes one.
+  Status VnodeCall(uint16_t method, uint32_t table, std::string* reply, uint64_t arg0 = 0);
   // Request `*r` carrying the keys of `pending` (indexes into `keys`) that
   // share the table of the first under the current table count — as keys,
   // or with `pairs` as those pairs; *sent names them in order.

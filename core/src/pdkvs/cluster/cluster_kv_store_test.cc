@@ -344,12 +344,12 @@ TEST_F(KvClusterTest, MultiKeyOperationsScanCountAndFlushSpanVnodes) {
     EXPECT_EQ(seen.size(), want.size()) << "count " << count;
     for (const auto& [k, unused] : want) EXPECT_EQ(seen.count(k), 1u) << k;
   }
-  uint64_t n = 0;
+  KvCounts n;
   ASSERT_OK(kv->Count(&n));
-  EXPECT_EQ(n, want.size());
+  EXPECT_EQ(n.keys, want.size());
   ASSERT_OK(kv->Flush());
   ASSERT_OK(kv->Count(&n));
-  EXPECT_EQ(n, 0u);
+  EXPECT_EQ(n.keys, 0u);
   KvScanPage page;
   ASSERT_OK(kv->Scan(0, 100, &page));
   EXPECT_TRUE(page.keys.empty());
@@ -553,9 +553,9 @@ TEST_F(KvClusterTest, WholeClusterRestartKeepsEveryKey) {
   for (int i = 0; i < 3; i++) cluster_.KillServer(i);
   for (int i = 0; i < 3; i++) ASSERT_OK(cluster_.StartServer(i));
   ExpectAll(kv_.get(), want);
-  uint64_t count = 0;
+  KvCounts count;
   ASSERT_OK(kv_->Count(&count));
-  EXPECT_EQ(count, want.size());
+  EXPECT_EQ(count.keys, want.size());
   kv_.reset();
   StopServersAndExpectCleanPm(cluster_);
 }
@@ -1144,6 +1144,138 @@ TEST_F(KvClusterTest, RepeatedKeysInAMultiPutTakeTheLastValueAndLeaveNoLock) {
   for (size_t i = 0; i < keys.size(); i++) ASSERT_EQ(got[i], "x") << keys[i];
   SetResult r;
   ASSERT_OK(kv_->Set(keys.back(), "y", {}, &r));
+}
+
+// A transaction (the gateway's EXEC) checks the keys it read where their
+// vnodes live at its commit: a vnode drained to another server between the
+// reads and the commit, and written there, makes the commit fail (the
+// gateway reads again) rather than pass validation at the old server, which
+// no longer sees the key's writes. Read-only and written keys alike.
+TEST_F(KvClusterTest, ATransactionWhoseReadVnodeMovedIsCheckedWhereItLivesNow) {
+  const uint32_t tables = kv_->client()->table_count();
+  const std::string moved = "moved";
+  SetResult r;
+  ASSERT_OK(kv_->Set(moved, "1", {}, &r));
+  const uint32_t leaving = kv_->client()->table_owner(monitor::TableForKey(HashKey(moved), tables));
+  ASSERT_NE(leaving, 0u);
+  std::vector<KvTxRead> before;
+  ASSERT_OK(kv_->TxRead({moved}, &before));
+  ASSERT_EQ(before[0].version.server, leaving);
+  WaitReplicated();
+  monitor::MonitorClient mc(cluster_.monitor_address(), {cluster_.secret()});
+  v1::DrainServerRequest req;
+  req.set_server_id(leaving);
+  v1::DrainServerResponse resp;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  do {
+    ASSERT_OK(mc.DrainServer(req, &resp));
+    if (resp.state() == v1::SERVER_STATE_DRAINED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (std::chrono::steady_clock::now() < deadline);
+  ASSERT_EQ(resp.state(), v1::SERVER_STATE_DRAINED) << resp.message();
+  // Another client writes the key at its new server; kv_'s mapping may
+  // still name the old one.
+  std::unique_ptr<ClusterKvStore> other;
+  ASSERT_OK(OpenStore(&other));
+  ASSERT_OK(other->Set(moved, "2", {}, &r));
+  ASSERT_NE(other->client()->table_owner(monitor::TableForKey(HashKey(moved), tables)), leaving);
+  const std::string side = "side";
+  EXPECT_EQ(kv_->TxCommit({{moved, before[0].version}}, {{side, "x", 0}}).code(),
+            StatusCode::kAborted);
+  EXPECT_EQ(kv_->TxCommit({{moved, before[0].version}}, {{moved, "3", 0}}).code(),
+            StatusCode::kAborted);
+  std::string got;
+  EXPECT_EQ(kv_->Get(side, &got).code(), StatusCode::kNotFound);
+  ASSERT_OK(kv_->Get(moved, &got));
+  EXPECT_EQ(got, "2");
+  // Read again where the vnode is now: the commit goes through (run again
+  // on a conflict, as the gateway does: the segment's new backup may still
+  // be joining).
+  Status committed;
+  const auto retry_until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    std::vector<KvTxRead> after;
+    ASSERT_OK(kv_->TxRead({moved}, &after));
+    ASSERT_NE(after[0].version.server, leaving);
+    committed = kv_->TxCommit({{moved, after[0].version}}, {{moved, "4", 0}});
+  } while (committed.code() == StatusCode::kAborted &&
+           std::chrono::steady_clock::now() < retry_until);
+  ASSERT_OK(committed);
+  ASSERT_OK(other->Get(moved, &got));
+  EXPECT_EQ(got, "4");
+}
+
+// The active expiry on a cluster: a sweep of every vnode frees exactly the
+// expired keys at the vnodes' servers, their backups too (after a server
+// is killed the promoted copies count the same), and Count reports the
+// keys with an expiry time. WAIT's answer: one backup a segment.
+TEST_F(KvClusterTest, ActiveExpiryFreesExpiredKeysOnEveryCopy) {
+  EXPECT_EQ(kv_->BackupCount(), 1u);
+  const std::vector<std::string> keys = KeysOnEveryVnode("exp", 20);
+  SetOptions expiring;
+  expiring.expiry = SetOptions::Expiry::kSet;
+  expiring.expire_at_ms = NowMs() + 1500;
+  SetResult r;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_OK(kv_->Set(keys[i], "v", i % 2 == 0 ? expiring : SetOptions{}, &r));
+  }
+  const uint64_t due = (keys.size() + 1) / 2;
+  KvCounts n;
+  ASSERT_OK(kv_->Count(&n));
+  EXPECT_EQ(n.keys, keys.size());
+  EXPECT_EQ(n.expires, due);
+  auto sweep = [&] {
+    uint64_t reclaimed = 0, position = 0, next = 0;
+    uint32_t vnode = 0;
+    for (;;) {
+      Status s = kv_->ReclaimExpired(vnode, position, &next, &reclaimed);
+      if (s.code() == StatusCode::kOutOfRange) break;
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      if (!s.ok()) break;
+      position = next;
+      if (position == 0) ++vnode;
+    }
+    EXPECT_EQ(vnode, kv_->client()->table_count());
+    return reclaimed;
+  };
+  EXPECT_EQ(sweep(), 0u);
+  while (NowMs() <= expiring.expire_at_ms)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(sweep(), due);
+  ASSERT_OK(kv_->Count(&n));
+  EXPECT_EQ(n.keys, keys.size() - due);
+  EXPECT_EQ(n.expires, 0u);
+  WaitReplicated();
+  cluster_.KillServer(0);
+  ASSERT_OK(kv_->Count(&n));  // waits for the promotions
+  EXPECT_EQ(n.keys, keys.size() - due);
+  EXPECT_EQ(n.expires, 0u);
+  std::string got;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(kv_->Get(keys[i], &got).code(), i % 2 == 0 ? StatusCode::kNotFound : StatusCode::kOk)
+        << keys[i];
+  }
+}
+
+// A flush removes keys as writes do: a transaction (a WATCH) that read a
+// key the flush removed fails its commit.
+TEST_F(KvClusterTest, AFlushFailsATransactionThatReadARemovedKey) {
+  const std::vector<std::string> keys = KeysOnEveryVnode("flushed", 1);
+  bool applied = false;
+  ASSERT_OK(PutAll(kv_.get(), keys, "v", false, &applied));
+  for (const std::string& key : keys) {
+    std::vector<KvTxRead> read;
+    ASSERT_OK(kv_->TxRead({key}, &read));
+    ASSERT_TRUE(read[0].value.has_value());
+    ASSERT_OK(kv_->Flush());
+    EXPECT_EQ(kv_->TxCommit({{key, read[0].version}}, {}).code(), StatusCode::kAborted) << key;
+    ASSERT_OK(PutAll(kv_.get(), keys, "v", false, &applied));
+  }
+  // An absent key read before the flush stays absent: no conflict.
+  std::vector<KvTxRead> read;
+  ASSERT_OK(kv_->TxRead({"never-set"}, &read));
+  ASSERT_OK(kv_->Flush());
+  ASSERT_OK(kv_->TxCommit({{"never-set", read[0].version}}, {}));
 }
 
 // The coordinator (its own process) dies (_exit) at each phase of a

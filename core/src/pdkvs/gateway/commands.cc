@@ -926,10 +926,10 @@ void Keys(Ctx& c) {
 }
 
 void DbSize(Ctx& c) {
-  uint64_t n = 0;
+  KvCounts n;
   Status s = c.store->Count(&n);
   if (!s.ok()) return ReplyStatus(c, s);
-  c.w.Integer(static_cast<int64_t>(n));
+  c.w.Integer(static_cast<int64_t>(n.keys));
 }
 
 void Type(Ctx& c) {
@@ -953,6 +953,20 @@ void FlushDb(Ctx& c) {
   Status s = c.store->Flush();
   if (!s.ok()) return ReplyStatus(c, s);
   Ok(c);
+}
+
+// WAIT numreplicas timeout: every acknowledged write is on every backup
+// of its segment already, so the answer is the backup count, at once (Redis
+// blocks until the timeout when asked for more replicas than it has; more
+// never come here).
+void Wait(Ctx& c) {
+  int64_t replicas = 0, timeout = 0;
+  if (!ParseDecimalInt64(c.args[1], &replicas)) return c.w.Error(kNotInteger);
+  if (!ParseDecimalInt64(c.args[2], &timeout)) {
+    return c.w.Error("ERR timeout is not an integer or out of range");
+  }
+  if (timeout < 0) return c.w.Error("ERR timeout is negative");
+  c.w.Integer(c.store->BackupCount());
 }
 
 void Info(Ctx& c) {
@@ -983,15 +997,18 @@ void Info(Ctx& c) {
            std::to_string(c.stats->connections_received.load()) +
            "\r\ntotal_commands_processed:" + std::to_string(c.stats->commands_processed.load()) +
            "\r\nrejected_connections:" + std::to_string(c.stats->rejected_connections.load()) +
-           "\r\n\r\n";
+           "\r\nexpired_keys:" + std::to_string(c.stats->expired_keys.load()) + "\r\n\r\n";
   }
   if (want("replication")) out += "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n";
   if (want("keyspace")) {
-    uint64_t n = 0;
+    KvCounts n;
     Status s = c.store->Count(&n);
     if (!s.ok()) return ReplyStatus(c, s);
     out += "# Keyspace\r\n";
-    if (n > 0) out += "db0:keys=" + std::to_string(n) + ",expires=0,avg_ttl=0\r\n";
+    if (n.keys > 0) {
+      out += "db0:keys=" + std::to_string(n.keys) + ",expires=" + std::to_string(n.expires) +
+             ",avg_ttl=0\r\n";
+    }
   }
   while (out.size() >= 2 && out.compare(out.size() - 2, 2, "\r\n") == 0 && out.size() >= 4 &&
          out.compare(out.size() - 4, 4, "\r\n\r\n") == 0) {
@@ -1155,6 +1172,7 @@ const CommandExecutor::Command kCommands[] = {
     {"type", 2, false, 1, 1, 1, "generic", "Type of a key.", Type},
     {"unlink", -2, false, 1, -1, 1, "generic", "Deletes keys.", Del},
     {"unwatch", 1, false, 0, 0, 0, "transactions", "Forgets the watched keys.", Unwatch},
+    {"wait", 3, false, 0, 0, 0, "generic", "Replicas every acknowledged write is on.", Wait},
     {"watch", -2, false, 1, -1, 1, "transactions", "Watches keys for EXEC.", Watch},
 };
 

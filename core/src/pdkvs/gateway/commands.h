@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -26,6 +27,8 @@ struct GatewayConfig {
   std::string bind = "127.0.0.1";
   int port = 0;
   uint64_t max_clients = 10000;
+  // The active expiry's pause between two steps (ExpirySweeper); 0: none.
+  std::chrono::milliseconds active_expiry_interval{10};
 };
 
 // One connection. Fields other threads read (CLIENT LIST, INFO) are atomic
@@ -71,6 +74,7 @@ struct GatewayStats {
   std::atomic<uint64_t> connections_received{0};
   std::atomic<uint64_t> commands_processed{0};
   std::atomic<uint64_t> rejected_connections{0};
+  std::atomic<uint64_t> expired_keys{0};  // freed by the active expiry
   int64_t started_ms = 0;
 };
 

@@ -168,11 +168,17 @@ Status Gateway::Start(KvStore* store, const GatewayConfig& config, int threads, 
   }
   for (auto& loop : g->loops_)
     g->threads_.emplace_back([gw = g.get(), l = loop.get()] { gw->Run(l); });
+  if (config.active_expiry_interval.count() > 0) {
+    ExpirySweeperOptions sweep;
+    sweep.interval = config.active_expiry_interval;
+    g->sweeper_ = std::make_unique<ExpirySweeper>(store, sweep, g->log_, &g->stats_.expired_keys);
+  }
   *out = std::move(g);
   return Status::OK();
 }
 
 Gateway::~Gateway() {
+  sweeper_.reset();
   for (auto& loop : loops_) {
     uint64_t one = 1;
     if (loop->stop_fd >= 0) (void)!write(loop->stop_fd, &one, sizeof(one));

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "pdkvs/gateway/commands.h"
+#include "pdkvs/gateway/expiry_sweeper.h"
 #include "pdkvs/gateway/kv_store.h"
 
 namespace pdpm::pdkvs {
@@ -22,7 +23,8 @@ namespace pdpm::pdkvs {
 class Gateway {
  public:
   // Listens on config.bind:config.port (0: any free port; see port()) and
-  // serves `store` with `threads` event loops until destroyed.
+  // serves `store` with `threads` event loops until destroyed; sweeps the
+  // expired keys of `store` meanwhile (config.active_expiry_interval).
   static Status Start(KvStore* store, const GatewayConfig& config, int threads, const Logger& log,
                       std::unique_ptr<Gateway>* out);
   ~Gateway();
@@ -45,6 +47,7 @@ class Gateway {
   int listen_fd_ = -1;
   std::vector<std::unique_ptr<Loop>> loops_;
   std::vector<std::thread> threads_;
+  std::unique_ptr<ExpirySweeper> sweeper_;  // null without active expiry
 };
 
 }  // namespace pdpm::pdkvs

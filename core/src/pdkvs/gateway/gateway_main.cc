@@ -93,6 +93,9 @@ int Main(int argc, char** argv) {
   flags.AddUint64("max-request-args", &max_args, "most arguments of a request");
   flags.AddUint64("maxclients", &max_clients, "most connected clients");
   flags.AddUint32("threads", &threads, "event-loop threads");
+  std::chrono::milliseconds active_expiry = GatewayConfig{}.active_expiry_interval;
+  flags.AddDuration("active-expiry-interval", &active_expiry,
+                    "pause between two steps of the sweep that frees expired keys (0: no sweep)");
   Status s = flags.Parse(argc, argv);
   if (s.ok() && flags.PrintUsageIfAsked()) return 0;
   if (!s.ok()) {
@@ -124,6 +127,7 @@ int Main(int argc, char** argv) {
   config.limits.max_bulk = max_bulk;
   config.limits.max_args = max_args;
   config.max_clients = max_clients;
+  config.active_expiry_interval = active_expiry;
 
   // Signals go to sigwait below, not to the event loops.
   sigset_t stop_signals;

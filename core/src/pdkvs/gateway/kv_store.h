@@ -82,6 +82,13 @@ inline bool ParseDecimalInt64(std::string_view s, int64_t* out) {
   return true;
 }
 
+// What KvStore::Count reports. Both may include expired keys that the
+// active expiry (KvStore::ReclaimExpired) has not freed yet.
+struct KvCounts {
+  uint64_t keys = 0;
+  uint64_t expires = 0;  // keys with an expiry time
+};
+
 // One operation of KvStore::RunBatch: a Get, or a Set without options.
 struct KvOp {
   enum class Kind { kGet, kSet };
@@ -165,10 +172,19 @@ class KvStore {
   // *changed is false when the key is absent or (removal) had none. An
   // expiry in the past deletes the key.
   virtual Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) = 0;
-  // Keys present (may count expired ones not yet collected).
-  virtual Status Count(uint64_t* count) = 0;
+  // Keys present, and those of them with an expiry time.
+  virtual Status Count(KvCounts* counts) = 0;
+  // Active expiry, one step: frees the expired keys of a part of vnode
+  // `vnode` (0-based) from `position` (0: its start), adding their number
+  // to *reclaimed; *next_position is where the vnode's next step starts, 0
+  // once the vnode is done. kOutOfRange: there is no vnode `vnode`.
+  virtual Status ReclaimExpired(uint32_t vnode, uint64_t position, uint64_t* next_position,
+                                uint64_t* reclaimed) = 0;
   // Removes every key.
   virtual Status Flush() = 0;
+  // The copies beyond the first that every acknowledged write is on
+  // already (WAIT's answer): 0 for a store on one machine.
+  virtual uint32_t BackupCount() = 0;
 
   // Transactions (the gateway's MULTI/EXEC, optimistic): TxRead reads
   // keys with their expiry and version; TxCommit then applies writes

@@ -228,10 +228,24 @@ Status LocalKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool
   return Write(key, [&] { return VnodeSetExpiry(VnodeOf(key), key, expire_at_ms, now, changed); });
 }
 
-Status LocalKvStore::Count(uint64_t* count) {
-  *count = 0;
-  for (auto& index : indexes_) *count += index->Count();
+Status LocalKvStore::Count(KvCounts* counts) {
+  *counts = {};
+  for (auto& index : indexes_) {
+    counts->keys += index->Count();
+    counts->expires += index->CountExpiring();
+  }
   return Status::OK();
+}
+
+Status LocalKvStore::ReclaimExpired(uint32_t vnode, uint64_t position, uint64_t* next_position,
+                                    uint64_t* reclaimed) {
+  if (vnode >= indexes_.size()) return Status::OutOfRange("no vnode " + std::to_string(vnode));
+  std::shared_lock lock(multi_mu_);
+  return indexes_[vnode]->ReclaimExpired(position, next_position, reclaimed);
+}
+
+uint32_t LocalKvStore::BackupCount() {
+  return 0;
 }
 
 Status LocalKvStore::Flush() {

@@ -68,8 +68,11 @@ class LocalKvStore final : public KvStore {
   Status Scan(uint64_t cursor, size_t count, KvScanPage* page) override;
   Status GetExpiry(std::string_view key, uint64_t* expire_at_ms) override;
   Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
-  Status Count(uint64_t* count) override;
+  Status Count(KvCounts* counts) override;
+  Status ReclaimExpired(uint32_t vnode, uint64_t position, uint64_t* next_position,
+                        uint64_t* reclaimed) override;
   Status Flush() override;
+  uint32_t BackupCount() override;
   Status TxRead(const std::vector<std::string_view>& keys, std::vector<KvTxRead>* out) override;
   Status TxCommit(const std::vector<KvTxCheck>& checks,
                   const std::vector<KvTxWrite>& writes) override;

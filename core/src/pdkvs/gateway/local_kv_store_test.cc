@@ -149,9 +149,60 @@ TEST_F(LocalKvStoreTest, MultiPutScanFlushAndReopen) {
   EXPECT_EQ(values[0], "key:7");
   EXPECT_FALSE(values[1].has_value());
   ASSERT_TRUE(store_->Flush().ok());
-  uint64_t n = 1;
+  KvCounts n{1, 1};
   ASSERT_TRUE(store_->Count(&n).ok());
-  EXPECT_EQ(n, 0u);
+  EXPECT_EQ(n.keys, 0u);
+  EXPECT_EQ(n.expires, 0u);
+  EXPECT_EQ(store_->BackupCount(), 0u);
+}
+
+// The active expiry: a sweep of every vnode (ReclaimExpired) frees the
+// expired keys, and only those, without any other access to them; Count
+// reports keys and keys with an expiry time before and after. The
+// gateway's sweeper does the same in the background.
+TEST_F(LocalKvStoreTest, ActiveExpiryFreesExpiredKeysOnly) {
+  SetResult r;
+  SetOptions expiring;
+  expiring.expiry = SetOptions::Expiry::kSet;
+  expiring.expire_at_ms = now_ms_ + 1000;
+  for (int i = 0; i < 300; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    ASSERT_TRUE(store_->Set(key, "v", i % 2 == 0 ? expiring : SetOptions{}, &r).ok());
+  }
+  KvCounts n;
+  ASSERT_TRUE(store_->Count(&n).ok());
+  EXPECT_EQ(n.keys, 300u);
+  EXPECT_EQ(n.expires, 150u);
+  auto sweep = [&] {
+    uint64_t reclaimed = 0;
+    uint32_t vnode = 0;
+    uint64_t position = 0, next = 0;
+    for (;;) {
+      Status s = store_->ReclaimExpired(vnode, position, &next, &reclaimed);
+      if (s.code() == StatusCode::kOutOfRange) break;
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      position = next;
+      if (position == 0) ++vnode;
+    }
+    EXPECT_EQ(vnode, store_->vnodes());
+    return reclaimed;
+  };
+  EXPECT_EQ(sweep(), 0u);
+  now_ms_ += 1000;
+  EXPECT_EQ(sweep(), 150u);
+  ASSERT_TRUE(store_->Count(&n).ok());
+  EXPECT_EQ(n.keys, 150u);
+  EXPECT_EQ(n.expires, 0u);
+  EXPECT_EQ(Get("k1"), "v");
+  EXPECT_EQ(Get("k0"), "<not_found>");
+  uint64_t next = 0, reclaimed = 0;
+  EXPECT_EQ(store_->ReclaimExpired(store_->vnodes(), 0, &next, &reclaimed).code(),
+            StatusCode::kOutOfRange);
+  // Reopened, the counts are rebuilt from PM.
+  Open();
+  ASSERT_TRUE(store_->Count(&n).ok());
+  EXPECT_EQ(n.keys, 150u);
+  EXPECT_EQ(n.expires, 0u);
 }
 
 TEST_F(LocalKvStoreTest, TransactionsCheckVersions) {

@@ -143,6 +143,10 @@ SCRIPT = [
     (EXACT, ["OBJECT", "ENCODING", "o4"]), (EXACT, ["OBJECT", "ENCODING", "nope"]),
     (EXACT, ["OBJECT", "FREQ", "o1"]), (EXACT, ["OBJECT", "ENCODING"]), (EXACT, ["OBJECT", "BOGUS", "o1"]),
     (SHAPE, ["RANDOMKEY"]), (EXACT, ["FLUSHALL", "BOGUS"]),
+    # WAIT: the errors; its answer (the backups: 0 on one machine, 1 on the
+    # test cluster) is checked by expiry_and_wait.
+    (EXACT, ["WAIT", "x", "0"]), (EXACT, ["WAIT", "0", "x"]), (EXACT, ["WAIT", "0", "-1"]),
+    (EXACT, ["WAIT", "0"]), (SHAPE, ["WAIT", "0", "0"]),
 ]
 
 
@@ -460,6 +464,74 @@ def transfers_through_server_kill(port, cluster_dir):
           flush=True)
 
 
+def keyspace(client):
+    """INFO's keyspace line without avg_ttl (Redis samples it)."""
+    text = client.execute_command("INFO", "keyspace").decode()
+    line = [l for l in text.splitlines() if l.startswith("db0:")]
+    return line[0].split(",avg_ttl")[0] if line else ""
+
+
+def expiry_and_wait(gw_port, redis_port, backups):
+    """INFO's keyspace line (keys, expires) as Redis's; keys whose TTL
+    passed are freed in the background, without being touched, on both; WAIT
+    answers the backup count at once."""
+    clients = {p: redis.Redis(port=p, protocol=2) for p in (gw_port, redis_port)}
+    for c in clients.values():
+        c.response_callbacks.clear()
+        c.execute_command("FLUSHDB")
+        c.execute_command("SET", "plain", "1")
+        c.execute_command("SET", "ex", "1", "EX", "1000")
+        c.execute_command("SET", "px", "1", "PX", "1000000")
+    lines = {p: keyspace(c) for p, c in clients.items()}
+    check(lines[gw_port] == lines[redis_port] == "db0:keys=3,expires=2", f"keyspace line: {lines}")
+    for c in clients.values():
+        pipe = c.pipeline(transaction=False)
+        for i in range(200):
+            pipe.execute_command("SET", f"short:{i}", "v", "PX", "100")
+        pipe.execute()
+    # Nothing reads the short keys again: DBSIZE comes down to 3 by itself
+    # (bounded wait: the sweep is rate-limited, not timed).
+    for p, c in clients.items():
+        deadline = time.time() + 30
+        while c.execute_command("DBSIZE") != 3 and time.time() < deadline:
+            time.sleep(0.05)
+        check(c.execute_command("DBSIZE") == 3, f"active expiry on port {p}")
+    lines = {p: keyspace(c) for p, c in clients.items()}
+    check(lines[gw_port] == lines[redis_port] == "db0:keys=3,expires=2", f"keyspace line: {lines}")
+    stats = clients[gw_port].execute_command("INFO", "stats").decode()
+    expired = [int(l.split(":")[1]) for l in stats.splitlines() if l.startswith("expired_keys:")]
+    check(expired and expired[0] >= 200, f"expired_keys: {stats!r}")
+    gw = clients[gw_port]
+    check(gw.execute_command("WAIT", "0", "0") == backups, "WAIT 0 0")
+    check(gw.execute_command("WAIT", "5", "0") == backups, "WAIT 5 0 answers at once")
+    gw.execute_command("MULTI")
+    gw.execute_command("WAIT", "1", "10")
+    check(gw.execute_command("EXEC") == [backups], "WAIT inside MULTI")
+    for c in clients.values():
+        c.close()
+
+
+def unsupported_commands(gw_port, redis_port):
+    """Every Redis command the gateway does not serve answers Redis's
+    unknown-command error, and the connection stays usable."""
+    def names(port):
+        c = redis.Redis(port=port, protocol=2)
+        c.response_callbacks.clear()
+        out = {entry[0].decode().lower() for entry in c.execute_command("COMMAND")}
+        c.close()
+        return out
+    ours = names(gw_port)
+    missing = sorted(names(redis_port) - ours)
+    check(len(missing) > 100 and "hset" in missing and "get" not in missing,
+          f"unsupported commands: {missing}")
+    data = b"".join(resp(name, "x") for name in missing) + resp("PING") + resp("QUIT")
+    want = b"".join(b"-ERR unknown command '%s', with args beginning with: 'x' \r\n" % n.encode()
+                    for n in missing) + b"+PONG\r\n+OK\r\n"
+    got = raw(gw_port, data, True)
+    check(got == want, f"unsupported commands: {got[:300]!r}")
+    return len(missing)
+
+
 def start_gateway(binary, store, extra_env=None):
     env = dict(os.environ)
     env.pop("PDKVS_PASSWORD", None)
@@ -525,6 +597,8 @@ def main():
         check(a == b, f"raw {name}: gateway {a!r} redis {b!r}")
 
     compare_transactions(gw_port, redis_port)
+    expiry_and_wait(gw_port, redis_port, 1 if "--monitor" in store else 0)
+    unsupported = unsupported_commands(gw_port, redis_port)
 
     # redis-cli through the same lines.
     cli_script = "SET cli 1\nINCRBY cli 41\nGET cli\nMGET cli nothing\nGETRANGE cli 0 0\nDEL cli\nINCR\n"
@@ -604,8 +678,9 @@ def main():
         print(f"FAIL: {len(failures)} mismatches")
         sys.exit(1)
     print(f"OK: {len(SCRIPT) + len(extra)} scripted commands, RESP3, raw protocol, redis-cli, "
-          f"{len(TX_SESSIONS)} transaction sessions, auth, concurrent clients and MULTI/EXEC "
-          "transfers, kill -9 restart")
+          f"{len(TX_SESSIONS)} transaction sessions, active expiry, WAIT, {unsupported} "
+          "unsupported commands, auth, concurrent clients and MULTI/EXEC transfers, kill -9 "
+          "restart")
 
 
 if __name__ == "__main__":

@@ -77,8 +77,16 @@ Status TxKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* c
   return VnodeSetExpiry(overlay_, key, expire_at_ms, now_ms_, changed);
 }
 
-Status TxKvStore::Count(uint64_t* count) {
-  return store_->Count(count);
+Status TxKvStore::Count(KvCounts* counts) {
+  return store_->Count(counts);
+}
+
+Status TxKvStore::ReclaimExpired(uint32_t, uint64_t, uint64_t*, uint64_t*) {
+  return Status::FailedPrecondition("no active expiry inside a transaction");
+}
+
+uint32_t TxKvStore::BackupCount() {
+  return store_->BackupCount();
 }
 
 Status TxKvStore::Flush() {
