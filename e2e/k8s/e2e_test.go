@@ -102,11 +102,13 @@ func TestPDPMOnKubernetes(t *testing.T) {
 	phase(t, "2-cluster-ready", func(t *testing.T) { testClusterReady(ctx, t, c, root, tg) })
 	values := map[string]string{}
 	phase(t, "3-redis-through-gateway", func(t *testing.T) { testRedisThroughGateway(ctx, t, c, tg, values) })
+	phase(t, "no-false-failure-detection", func(t *testing.T) { testNoFalseFailures(ctx, t, c, sampleName, 1, 3) })
 	phase(t, "4-server-force-deleted", func(t *testing.T) { testServerForceDeleted(ctx, t, c, values) })
 	phase(t, "6-scale-servers", func(t *testing.T) { testScaleServers(ctx, t, c, values) })
 	phase(t, "8-delete-retain-recreate", func(t *testing.T) { testDeleteRetainRecreate(ctx, t, c, root, tg, values) })
 	phase(t, "8-delete-wipedata", func(t *testing.T) { testDeleteWipeData(ctx, t, c) })
 	phase(t, "helm-install-cluster-chart", func(t *testing.T) { testClusterChart(ctx, t, c, root, tg) })
+	phase(t, "no-false-failure-detection-3-monitors", func(t *testing.T) { testNoFalseFailures(ctx, t, c, chartedName, 3, 3) })
 	charted := map[string]string{}
 	phase(t, "5-monitor-leader-killed", func(t *testing.T) { testMonitorLeaderKilled(ctx, t, c, chartedName, charted) })
 	phase(t, "7-helm-upgrade", func(t *testing.T) { testHelmUpgrade(ctx, t, c, root, tg, charted) })
@@ -725,6 +727,33 @@ func testClusterChart(ctx context.Context, t *testing.T, c *cluster, root, tg st
 		logs, _ := c.kubectl(ctx, "-n", *ns, "logs", chartedName+"-test-gateway")
 		t.Fatalf("%v\ntest pod log:\n%s", err, logs)
 	}
+}
+
+// testNoFalseFailures checks that the monitors of cluster `name`, which no
+// fault has touched yet, never declared a server SUSPECT or DOWN and that
+// no server's lease lapsed: the PDPMCluster's default failure-detection
+// timing must hold on a loaded node. Late heartbeats (the margin being
+// eaten) are counted and printed.
+func testNoFalseFailures(ctx context.Context, t *testing.T, c *cluster, name string, monitors, servers int) {
+	late := 0
+	for i := 0; i < monitors; i++ {
+		pod := fmt.Sprintf("%s-monitor-%d", name, i)
+		log := must(t)(c.kubectl(ctx, "-n", *ns, "logs", pod, "-c", "pdpm-monitor"))
+		for _, msg := range []string{"server missed its heartbeats", "server is down"} {
+			if n := strings.Count(log, `msg="`+msg+`"`); n > 0 {
+				t.Errorf("%s logged %q %d times with no fault injected", pod, msg, n)
+			}
+		}
+		late += strings.Count(log, `msg="late heartbeat"`)
+	}
+	for i := 0; i < servers; i++ {
+		pod := fmt.Sprintf("%s-server-%d", name, i)
+		log := must(t)(c.kubectl(ctx, "-n", *ns, "logs", pod, "-c", "pdpm-server"))
+		if n := strings.Count(log, `msg="lease had expired; serving again"`); n > 0 {
+			t.Errorf("%s's lease lapsed %d times with no fault injected", pod, n)
+		}
+	}
+	fmt.Printf("e2e: %s: the monitors logged %d late heartbeats\n", name, late)
 }
 
 // serverPod is the part of a server pod scenario 7 watches.

@@ -62,6 +62,8 @@ func TestCreateMakesAllChildren(t *testing.T) {
 	for _, line := range []string{
 		"segment_size = 8388608", "replica_count = 2", "transport = tcp", "pm_mode = emulated",
 		"pm_path = /var/lib/pdpm/pm/pm.img", "pm_size = 67108864", "etcd_mode = embedded",
+		// The API's failure-detection defaults reach the monitor.
+		"heartbeat_interval = 200ms", "suspect_timeout = 2000ms", "down_timeout = 5000ms",
 		fmt.Sprintf("monitor_endpoints = pdpm-monitor-0.pdpm-monitor.%[1]s.svc:7400,pdpm-monitor-1.pdpm-monitor.%[1]s.svc:7400,pdpm-monitor-2.pdpm-monitor.%[1]s.svc:7400", ns),
 	} {
 		if !strings.Contains(conf, line+"\n") {
@@ -381,6 +383,17 @@ func TestValidationRejects(t *testing.T) {
 		{"cleanup policy", "spec.cleanupPolicy", func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.CleanupPolicy = "Delete" }},
 		{"no tag", "spec.images.tag", func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Images.Tag = "" }},
 		{"pull policy", "spec.images.pullPolicy", func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Images.PullPolicy = "Sometimes" }},
+		{"heartbeat too often", "spec.monitor.failureDetection.heartbeatIntervalMilliseconds", func(c *pdpmv1alpha1.PDPMCluster) {
+			c.Spec.Monitor.FailureDetection.HeartbeatIntervalMilliseconds = 5
+		}},
+		{"suspect before a heartbeat is due", "suspectAfterMilliseconds must be longer than heartbeatIntervalMilliseconds", func(c *pdpmv1alpha1.PDPMCluster) {
+			c.Spec.Monitor.FailureDetection = pdpmv1alpha1.FailureDetectionSpec{HeartbeatIntervalMilliseconds: 500,
+				SuspectAfterMilliseconds: 500, DownAfterMilliseconds: 2000}
+		}},
+		{"down before suspect", "downAfterMilliseconds must be longer than suspectAfterMilliseconds", func(c *pdpmv1alpha1.PDPMCluster) {
+			c.Spec.Monitor.FailureDetection = pdpmv1alpha1.FailureDetectionSpec{HeartbeatIntervalMilliseconds: 100,
+				SuspectAfterMilliseconds: 1000, DownAfterMilliseconds: 800}
+		}},
 		{"long name", "at most 40 characters", func(c *pdpmv1alpha1.PDPMCluster) { c.Name = strings.Repeat("p", 41) }},
 	}
 	for _, tc := range create {
