@@ -99,6 +99,7 @@ func TestPDPMOnKubernetes(t *testing.T) {
 	phase(t, "1-helm-install", func(t *testing.T) { testHelmInstall(ctx, t, c, root, tg) })
 	phase(t, "chart-server-validation", func(t *testing.T) { testChartServerValidation(ctx, t, c, root) })
 	phase(t, "bad-input-rejected", func(t *testing.T) { testBadInput(ctx, t, c, root) })
+	phase(t, "unsatisfiable-cluster-blocked", func(t *testing.T) { testUnsatisfiable(ctx, t, c, tg) })
 	phase(t, "2-cluster-ready", func(t *testing.T) { testClusterReady(ctx, t, c, root, tg) })
 	values := map[string]string{}
 	phase(t, "3-redis-through-gateway", func(t *testing.T) { testRedisThroughGateway(ctx, t, c, tg, values) })
@@ -236,6 +237,42 @@ spec:
 			t.Errorf("%s: want an error containing %q, got %v", tc.name, tc.want, err)
 		}
 	}
+}
+
+// testUnsatisfiable: a PDPMCluster the API accepts but no node can run —
+// DevDax PM at a path no node has — is Blocked with a Ready condition that
+// names the server pod, its node and the kubelet's reason. Deleted with
+// Retain (WipeData would try to zero a device that is not there), its key
+// Secret stays in the namespace, which the suite deletes at the end.
+func testUnsatisfiable(ctx context.Context, t *testing.T, c *cluster, tg string) {
+	const name, path = "unsatisfiable", "/dev/dax9.9"
+	manifest := fmt.Sprintf(`apiVersion: pdpm.io/v1alpha1
+kind: PDPMCluster
+metadata: {name: %s, namespace: %s}
+spec:
+  monitor: {replicas: 1, etcd: {mode: External, endpoints: ["http://etcd.invalid:2379"]}}
+  servers:
+    replicas: 1
+    pm: {mode: DevDax, devDax: {path: %s}}
+  storage: {replicaCount: 1, segmentSize: 64Mi, tables: 1}
+  gateway: {replicas: 0}
+  images: {tag: %q, pullPolicy: %s}
+`, name, *ns, path, tg, *pullPolicy)
+	must(t)(c.kubectlIn(ctx, manifest, "apply", "-f", "-"))
+	eventually(t, 3*time.Minute, "PDPMCluster "+name+" Blocked saying why", func() error {
+		p, err := getCluster(ctx, c, name)
+		if err != nil {
+			return err
+		}
+		ready := p.condition("Ready")
+		if p.Status.Phase != "Blocked" || ready.Reason != "PMUnavailable" ||
+			!strings.Contains(ready.Message, "pod "+name+"-server-0 on node ") || !strings.Contains(ready.Message, path) {
+			return fmt.Errorf("phase %s, Ready %s/%s: %s", p.Status.Phase, ready.Status, ready.Reason, ready.Message)
+		}
+		fmt.Printf("e2e: %s is Blocked: %s\n", name, ready.Message)
+		return nil
+	})
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pdpmcluster", name, "--timeout=2m"))
 }
 
 // sampleManifest is the Emulated sample as it is but for the image tag and
