@@ -1235,17 +1235,23 @@ func TestUnsatisfiableClusterSaysWhy(t *testing.T) {
 		ContainerStatuses: []corev1.ContainerStatus{{Name: "pdpm-server", Image: "pdpm/core:0.1.0",
 			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}})
 	const noDevice = `MountVolume.SetUp failed for volume "pm" : hostPath type check failed: /dev/dax0.0 is not a character device`
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: "pdpm-server-1.mount", Namespace: ns},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID,
-			APIVersion: "v1"},
-		Reason: "FailedMount", Message: noDevice, Type: corev1.EventTypeWarning,
-		Source:        corev1.EventSource{Component: "kubelet", Host: "node-1"},
-		LastTimestamp: metav1.Now(), FirstTimestamp: metav1.Now(), Count: 3,
+	failedMount := func(name, msg string, at time.Time, count int32) {
+		ev := &corev1.Event{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID,
+				APIVersion: "v1"},
+			Reason: "FailedMount", Message: msg, Type: corev1.EventTypeWarning,
+			Source:        corev1.EventSource{Component: "kubelet", Host: "node-1"},
+			LastTimestamp: metav1.NewTime(at), FirstTimestamp: metav1.NewTime(at), Count: count,
+		}
+		if err := k8s.Create(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := k8s.Create(context.Background(), ev); err != nil {
-		t.Fatal(err)
-	}
+	// The newest event is a one-off (a cache not yet synced, as busy
+	// kubelets report at pod start): no cause. The repeated one is.
+	failedMount("pdpm-server-1.once", `MountVolume.SetUp failed for volume "cluster-key" : failed to sync secret cache`, time.Now(), 1)
+	failedMount("pdpm-server-1.mount", noDevice, time.Now().Add(-10*time.Second), 3)
 	cur = waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPMUnavailable)
 	want := "pod pdpm-server-1 on node node-1 cannot mount its volumes: " + noDevice
 	if m := condition(cur, pdpmv1alpha1.ConditionReady).Message; !strings.HasPrefix(m, want+"; pod pdpm-server-2 cannot be scheduled") {

@@ -111,8 +111,11 @@ func (r *PDPMClusterReconciler) lastFailedMount(ctx context.Context, p *corev1.P
 	for i := range events.Items {
 		e := &events.Items[i]
 		// The kubelet retries a failed mount at most about two minutes
-		// apart and updates the event each time: an older one is over.
-		if time.Since(eventTime(e)) > failedMountRecent {
+		// apart and updates the event each time: an older one is over. A
+		// mount that failed once is no cause either: on a busy node the
+		// kubelet's first try often times out waiting for its Secret and
+		// ConfigMap caches, and the next one works.
+		if time.Since(eventTime(e)) > failedMountRecent || eventCount(e) < 2 {
 			continue
 		}
 		if newest == nil || eventTime(e).After(eventTime(newest)) {
@@ -128,6 +131,15 @@ func (r *PDPMClusterReconciler) lastFailedMount(ctx context.Context, p *corev1.P
 // failedMountRecent is how old a FailedMount event may be to describe
 // the present.
 const failedMountRecent = 5 * time.Minute
+
+// eventCount is how often the event happened, in either form the API
+// records repeats (a count, or an event series).
+func eventCount(e *corev1.Event) int32 {
+	if e.Series != nil && e.Series.Count > e.Count {
+		return e.Series.Count
+	}
+	return e.Count
+}
 
 func eventTime(e *corev1.Event) time.Time {
 	switch {

@@ -130,7 +130,14 @@ TEST_F(MonitorConfigTest, StartsFromTheOperatorsFile) {
   ASSERT_FALSE(standby_address.empty()) << FileTail(standby_log);
   v1::ClusterStatus st;
   MonitorClient via_standby(standby_address, mo);
-  ASSERT_TRUE(via_standby.GetClusterStatus(&st).ok());
+  // A standby answers UNAVAILABLE ("no leader is elected yet") until it has
+  // read the election from etcd, which may be after it serves.
+  for (auto deadline = Clock::now() + std::chrono::seconds(30); Clock::now() < deadline;) {
+    s = via_standby.GetClusterStatus(&st);
+    if (s.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << FileTail(standby_log);
   EXPECT_EQ(st.leader(), address);
 }
 
