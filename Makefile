@@ -41,11 +41,21 @@ build-fuzz: deps
 
 # Everything: the whole core suite optimised, the PM, transport and client
 # suites under ASan+UBSan and TSan (pDFS under ASan+UBSan too), each fuzzer for a bounded time, the operator,
-# the CSI driver (csi-sanity), pDKVS linearizability under kill -9, and the pm, net, pdkvs and cluster
-# suites on real verbs and DAX in the hardware guest.
+# the CSI driver (csi-sanity), pDKVS linearizability under kill -9, the pm, net, pdkvs and cluster
+# suites on real verbs and DAX in the hardware guest, and PDPM on a real single-node Kubernetes.
+# One target after another (the first failure stops it); each one's time is
+# printed at the end, pass or fail (docs/e2e.md "Times" has the figures).
+TEST_TARGETS := test-core test-asan test-tsan test-fuzz test-operator test-csi \
+  test-kv-linearizability test-hw test-hw-cluster e2e
 test: deps
-	$(MAKE) test-core test-asan test-tsan test-fuzz test-operator test-csi test-kv-linearizability \
-	  test-hw test-hw-cluster
+	@rc=0; times=(); \
+	for target in $(TEST_TARGETS); do \
+	  start=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$target || rc=$$?; \
+	  times+=("$$(printf '%-24s %5d s' $$target $$(($$(date +%s) - start)))$$( ((rc == 0)) || echo '  FAILED')"); \
+	  ((rc == 0)) || break; \
+	done; \
+	echo "=== make test: target times"; printf '  %s\n' "$${times[@]}"; exit $$rc
 
 test-core: build
 	cd build/release && $(CTEST)
@@ -57,7 +67,7 @@ test-tsan: build-tsan
 	cd build/tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L '^(common|pm|net|client|pdkvs)$$'
 
 test-fuzz: build-fuzz
-	scripts/run-fuzzers.sh build/fuzz $(FUZZ_SECONDS)
+	scripts/run-fuzzers.sh build/fuzz $(FUZZ_SECONDS) $(JOBS)
 
 # The Kubernetes operator against a real kube-apiserver and etcd (envtest).
 test-operator: deps
@@ -73,7 +83,7 @@ test-csi: build
 # docs/e2e.md): the images, the charts' lint and unit tests, helm install, a
 # PDPMCluster, Redis clients through the gateway, a server pod killed under
 # writes, the monitor leader killed, scaling, helm upgrade, Retain. Prints
-# each phase's time. Not part of `test`: 8-10 min warm (docs/e2e.md).
+# each phase's time.
 e2e: build
 	e2e/k8s/run.sh build/release
 
@@ -109,7 +119,7 @@ bench-hw: build
 	e2e/hw/run.sh build/release --bench
 
 fuzz: build-fuzz
-	scripts/run-fuzzers.sh build/fuzz $(FUZZ_LONG_SECONDS)
+	scripts/run-fuzzers.sh build/fuzz $(FUZZ_LONG_SECONDS) $(JOBS)
 
 bench: bench-net bench-dsm bench-kv bench-fs
 

@@ -99,14 +99,17 @@ func TestPDPMOnKubernetes(t *testing.T) {
 	phase(t, "1-helm-install", func(t *testing.T) { testHelmInstall(ctx, t, c, root, tg) })
 	phase(t, "chart-server-validation", func(t *testing.T) { testChartServerValidation(ctx, t, c, root) })
 	phase(t, "bad-input-rejected", func(t *testing.T) { testBadInput(ctx, t, c, root) })
+	phase(t, "unsatisfiable-cluster-blocked", func(t *testing.T) { testUnsatisfiable(ctx, t, c, tg) })
 	phase(t, "2-cluster-ready", func(t *testing.T) { testClusterReady(ctx, t, c, root, tg) })
 	values := map[string]string{}
 	phase(t, "3-redis-through-gateway", func(t *testing.T) { testRedisThroughGateway(ctx, t, c, tg, values) })
+	phase(t, "no-false-failure-detection", func(t *testing.T) { testNoFalseFailures(ctx, t, c, sampleName, 1, 3) })
 	phase(t, "4-server-force-deleted", func(t *testing.T) { testServerForceDeleted(ctx, t, c, values) })
 	phase(t, "6-scale-servers", func(t *testing.T) { testScaleServers(ctx, t, c, values) })
 	phase(t, "8-delete-retain-recreate", func(t *testing.T) { testDeleteRetainRecreate(ctx, t, c, root, tg, values) })
 	phase(t, "8-delete-wipedata", func(t *testing.T) { testDeleteWipeData(ctx, t, c) })
 	phase(t, "helm-install-cluster-chart", func(t *testing.T) { testClusterChart(ctx, t, c, root, tg) })
+	phase(t, "no-false-failure-detection-3-monitors", func(t *testing.T) { testNoFalseFailures(ctx, t, c, chartedName, 3, 3) })
 	charted := map[string]string{}
 	phase(t, "5-monitor-leader-killed", func(t *testing.T) { testMonitorLeaderKilled(ctx, t, c, chartedName, charted) })
 	phase(t, "7-helm-upgrade", func(t *testing.T) { testHelmUpgrade(ctx, t, c, root, tg, charted) })
@@ -234,6 +237,42 @@ spec:
 			t.Errorf("%s: want an error containing %q, got %v", tc.name, tc.want, err)
 		}
 	}
+}
+
+// testUnsatisfiable: a PDPMCluster the API accepts but no node can run —
+// DevDax PM at a path no node has — is Blocked with a Ready condition that
+// names the server pod, its node and the kubelet's reason. Deleted with
+// Retain (WipeData would try to zero a device that is not there), its key
+// Secret stays in the namespace, which the suite deletes at the end.
+func testUnsatisfiable(ctx context.Context, t *testing.T, c *cluster, tg string) {
+	const name, path = "unsatisfiable", "/dev/dax9.9"
+	manifest := fmt.Sprintf(`apiVersion: pdpm.io/v1alpha1
+kind: PDPMCluster
+metadata: {name: %s, namespace: %s}
+spec:
+  monitor: {replicas: 1, etcd: {mode: External, endpoints: ["http://etcd.invalid:2379"]}}
+  servers:
+    replicas: 1
+    pm: {mode: DevDax, devDax: {path: %s}}
+  storage: {replicaCount: 1, segmentSize: 64Mi, tables: 1}
+  gateway: {replicas: 0}
+  images: {tag: %q, pullPolicy: %s}
+`, name, *ns, path, tg, *pullPolicy)
+	must(t)(c.kubectlIn(ctx, manifest, "apply", "-f", "-"))
+	eventually(t, 3*time.Minute, "PDPMCluster "+name+" Blocked saying why", func() error {
+		p, err := getCluster(ctx, c, name)
+		if err != nil {
+			return err
+		}
+		ready := p.condition("Ready")
+		if p.Status.Phase != "Blocked" || ready.Reason != "PMUnavailable" ||
+			!strings.Contains(ready.Message, "pod "+name+"-server-0 on node ") || !strings.Contains(ready.Message, path) {
+			return fmt.Errorf("phase %s, Ready %s/%s: %s", p.Status.Phase, ready.Status, ready.Reason, ready.Message)
+		}
+		fmt.Printf("e2e: %s is Blocked: %s\n", name, ready.Message)
+		return nil
+	})
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pdpmcluster", name, "--timeout=2m"))
 }
 
 // sampleManifest is the Emulated sample as it is but for the image tag and
@@ -725,6 +764,35 @@ func testClusterChart(ctx context.Context, t *testing.T, c *cluster, root, tg st
 		logs, _ := c.kubectl(ctx, "-n", *ns, "logs", chartedName+"-test-gateway")
 		t.Fatalf("%v\ntest pod log:\n%s", err, logs)
 	}
+}
+
+// testNoFalseFailures checks that the monitors of cluster `name`, which no
+// fault has touched yet, never declared a server SUSPECT or DOWN: the
+// PDPMCluster's default failure-detection timing must hold on a loaded
+// node. Late heartbeats and lapsed server leases (the margin being eaten)
+// are counted and printed, not failed: with three etcd members starting on
+// a loaded node a server's join can take most of a lease, and the
+// heartbeats that renew it wait behind the other servers' joins in the
+// monitor, so a lease may lapse for a moment while the cluster forms (the
+// server stops serving until the next heartbeat, as fencing requires).
+func testNoFalseFailures(ctx context.Context, t *testing.T, c *cluster, name string, monitors, servers int) {
+	late, lapsed := 0, 0
+	for i := 0; i < monitors; i++ {
+		pod := fmt.Sprintf("%s-monitor-%d", name, i)
+		log := must(t)(c.kubectl(ctx, "-n", *ns, "logs", pod, "-c", "pdpm-monitor"))
+		for _, msg := range []string{"server missed its heartbeats", "server is down"} {
+			if n := strings.Count(log, `msg="`+msg+`"`); n > 0 {
+				t.Errorf("%s logged %q %d times with no fault injected", pod, msg, n)
+			}
+		}
+		late += strings.Count(log, `msg="late heartbeat"`)
+	}
+	for i := 0; i < servers; i++ {
+		pod := fmt.Sprintf("%s-server-%d", name, i)
+		log := must(t)(c.kubectl(ctx, "-n", *ns, "logs", pod, "-c", "pdpm-server"))
+		lapsed += strings.Count(log, `msg="lease had expired; serving again"`)
+	}
+	fmt.Printf("e2e: %s: the monitors logged %d late heartbeats, the servers %d lapsed leases\n", name, late, lapsed)
 }
 
 // serverPod is the part of a server pod scenario 7 watches.

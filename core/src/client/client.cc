@@ -545,7 +545,12 @@ class ClientImpl final : public Client, public TxHost {
       auto m = Snapshot();
       uint32_t server = 0;
       s = route(*m, &server);
-      if (s.code() == StatusCode::kNotFound && attempt == 0) {
+      // A route the mapping cannot give — an object it does not know
+      // (kNotFound), or no table map yet (kUnavailable: the client started
+      // before any server joined, as a gateway may in Kubernetes; nothing
+      // else refreshes its mapping) — is tried once more on a fresh one.
+      if ((s.code() == StatusCode::kNotFound || s.code() == StatusCode::kUnavailable) &&
+          attempt == 0) {
         PDPM_RETURN_IF_ERROR(RefreshMapping());
         continue;
       }

@@ -187,13 +187,26 @@ Status ApplyConfig(const FlagParser& parser, Flags* f) {
                              .WithContext(config.path() + ": segment_size"));
     o.segment_size_set = true;
   }
+  // Failure detection (the PDPMCluster's monitor.failureDetection): a
+  // loaded node needs longer timeouts than the flags' defaults.
+  const struct {
+    const char* key;
+    const char* flag;
+    std::chrono::milliseconds* value;
+  } timings[] = {{"heartbeat_interval", "heartbeat-interval", &o.heartbeat_interval},
+                 {"suspect_timeout", "suspect-timeout", &o.suspect_timeout},
+                 {"down_timeout", "down-timeout", &o.down_timeout}};
+  for (const auto& t : timings) {
+    if (!config.Has(t.key) || parser.IsSet(t.flag)) continue;
+    PDPM_RETURN_IF_ERROR(
+        ParseDuration(config.Get(t.key), t.value).WithContext(config.path() + ": " + t.key));
+  }
   return Status::OK();
 }
 
 int Run(int argc, char** argv) {
   Flags flags;
   MonitorOptions& o = flags.options;
-  std::chrono::milliseconds heartbeat = o.heartbeat_interval;
   FlagParser parser("pdpm-monitor");
   parser.AddString("config", &flags.config,
                    "cluster configuration file as the Kubernetes operator renders it");
@@ -205,7 +218,7 @@ int Run(int argc, char** argv) {
   parser.AddUint32("replicas", &o.replicas, "copies of every segment (new cluster)");
   parser.AddUint32("tables", &o.tables, "object-store tables (new cluster)");
   parser.AddSize("segment-size", &o.segment_size, "segment size, e.g. 2GiB (new cluster)");
-  parser.AddDuration("heartbeat-interval", &heartbeat,
+  parser.AddDuration("heartbeat-interval", &o.heartbeat_interval,
                      "how often servers heartbeat (default 50ms)");
   parser.AddDuration("suspect-timeout", &o.suspect_timeout,
                      "silence before SUSPECT (default 250ms)");
@@ -227,7 +240,6 @@ int Run(int argc, char** argv) {
   if (std::optional<int> rc = ParseDaemonFlags(parser, argc, argv, flags.log_level, &log))
     return *rc;
   Status s;
-  o.heartbeat_interval = heartbeat;
   o.segment_size_set = parser.IsSet("segment-size");
   o.replicas_set = parser.IsSet("replicas");
   o.tables_set = parser.IsSet("tables");
@@ -328,15 +340,18 @@ int Run(int argc, char** argv) {
     log.Info("serving", {{"listen", bound},
                          {"store", store->Describe()},
                          {"epoch", views->epoch()},
-                         {"heartbeat_interval_ms", heartbeat.count()},
+                         {"heartbeat_interval_ms", o.heartbeat_interval.count()},
                          {"suspect_timeout_ms", o.suspect_timeout.count()},
                          {"down_timeout_ms", o.down_timeout.count()}});
   } else {
-    log.Info("serving; campaigning for leadership", {{"listen", bound},
-                                                     {"etcd", flags.etcd},
-                                                     {"prefix", flags.ha.prefix},
-                                                     {"lease_ttl_ms", flags.ha.lease_ttl.count()},
-                                                     {"heartbeat_interval_ms", heartbeat.count()}});
+    log.Info("serving; campaigning for leadership",
+             {{"listen", bound},
+              {"etcd", flags.etcd},
+              {"prefix", flags.ha.prefix},
+              {"lease_ttl_ms", flags.ha.lease_ttl.count()},
+              {"heartbeat_interval_ms", o.heartbeat_interval.count()},
+              {"suspect_timeout_ms", o.suspect_timeout.count()},
+              {"down_timeout_ms", o.down_timeout.count()}});
   }
 
   std::mutex mu;

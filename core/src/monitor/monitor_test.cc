@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -125,8 +126,16 @@ class MonitorTest : public ::testing::Test {
   }
 
   // Starts the monitor with BaseArgs() plus `extra` and connects a client.
+  // The servers these tests register heartbeat only where a test of
+  // liveness says so, and gives its own timing: with the daemon's default
+  // 250/500 ms timeouts a loaded host let them go DOWN mid-test (a
+  // reconfiguration and an epoch the test did not expect), so the others
+  // run with timeouts no test reaches.
   void StartMonitor(std::vector<std::string> extra = {}) {
     std::vector<std::string> args = BaseArgs();
+    if (std::find(extra.begin(), extra.end(), "--down-timeout") == extra.end()) {
+      args.insert(args.end(), {"--suspect-timeout", "10m", "--down-timeout", "20m"});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     monitor_ = std::make_unique<MonitorProcess>();
     ASSERT_TRUE(monitor_->Start(dir_, log_, args)) << "monitor did not start:\n" << ReadFile(log_);

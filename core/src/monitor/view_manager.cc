@@ -314,24 +314,34 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
   v1::ClusterView next = view_;
   uint32_t id = 0;
   bool changed = false;
+  bool fresh = false;  // a member added by this call
   if (req.cluster_uuid().empty()) {
     if (req.server_id() != 0) {
       return Status::InvalidArgument("server id " + std::to_string(req.server_id()) +
                                      " presented without a cluster uuid");
     }
-    if (next.cluster_uuid().empty()) next.set_cluster_uuid(NewClusterUuid());
-    id = next.next_server_id();
-    next.set_next_server_id(id + 1);
-    v1::ServerInfo* s = next.add_servers();
-    s->set_id(id);
-    s->set_address(info.address());
-    s->set_transport(info.transport());
-    s->set_cores(info.cores());
-    s->set_capacity_bytes(uint64_t{req.segment_count()} * req.segment_size());
-    *s->mutable_labels() = info.labels();
-    s->set_segment_count(req.segment_count());
-    s->set_state(v1::SERVER_STATE_UP);
-    changed = true;
+    for (const auto& member : view_.servers()) {
+      if (!req.join_token().empty() && member.join_token() == req.join_token()) {
+        id = member.id();  // a retry of a join that succeeded
+      }
+    }
+    fresh = id == 0;
+    if (fresh) {
+      if (next.cluster_uuid().empty()) next.set_cluster_uuid(NewClusterUuid());
+      id = next.next_server_id();
+      next.set_next_server_id(id + 1);
+      v1::ServerInfo* s = next.add_servers();
+      s->set_id(id);
+      s->set_address(info.address());
+      s->set_transport(info.transport());
+      s->set_cores(info.cores());
+      s->set_capacity_bytes(uint64_t{req.segment_count()} * req.segment_size());
+      *s->mutable_labels() = info.labels();
+      s->set_segment_count(req.segment_count());
+      s->set_state(v1::SERVER_STATE_UP);
+      s->set_join_token(req.join_token());
+      changed = true;
+    }
   } else {
     if (view_.cluster_uuid().empty()) {
       return Status::FailedPrecondition("server belongs to cluster " + req.cluster_uuid() +
@@ -374,7 +384,7 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
   if (changed) {
     Status s = Commit(std::move(next));
     if (!s.ok()) {
-      if (req.cluster_uuid().empty()) liveness_.erase(id);
+      if (fresh) liveness_.erase(id);
       return s;
     }
   }
@@ -384,7 +394,9 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
   resp->set_heartbeat_interval_ms(static_cast<uint64_t>(options_.heartbeat_interval.count()));
   resp->set_down_timeout_ms(static_cast<uint64_t>(options_.down_timeout.count()));
   resp->set_lease_ms(static_cast<uint64_t>(options_.lease().count()));
-  log_.Info(req.cluster_uuid().empty() ? "server joined" : "server rejoined",
+  log_.Info(fresh                        ? "server joined"
+            : req.cluster_uuid().empty() ? "server join retried"
+                                         : "server rejoined",
             {{"server_id", id},
              {"addr", info.address()},
              {"segments", req.segment_count()},

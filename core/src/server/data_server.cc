@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <random>
 #include <set>
 
 #include "dsm/address.h"
@@ -11,6 +13,18 @@ namespace pdpm::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// 128 random bits in hex: a new server's join token (RegisterServerRequest).
+std::string NewJoinToken() {
+  std::random_device random;
+  std::string token;
+  for (int i = 0; i < 4; ++i) {
+    char word[9];
+    std::snprintf(word, sizeof(word), "%08x", static_cast<unsigned>(random()));
+    token += word;
+  }
+  return token;
+}
 
 dsm::ObjectStoreOptions TableOptions() {
   dsm::ObjectStoreOptions o;
@@ -224,6 +238,7 @@ Status DataServer::Register(const std::atomic<bool>* stop) {
   info->set_capacity_bytes(space_->segment_count() * space_->segment_size());
   info->set_segment_count(static_cast<uint32_t>(space_->segment_count()));
   for (const auto& [k, v] : options_.labels) (*info->mutable_labels())[k] = v;
+  if (sb.cluster_uuid.is_nil()) req.set_join_token(NewJoinToken());
   v1::RegisterServerResponse resp;
   Status s;
   auto sent = std::chrono::steady_clock::now();

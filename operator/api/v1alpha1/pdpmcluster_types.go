@@ -49,9 +49,41 @@ type MonitorSpec struct {
 	Replicas int32 `json:"replicas,omitempty"`
 	// +kubebuilder:default={mode: Embedded}
 	Etcd EtcdSpec `json:"etcd,omitempty"`
+	// +kubebuilder:default={heartbeatIntervalMilliseconds: 200, suspectAfterMilliseconds: 2000, downAfterMilliseconds: 5000}
+	FailureDetection FailureDetectionSpec `json:"failureDetection,omitempty"`
 	// Resources of the pdpm-monitor container.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// FailureDetectionSpec is how the monitor tells a dead server from a slow
+// one. Servers heartbeat to the monitor; a server silent for
+// suspectAfterMilliseconds is SUSPECT (no new data placed on it), for
+// downAfterMilliseconds DOWN (its segments fail over to their backups). A
+// server serves only under a lease of nine tenths of downAfterMilliseconds,
+// renewed by each heartbeat, so a DOWN server has stopped serving before
+// its backups take over. Short timeouts fail over fast; on busy nodes they
+// declare live servers DOWN (the defaults leave room for a loaded node).
+// They are part of the configuration file, so changing them rolls the
+// monitors, then the servers one at a time, like any configuration change.
+// +kubebuilder:validation:XValidation:rule="self.suspectAfterMilliseconds > self.heartbeatIntervalMilliseconds",message="monitor.failureDetection.suspectAfterMilliseconds must be longer than heartbeatIntervalMilliseconds"
+// +kubebuilder:validation:XValidation:rule="self.downAfterMilliseconds > self.suspectAfterMilliseconds",message="monitor.failureDetection.downAfterMilliseconds must be longer than suspectAfterMilliseconds"
+type FailureDetectionSpec struct {
+	// HeartbeatIntervalMilliseconds is how often each server heartbeats.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=10000
+	// +kubebuilder:default=200
+	HeartbeatIntervalMilliseconds int32 `json:"heartbeatIntervalMilliseconds,omitempty"`
+	// SuspectAfterMilliseconds of silence make a server SUSPECT.
+	// +kubebuilder:validation:Minimum=20
+	// +kubebuilder:validation:Maximum=60000
+	// +kubebuilder:default=2000
+	SuspectAfterMilliseconds int32 `json:"suspectAfterMilliseconds,omitempty"`
+	// DownAfterMilliseconds of silence make a server DOWN.
+	// +kubebuilder:validation:Minimum=50
+	// +kubebuilder:validation:Maximum=120000
+	// +kubebuilder:default=5000
+	DownAfterMilliseconds int32 `json:"downAfterMilliseconds,omitempty"`
 }
 
 // EtcdMode says where the monitors keep the cluster view.

@@ -22,7 +22,9 @@ func TestClusterConfigMatchesGolden(t *testing.T) {
 	c := &pdpmv1alpha1.PDPMCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "pdpm", Namespace: "golden"},
 		Spec: pdpmv1alpha1.PDPMClusterSpec{
-			Monitor: pdpmv1alpha1.MonitorSpec{Replicas: 3, Etcd: pdpmv1alpha1.EtcdSpec{Mode: pdpmv1alpha1.EtcdEmbedded}},
+			Monitor: pdpmv1alpha1.MonitorSpec{Replicas: 3, Etcd: pdpmv1alpha1.EtcdSpec{Mode: pdpmv1alpha1.EtcdEmbedded},
+				FailureDetection: pdpmv1alpha1.FailureDetectionSpec{HeartbeatIntervalMilliseconds: 200,
+					SuspectAfterMilliseconds: 2000, DownAfterMilliseconds: 5000}},
 			Servers: pdpmv1alpha1.ServersSpec{
 				Replicas: 3,
 				PM: pdpmv1alpha1.PMSource{Mode: pdpmv1alpha1.PMEmulated,

@@ -69,7 +69,8 @@ type observation struct {
 	monitor               *pdpmv1.ClusterStatus
 	monitorErr            error
 	keyProblem            problem
-	clusterKey            string // the servers' cluster secret; "" with a keyProblem
+	clusterKey            string    // the servers' cluster secret; "" with a keyProblem
+	unsatisfiable         []problem // pods the nodes cannot run (unsatisfiable.go)
 	scaleDownRefused      string
 	rolloutPaused         string
 	partition             int32
@@ -86,7 +87,7 @@ type problem struct{ reason, message string }
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 
@@ -201,6 +202,9 @@ func (r *PDPMClusterReconciler) reconcileChildren(ctx context.Context, c *pdpmv1
 		}
 	}
 	obs.gateway = gw
+	if obs.unsatisfiable, err = r.unsatisfiable(ctx, c, pods); err != nil {
+		return err
+	}
 	if pmOnHost(c) {
 		recordPMNodes(c, pods)
 	}

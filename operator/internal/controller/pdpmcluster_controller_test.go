@@ -62,6 +62,8 @@ func TestCreateMakesAllChildren(t *testing.T) {
 	for _, line := range []string{
 		"segment_size = 8388608", "replica_count = 2", "transport = tcp", "pm_mode = emulated",
 		"pm_path = /var/lib/pdpm/pm/pm.img", "pm_size = 67108864", "etcd_mode = embedded",
+		// The API's failure-detection defaults reach the monitor.
+		"heartbeat_interval = 200ms", "suspect_timeout = 2000ms", "down_timeout = 5000ms",
 		fmt.Sprintf("monitor_endpoints = pdpm-monitor-0.pdpm-monitor.%[1]s.svc:7400,pdpm-monitor-1.pdpm-monitor.%[1]s.svc:7400,pdpm-monitor-2.pdpm-monitor.%[1]s.svc:7400", ns),
 	} {
 		if !strings.Contains(conf, line+"\n") {
@@ -381,6 +383,17 @@ func TestValidationRejects(t *testing.T) {
 		{"cleanup policy", "spec.cleanupPolicy", func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.CleanupPolicy = "Delete" }},
 		{"no tag", "spec.images.tag", func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Images.Tag = "" }},
 		{"pull policy", "spec.images.pullPolicy", func(c *pdpmv1alpha1.PDPMCluster) { c.Spec.Images.PullPolicy = "Sometimes" }},
+		{"heartbeat too often", "spec.monitor.failureDetection.heartbeatIntervalMilliseconds", func(c *pdpmv1alpha1.PDPMCluster) {
+			c.Spec.Monitor.FailureDetection.HeartbeatIntervalMilliseconds = 5
+		}},
+		{"suspect before a heartbeat is due", "suspectAfterMilliseconds must be longer than heartbeatIntervalMilliseconds", func(c *pdpmv1alpha1.PDPMCluster) {
+			c.Spec.Monitor.FailureDetection = pdpmv1alpha1.FailureDetectionSpec{HeartbeatIntervalMilliseconds: 500,
+				SuspectAfterMilliseconds: 500, DownAfterMilliseconds: 2000}
+		}},
+		{"down before suspect", "downAfterMilliseconds must be longer than suspectAfterMilliseconds", func(c *pdpmv1alpha1.PDPMCluster) {
+			c.Spec.Monitor.FailureDetection = pdpmv1alpha1.FailureDetectionSpec{HeartbeatIntervalMilliseconds: 100,
+				SuspectAfterMilliseconds: 1000, DownAfterMilliseconds: 800}
+		}},
 		{"long name", "at most 40 characters", func(c *pdpmv1alpha1.PDPMCluster) { c.Name = strings.Repeat("p", 41) }},
 	}
 	for _, tc := range create {
@@ -1178,4 +1191,75 @@ func TestReconcileIsIdempotent(t *testing.T) {
 	if after := versions(); !slices.Equal(before, after) {
 		t.Errorf("reconciling an unchanged cluster wrote objects:\nbefore %v\nafter  %v", before, after)
 	}
+}
+
+// setPodStatus plays the scheduler or the kubelet: the pod's status.
+func setPodStatus(t *testing.T, ns, name string, st corev1.PodStatus) {
+	t.Helper()
+	eventually(t, func() error {
+		p := &corev1.Pod{}
+		if err := get(t, ns, name, p); err != nil {
+			return err
+		}
+		p.Status = st
+		return k8s.Status().Update(context.Background(), p)
+	})
+}
+
+// A cluster the API accepts but the nodes cannot run says why, in Ready
+// and Degraded, with phase Blocked: a server pod the scheduler cannot place
+// (its message quoted), and one on a node without its DevDax device (the
+// kubelet's FailedMount event quoted). It is Ready again once they run.
+func TestUnsatisfiableClusterSaysWhy(t *testing.T) {
+	ns, _, c := healthyCluster(t)
+	const noNode = "0/3 nodes are available: 3 Insufficient pdpm.io/dax."
+	setPodStatus(t, ns, "pdpm-server-2", corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: noNode, LastTransitionTime: metav1.Now()}}})
+	cur := waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPodsUnschedulable)
+	if m := condition(cur, pdpmv1alpha1.ConditionReady).Message; m != "pod pdpm-server-2 cannot be scheduled: "+noNode {
+		t.Errorf("Ready message %q", m)
+	}
+	if d := condition(cur, pdpmv1alpha1.ConditionDegraded); d.Reason != ReasonPodsUnschedulable || !strings.Contains(d.Message, noNode) {
+		t.Errorf("Degraded %s: %q", d.Reason, d.Message)
+	}
+	if cur.Status.Phase != pdpmv1alpha1.PhaseBlocked {
+		t.Errorf("phase %s, want Blocked", cur.Status.Phase)
+	}
+
+	// Scheduled on node-2, which lacks the device: the kubelet cannot set
+	// up the volume and says so in an event of the pod.
+	pod := &corev1.Pod{}
+	mustGet(t, ns, "pdpm-server-1", pod)
+	setPodStatus(t, ns, "pdpm-server-1", corev1.PodStatus{Phase: corev1.PodPending,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "pdpm-server", Image: "pdpm/core:0.1.0",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}})
+	const noDevice = `MountVolume.SetUp failed for volume "pm" : hostPath type check failed: /dev/dax0.0 is not a character device`
+	failedMount := func(name, msg string, at time.Time, count int32) {
+		ev := &corev1.Event{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID,
+				APIVersion: "v1"},
+			Reason: "FailedMount", Message: msg, Type: corev1.EventTypeWarning,
+			Source:        corev1.EventSource{Component: "kubelet", Host: "node-1"},
+			LastTimestamp: metav1.NewTime(at), FirstTimestamp: metav1.NewTime(at), Count: count,
+		}
+		if err := k8s.Create(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The newest event is a one-off (a cache not yet synced, as busy
+	// kubelets report at pod start): no cause. The repeated one is.
+	failedMount("pdpm-server-1.once", `MountVolume.SetUp failed for volume "cluster-key" : failed to sync secret cache`, time.Now(), 1)
+	failedMount("pdpm-server-1.mount", noDevice, time.Now().Add(-10*time.Second), 3)
+	cur = waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPMUnavailable)
+	want := "pod pdpm-server-1 on node node-1 cannot mount its volumes: " + noDevice
+	if m := condition(cur, pdpmv1alpha1.ConditionReady).Message; !strings.HasPrefix(m, want+"; pod pdpm-server-2 cannot be scheduled") {
+		t.Errorf("Ready message %q, want both pods, the mount first", m)
+	}
+
+	// Fixed (the device appeared, the resource was advertised): Ready.
+	setPodReady(t, ns, "pdpm-server-1", true)
+	setPodReady(t, ns, "pdpm-server-2", true)
+	waitCondition(t, c, pdpmv1alpha1.ConditionReady, metav1.ConditionTrue, "Ready")
 }

@@ -139,23 +139,27 @@ func monitorEndpoints(c *pdpmv1alpha1.PDPMCluster) string {
 // one "key = value" per line, keys sorted.
 func clusterConfig(c *pdpmv1alpha1.PDPMCluster) string {
 	pm := &c.Spec.Servers.PM
+	fd := &c.Spec.Monitor.FailureDetection
 	kv := map[string]string{
-		"config_version":    "1",
-		"cluster_name":      c.Name,
-		"cluster_namespace": c.Namespace,
-		"monitor_endpoints": monitorEndpoints(c),
-		"monitor_port":      fmt.Sprint(MonitorPort),
-		"etcd_mode":         strings.ToLower(string(c.Spec.Monitor.Etcd.Mode)),
-		"etcd_endpoints":    strings.Join(etcdEndpoints(c), ","),
-		"etcd_prefix":       fmt.Sprintf("/pdpm/%s/%s/", c.Namespace, c.Name),
-		"server_port":       fmt.Sprint(ServerPort),
-		"segment_size":      fmt.Sprint(c.Spec.Storage.SegmentSize.Value()),
-		"replica_count":     fmt.Sprint(c.Spec.Storage.ReplicaCount),
-		"tables":            fmt.Sprint(c.Spec.Storage.Tables),
-		"transport":         string(c.Spec.Servers.RDMA.Transport),
-		"pm_mode":           strings.ToLower(string(pm.Mode)),
-		"pm_path":           pmPath(pm),
-		"cluster_key_file":  keyMountPath + "/" + ClusterKeyField,
+		"config_version":     "1",
+		"cluster_name":       c.Name,
+		"cluster_namespace":  c.Namespace,
+		"monitor_endpoints":  monitorEndpoints(c),
+		"monitor_port":       fmt.Sprint(MonitorPort),
+		"etcd_mode":          strings.ToLower(string(c.Spec.Monitor.Etcd.Mode)),
+		"etcd_endpoints":     strings.Join(etcdEndpoints(c), ","),
+		"etcd_prefix":        fmt.Sprintf("/pdpm/%s/%s/", c.Namespace, c.Name),
+		"server_port":        fmt.Sprint(ServerPort),
+		"segment_size":       fmt.Sprint(c.Spec.Storage.SegmentSize.Value()),
+		"replica_count":      fmt.Sprint(c.Spec.Storage.ReplicaCount),
+		"tables":             fmt.Sprint(c.Spec.Storage.Tables),
+		"transport":          string(c.Spec.Servers.RDMA.Transport),
+		"pm_mode":            strings.ToLower(string(pm.Mode)),
+		"pm_path":            pmPath(pm),
+		"cluster_key_file":   keyMountPath + "/" + ClusterKeyField,
+		"heartbeat_interval": fmt.Sprintf("%dms", fd.HeartbeatIntervalMilliseconds),
+		"suspect_timeout":    fmt.Sprintf("%dms", fd.SuspectAfterMilliseconds),
+		"down_timeout":       fmt.Sprintf("%dms", fd.DownAfterMilliseconds),
 	}
 	if pm.Mode == pdpmv1alpha1.PMEmulated {
 		kv["pm_size"] = fmt.Sprint(pm.Emulated.Size.Value())

@@ -82,7 +82,8 @@ func (r *PDPMClusterReconciler) computeStatus(c *pdpmv1alpha1.PDPMCluster, obs *
 	}
 
 	// Degraded: what is known to be wrong now.
-	var problems []problem
+	// Pods the nodes cannot run come first: they explain the rest.
+	problems := append([]problem{}, obs.unsatisfiable...)
 	if obs.reconcileErr != nil {
 		problems = append(problems, problem{"ReconcileFailed", obs.reconcileErr.Error()})
 	}
@@ -119,6 +120,11 @@ func (r *PDPMClusterReconciler) computeStatus(c *pdpmv1alpha1.PDPMCluster, obs *
 	// Ready: everything as the spec says and healthy.
 	readyCond := pdpmv1alpha1.ConditionReady
 	switch {
+	case len(obs.unsatisfiable) > 0:
+		// Accepted by the API, but no waiting helps: the nodes or the spec
+		// must change.
+		set(readyCond, metav1.ConditionFalse, obs.unsatisfiable[0].reason, joinProblems(obs.unsatisfiable))
+		st.Phase = pdpmv1alpha1.PhaseBlocked
 	case obs.scaleDownRefused != "":
 		set(readyCond, metav1.ConditionFalse, "ScaleDownRefused", obs.scaleDownRefused)
 		st.Phase = pdpmv1alpha1.PhaseBlocked

@@ -203,6 +203,7 @@ type ServerInfo struct {
 	SegmentCount        uint32                 `protobuf:"varint,10,opt,name=segment_count,json=segmentCount,proto3" json:"segment_count,omitempty"` // segments cut from its PM
 	SegmentsUsed        uint32                 `protobuf:"varint,11,opt,name=segments_used,json=segmentsUsed,proto3" json:"segments_used,omitempty"` // local segments holding a primary or backup
 	Tables              uint32                 `protobuf:"varint,12,opt,name=tables,proto3" json:"tables,omitempty"`                                 // object-store tables it owns
+	JoinToken           string                 `protobuf:"bytes,13,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`           // RegisterServerRequest.join_token of its join
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -321,6 +322,13 @@ func (x *ServerInfo) GetTables() uint32 {
 	return 0
 }
 
+func (x *ServerInfo) GetJoinToken() string {
+	if x != nil {
+		return x.JoinToken
+	}
+	return ""
+}
+
 type RegisterServerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
@@ -329,6 +337,10 @@ type RegisterServerRequest struct {
 	Info          *ServerInfo            `protobuf:"bytes,4,opt,name=info,proto3" json:"info,omitempty"`
 	SegmentCount  uint32                 `protobuf:"varint,5,opt,name=segment_count,json=segmentCount,proto3" json:"segment_count,omitempty"` // segments cut from its PM
 	SegmentSize   uint64                 `protobuf:"varint,6,opt,name=segment_size,json=segmentSize,proto3" json:"segment_size,omitempty"`
+	// A new server's random token, the same on every retry of its join: a
+	// join retried after a lost reply (a timeout) gets the member the first
+	// attempt created instead of a second one that would never heartbeat.
+	JoinToken     string `protobuf:"bytes,7,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -403,6 +415,13 @@ func (x *RegisterServerRequest) GetSegmentSize() uint64 {
 		return x.SegmentSize
 	}
 	return 0
+}
+
+func (x *RegisterServerRequest) GetJoinToken() string {
+	if x != nil {
+		return x.JoinToken
+	}
+	return ""
 }
 
 type RegisterServerResponse struct {
@@ -2022,7 +2041,7 @@ var File_pdpm_v1_monitor_proto protoreflect.FileDescriptor
 
 const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\n" +
-	"\x15pdpm/v1/monitor.proto\x12\apdpm.v1\"\xe7\x03\n" +
+	"\x15pdpm/v1/monitor.proto\x12\apdpm.v1\"\x86\x04\n" +
 	"\n" +
 	"ServerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x18\n" +
@@ -2038,17 +2057,21 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\rsegment_count\x18\n" +
 	" \x01(\rR\fsegmentCount\x12#\n" +
 	"\rsegments_used\x18\v \x01(\rR\fsegmentsUsed\x12\x16\n" +
-	"\x06tables\x18\f \x01(\rR\x06tables\x1a9\n" +
+	"\x06tables\x18\f \x01(\rR\x06tables\x12\x1d\n" +
+	"\n" +
+	"join_token\x18\r \x01(\tR\tjoinToken\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x02\n" +
 	"\x15RegisterServerRequest\x12%\n" +
 	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12!\n" +
 	"\fcluster_uuid\x18\x02 \x01(\tR\vclusterUuid\x12\x1b\n" +
 	"\tserver_id\x18\x03 \x01(\rR\bserverId\x12'\n" +
 	"\x04info\x18\x04 \x01(\v2\x13.pdpm.v1.ServerInfoR\x04info\x12#\n" +
 	"\rsegment_count\x18\x05 \x01(\rR\fsegmentCount\x12!\n" +
-	"\fsegment_size\x18\x06 \x01(\x04R\vsegmentSize\"\xe5\x01\n" +
+	"\fsegment_size\x18\x06 \x01(\x04R\vsegmentSize\x12\x1d\n" +
+	"\n" +
+	"join_token\x18\a \x01(\tR\tjoinToken\"\xe5\x01\n" +
 	"\x16RegisterServerResponse\x12!\n" +
 	"\fcluster_uuid\x18\x01 \x01(\tR\vclusterUuid\x12\x1b\n" +
 	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12\x14\n" +

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <thread>
 
@@ -93,6 +94,14 @@ TEST_F(MonitorConfigTest, StartsFromTheOperatorsFile) {
                     "--secret-file", secret_, "--lease-ttl", "2s"},
                    log);
   ASSERT_FALSE(address.empty()) << FileTail(log);
+  // The failure-detection timing is the file's.
+  for (const char* key : {"heartbeat_interval", "suspect_timeout", "down_timeout"}) {
+    std::string ms = golden_.Get(key);
+    ASSERT_TRUE(ms.size() > 2 && ms.substr(ms.size() - 2) == "ms") << key << " = " << ms;
+    ms.resize(ms.size() - 2);
+    std::string logged = std::string(key) + "_ms=" + ms;
+    EXPECT_NE(FileTail(log).find(logged), std::string::npos) << logged << "\n" << FileTail(log);
+  }
   MonitorClientOptions mo;
   mo.cluster_secret = kSecret;
   MonitorClient client(address, mo);
@@ -121,7 +130,14 @@ TEST_F(MonitorConfigTest, StartsFromTheOperatorsFile) {
   ASSERT_FALSE(standby_address.empty()) << FileTail(standby_log);
   v1::ClusterStatus st;
   MonitorClient via_standby(standby_address, mo);
-  ASSERT_TRUE(via_standby.GetClusterStatus(&st).ok());
+  // A standby answers UNAVAILABLE ("no leader is elected yet") until it has
+  // read the election from etcd, which may be after it serves.
+  for (auto deadline = Clock::now() + std::chrono::seconds(30); Clock::now() < deadline;) {
+    s = via_standby.GetClusterStatus(&st);
+    if (s.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << FileTail(standby_log);
   EXPECT_EQ(st.leader(), address);
 }
 
@@ -137,10 +153,13 @@ TEST_F(MonitorConfigTest, TakesEtcdMembersFromTheFile) {
 }
 
 TEST_F(MonitorConfigTest, BadFilesAreClearErrors) {
+  const std::string garbage_line =
+      "line " + std::to_string(std::count(golden_text_.begin(), golden_text_.end(), '\n') + 1) +
+      ": not a key = value line: just words";
   struct Case {
     std::string text, name, expect;
   } cases[] = {
-      {golden_text_ + "just words\n", "garbage", "line 19: not a key = value line: just words"},
+      {golden_text_ + "just words\n", "garbage", garbage_line},
       {WithLine("config_version", "config_version = 2"), "version", "config_version 2"},
       {WithLine("etcd_mode", "etcd_mode = sideways"), "mode", "want embedded or external"},
       {WithLine("etcd_endpoints", "etcd_endpoints = https://etcd-0.example:2379"), "tls",
@@ -149,6 +168,10 @@ TEST_F(MonitorConfigTest, BadFilesAreClearErrors) {
       {WithLine("replica_count", "replica_count = three"), "replicas", "is not a number"},
       {WithLine("tables", "tables = many"), "tables", "is not a number"},
       {golden_text_ + "transport = verbs\n", "twice", "transport is given twice"},
+      {WithLine("heartbeat_interval", "heartbeat_interval = soon"), "heartbeat",
+       "heartbeat_interval"},
+      {WithLine("down_timeout", "down_timeout = 1s"), "down-before-suspect",
+       "--down-timeout must be longer than --suspect-timeout"},
   };
   for (const Case& c : cases) {
     std::string out = Refused(c.text, c.name);
