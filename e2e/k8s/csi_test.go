@@ -33,27 +33,13 @@ const (
 // TestCSIOnKubernetes: issue 19's scenarios, in order (each builds on the
 // previous one; the first failure stops it).
 func TestCSIOnKubernetes(t *testing.T) {
-	c := &cluster{kubeconfig: *kubeconfig, kubectlBin: *kubectlBin, helmBin: *helmBin}
 	ctx := context.Background()
-	root := repo(t)
-	tg := imageTag(t)
-
-	if !*keep {
-		t.Cleanup(func() {
-			if t.Failed() && *logsDir != "" {
-				saveLogs(c, *logsDir)
-			}
-			cctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-			defer cancel()
-			// Pods and claims first (their mounts need the node plugin, the
-			// volumes the controller), then the cluster, then the release.
-			_, _ = c.kubectl(cctx, "-n", *ns, "delete", "pods,pvc", "--all", "--timeout=2m")
-			_, _ = c.kubectl(cctx, "delete", "pv", "-l", "pdpm-e2e=csi", "--timeout=1m")
-			_, _ = c.kubectl(cctx, "-n", *ns, "delete", "pdpmclusters", "--all", "--timeout=2m")
-			_, _ = c.kubectl(cctx, "delete", "namespace", *ns, "--ignore-not-found", "--timeout=2m")
-			_, _ = c.helm(cctx, "-n", *opNS, "uninstall", releaseName, "--wait", "--timeout=1m")
-		})
-	}
+	// Pods and claims first (their mounts need the node plugin, the volumes
+	// the controller), then the persistent volumes.
+	c, root, tg := startSuite(t, 4*time.Minute, func(ctx context.Context, c *cluster) {
+		_, _ = c.kubectl(ctx, "-n", *ns, "delete", "pods,pvc", "--all", "--timeout=2m")
+		_, _ = c.kubectl(ctx, "delete", "pv", "-l", "pdpm-e2e=csi", "--timeout=1m")
+	})
 
 	phase(t, "csi-helm-install", func(t *testing.T) { testCSIInstall(ctx, t, c, root, tg) })
 	phase(t, "csi-cluster-ready", func(t *testing.T) { testCSICluster(ctx, t, c, root, tg) })

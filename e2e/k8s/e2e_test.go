@@ -72,28 +72,36 @@ func phase(t *testing.T, name string, f func(t *testing.T)) {
 	}
 }
 
-// TestPDPMOnKubernetes is the issue's user story, scenario by scenario,
-// against the cluster the kubeconfig names.
-func TestPDPMOnKubernetes(t *testing.T) {
+// startSuite returns the cluster the kubeconfig names, the repository's
+// root and the image tag under test. Unless -keep is set it registers the
+// suite's teardown: logs saved on failure, `first` (what must go before the
+// clusters), the clusters (their finalizer needs the operator), the
+// namespace, then the release — best effort, within `timeout`.
+func startSuite(t *testing.T, timeout time.Duration, first func(context.Context, *cluster)) (*cluster, string, string) {
 	c := &cluster{kubeconfig: *kubeconfig, kubectlBin: *kubectlBin, helmBin: *helmBin}
-	ctx := context.Background()
 	root := repo(t)
 	tg := imageTag(t)
-
 	if !*keep {
 		t.Cleanup(func() {
 			if t.Failed() && *logsDir != "" {
 				saveLogs(c, *logsDir)
 			}
-			cctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			// Best effort: the clusters first (their finalizer needs the
-			// operator), then the release.
-			_, _ = c.kubectl(cctx, "-n", *ns, "delete", "pdpmclusters", "--all", "--timeout=2m")
-			_, _ = c.kubectl(cctx, "delete", "namespace", *ns, "--ignore-not-found", "--timeout=2m")
-			_, _ = c.helm(cctx, "-n", *opNS, "uninstall", releaseName, "--wait", "--timeout=1m")
+			first(ctx, c)
+			_, _ = c.kubectl(ctx, "-n", *ns, "delete", "pdpmclusters", "--all", "--timeout=2m")
+			_, _ = c.kubectl(ctx, "delete", "namespace", *ns, "--ignore-not-found", "--timeout=2m")
+			_, _ = c.helm(ctx, "-n", *opNS, "uninstall", releaseName, "--wait", "--timeout=1m")
 		})
 	}
+	return c, root, tg
+}
+
+// TestPDPMOnKubernetes is the issue's user story, scenario by scenario,
+// against the cluster the kubeconfig names.
+func TestPDPMOnKubernetes(t *testing.T) {
+	ctx := context.Background()
+	c, root, tg := startSuite(t, 3*time.Minute, func(context.Context, *cluster) {})
 
 	phase(t, "chart-versions", func(t *testing.T) { testChartVersions(t, root, tg) })
 	phase(t, "1-helm-install", func(t *testing.T) { testHelmInstall(ctx, t, c, root, tg) })
