@@ -22,8 +22,10 @@ namespace pdpm::net::testing {
 
 // RPC methods the rpc tests call on a peer's server.
 enum TestMethod : uint16_t {
-  kEcho = 1,       // reply = request
-  kSleepMs = 2,    // request: u32 milliseconds; sleeps, replies empty
+  kEcho = 1,  // reply = request
+  // request: u32 milliseconds; sleeps; reply: two u64, the server's
+  // steady clock (ns) when the sleep began and ended
+  kSleepMs = 2,
   kFail = 3,       // fails with kAborted
   kMakeBytes = 4,  // request: u32 n; reply: n bytes, byte i = i * 13
   kSum = 5,        // reply: u64 sum of the request's bytes

@@ -36,11 +36,20 @@ void RegisterTestMethods(RpcServer* server) {
     reply->assign(reinterpret_cast<const char*>(req.data()), req.size());
     return Status::OK();
   });
-  server->Register(kSleepMs, [](std::span<const uint8_t> req, std::string*) {
+  server->Register(kSleepMs, [](std::span<const uint8_t> req, std::string* reply) {
     uint32_t ms = 0;
     if (req.size() != 4) return Status::InvalidArgument("sleep wants a u32");
     std::memcpy(&ms, req.data(), 4);
+    auto now = [] {
+      return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now().time_since_epoch())
+                                       .count());
+    };
+    uint64_t span[2];
+    span[0] = now();
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    span[1] = now();
+    reply->assign(reinterpret_cast<const char*>(span), sizeof(span));
     return Status::OK();
   });
   server->Register(kFail, [](std::span<const uint8_t>, std::string*) {
