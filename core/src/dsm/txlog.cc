@@ -473,9 +473,9 @@ void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count,
     uint64_t tail, next_seq;
     ScanChain(a, area_size, start_word, &records, &wrapped, &tail, &next_seq);
     std::vector<bool> superseded = Superseded(records);
-    for (size_t i = 0; i < records.size(); i++) {
-      if (superseded[i]) continue;
-      const TxRecord& r = records[i];
+    for (size_t k = 0; k < records.size(); k++) {
+      if (superseded[k]) continue;
+      const TxRecord& r = records[k];
       std::string rw = where + "record " + std::to_string(r.seq) + ": ";
       if (r.kind != TxRecordKind::kLock && r.kind != TxRecordKind::kBackup &&
           r.kind != TxRecordKind::kAlloc && r.kind != TxRecordKind::kBackupAlloc) {
@@ -494,9 +494,8 @@ void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count,
         out->in_doubt++;
         if (out->in_doubt_records.size() < kMaxInDoubtListed) {
           out->in_doubt_records.push_back(
-              "area " + std::to_string(i) + " record " + std::to_string(r.seq) + ": kind " +
-              std::to_string(static_cast<int>(r.kind)) + ", " + std::string(TxStateName(r.state)) +
-              ", tx " + std::to_string(r.tx) + ", holder " +
+              rw + "kind " + std::to_string(static_cast<int>(r.kind)) + ", " +
+              std::string(TxStateName(r.state)) + ", tx " + std::to_string(r.tx) + ", holder " +
               ((r.flags & kTxRecordHolderIsTable) != 0 ? "table " : "segment ") +
               std::to_string(r.holder_segment) +
               ((r.flags & kTxRecordHolder) != 0 ? " (this is the holder)" : ""));
