@@ -6,34 +6,31 @@
 // Sets every key to V (if none exists, with --nx) and prints "applied" or
 // "not applied". Exit 0 on success, 1 on an error, 2 on a bad command line.
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
-#include "client/cluster_harness.h"
-#include "common/flags.h"
+#include "client/test_client_process.h"
 #include "pdkvs/cluster/cluster_kv_store.h"
 
 int main(int argc, char** argv) {
-  std::string monitor, secret_file, keys, value;
+  std::string keys, value;
   bool nx = false;
-  pdpm::FlagParser p("pdkvs_cluster_mput");
-  p.AddString("monitor", &monitor, "monitor host:port");
-  p.AddString("secret-file", &secret_file, "cluster secret file");
-  p.AddString("keys", &keys, "comma-separated keys");
-  p.AddString("value", &value, "the value of every key");
-  p.AddBool("nx", &nx, "only if none of the keys exists");
-  pdpm::Status s = p.Parse(argc, argv);
-  if (s.ok() && p.PrintUsageIfAsked()) return 0;
-  if (!s.ok() || keys.empty()) {
-    std::fprintf(stderr, "%s\n%s", s.ToString().c_str(), p.Usage().c_str());
+  pdpm::client::ClientOptions options;
+  auto code = pdpm::client::ParseTestClientFlags(
+      "pdkvs_cluster_mput", argc, argv,
+      [&](pdpm::FlagParser* p) {
+        p->AddString("keys", &keys, "comma-separated keys");
+        p->AddString("value", &value, "the value of every key");
+        p->AddBool("nx", &nx, "only if none of the keys exists");
+      },
+      &options);
+  if (code) return *code;
+  if (keys.empty()) {
+    std::fprintf(stderr, "--keys is needed\n");
     return 2;
   }
-  std::ifstream sf(secret_file);
-  std::string secret;
-  sf >> secret;
   std::unique_ptr<pdpm::pdkvs::ClusterKvStore> kv;
-  s = pdpm::pdkvs::ClusterKvStore::Open(pdpm::client::TestClientOptions(monitor, secret), &kv);
+  pdpm::Status s = pdpm::pdkvs::ClusterKvStore::Open(options, &kv);
   if (!s.ok()) {
     std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
     return 1;
