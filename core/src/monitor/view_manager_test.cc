@@ -55,6 +55,7 @@ class ViewManagerTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
 
+ public:
   static v1::RegisterServerRequest NewServer(int n) {
     v1::RegisterServerRequest req;
     req.set_cluster_secret(kSecret);
@@ -65,6 +66,7 @@ class ViewManagerTest : public ::testing::Test {
     return req;
   }
 
+ protected:
   std::string dir_;
   int null_fd_ = -1;
   MonitorOptions options_;
@@ -196,24 +198,34 @@ class LoopbackPort {
   std::string address_;
 };
 
+// Registers a server at `primary` and one at `backup`, and allocates a
+// segment on the first whose backup is on the second.
+void RegisterWithASegmentBackedUpOnTheOther(ViewManager* manager, const LoopbackPort& primary,
+                                            const LoopbackPort& backup,
+                                            v1::RegisterServerResponse* rp,
+                                            v1::RegisterServerResponse* rb) {
+  v1::RegisterServerRequest req = ViewManagerTest::NewServer(1);
+  req.mutable_info()->set_address(primary.address());
+  ASSERT_TRUE(manager->RegisterServer(req, rp).ok());
+  req = ViewManagerTest::NewServer(2);
+  req.mutable_info()->set_address(backup.address());
+  ASSERT_TRUE(manager->RegisterServer(req, rb).ok());
+  v1::AllocateSegmentRequest a;
+  a.set_cluster_secret(kSecret);
+  a.set_server_id(rp->server_id());
+  a.set_local_index(0);
+  a.set_access_key(7);
+  v1::AllocateSegmentResponse seg;
+  ASSERT_TRUE(manager->AllocateSegment(a, &seg).ok());
+  ASSERT_EQ(seg.mapping().backups_size(), 1);
+}
+
 TEST_F(ViewManagerTest, UnreachableReportDownsOnlyARefusingServer) {
   ASSERT_NO_FATAL_FAILURE(Open());
   LoopbackPort alive(true), dead(false);
   v1::RegisterServerResponse ra, rd;
-  v1::RegisterServerRequest req = NewServer(1);
-  req.mutable_info()->set_address(alive.address());
-  ASSERT_TRUE(manager_->RegisterServer(req, &ra).ok());
-  req = NewServer(2);
-  req.mutable_info()->set_address(dead.address());
-  ASSERT_TRUE(manager_->RegisterServer(req, &rd).ok());
-  v1::AllocateSegmentRequest a;
-  a.set_cluster_secret(kSecret);
-  a.set_server_id(ra.server_id());
-  a.set_local_index(0);
-  a.set_access_key(7);
-  v1::AllocateSegmentResponse seg;
-  ASSERT_TRUE(manager_->AllocateSegment(a, &seg).ok());
-  ASSERT_EQ(seg.mapping().backups_size(), 1);  // on the refusing server
+  ASSERT_NO_FATAL_FAILURE(
+      RegisterWithASegmentBackedUpOnTheOther(manager_.get(), alive, dead, &ra, &rd));
 
   v1::ReportUnreachableRequest report;
   report.set_cluster_secret(kSecret);
@@ -364,20 +376,8 @@ TEST_F(GatedViewManagerTest, ServerBeingDeclaredDownGetsNoLeaseUntilTheViewIsSto
   ASSERT_NO_FATAL_FAILURE(OpenGated());
   LoopbackPort alive(true), dead(false);
   v1::RegisterServerResponse ra, rd;
-  v1::RegisterServerRequest req = NewServer(1);
-  req.mutable_info()->set_address(alive.address());
-  ASSERT_TRUE(manager_->RegisterServer(req, &ra).ok());
-  req = NewServer(2);
-  req.mutable_info()->set_address(dead.address());
-  ASSERT_TRUE(manager_->RegisterServer(req, &rd).ok());
-  v1::AllocateSegmentRequest a;
-  a.set_cluster_secret(kSecret);
-  a.set_server_id(ra.server_id());
-  a.set_local_index(0);
-  a.set_access_key(7);
-  v1::AllocateSegmentResponse seg;
-  ASSERT_TRUE(manager_->AllocateSegment(a, &seg).ok());
-  ASSERT_EQ(seg.mapping().backups_size(), 1);  // on the refusing server
+  ASSERT_NO_FATAL_FAILURE(
+      RegisterWithASegmentBackedUpOnTheOther(manager_.get(), alive, dead, &ra, &rd));
   const uint64_t before = manager_->epoch();
 
   gate_->Close();
