@@ -25,9 +25,6 @@ using server::Encoder;
 
 // One-sided transfers move at most this much per op (the staging buffer).
 constexpr uint32_t kStagingSize = 1u << 20;
-// An op waiting this long on a server of a replicated cluster starts asking
-// whether the cluster moved its segment (GiveUpWhenMoved).
-constexpr int kHangSuspicionMs = 100;
 
 // An immutable snapshot of the cluster mapping; replaced whole on refresh.
 struct Mapping {
@@ -404,6 +401,7 @@ class ClientImpl final : public Client, public TxHost {
     auto m = Snapshot();
     struct Attempt {
       size_t call;
+      uint32_t table = 0;
       uint32_t server = 0;
       std::string request;
       ConnRef ref;
@@ -420,6 +418,7 @@ class ClientImpl final : public Client, public TxHost {
       }
       Attempt& a = attempts.emplace_back();
       a.call = i;
+      a.table = table;
       a.server = server;
       Encoder e(&a.request);
       e.Header({m->epoch, credential_});
@@ -446,7 +445,13 @@ class ClientImpl final : public Client, public TxHost {
       if (!a.posted) continue;
       TableCallArgs& c = calls[a.call];
       c.reply.clear();
-      Finished(a.server, &a.ref, a.ref.conn->rpc->Finish(&c.reply), &c, &again, a.call);
+      const uint32_t table = a.table;
+      const net::GiveUpFn give_up =
+          GiveUpWhen(*m, [table, server = a.server](const Mapping& newest) {
+            uint32_t now_at = 0;
+            return TableOwner(newest, table, &now_at).ok() && now_at != server;
+          });
+      Finished(a.server, &a.ref, a.ref.conn->rpc->Finish(&c.reply, give_up), &c, &again, a.call);
       Release(&a.ref);  // free for other threads while the rest is awaited
     }
     attempts.clear();  // every connection unlocked before the TableCalls
@@ -565,7 +570,7 @@ class ClientImpl final : public Client, public TxHost {
       if (s.ok()) {
         reply->clear();
         s = ref.conn->rpc->Call(method, {reinterpret_cast<const uint8_t*>(req.data()), req.size()},
-                                reply);
+                                reply, 0, GiveUpWhenRerouted(*m, route, server));
         if (IsConnectionFailure(s)) {
           ref.conn->rpc.reset();
           maybe_applied = true;
@@ -788,27 +793,42 @@ class ClientImpl final : public Client, public TxHost {
   // staged chunk posted to all copies before any completion is awaited.
   // `*failed` names the copy whose server failed first.
   // With copies, a wait on a server that stopped answering ends as soon as
-  // the cluster has moved `segment` (its copies in a newer view differ
-  // from `m`'s) rather than after the op timeout: the op is retried on the
-  // new copies (docs/replication.md "Leases"). Only an op that has waited
-  // kHangSuspicionMs asks, and the monitor is asked first only whether the
-  // epoch changed.
-  net::GiveUpFn GiveUpWhenMoved(const Mapping& m, uint32_t segment) {
-    if (m.replica_count == 1) return {};
-    const auto start = std::chrono::steady_clock::now();
-    return [this, &m, segment, start] {
-      if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(kHangSuspicionMs)) {
-        return false;
-      }
+  // a newer view has moved what the wait is for (`moved`, given the newest
+  // view) rather than after the op timeout: the op is retried where the
+  // data went (docs/replication.md "Leases"). Only a wait that has lasted
+  // options_.hang_suspicion_ms asks, and the monitor is asked first only whether its
+  // epoch is newer than the client's — the newest the client knows, not
+  // `m`'s: a view that changed something else (a table moved off the
+  // server when it turned SUSPECT) must not end the asking before the one
+  // that moves the data.
+  net::GiveUpFn GiveUpWhen(const Mapping& m, std::function<bool(const Mapping&)> moved) {
+    if (m.replica_count == 1 || options_.hang_suspicion_ms == 0) return {};
+    const auto ask_from =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.hang_suspicion_ms);
+    return [this, moved = std::move(moved), ask_from] {
+      if (std::chrono::steady_clock::now() < ask_from) return false;
       auto current = Snapshot();
-      if (current->epoch == m.epoch) {
-        v1::GetMappingResponse resp;
-        if (!monitor_->GetMapping(m.epoch, &resp).ok() || resp.unchanged()) return false;
-        if (!RefreshMapping().ok()) return false;
-        current = Snapshot();
-      }
-      return CopiesDiffer(m, *current, segment);
+      if (moved(*current)) return true;
+      v1::GetMappingResponse resp;
+      if (!monitor_->GetMapping(current->epoch, &resp).ok() || resp.unchanged()) return false;
+      if (!RefreshMapping().ok()) return false;
+      return moved(*Snapshot());
     };
+  }
+
+  // For a one-sided op on `segment`: its copies in the newest view differ
+  // from `m`'s.
+  net::GiveUpFn GiveUpWhenMoved(const Mapping& m, uint32_t segment) {
+    return GiveUpWhen(
+        m, [&m, segment](const Mapping& newest) { return CopiesDiffer(m, newest, segment); });
+  }
+
+  // For an RPC to `server`: the newest view routes it to another server.
+  net::GiveUpFn GiveUpWhenRerouted(const Mapping& m, const Route& route, uint32_t server) {
+    return GiveUpWhen(m, [&route, server](const Mapping& newest) {
+      uint32_t now_at = 0;
+      return route(newest, &now_at).ok() && now_at != server;
+    });
   }
 
   static bool CopiesDiffer(const Mapping& a, const Mapping& b, uint32_t segment) {

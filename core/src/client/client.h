@@ -70,6 +70,13 @@ struct ClientOptions {
   // it gives up with kUnavailable. Longer than the monitor's down timeout
   // (10 s by default) plus a backup's promotion.
   uint32_t failover_wait_ms = 30000;
+  // With replication: an op or RPC waiting this long on a server starts
+  // asking the monitor (every 50 ms) whether a newer view moved what it
+  // waits for, and if so ends the wait and goes where the data went —
+  // a server that hangs without closing anything (frozen, cut off) costs
+  // the monitor's failover, not op_timeout_ms. 0: never asks (only the
+  // op timeout ends a wait).
+  uint32_t hang_suspicion_ms = 100;
   // Connections kept to each server (made on first use): at least one per
   // server core, and at least this many. A call takes a free one, so this
   // many threads calling one server at once need not wait for each other;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <future>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -493,6 +494,19 @@ class ReplicatedClusterTest : public ClusterFixture {
     }
     ADD_FAILURE() << "not replicated after 60 s:\n" << m.DebugString();
   }
+
+  // The index of the server that holds `segment`'s primary copy, -1 if none.
+  int PrimaryOf(uint32_t segment) {
+    uint32_t primary = 0;
+    const v1::GetMappingResponse m = Mapping();
+    for (const auto& seg : m.segments()) {
+      if (seg.segment() == segment) primary = seg.primary().server_id();
+    }
+    for (int i = 0; i < 3; i++) {
+      if (primary != 0 && IdOf(i) == primary) return i;
+    }
+    return -1;
+  }
 };
 
 // The first segment of a quiet cluster: no later change of the view makes
@@ -594,39 +608,26 @@ TEST_F(ReplicatedClusterTest, FrozenServerIsFencedByItsLeaseAndServesNothingStal
   ASSERT_TRUE(client_->Write(a, before.data(), kSize).ok());
   WaitReplicated({}, 3);
   ASSERT_TRUE(client_->RefreshMapping().ok());
-  // A client that learns the view now and never again by itself: after the
+  // A client that learns the view now and never again by itself (it never
+  // asks whether a hanging wait should follow a newer view): after the
   // failover it still routes to the frozen server.
   std::unique_ptr<Client> stale;
-  ASSERT_TRUE(OpenClient(&stale).ok());
+  ClientOptions never_asks = TestClientOptions(cluster_.monitor_address(), cluster_.secret());
+  never_asks.hang_suspicion_ms = 0;
+  ASSERT_TRUE(Client::Open(never_asks, &stale).ok());
   std::string got(kSize, '\0');
   ASSERT_TRUE(stale->Read(a, got.data(), kSize).ok());
   ASSERT_EQ(got, before);
 
-  uint32_t primary = 0;
-  const v1::GetMappingResponse before_freeze = Mapping();
-  for (const auto& seg : before_freeze.segments()) {
-    if (seg.segment() == a.segment) primary = seg.primary().server_id();
-  }
-  int victim = -1;
-  for (int i = 0; i < 3; i++) {
-    if (primary != 0 && IdOf(i) == primary) victim = i;
-  }
+  const int victim = PrimaryOf(a.segment);
   ASSERT_GE(victim, 0);
+  const uint32_t primary = IdOf(victim);
 
   std::vector<ChildProcess> load;
   StartLoad(2, 300, &load);
   WaitForProgress(50);
   const auto frozen_at = std::chrono::steady_clock::now();
-  cluster_.server(victim).Signal(SIGSTOP);
-  // The signal lands asynchronously: wait until the process is stopped.
-  const std::string stat_path = "/proc/" + std::to_string(cluster_.server(victim).pid()) + "/stat";
-  for (int i = 0; i < 1000; i++) {
-    std::ifstream in(stat_path);
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t paren = stat.rfind(')');
-    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T') break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(cluster_.server(victim).Freeze().ok());
   Status s = client_->Write(a, during.data(), kSize);
   const auto resumed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::steady_clock::now() - frozen_at)
@@ -692,6 +693,48 @@ TEST_F(ReplicatedClusterTest, FrozenServerIsFencedByItsLeaseAndServesNothingStal
   }
   std::printf("live servers: %d late heartbeats, the longest gap %ld ms\n", late, longest_gap_ms);
   StopServersAndExpectCleanPm(cluster_);
+}
+
+// A wait on a server that hangs without closing anything (SIGSTOP) ends
+// when the monitor's failover moves what it waits for, not at the op
+// timeout: with a ten-minute op timeout, a one-sided write and an RPC
+// (Persist) that were waiting on the frozen primary complete through the
+// promoted copy, and the data is there.
+TEST_F(ReplicatedClusterTest, WaitsOnAFrozenServerFollowTheFailoverNotTheOpTimeout) {
+  constexpr size_t kSize = 8192;
+  GlobalAddress a;
+  ASSERT_TRUE(client_->PAllocate(kSize, &a).ok());
+  ASSERT_TRUE(client_->Write(a, Pattern(kSize, 1).data(), kSize).ok());
+  WaitReplicated({}, 3);
+  ClientOptions patient = TestClientOptions(cluster_.monitor_address(), cluster_.secret());
+  patient.op_timeout_ms = 600'000;
+  std::unique_ptr<Client> writer, persister;
+  ASSERT_TRUE(Client::Open(patient, &writer).ok());
+  ASSERT_TRUE(Client::Open(patient, &persister).ok());
+  const int victim = PrimaryOf(a.segment);
+  ASSERT_GE(victim, 0);
+
+  ASSERT_TRUE(cluster_.server(victim).Freeze().ok());
+  const std::string data = Pattern(kSize, 2);
+  auto write = std::async(std::launch::async, [&] { return writer->Write(a, data.data(), kSize); });
+  auto persist = std::async(std::launch::async, [&] { return persister->Persist(a, kSize); });
+  // Far below the op timeout, far above a failover on a loaded host.
+  const auto bound = std::chrono::seconds(120);
+  const bool wrote = write.wait_for(bound) == std::future_status::ready;
+  const bool persisted = persist.wait_for(bound) == std::future_status::ready;
+  cluster_.server(victim).Signal(SIGCONT);
+  ASSERT_TRUE(wrote) << "the write still waited on the frozen server after 120 s";
+  ASSERT_TRUE(persisted) << "the Persist RPC still waited on the frozen server after 120 s";
+  Status s = write.get();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  s = persist.get();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_NE(PrimaryOf(a.segment), victim) << "completed without the segment moving";
+  std::unique_ptr<Client> fresh;
+  ASSERT_TRUE(OpenClient(&fresh).ok());
+  std::string got(kSize, '\0');
+  ASSERT_TRUE(fresh->Read(a, got.data(), kSize).ok());
+  EXPECT_EQ(got, data);
 }
 
 TEST_F(ReplicatedClusterTest, DrainedServerHoldsNothingAndLeaves) {

@@ -117,6 +117,20 @@ void ChildProcess::Signal(int sig) {
   if (pid_ > 0) ::kill(pid_, sig);
 }
 
+Status ChildProcess::Freeze() {
+  if (pid_ <= 0) return Status::Internal("freeze: the process is not running");
+  if (::kill(pid_, SIGSTOP) != 0) return Status::FromErrno("freeze: kill", errno);
+  int status = 0;
+  for (;;) {
+    pid_t r = ::waitpid(pid_, &status, WUNTRACED);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Status::FromErrno("freeze: waitpid", errno);
+    if (WIFSTOPPED(status)) return Status::OK();
+    pid_ = -1;  // exited: reaped
+    return Status::Internal("freeze: the process exited");
+  }
+}
+
 int ChildProcess::Wait() {
   int status = 0;
   if (pid_ > 0) {

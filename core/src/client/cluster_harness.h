@@ -46,6 +46,10 @@ class ChildProcess {
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
   void Signal(int sig);
+  // SIGSTOP, returning once the process is stopped (a signal lands
+  // asynchronously: until then it may still answer). kInternal if it is
+  // not running or exited instead. SIGCONT resumes it.
+  Status Freeze();
   // Waits for exit; returns the wait status.
   int Wait();
   // Waits at most `timeout_ms` for exit: true and its wait status if it

@@ -163,9 +163,9 @@ class RpcClient::Impl {
   }
 
   Status Call(uint16_t method, std::span<const uint8_t> request, std::string* reply,
-              uint32_t timeout_ms) {
+              uint32_t timeout_ms, const GiveUpFn& give_up) {
     PDPM_RETURN_IF_ERROR(Start(method, request, timeout_ms));
-    return Finish(reply);
+    return Finish(reply, give_up);
   }
 
   // Posts the request of the next Finish.
@@ -228,7 +228,7 @@ class RpcClient::Impl {
   }
 
   // Waits for the reply of the call Start posted.
-  Status Finish(std::string* reply) {
+  Status Finish(std::string* reply, const GiveUpFn& give_up) {
     if (!started_.pending) return Status::FailedPrecondition("rpc: no call started");
     started_.pending = false;
     const uint32_t s = started_.slot;
@@ -236,12 +236,20 @@ class RpcClient::Impl {
     const uint32_t timeout_ms = started_.timeout_ms;
     const Clock::time_point deadline = started_.deadline;
     Clock::time_point spin_until = Clock::now() + std::chrono::microseconds(options_.spin_us);
+    Clock::time_point next_ask = Clock::now() + std::chrono::milliseconds(kGiveUpCheckMs);
     for (;;) {
       bool done = false;
       Clock::time_point now = Clock::now();
       if (now >= deadline) {
         return Status::Timeout("rpc method " + std::to_string(method) + ": no reply in " +
                                std::to_string(timeout_ms) + " ms");
+      }
+      if (give_up && now >= next_ask) {
+        if (give_up()) {
+          return Status::Unavailable("rpc method " + std::to_string(method) +
+                                     ": gave up waiting for " + conn_->peer_address());
+        }
+        next_ask = Clock::now() + std::chrono::milliseconds(kGiveUpCheckMs);
       }
       if (now < spin_until) {
         PDPM_RETURN_IF_ERROR(Drain(&done, s, reply).WithContext("rpc call"));
@@ -356,16 +364,16 @@ Status RpcClient::Connect(Transport* transport, const std::string& address, uint
 }
 
 Status RpcClient::Call(uint16_t method, std::span<const uint8_t> request, std::string* reply,
-                       uint32_t timeout_ms) {
-  return impl_->Call(method, request, reply, timeout_ms);
+                       uint32_t timeout_ms, const GiveUpFn& give_up) {
+  return impl_->Call(method, request, reply, timeout_ms, give_up);
 }
 
 Status RpcClient::Start(uint16_t method, std::span<const uint8_t> request, uint32_t timeout_ms) {
   return impl_->Start(method, request, timeout_ms);
 }
 
-Status RpcClient::Finish(std::string* reply) {
-  return impl_->Finish(reply);
+Status RpcClient::Finish(std::string* reply, const GiveUpFn& give_up) {
+  return impl_->Finish(reply, give_up);
 }
 
 Connection& RpcClient::connection() {

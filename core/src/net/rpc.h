@@ -77,16 +77,20 @@ class RpcClient {
 
   // Calls `method`; kTimeout when no reply within timeout_ms (0: the
   // options' default), kUnavailable when the server is gone, kTooLarge for
-  // a payload over max_payload, else the handler's Status.
+  // a payload over max_payload, else the handler's Status. `give_up`, when
+  // given, is asked every kGiveUpCheckMs while the reply is awaited; true
+  // ends the wait with kUnavailable — the request may have reached the
+  // server, and its reply may still come: the caller drops this client
+  // before another call (as after a timeout).
   Status Call(uint16_t method, std::span<const uint8_t> request, std::string* reply,
-              uint32_t timeout_ms = 0);
+              uint32_t timeout_ms = 0, const GiveUpFn& give_up = {});
 
   // Call in two halves, so that one thread can have calls on several
   // connections in flight at once: Start posts the request (its deadline
   // runs from now) and Finish waits for its reply, with Call's results. At
   // most one started call per client; no other call until its Finish.
   Status Start(uint16_t method, std::span<const uint8_t> request, uint32_t timeout_ms = 0);
-  Status Finish(std::string* reply);
+  Status Finish(std::string* reply, const GiveUpFn& give_up = {});
 
   Connection& connection();
 

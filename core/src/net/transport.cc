@@ -42,6 +42,11 @@ Status ExecuteSync(Connection& conn, const Op& op, const GiveUpFn& give_up) {
 }
 
 Status AwaitCompletion(Connection& conn, uint64_t id, const GiveUpFn& give_up) {
+  // Asked by the clock, not only after a quiet poll: a connection with
+  // other traffic (or a transport waking its waiters on a tick) may never
+  // be quiet for a whole kGiveUpCheckMs while this op hangs.
+  using Clock = std::chrono::steady_clock;
+  auto next_ask = Clock::now() + std::chrono::milliseconds(kGiveUpCheckMs);
   Completion c;
   for (;;) {
     if (conn.PollCompletions({&c, 1}) == 1) {
@@ -56,10 +61,11 @@ Status AwaitCompletion(Connection& conn, uint64_t id, const GiveUpFn& give_up) {
       continue;
     }
     pollfd p{conn.notify_fd(), POLLIN, 0};
-    const int ready = ::poll(&p, 1, kGiveUpCheckMs);
+    ::poll(&p, 1, kGiveUpCheckMs);
     conn.AckNotify();
-    if (ready == 0 && give_up && give_up()) {
-      return Status::Unavailable("gave up waiting for " + conn.peer_address());
+    if (give_up && Clock::now() >= next_ask) {
+      if (give_up()) return Status::Unavailable("gave up waiting for " + conn.peer_address());
+      next_ask = Clock::now() + std::chrono::milliseconds(kGiveUpCheckMs);
     }
   }
 }

@@ -141,7 +141,8 @@ int Run(int argc, char** argv) {
     if (!s.ok()) return Fail("round " + std::to_string(r), s);
     auto start = Clock::now();
     if (freeze) {
-      cluster.server(victim).Signal(SIGSTOP);
+      s = cluster.server(victim).Freeze();
+      if (!s.ok()) return Fail("freeze server " + std::to_string(victim), s);
     } else {
       cluster.KillServer(victim);
     }
