@@ -22,7 +22,7 @@ build=$(cd "${1:?usage: run.sh <build-dir> [--bench]}" && pwd)
 bench=${2:-}
 labels=${PDPM_HW_LABELS:-pm net pdkvs cluster}
 # The cluster binaries take minutes each emulated (docs/hw.md "Cost").
-timeout_s=${PDPM_HW_TIMEOUT:-$([[ " $labels " == *" cluster "* ]] && echo 1500 || echo 600)}
+timeout_s=${PDPM_HW_TIMEOUT:-$([[ " $labels " == *" cluster "* ]] && echo 1800 || echo 600)}
 
 cannot_run() {
   echo "!!!!!! HARDWARE GUEST NOT RUN: $* — verbs and DAX are untested (PDPM_SKIP_HW=1 skips) !!!!!!" >&2
