@@ -42,11 +42,11 @@ build-fuzz: deps
 # Everything: the whole core suite optimised, the PM, transport and client
 # suites under ASan+UBSan and TSan (pDFS under ASan+UBSan too), each fuzzer for a bounded time, the operator,
 # the CSI driver (csi-sanity), pDKVS linearizability under kill -9, the pm, net, pdkvs and cluster
-# suites on real verbs and DAX in the hardware guest, and PDPM on a real single-node Kubernetes.
+# suites on real verbs and DAX in one hardware guest, and PDPM on a real single-node Kubernetes.
 # One target after another (the first failure stops it); each one's time is
 # printed at the end, pass or fail (docs/e2e.md "Times" has the figures).
 TEST_TARGETS := test-core test-asan test-tsan test-fuzz test-operator test-csi \
-  test-kv-linearizability test-hw test-hw-cluster e2e
+  test-kv-linearizability test-hw e2e
 test: deps
 	@rc=0; times=(); \
 	for target in $(TEST_TARGETS); do \
@@ -103,17 +103,16 @@ test-kv-linearizability: build
 	  PDPM_SERVER=$(CURDIR)/build/release/src/server/pdpm-server \
 	  go test -count=1 -timeout 8m -v ./...
 
-# The pm, net and pdkvs suites inside a QEMU guest with soft-RoCE and an
-# emulated NVDIMM (e2e/hw). Fails loudly where QEMU cannot run unless
-# PDPM_SKIP_HW=1.
+# The pm, net and pdkvs suites and the cluster suite's kill -9 and restart
+# tests (a monitor and three servers on devdax and verbs), in one boot of a
+# QEMU guest with soft-RoCE and an emulated NVDIMM (e2e/hw, docs/hw.md).
+# Fails loudly where QEMU cannot run unless PDPM_SKIP_HW=1.
 test-hw: build
 	e2e/hw/run.sh build/release
 
-# The cluster suite's kill -9 and restart tests in the same guest: monitor
-# and three servers on devdax and verbs (docs/hw.md: why a separate run).
+# The cluster part of test-hw alone (debugging; PDPM_HW_CLUSTER_FILTER).
 test-hw-cluster: build
-	PDPM_HW_LABELS=cluster PDPM_HW_TIMEOUT=$${PDPM_HW_TIMEOUT:-1200} \
-	  PDPM_HW_BINARY_TIMEOUT=$${PDPM_HW_BINARY_TIMEOUT:-900} e2e/hw/run.sh build/release
+	PDPM_HW_LABELS=cluster e2e/hw/run.sh build/release
 
 bench-hw: build
 	e2e/hw/run.sh build/release --bench

@@ -70,7 +70,7 @@ mkdir -p /mnt/pmem
 step "mount -o dax" mount -o dax "$pmem" /mnt/pmem
 clock=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)
 scale=$(cat "$run/timeout-scale")
-binary_timeout=$(cat "$run/binary-timeout")
+repeat=$(cat "$run/repeat")
 echo "HW-SETUP OK rxe0 on dummy0 $host_ip, devdax $dax, fsdax $pmem on /mnt/pmem," \
   "servers on $server_pm, clock $clock, timeouts x$scale"
 
@@ -78,15 +78,93 @@ export HOME=/tmp TMPDIR=/tmp
 export PDPM_TEST_TRANSPORT=verbs PDPM_TEST_HOST=$host_ip
 export PDPM_TEST_DEVDAX=$dax PDPM_TEST_FSDAX_DIR=/mnt/pmem PDPM_TEST_SERVER_PM=$server_pm
 export PDPM_TEST_TIMEOUT_SCALE=$scale
+# read_state <pid>: sets `state` to the process's state letter (R, S, D,
+# Z, ...), empty once it is gone. No fork (slow emulated): the shell's own
+# `read`.
+read_state() {
+  state= line=
+  read -r line <"/proc/$1/stat" 2>/dev/null || return 0
+  set -- ${line##*) }
+  state=$1
+}
+# live_in_session <sid>: the session's processes that still hold anything
+# (every one but zombies), one "pid stat elapsed command" line each.
+live_in_session() {
+  ps -o pid=,stat=,etime=,args= -s "$1" 2>/dev/null | awk '$2 !~ /^Z/'
+}
+# end_session <sid> <what>: kills (SIGKILL) every process of the session
+# and waits until all are gone, so their PM devices and ports are free for
+# the next binary. Fails, saying which, if one outlives a minute (stuck in
+# the kernel).
+end_session() {
+  i=0
+  while left=$(live_in_session "$1") && [ -n "$left" ]; do
+    for p in $(echo "$left" | awk '{print $1}'); do kill -9 "$p" 2>/dev/null; done
+    i=$((i + 1))
+    if [ $i -gt 600 ]; then
+      echo "  | $2: processes that SIGKILL did not end in 60 s:"
+      echo "$left" | sed 's/^/  |   /'
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
 status=0
-while read -r label binary workdir filter; do
+while read -r label binary workdir binary_timeout filter; do
   [ -n "$label" ] || continue
   name=$(basename "$binary")
   echo "HW-RUN $label $name $filter"
   start=$(date +%s)
   [ -s "$run/filter" ] && filter=$(cat "$run/filter")
-  (cd "$workdir" && timeout -k 5 "$binary_timeout" "$binary" "--gtest_filter=$filter") >/tmp/out 2>&1
+  # Its own session (setsid does not fork: a background job of this shell
+  # leads no group), so every process it starts, however it ends, is
+  # found and ended with it.
+  cd "$workdir" || { echo "HW-RESULT $label $name FAIL no directory $workdir"; status=1; continue; }
+  setsid "$binary" "--gtest_filter=$filter" "--gtest_repeat=$repeat" >/tmp/out 2>&1 &
+  pid=$!
+  cd /
+  limit=$((binary_timeout * 10 * repeat))
+  ticks=0
+  read_state "$pid"
+  while [ -n "$state" ] && [ "$state" != Z ] && [ $ticks -lt $limit ]; do
+    sleep 0.1
+    read_state "$pid"
+    ticks=$((ticks + 1))
+  done
+  stacks=
+  if [ $ticks -ge $limit ]; then
+    # Hung: where every process of the binary stands, before it is killed.
+    stacks=/tmp/stacks
+    {
+      echo "timed out after $((binary_timeout * repeat))s; its processes:"
+      live_in_session "$pid"
+      for p in $(live_in_session "$pid" | awk '{print $1}'); do
+        echo "--- stacks of $(ps -o pid=,args= -p "$p")"
+        gdb -batch -nx -p "$p" -ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)'
+      done
+    } >"$stacks" 2>&1
+  fi
+  # A binary that exited leaves nothing behind either (its servers, when
+  # it crashed before its destructors ran): what still runs 10 s later
+  # (the last killed ones may take a while to exit) fails it.
+  left=
+  if [ -z "$stacks" ]; then
+    i=0
+    while left=$(live_in_session "$pid") && [ -n "$left" ] && [ $i -lt 100 ]; do
+      sleep 0.1
+      i=$((i + 1))
+    done
+  fi
+  end_session "$pid" "$name" || status=1
+  wait "$pid"
   rc=$?
+  [ -n "$stacks" ] && rc=124
+  if [ $rc -eq 0 ] && [ -n "$left" ]; then
+    echo "  | $name exited but left these processes running (killed):"
+    echo "$left" | sed 's/^/  |   /'
+    rc=125
+  fi
   took=$(($(date +%s) - start))
   # Failures, skips, the summary and the passing cases that took a second
   # or more; of a failed binary also every start (a hang shows where).
@@ -98,9 +176,9 @@ while read -r label binary workdir filter; do
   if [ $rc -eq 0 ]; then
     echo "HW-RESULT $label $name PASS ${took}s"
   else
-    # Killed by the timeout: the logs of the clusters it left say where
-    # the processes stood.
-    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    if [ -n "$stacks" ]; then
+      sed 's/^/  | /' "$stacks" | tail -3000
+      # The logs of the clusters it left say where the servers stood.
       for log in /dev/shm/pdpm-cluster-*/*.log /tmp/pdpm-cluster-*/*.log; do
         [ -f "$log" ] || continue
         echo "--- $log"

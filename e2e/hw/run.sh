@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs test suites inside the hardware guest, on the binaries of a host
-# build directory, and exits with their status: by default the PM suite
-# (label pm, on devdax and fsdax), the transport suite (label net, on verbs
-# over soft-RoCE) and the pDKVS suites on PM (label pdkvs, on a DAX file);
-# with PDPM_HW_LABELS=cluster the cluster suite (a monitor and three servers
-# on devdax, everything on verbs).
+# build directory, and exits with their status: by default, in one boot,
+# the PM suite (label pm, on devdax and fsdax), the transport suite (label
+# net, on verbs over soft-RoCE), the pDKVS suites on PM (label pdkvs, on a
+# DAX file) and the cluster suite's kill and restart tests (label cluster:
+# a monitor and three servers on devdax, everything on verbs);
+# PDPM_HW_LABELS picks fewer (PDPM_HW_LABELS=cluster: the cluster suite).
 #
 #   e2e/hw/run.sh <build-dir> [--bench]
 #
@@ -19,7 +20,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 build=$(cd "${1:?usage: run.sh <build-dir> [--bench]}" && pwd)
 bench=${2:-}
-timeout_s=${PDPM_HW_TIMEOUT:-600}
+labels=${PDPM_HW_LABELS:-pm net pdkvs cluster}
+# The cluster binaries take minutes each emulated (docs/hw.md "Cost").
+timeout_s=${PDPM_HW_TIMEOUT:-$([[ " $labels " == *" cluster "* ]] && echo 1800 || echo 600)}
 
 cannot_run() {
   echo "!!!!!! HARDWARE GUEST NOT RUN: $* — verbs and DAX are untested (PDPM_SKIP_HW=1 skips) !!!!!!" >&2
@@ -52,9 +55,11 @@ pdkvs pdkvs_index_crash_test CcehKillTest.*
 pdkvs pdkvs_gateway_test LocalKvStoreTest.*
 "
 # The plan: every binary of the pm and net suites, the selection above of
-# the cluster and pdkvs ones, once each. PDPM_HW_LABELS picks the labels:
-# make test-hw runs the first three, make test-hw-cluster the cluster one.
-for label in ${PDPM_HW_LABELS:-pm net pdkvs}; do
+# the cluster and pdkvs ones, once each, with the seconds after which the
+# guest kills it (PDPM_HW_BINARY_TIMEOUT, else 300; 600 for a cluster
+# binary, whose tests take minutes emulated). PDPM_HW_LABELS picks the
+# labels: make test-hw runs them all, make test-hw-cluster the cluster one.
+for label in $labels; do
   ctest --test-dir "$build" --show-only=json-v1 -L "^${label}\$" |
     jq -r --arg suite "$label" '.tests[] | "\($suite) \(.command[0]) \(
       [.properties[]? | select(.name == "WORKING_DIRECTORY") | .value][0] // "/tmp")"' |
@@ -67,23 +72,25 @@ for label in ${PDPM_HW_LABELS:-pm net pdkvs}; do
           '$1 == s && $2 == b { print $3 }' <<<"$guest_selection")
         [[ -n $filter ]] || continue
       fi
-      echo "$suite $binary $workdir $filter"
+      binary_timeout=${PDPM_HW_BINARY_TIMEOUT:-$([[ $suite == cluster ]] && echo 600 || echo 300)}
+      echo "$suite $binary $workdir $binary_timeout $filter"
     done >>"$run/plan"
 done
 # Deadlines against hangs inside the guest are this many times the host's
 # (PDPM_TEST_TIMEOUT_SCALE): emulation on a loaded host is that much slower.
 echo "${PDPM_HW_TIMEOUT_SCALE:-5}" >"$run/timeout-scale"
-# A test binary still running after this many seconds is killed (failed).
-echo "${PDPM_HW_BINARY_TIMEOUT:-300}" >"$run/binary-timeout"
-# PDPM_HW_FILTER: a gtest filter for every binary (narrowing a debug run).
+# PDPM_HW_FILTER: a gtest filter for every binary (narrowing a debug run);
+# PDPM_HW_REPEAT: each binary runs its tests that many times (a flake
+# hunt; each binary's timeout grows as much).
 if [[ -n ${PDPM_HW_FILTER:-} ]]; then echo "$PDPM_HW_FILTER" >"$run/filter"; fi
+echo "${PDPM_HW_REPEAT:-1}" >"$run/repeat"
 if [[ $bench == --bench ]]; then
   install -m 0755 "$here/guest-bench.sh" "$run/bench.sh"
   echo "$build" >"$run/bench-build"
   : >"$run/plan"  # a benchmark run measures only
 fi
 if [[ ! -s $run/plan && $bench != --bench ]]; then
-  echo "hw: no tests of the labels ${PDPM_HW_LABELS:-pm net pdkvs} in $build" >&2
+  echo "hw: no tests of the labels $labels in $build" >&2
   exit 1
 fi
 echo "hw: $(wc -l <"$run/plan") test binaries; guest image $(basename "$image")"

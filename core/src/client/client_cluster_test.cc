@@ -69,9 +69,7 @@ class ClusterFixture : public ::testing::Test {
       int ws = 0;
       if (!(*procs)[w].WaitFor(deadline_ms, &ws)) {
         ADD_FAILURE() << "load " << w << " still running after " << deadline_ms << " ms:\n"
-                      << FileTail(LoadLog(static_cast<int>(w))) << "\n"
-                      << ProcessStacks((*procs)[w].pid()) << "\n"
-                      << cluster_.LogTails() << cluster_.ServerStacks();
+                      << cluster_.HangReport((*procs)[w], LoadLog(static_cast<int>(w)));
         continue;  // destruction kills it
       }
       EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0)

@@ -313,6 +313,11 @@ std::string LocalCluster::ServerStacks() const {
   return out;
 }
 
+std::string LocalCluster::HangReport(const ChildProcess& proc, const std::string& log) const {
+  return "--- its log\n" + FileTail(log) + "\n--- its stacks\n" + ProcessStacks(proc.pid()) + "\n" +
+         LogTails() + ServerStacks();
+}
+
 void LocalCluster::KillServer(int i) {
   servers_[i].Signal(SIGKILL);
   servers_[i].Wait();
@@ -320,7 +325,15 @@ void LocalCluster::KillServer(int i) {
 
 Status LocalCluster::StopServer(int i) {
   servers_[i].Signal(SIGTERM);
-  int ws = servers_[i].Wait();
+  const uint32_t timeout_ms = net::testing::ScaledMs(60000);
+  int ws = 0;
+  if (!servers_[i].WaitFor(timeout_ms, &ws)) {
+    std::string stacks = ProcessStacks(servers_[i].pid());
+    KillServer(i);
+    return Status::Timeout("server " + std::to_string(i) + " still running " +
+                           std::to_string(timeout_ms) + " ms after SIGTERM:\n" + stacks + "\n" +
+                           FileTail(server_log(i)));
+  }
   if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
     return Status::Internal("server " + std::to_string(i) + " did not exit cleanly (status " +
                             std::to_string(ws) + "):\n" + FileTail(server_log(i)));

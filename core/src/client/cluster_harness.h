@@ -106,8 +106,10 @@ class LocalCluster {
   // Server i (0-based): start (again) with extra environment; waits until
   // it serves (or exits: then an error with its log's tail).
   Status StartServer(int i, const std::vector<std::string>& env = {});
-  void KillServer(int i);    // SIGKILL, reaped
-  Status StopServer(int i);  // SIGTERM, expects a clean exit
+  void KillServer(int i);  // SIGKILL, reaped
+  // SIGTERM, expects a clean exit; one still running after a minute
+  // (scaled) is an error with its stacks, and is killed.
+  Status StopServer(int i);
   ChildProcess& server(int i) { return servers_[i]; }
   int server_count() const { return static_cast<int>(servers_.size()); }
 
@@ -123,6 +125,10 @@ class LocalCluster {
   std::string LogTails() const;
   // The stacks of every running server (ProcessStacks).
   std::string ServerStacks() const;
+  // For the message of a wait on a test's client process (logging to
+  // `log`) that missed its deadline: its log's tail and stacks, then the
+  // cluster's log tails and server stacks.
+  std::string HangReport(const ChildProcess& proc, const std::string& log) const;
   // The data address server i announced (its port file); "" before it ran.
   std::string server_address(int i) const;
   // The monitor's current view.

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -36,6 +37,10 @@ constexpr int kAccountsPerServer = 8;
 // reading transaction may also conflict with the bank for a while. Scaled
 // like every deadline of the test environment (cluster_harness.h).
 constexpr uint32_t kSettleMs = 15000;
+// Deadlines against a hang of the bank workers (scaled): all of a run
+// done, and the progress a test waits for. A run takes seconds.
+constexpr uint32_t kBankDoneMs = 90000;
+constexpr uint32_t kBankProgressMs = 60000;
 
 // `replicas` copies of every segment.
 LocalClusterOptions Options(uint32_t replicas) {
@@ -101,7 +106,8 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
   void WaitReplicated(uint32_t gone = 0) {
     if (!replicated()) return;
     v1::GetMappingResponse m;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const uint32_t timeout_ms = net::testing::ScaledMs(30000);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     while (std::chrono::steady_clock::now() < deadline) {
       m = Mapping();
       bool done = m.segments_size() > 0;
@@ -113,13 +119,14 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
       if (done) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    ADD_FAILURE() << "not replicated after 30 s:\n" << m.DebugString();
+    ADD_FAILURE() << "not replicated after " << timeout_ms << " ms:\n" << m.DebugString();
   }
 
   // With two copies: waits (bounded) until no segment's primary is on
   // server `gone` (its backups promoted).
   void WaitFailover(uint32_t gone) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    const uint32_t timeout_ms = net::testing::ScaledMs(20000);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     while (std::chrono::steady_clock::now() < deadline) {
       bool moved = true;
       v1::GetMappingResponse m = Mapping();
@@ -127,7 +134,7 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
       if (moved) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    ADD_FAILURE() << "server " << gone << " still holds primaries after 20 s";
+    ADD_FAILURE() << "server " << gone << " still holds primaries after " << timeout_ms << " ms";
   }
 
   Status OpenClient(std::unique_ptr<Client>* out) {
@@ -242,13 +249,26 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
     runs_++;
   }
 
-  // Waits for every worker; each must exit with `code`.
+  // Waits for every worker; each must exit with `code`. One still running
+  // at the deadline fails the test with where it and the servers stand
+  // (and is killed with the test's processes).
   void FinishBank(std::vector<ChildProcess>* procs, int code = 0) {
+    const uint32_t timeout_ms = net::testing::ScaledMs(kBankDoneMs);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     for (size_t w = 0; w < procs->size(); w++) {
-      int ws = (*procs)[w].Wait();
+      const std::string log = BankLog(static_cast<int>(w) + 10 * (runs_ - 1));
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      int ws = 0;
+      if (!(*procs)[w].WaitFor(static_cast<uint32_t>(std::max<int64_t>(left.count(), 0)), &ws)) {
+        ADD_FAILURE() << "bank worker " << w << " (pid " << (*procs)[w].pid() << ") still running "
+                      << timeout_ms << " ms after the test began waiting:\n"
+                      << cluster_.HangReport((*procs)[w], log);
+        continue;
+      }
       EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == code)
           << "bank worker " << w << " status " << ws << ":\n"
-          << FileTail(BankLog(static_cast<int>(w) + 10 * (runs_ - 1)));
+          << FileTail(log);
     }
   }
 
@@ -274,9 +294,15 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
     return total;
   }
 
-  void WaitForProgress(int w, uint32_t n) {
-    for (int i = 0; i < 3000; i++) {
-      std::ifstream in(BankLog(w));
+  // Waits until worker `w` of the last run (in `procs`) has logged
+  // progress `n` or its summary; a worker that does not within the
+  // deadline fails the test with where it and the servers stand.
+  void WaitForProgress(const std::vector<ChildProcess>& procs, int w, uint32_t n) {
+    const std::string log = BankLog(w + 10 * (runs_ - 1));
+    const uint32_t timeout_ms = net::testing::ScaledMs(kBankProgressMs);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in(log);
       std::string line;
       while (std::getline(in, line)) {
         if (line.rfind("progress ", 0) == 0 && std::stoul(line.substr(9)) >= n) return;
@@ -284,6 +310,9 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    ADD_FAILURE() << "bank worker " << w << " did not reach transfer " << n << " in " << timeout_ms
+                  << " ms:\n"
+                  << cluster_.HangReport(procs[static_cast<size_t>(w)], log);
   }
 
   // The total is intact, read in one transaction by a fresh client (which
@@ -508,7 +537,7 @@ TEST_P(TxClusterTest, BankInvariantUnderContention) {
 TEST_P(TxClusterTest, BankInvariantWithAServerKilledAndRestarted) {
   std::vector<ChildProcess> bank;
   StartBank(3, 200, &bank);
-  WaitForProgress(0, 40);
+  WaitForProgress(bank, 0, 40);
   WaitReplicated();  // a segment whose backup is still filling has no copy to fail over to
   uint32_t killed = cluster_.ServerId(1);
   ASSERT_NE(killed, 0u);
@@ -519,7 +548,7 @@ TEST_P(TxClusterTest, BankInvariantWithAServerKilledAndRestarted) {
     // applied, undecided ones resolved) while the load goes on; the
     // invariant holds without the killed server.
     WaitFailover(killed);
-    WaitForProgress(0, 80);
+    WaitForProgress(bank, 0, 80);
     ExpectInvariant();
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
