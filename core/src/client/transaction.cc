@@ -508,6 +508,11 @@ Status Transaction::Commit() {
   std::map<uint32_t, std::vector<uint32_t>> segment_backups;
   uint64_t holder_key = ~0ull;  // is-table << 32 | segment or table: the lowest wins
   uint32_t holder = 0;
+  // Every segment (is-table << 32 | segment or table) written or allocated
+  // in: the holder keeps the others with its decision, so that it can
+  // drop the decision itself once none waits on it, should this
+  // coordinator die before truncating it (docs/tx.md).
+  std::set<uint64_t> participants;
   std::set<Slot> locked;
   key_hashes_.resize(writes_.size());
   for (size_t i = 0; i < writes_.size(); i++) {
@@ -529,6 +534,7 @@ Status Transaction::Commit() {
       key = w.segment;
     }
     if (!s.ok()) return Fail(s);
+    participants.insert(key);
     if (key < holder_key) {
       holder_key = key;
       holder = server;
@@ -571,6 +577,7 @@ Status Transaction::Commit() {
       TxHost::SegmentRoute route;
       Status s = host->RouteSegment(a.segment, &route);
       if (!s.ok()) return Fail(s);
+      participants.insert(a.segment);
       dsm::TxEntry e;
       e.kind = dsm::TxEntryKind::kAllocated;
       e.segment = a.segment;
@@ -582,6 +589,15 @@ Status Transaction::Commit() {
   }
   uint32_t holder_segment = static_cast<uint32_t>(holder_key);
   uint64_t holder_is_table = holder_key >> 32;
+  participants.erase(holder_key);
+  std::vector<dsm::TxEntry> participant_entries;
+  for (uint64_t p : participants) {
+    dsm::TxEntry e;
+    e.kind = dsm::TxEntryKind::kParticipant;
+    e.segment = static_cast<uint32_t>(p);
+    e.offset = p >> 32;
+    participant_entries.push_back(std::move(e));
+  }
   std::vector<uint32_t> order{holder};
   for (const auto& [server, entries] : primaries) {
     if (server != holder) order.push_back(server);
@@ -592,8 +608,15 @@ Status Transaction::Commit() {
     Encoder e(&body);
     const bool primary = role == dsm::kTxRolePrimary;
     bool is_holder = primary && server == holder;
+    // The holder, and a backup of the holder segment, keep the list.
+    bool lists_participants =
+        is_holder || (!primary && holder_is_table == 0 &&
+                      std::any_of(entries.begin(), entries.end(), [&](const dsm::TxEntry& w) {
+                        return w.segment == holder_segment;
+                      }));
     e.U64(uint64_t{holder_segment} | (role << 32) | (uint64_t{is_holder} << 40) |
-          (holder_is_table << 41) | (primary ? dsm::kTxLockListsBackups : 0));
+          (holder_is_table << 41) | (primary ? dsm::kTxLockListsBackups : 0) |
+          (lists_participants ? dsm::kTxLockListsParticipants : 0));
     std::vector<std::pair<uint32_t, uint64_t>> expect;
     if (primary) {
       for (const auto& [slot, version] : read_set_) {
@@ -619,6 +642,7 @@ Status Transaction::Commit() {
       for (uint64_t v : listed) e.U64(v);
     }
     dsm::EncodeTxEntries(entries, &body);
+    if (lists_participants) dsm::EncodeTxEntries(participant_entries, &body);
     std::string reply;
     Status s = host->CallServer(server, server::kTxLock, body, &reply);
     if (!s.ok()) {

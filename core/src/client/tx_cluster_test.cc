@@ -603,6 +603,84 @@ TEST_P(TxClusterTest, CoordinatorKilledAtEachPhase) {
   StopAndCheckAll();
 }
 
+// More coordinators die than a server has transaction log areas (64), one
+// after another, each in its one transfer between the same two accounts
+// (so the same holder): most after the commit, before they could truncate
+// the holder's decision (it stayed for good, and the 65th client got `no
+// free transaction log area`), the others at every other phase of the
+// commit (_exit at the phase, as kill -9 then), and some killed (-9)
+// mid-run. The holder drops each decision once no participant waits on it;
+// every worker got its area (it reached its phase); a new client then
+// works; the in-doubt transactions were all resolved (the total is intact,
+// no record in doubt, nothing allocated left). Two copies: the holder
+// segment's backup keeps the decision too, and drops it the same way.
+class TxKilledCoordinatorsTest : public TxClusterTest {};
+
+TEST_P(TxKilledCoordinatorsTest, DeadCoordinatorsLogAreasAreReclaimed) {
+  TwoSegments t;
+  PickTwoSegments(&t);
+  // Pairs of accounts of the two segments, one pair per worker in turn: a
+  // worker that died holding locks blocks its pair until the lock timeout
+  // (then its records are resolved), so a pair is used again only after.
+  std::vector<GlobalAddress> in_h, in_g;
+  for (const auto& a : accounts_) {
+    if (a.segment == t.h.segment) in_h.push_back(a);
+    if (a.segment == t.g.segment) in_g.push_back(a);
+  }
+  ASSERT_EQ(in_h.size(), in_g.size());
+  std::vector<std::string> pairs;
+  for (size_t k = 0; k < in_h.size(); k++) {
+    pairs.push_back(cluster_.dir() + "/pair" + std::to_string(k));
+    ASSERT_TRUE(SaveAccounts({in_h[k], in_g[k]}, pairs.back()).ok());
+  }
+  std::vector<std::chrono::steady_clock::time_point> pair_free(pairs.size());
+  const auto lock_timeout =
+      std::chrono::milliseconds(server::TxParticipantOptions{}.lock_timeout_ms + 1000);
+  const std::vector<std::string> phases{
+      "commit", "lock-holder", "commit", "lock",       "commit", "validate", "commit", "backup",
+      "commit", "decide",      "commit", "commit-one", "commit", "kill",     "commit", "kill"};
+  constexpr int kCoordinators = 96;  // 72 leave a decision: more than a server's 64 areas
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCoordinators; i++) {
+    const std::string& phase = phases[static_cast<size_t>(i) % phases.size()];
+    SCOPED_TRACE("coordinator " + std::to_string(i) + ", " + phase);
+    const size_t pair = static_cast<size_t>(i) % pairs.size();
+    const std::string& accounts = pairs[pair];
+    std::this_thread::sleep_until(pair_free[pair]);
+    pair_free[pair] = std::chrono::steady_clock::now() + lock_timeout;
+    std::vector<ChildProcess> bank;
+    if (phase == "kill") {
+      StartBank(1, 100000, &bank, {}, accounts, {"--no-receipt", "--abort-every", "0"});
+      WaitForProgress(10 * (runs_ - 1), 20);
+      bank[0].Signal(SIGKILL);
+      int ws = bank[0].Wait();
+      EXPECT_TRUE(WIFSIGNALED(ws)) << ws << ":\n" << FileTail(BankLog(10 * (runs_ - 1)));
+      continue;
+    }
+    StartBank(1, 1, &bank, {"PDPM_TX_CRASH_AT=" + phase + ":1"}, accounts,
+              {"--no-receipt", "--abort-every", "0"});
+    FinishBank(&bank, 86);
+    if (HasFailure()) return;
+  }
+  std::printf("%d coordinators killed in %.1f s\n", kCoordinators,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  // A new client works, at the holder and the other server.
+  std::unique_ptr<Client> c;
+  ASSERT_TRUE(OpenClient(&c).ok());
+  std::this_thread::sleep_for(lock_timeout);
+  Status s;
+  for (int attempt = 0; attempt < 200; attempt++) {
+    s = Transfer(c.get(), t.h, t.g, 1, /*abort=*/false, /*receipt=*/false);
+    if (s.code() != StatusCode::kAborted) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  c.reset();
+  ExpectInvariant();
+  WaitOutLockTimeout();
+  StopAndCheckAll();
+}
+
 // An object-only transaction: its decision holder is the lowest written
 // table segment. The coordinator dies right after the decision, and the
 // holder's server is killed at once, before the other table's owner
@@ -873,6 +951,10 @@ INSTANTIATE_TEST_SUITE_P(Copies, TxClusterFourTest, ::testing::Values(2u),
                            return std::string("Two");
                          });
 
+INSTANTIATE_TEST_SUITE_P(Copies, TxKilledCoordinatorsTest, ::testing::Values(2u),
+                         [](const ::testing::TestParamInfo<uint32_t>&) {
+                           return std::string("Two");
+                         });
 INSTANTIATE_TEST_SUITE_P(Copies, TxClusterTest, ::testing::Values(1u, 2u),
                          [](const ::testing::TestParamInfo<uint32_t>& info) {
                            return info.param == 1 ? std::string("One") : std::string("Two");

@@ -214,6 +214,9 @@ Status DecodeTxEntries(std::string_view body, bool on_pm, std::vector<TxEntry>* 
       case TxEntryKind::kAllocated:
         if (len != 0) return bad("a free or an allocated block with data");
         break;
+      case TxEntryKind::kParticipant:
+        if (len != 0 || e.offset > 1) return bad("a participant with data or a bad table flag");
+        break;
       case TxEntryKind::kPutObject:
         if (len < kTxObjectIdSize) return bad("a put without an object id");
         break;
@@ -489,6 +492,11 @@ void CheckTxLogRegion(const char* base, uint64_t area_size, uint32_t area_count,
       std::vector<TxEntry> entries;
       Status s = DecodeTxEntries(r.body, true, &entries);
       if (!s.ok()) out->violations.push_back(rw + std::string(s.message()));
+      bool participants = false;
+      for (const auto& e : entries) participants |= e.kind == TxEntryKind::kParticipant;
+      if (participants && (r.flags & kTxRecordListsParticipants) == 0) {
+        out->violations.push_back(rw + "participant entries in a record not flagged so");
+      }
       if (r.state != TxState::kTruncated) out->live_records++;
       if (r.state == TxState::kLocked || r.state == TxState::kCommitted) {
         out->in_doubt++;

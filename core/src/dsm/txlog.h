@@ -29,13 +29,18 @@
 // Body of a LOCK or BACKUP record (and of the LOCK request), or of an ALLOC
 // or BACKUP-ALLOC record (one free entry naming the block): entries
 //   kind u8 (1 write, 2 free, 3 put object, 4 delete object, 5 pDKVS put,
-//   6 pDKVS put if absent, 7 allocated) | reserved 3 |
+//   6 pDKVS put if absent, 7 allocated, 8 pDKVS put with an expiry,
+//   9 pDKVS delete, 10 participant) | reserved 3 |
 //   segment u32 | offset u64 | length u32 | reserved u32 | data (length bytes)
 // Writes carry the bytes; a free none; object entries have segment and
 // offset 0 and data = object id hi u64 | lo u64 | content (puts only);
 // pDKVS entries name the table segment (segment) and the table (offset),
 // data = key length u32 | key | value; an allocated entry names a block the
-// transaction allocated (kept if it commits), no data.
+// transaction allocated (kept if it commits), no data; a participant entry
+// (only in a record flagged kTxRecordListsParticipants: the decision
+// holder's, and its segment's BACKUP records) names another segment the
+// transaction wrote (offset 0), or a table without a segment (offset 1),
+// no data.
 //
 // A record that stays live while those behind it are done (its commit
 // pending at a slow or absent party) does not hold the ring: when the area
@@ -44,10 +49,11 @@
 // crash between the copy and the trim leaves both: a reader keeps the
 // moved copy (the later one) and skips the original.
 //
-// Record versions: 5 (written now) adds the moved flag; 4 the expiring
+// Record versions: 6 (written now) adds the participant entry kind and the
+// lists-participants flag; 5 the moved flag; 4 the expiring
 // pDKVS put and the pDKVS delete; 3 the BACKUP-ALLOC record kind and the
 // allocated entry kind; 2 the pDKVS entry kinds; records of versions 1 to
-// 4 are read as before.
+// 5 are read as before.
 #pragma once
 
 #include <cstdint>
@@ -64,10 +70,11 @@
 namespace pdpm::dsm {
 
 inline constexpr uint32_t kTxLogVersion = 1;  // of the area header
-// Of a record: 5 added the moved flag, 4 the expiring pDKVS put and the
+// Of a record: 6 added participant entries (kind 10) and the
+// lists-participants flag, 5 the moved flag, 4 the expiring pDKVS put and the
 // pDKVS delete (entry kinds 8, 9), 3 BACKUP-ALLOC records and allocated
-// entries, 2 the pDKVS entry kinds; 1 to 4 are still read.
-inline constexpr uint8_t kTxRecordVersion = 5;
+// entries, 2 the pDKVS entry kinds; 1 to 5 are still read.
+inline constexpr uint8_t kTxRecordVersion = 6;
 inline constexpr uint8_t kTxRecordVersionOldest = 1;
 inline constexpr uint64_t kTxAreaMagic = 0x524158544d504450ull;  // "PDPMTXAR"
 inline constexpr uint32_t kTxRecordMagic = 0x52585450;           // "PTXR"
@@ -87,6 +94,10 @@ inline constexpr uint64_t kTxRolePrimary = 1;
 inline constexpr uint64_t kTxRoleBackup = 2;
 // LOCK info word: the request lists the backups the coordinator logs at.
 inline constexpr uint64_t kTxLockListsBackups = 1ull << 42;
+// LOCK info word: the request's entries list the transaction's other
+// participants (kParticipant entries): at the holder, and at a backup of
+// the holder segment.
+inline constexpr uint64_t kTxLockListsParticipants = 1ull << 43;
 
 enum class TxRecordKind : uint8_t {
   kLock = 1,    // at a written segment's primary: the new values, locks taken
@@ -118,6 +129,10 @@ enum class TxEntryKind : uint8_t {
   kAllocated = 7,      // a block the transaction allocated: kept if it commits
   kKvPutExpiring = 8,  // a pDKVS key set with an expiry time (MULTI/EXEC)
   kKvDelete = 9,       // a pDKVS key removed (MULTI/EXEC)
+  // Another segment the transaction wrote (offset 0) or a table without a
+  // segment (offset 1), at the holder: it may drop its decision once none
+  // of them waits on it (docs/tx.md "Coordinators that die").
+  kParticipant = 10,
 };
 
 struct TxEntry {
@@ -186,6 +201,9 @@ inline constexpr uint16_t kTxRecordHolderIsTable = 2;
 // A copy of an earlier record of the same kind, tx, holder and body, made
 // to free the ring behind it (TxLogArea::Compact); it supersedes that one.
 inline constexpr uint16_t kTxRecordMoved = 4;
+// The record's entries list the transaction's other participants
+// (kParticipant, maybe none): its holder may check them itself.
+inline constexpr uint16_t kTxRecordListsParticipants = 8;
 
 // One coordinator's area. Appends and state changes are serialised by the
 // caller (TxParticipant holds one lock per area).

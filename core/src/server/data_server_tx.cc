@@ -197,8 +197,9 @@ TxHooks DataServer::MakeTxHooks() {
     e.Bytes(body);
     std::span<const uint8_t> bytes{reinterpret_cast<const uint8_t*>(req.data()), req.size()};
     if (primary == server_id_) {
-      if (method != kTxResolve) return Status::Internal("local call of a transaction method");
-      return tx_->HandleResolve(bytes, reply);
+      if (method == kTxResolve) return tx_->HandleResolve(bytes, reply);
+      if (method == kTxPending) return tx_->HandlePending(bytes, reply);
+      return Status::Internal("local call of a transaction method");
     }
     std::unique_ptr<net::RpcClient> rpc;
     PDPM_RETURN_IF_ERROR(net::RpcClient::Connect(

@@ -206,6 +206,7 @@ Status TxParticipant::OpenLog(bool create) {
       auto rec = std::make_unique<Rec>();
       PDPM_RETURN_IF_ERROR(DecodeTxEntries(r.body, true, &rec->entries)
                                .WithContext("transaction log area " + std::to_string(i)));
+      TakeParticipants(&rec->entries, &rec->participants);
       r.body.clear();
       rec->r = std::move(r);
       rec->area = area;
@@ -283,6 +284,7 @@ void TxParticipant::RegisterRpcs(net::RpcServer* rpc) {
   rpc->Register(kTxResolve, [this](auto r, auto* o) { return HandleResolve(r, o); });
   rpc->Register(kTxAlloc, [this](auto r, auto* o) { return HandleAlloc(r, o); });
   rpc->Register(kTxTable, [this](auto r, auto* o) { return HandleTable(r, o); });
+  rpc->Register(kTxPending, [this](auto r, auto* o) { return HandlePending(r, o); });
 }
 
 Status TxParticipant::AreaFor(uint64_t coordinator, Area** out) {
@@ -294,27 +296,44 @@ Status TxParticipant::AreaFor(uint64_t coordinator, Area** out) {
     *out = it->second;
     return Status::OK();
   }
-  // A never-used area, else one whose coordinator is idle and whose records
-  // are all done with.
+  // A never-used area, else the least recently active one whose records
+  // are all done with: its coordinator is gone, or idle — if it comes
+  // back, it gets a fresh area like a new one (its transactions here are
+  // all resolved, and the records it names in later requests are found
+  // by coordinator and transaction, not by area).
   Area* pick = nullptr;
   for (auto& a : areas_) {
     if (a.log->coordinator() == 0) {
       pick = &a;
       break;
     }
+    if (a.log->empty() && (pick == nullptr || a.last_active < pick->last_active)) pick = &a;
   }
-  auto idle = std::chrono::milliseconds(options_.idle_area_ms);
-  for (size_t i = 0; pick == nullptr && i < areas_.size(); i++) {
-    Area& a = areas_[i];
-    if (a.log->empty() && now - a.last_active > idle) pick = &a;
+  if (pick == nullptr) {
+    return Status::ResourceExhausted("no free transaction log area: all " +
+                                     std::to_string(areas_.size()) +
+                                     " hold records of transactions not yet resolved");
   }
-  if (pick == nullptr) return Status::ResourceExhausted("no free transaction log area");
   if (pick->log->coordinator() != 0) by_coordinator_.erase(pick->log->coordinator());
   PDPM_RETURN_IF_ERROR(pick->log->Assign(coordinator));
   pick->last_active = now;
   by_coordinator_[coordinator] = pick;
   *out = pick;
   return Status::OK();
+}
+
+void TxParticipant::Heard(uint64_t coordinator) {
+  auto it = by_coordinator_.find(coordinator);
+  if (it != by_coordinator_.end()) it->second->last_active = Clock::now();
+}
+
+void TxParticipant::TakeParticipants(std::vector<TxEntry>* entries, std::vector<uint64_t>* out) {
+  out->clear();
+  std::erase_if(*entries, [&](const TxEntry& e) {
+    if (e.kind != TxEntryKind::kParticipant) return false;
+    out->push_back(e.segment | (e.offset << 32));
+    return true;
+  });
 }
 
 std::vector<uint32_t> TxParticipant::SlotsOf(const std::vector<TxEntry>& entries) const {
@@ -402,6 +421,26 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* /*re
   std::string_view body = d.Rest();
   std::vector<TxEntry> entries;
   PDPM_RETURN_IF_ERROR(DecodeTxEntries(body, false, &entries));
+  std::vector<uint64_t> participants;
+  TakeParticipants(&entries, &participants);
+  // The holder keeps the list with its decision, and so do the holder
+  // segment's backups (one of them may hold the decision after a failover).
+  const bool lists = (info & dsm::kTxLockListsParticipants) != 0;
+  if (!lists && !participants.empty()) {
+    return Status::InvalidArgument("lock: participant entries in a request not flagged so");
+  }
+  if (lists && role == kTxRolePrimary && !holder) {
+    return Status::InvalidArgument("lock: participants listed at a primary that is not the holder");
+  }
+  if (lists && role == kTxRoleBackup) {
+    bool holder_part = !holder_is_table &&
+                       std::any_of(entries.begin(), entries.end(),
+                                   [&](const TxEntry& e) { return e.segment == holder_segment; });
+    if (!holder_part) {
+      return Status::InvalidArgument(
+          "lock: participants listed at a backup not of the holder segment");
+    }
+  }
   PDPM_RETURN_IF_ERROR(hooks_.check(h));
   TxCopy copy = role == kTxRolePrimary ? TxCopy::kPrimary : TxCopy::kBackup;
   for (const auto& e : entries) {
@@ -453,6 +492,7 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* /*re
   rec->entries = std::move(entries);
   rec->coordinator = coordinator;
   rec->backups = std::move(listed);
+  if (role == kTxRolePrimary) rec->participants = participants;
   if (role == kTxRolePrimary) {
     // Lock the words; a word locked by another transaction, or changed since
     // this one read it, is a conflict.
@@ -494,6 +534,7 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* /*re
   uint16_t flags =
       (holder ? dsm::kTxRecordHolder : 0) | (holder_is_table ? dsm::kTxRecordHolderIsTable : 0);
   if (role == kTxRolePrimary) {
+    if (lists) flags |= dsm::kTxRecordListsParticipants;
     s = AppendTo(area, TxRecordKind::kLock, flags, tx, holder_segment, body, &rec->r);
     if (!s.ok()) {
       for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
@@ -520,8 +561,22 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* /*re
     one->coordinator = coordinator;
     std::string part_body;
     dsm::EncodeTxEntries(one->entries, &part_body);
+    uint16_t part_flags = flags;
+    if (lists && !holder_is_table && segment == holder_segment) {
+      part_flags |= dsm::kTxRecordListsParticipants;
+      one->participants = participants;
+      std::vector<TxEntry> named;
+      for (uint64_t p : participants) {
+        TxEntry e;
+        e.kind = TxEntryKind::kParticipant;
+        e.segment = static_cast<uint32_t>(p);
+        e.offset = p >> 32;
+        named.push_back(e);
+      }
+      dsm::EncodeTxEntries(named, &part_body);
+    }
     PDPM_RETURN_IF_ERROR(
-        AppendTo(area, TxRecordKind::kBackup, flags, tx, holder_segment, part_body, &one->r));
+        AppendTo(area, TxRecordKind::kBackup, part_flags, tx, holder_segment, part_body, &one->r));
     AddRec(area, std::move(one));
   }
   return Status::OK();
@@ -1017,6 +1072,7 @@ Status TxParticipant::HandleCommit(std::span<const uint8_t> req, std::string* /*
   uint64_t coordinator = 0, tx = 0, decide = 0;
   PDPM_RETURN_IF_ERROR(ParseTxRequest(req, &coordinator, &tx, &decide));
   Locked lock(this);
+  Heard(coordinator);
   std::vector<Rec*> list = RecordsOf({coordinator, tx});
   if (list.empty()) {
     return decide != 0 ? Status::Aborted("no lock record of the transaction (resolved meanwhile)")
@@ -1030,6 +1086,7 @@ Status TxParticipant::HandleAbort(std::span<const uint8_t> req, std::string* /*r
   uint64_t coordinator = 0, tx = 0;
   PDPM_RETURN_IF_ERROR(ParseTxRequest(req, &coordinator, &tx, nullptr));
   Locked lock(this);
+  Heard(coordinator);
   std::vector<Rec*> list = RecordsOf({coordinator, tx});  // none: never locked here
   for (Rec* r : list) {
     if (r->r.state == TxState::kCommitted || r->r.state == TxState::kApplied) {
@@ -1052,6 +1109,7 @@ Status TxParticipant::HandleTruncate(std::span<const uint8_t> req, std::string* 
   PDPM_RETURN_IF_ERROR(d.Done());
   PDPM_RETURN_IF_ERROR(hooks_.check(h));
   Locked lock(this);
+  Heard(coordinator);
   Truncate(coordinator, txs);
   return Status::OK();
 }
@@ -1073,6 +1131,18 @@ Status TxParticipant::HandleResolve(std::span<const uint8_t> req, std::string* r
     for (Rec* r : list) AbortRec(lock, r);
   }
   Encoder(reply).U64(outcome);
+  return Status::OK();
+}
+
+Status TxParticipant::HandlePending(std::span<const uint8_t> req, std::string* reply) {
+  uint64_t coordinator = 0, tx = 0;
+  PDPM_RETURN_IF_ERROR(ParseTxRequest(req, &coordinator, &tx, nullptr));
+  Locked lock(this);
+  uint64_t pending = 0;
+  for (Rec* r : RecordsOf({coordinator, tx})) {
+    if (r->r.state == TxState::kLocked || r->r.state == TxState::kCommitted) pending = 1;
+  }
+  Encoder(reply).U64(pending);
   return Status::OK();
 }
 
@@ -1400,7 +1470,69 @@ void TxParticipant::ResolverLoop() {
                   {{"coordinator", key.first}, {"tx", key.second}, {"status", s}});
       }
     }
+    ReleaseKeptDecisions();
     stop.lock();
+  }
+}
+
+void TxParticipant::ReleaseKeptDecisions() {
+  // A kept decision is one the coordinator truncates once every
+  // participant applied; a coordinator that died never does. Then the
+  // participants tell: none waiting on the outcome means none will ask
+  // again (a participant's record waits until it is resolved, across its
+  // restarts and failovers — the promoted copy holds it), exactly the
+  // coordinator's condition. Records that list no participants (written
+  // before version 6) stay.
+  std::vector<std::pair<Key, std::vector<uint64_t>>> check;
+  {
+    Locked lock(this);
+    const Clock::time_point now = Clock::now();
+    const auto silent = std::chrono::milliseconds(options_.silent_coordinator_ms);
+    for (auto& [key, list] : recs_) {
+      for (auto& r : list) {
+        if (r->working || r->r.state != TxState::kApplied || Terminal(*r) ||
+            (r->r.flags & dsm::kTxRecordListsParticipants) == 0) {
+          continue;
+        }
+        if (now - r->area->last_active < silent || now < r->next_check) continue;
+        r->next_check = now + silent;
+        check.push_back({key, r->participants});
+      }
+    }
+  }
+  std::sort(check.begin(), check.end());
+  check.erase(std::unique(check.begin(), check.end()), check.end());
+  for (const auto& [key, participants] : check) {
+    std::string req;
+    Encoder e(&req);
+    e.U64(key.first);
+    e.U64(key.second);
+    bool waiting = false;
+    for (uint64_t p : participants) {
+      std::string reply;
+      uint64_t pending = 1;  // unknown until it answers
+      Status s =
+          hooks_.call_primary(static_cast<uint32_t>(p), (p >> 32) != 0, kTxPending, req, &reply);
+      if (s.ok()) {
+        Decoder d(Bytes(reply));
+        if (!d.U64(&pending).ok() || !d.Done().ok()) pending = 1;
+      }
+      if (pending != 0) {
+        waiting = true;
+        break;
+      }
+    }
+    if (waiting) continue;
+    Locked lock(this);
+    for (Rec* r : RecordsOf(key)) {
+      if (r->working || r->r.state != TxState::kApplied || Terminal(*r) ||
+          (r->r.flags & dsm::kTxRecordListsParticipants) == 0) {
+        continue;
+      }
+      SetState(r, TxState::kTruncated);
+      log_.Info("decision of a silent coordinator dropped: no participant waits on it",
+                {{"coordinator", key.first}, {"tx", key.second}});
+    }
   }
 }
 

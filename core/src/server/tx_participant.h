@@ -19,7 +19,10 @@
 // and RESOLVE (what the holder decided; it decides abort when it has not
 // decided). A record left locked past the lock timeout (its coordinator
 // died) and every undecided record found at start are resolved with the
-// holder in the background; nothing stays locked.
+// holder in the background; nothing stays locked. A decision kept for
+// RESOLVE whose coordinator went silent (it died before truncating) is
+// dropped once none of the transaction's participants waits on it (PENDING),
+// so a dead coordinator's log area empties and goes to another.
 #pragma once
 
 #include <atomic>
@@ -120,7 +123,11 @@ struct TxParticipantOptions {
   uint32_t lock_timeout_ms = 2000;    // then a locked record is resolved with its holder
   uint32_t area_count = 64;           // of a new log
   uint64_t area_size = 512u << 10;    // of a new log, at least (half its segment in all)
-  uint32_t idle_area_ms = 30000;      // an idle coordinator's empty area may be reassigned
+  // A decision kept for RESOLVE (the holder's record, a BACKUP record of
+  // the holder segment) whose coordinator has sent nothing here for this
+  // long is checked with the transaction's participants, and dropped once
+  // none waits on it; checked again at this interval while one does.
+  uint32_t silent_coordinator_ms = 5000;
 };
 
 using dsm::kTxGenerationShift;
@@ -226,6 +233,9 @@ class TxParticipant {
   Status HandleResolve(std::span<const uint8_t> req, std::string* reply);
   Status HandleAlloc(std::span<const uint8_t> req, std::string* reply);
   Status HandleTable(std::span<const uint8_t> req, std::string* reply);
+  // PENDING (coordinator, tx): u64 1 when a record of the transaction here
+  // still waits on its outcome (locked, or committed and not applied).
+  Status HandlePending(std::span<const uint8_t> req, std::string* reply);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -239,8 +249,12 @@ class TxParticipant {
     std::map<uint32_t, std::vector<uint32_t>> backups;
     Area* area = nullptr;
     uint64_t coordinator = 0;
+    // With kTxRecordListsParticipants: the transaction's other segments
+    // (segment | is-table << 32), taken out of `entries`.
+    std::vector<uint64_t> participants;
     Clock::time_point since;
-    bool working = false;  // applied or aborted by a thread that released mu_
+    Clock::time_point next_check;  // of a kept decision with its participants
+    bool working = false;          // applied or aborted by a thread that released mu_
   };
   struct Area {
     std::unique_ptr<dsm::TxLogArea> log;
@@ -258,6 +272,14 @@ class TxParticipant {
   Status ParseTxRequest(std::span<const uint8_t> req, uint64_t* coordinator, uint64_t* tx,
                         uint64_t* extra);
   Status AreaFor(uint64_t coordinator, Area** out);  // requires mu_
+  // A request of `coordinator` arrived (requires mu_): its area is active.
+  void Heard(uint64_t coordinator);
+  // Moves the kParticipant entries of `entries` into `out`.
+  static void TakeParticipants(std::vector<dsm::TxEntry>* entries, std::vector<uint64_t>* out);
+  // A decision kept for RESOLVE whose coordinator went silent: asks its
+  // participants and truncates it when none waits on it (mu_ released
+  // while asking).
+  void ReleaseKeptDecisions();
   std::vector<uint32_t> SlotsOf(const std::vector<dsm::TxEntry>& entries) const;
   // The global segments `entries` change (0 left out).
   static std::set<uint32_t> SegmentsOf(const std::vector<dsm::TxEntry>& entries);
