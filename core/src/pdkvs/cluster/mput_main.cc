@@ -6,13 +6,12 @@
 // Sets every key to V (if none exists, with --nx) and prints "applied" or
 // "not applied". Exit 0 on success, 1 on an error, 2 on a bad command line.
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
-#include "client/cluster_harness.h"
 #include "common/flags.h"
 #include "pdkvs/cluster/cluster_kv_store.h"
+#include "pdkvs/cluster/test_tool.h"
 
 int main(int argc, char** argv) {
   std::string monitor, secret_file, keys, value;
@@ -29,22 +28,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n%s", s.ToString().c_str(), p.Usage().c_str());
     return 2;
   }
-  std::ifstream sf(secret_file);
-  std::string secret;
-  sf >> secret;
   std::unique_ptr<pdpm::pdkvs::ClusterKvStore> kv;
-  s = pdpm::pdkvs::ClusterKvStore::Open(pdpm::client::TestClientOptions(monitor, secret), &kv);
-  if (!s.ok()) {
-    std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  std::vector<std::string> names;
-  for (size_t at = 0; at <= keys.size();) {
-    size_t comma = keys.find(',', at);
-    if (comma == std::string::npos) comma = keys.size();
-    names.push_back(keys.substr(at, comma - at));
-    at = comma + 1;
-  }
+  if (!pdpm::pdkvs::OpenTestToolStore(monitor, secret_file, &kv).ok()) return 1;
+  const std::vector<std::string> names = pdpm::pdkvs::SplitKeyList(keys);
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
   pairs.reserve(names.size());
   for (const auto& k : names) pairs.emplace_back(k, value);
