@@ -1273,7 +1273,9 @@ TEST_F(KvClusterTest, ActiveExpiryFreesExpiredKeysOnEveryCopy) {
   const std::vector<std::string> keys = KeysOnEveryVnode("exp", 20);
   SetOptions expiring;
   expiring.expiry = SetOptions::Expiry::kSet;
-  expiring.expire_at_ms = NowMs() + 1500;
+  // Far off first (a sweep must free none of them, however slow the
+  // machine), then moved close.
+  expiring.expire_at_ms = NowMs() + 3600 * 1000;
   SetResult r;
   for (size_t i = 0; i < keys.size(); ++i) {
     ASSERT_OK(kv_->Set(keys[i], "v", i % 2 == 0 ? expiring : SetOptions{}, &r));
@@ -1298,6 +1300,12 @@ TEST_F(KvClusterTest, ActiveExpiryFreesExpiredKeysOnEveryCopy) {
     return reclaimed;
   };
   EXPECT_EQ(sweep(), 0u);
+  expiring.expire_at_ms = NowMs() + 100;
+  for (size_t i = 0; i < keys.size(); i += 2) {
+    bool changed = false;
+    ASSERT_OK(kv_->SetExpiry(keys[i], expiring.expire_at_ms, &changed));
+    EXPECT_TRUE(changed);
+  }
   while (NowMs() <= expiring.expire_at_ms)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(sweep(), due);
