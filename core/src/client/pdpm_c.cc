@@ -5,6 +5,7 @@
 #include <string>
 
 #include "client/client.h"
+#include "client/client_flags.h"
 #include "client/pdpm.h"
 
 struct pdpm_client {
@@ -44,13 +45,10 @@ ObjectId ToId(pdpm_oid id) {
 extern "C" {
 
 int pdpm_open(const char* monitor, const char* secret, const char* transport, pdpm_client** out) {
-  if (monitor == nullptr || out == nullptr) return PDPM_INVALID_ARGUMENT;
+  if (out == nullptr) return PDPM_INVALID_ARGUMENT;
   pdpm::client::ClientOptions o;
-  o.monitor = monitor;
-  o.cluster_secret = secret == nullptr ? "" : secret;
-  if (transport != nullptr) {
-    Status s = pdpm::net::ParseBackendKind(transport, &o.transport);
-    if (!s.ok()) return static_cast<int>(s.code());
+  if (Status s = pdpm::client::ClientOptionsFromStrings(monitor, secret, transport, &o); !s.ok()) {
+    return static_cast<int>(s.code());
   }
   auto c = std::make_unique<pdpm_client>();
   Status s = pdpm::client::Client::Open(o, &c->client);

@@ -193,7 +193,11 @@ Status ViewManager::Open(ViewStore* store, const MonitorOptions& options, const 
                                          {"segments", v.segments_size()}});
   }
   auto now = Clock::now();
-  for (const auto& server : m->view_.servers()) m->liveness_[server.id()].last_seen = now;
+  {
+    std::lock_guard<std::mutex> lock(m->liveness_mu_);
+    for (const auto& server : m->view_.servers()) m->liveness_[server.id()].last_seen = now;
+  }
+  m->Publish();
   *manager = std::move(m);
   return Status::OK();
 }
@@ -230,10 +234,24 @@ Status ViewManager::Commit(v1::ClusterView next) {
   }
   revision_ = new_revision;
   view_ = std::move(next);
+  Publish();
   return Status::OK();
 }
 
+void ViewManager::Publish() {
+  std::lock_guard<std::mutex> lock(liveness_mu_);
+  published_epoch_ = view_.epoch();
+  published_members_.clear();
+  for (const auto& s : view_.servers()) published_members_.insert(s.id());
+  for (auto& [id, l] : liveness_) l.being_declared_down = false;
+}
+
 v1::ServerState ViewManager::LiveState(uint32_t server_id, Clock::time_point now) const {
+  std::lock_guard<std::mutex> lock(liveness_mu_);
+  return LiveStateLocked(server_id, now);
+}
+
+v1::ServerState ViewManager::LiveStateLocked(uint32_t server_id, Clock::time_point now) const {
   auto it = liveness_.find(server_id);
   if (it == liveness_.end()) return v1::SERVER_STATE_DOWN;
   if (it->second.refused_at > it->second.last_seen) return v1::SERVER_STATE_DOWN;
@@ -268,6 +286,11 @@ bool ViewManager::RebalanceTables(v1::ClusterView* view, Clock::time_point now) 
 }
 
 void ViewManager::Touch(uint32_t server_id) {
+  std::lock_guard<std::mutex> lock(liveness_mu_);
+  TouchLocked(server_id);
+}
+
+void ViewManager::TouchLocked(uint32_t server_id) {
   Liveness& l = liveness_[server_id];
   l.last_seen = Clock::now();
   l.last_heartbeat_unix_ms = NowUnixMs();
@@ -278,6 +301,7 @@ void ViewManager::FillServers(Clock::time_point now,
   auto used = UsedLocalSegments(view_);
   std::map<uint32_t, uint32_t> tables;
   for (const auto& t : view_.tables()) ++tables[t.server_id()];
+  std::lock_guard<std::mutex> lock(liveness_mu_);
   for (const auto& stored : view_.servers()) {
     v1::ServerInfo* s = out->Add();
     *s = stored;
@@ -286,7 +310,7 @@ void ViewManager::FillServers(Clock::time_point now,
       s->set_used_bytes(it->second.used_bytes);
       s->set_last_heartbeat_unix_ms(it->second.last_heartbeat_unix_ms);
     }
-    if (stored.state() == v1::SERVER_STATE_UP) s->set_state(LiveState(stored.id(), now));
+    if (stored.state() == v1::SERVER_STATE_UP) s->set_state(LiveStateLocked(stored.id(), now));
     s->set_segments_used(static_cast<uint32_t>(used[stored.id()].size()));
     s->set_tables(tables[stored.id()]);
   }
@@ -377,14 +401,20 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
       changed = true;
     }
   }
-  Touch(id);
-  liveness_[id].reported = v1::SERVER_STATE_UP;
+  {
+    std::lock_guard<std::mutex> lock(liveness_mu_);
+    TouchLocked(id);
+    liveness_[id].reported = v1::SERVER_STATE_UP;
+  }
   next.set_epoch(next.epoch() + 1);  // the epoch table owners would take
   if (RebalanceTables(&next, now)) changed = true;
   if (changed) {
     Status s = Commit(std::move(next));
     if (!s.ok()) {
-      if (fresh) liveness_.erase(id);
+      if (fresh) {
+        std::lock_guard<std::mutex> lock(liveness_mu_);
+        liveness_.erase(id);
+      }
       return s;
     }
   }
@@ -416,10 +446,18 @@ Status ViewManager::FindMember(uint32_t server_id, const v1::ServerInfo** server
 
 Status ViewManager::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
   PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
-  std::lock_guard<std::mutex> lock(mu_);
-  const v1::ServerInfo* server = nullptr;
-  PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
-  Touch(req.server_id());
+  // liveness_mu_ only, never mu_: see the header.
+  std::lock_guard<std::mutex> lock(liveness_mu_);
+  if (published_members_.count(req.server_id()) == 0) {
+    return Status::NotFound("server id " + std::to_string(req.server_id()) +
+                            " is not a member; register first");
+  }
+  auto it = liveness_.find(req.server_id());
+  if (it != liveness_.end() && it->second.being_declared_down) {
+    return Status::Unavailable("server " + std::to_string(req.server_id()) +
+                               " is being declared down; no lease until the new view is stored");
+  }
+  TouchLocked(req.server_id());
   Liveness& l = liveness_[req.server_id()];
   l.used_bytes = req.used_bytes();
   // A late heartbeat eats into the margin between the timeouts and a busy
@@ -433,7 +471,7 @@ Status ViewManager::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResp
                                                 .count()}});
   }
   l.last_heartbeat = l.last_seen;
-  resp->set_epoch(view_.epoch());
+  resp->set_epoch(published_epoch_);
   resp->set_lease_ms(static_cast<uint64_t>(options_.lease().count()));
   return Status::OK();
 }
@@ -738,9 +776,10 @@ Status ViewManager::GetClusterStatus(v1::ClusterStatus* status) {
 void ViewManager::CheckLiveness() {
   std::lock_guard<std::mutex> lock(mu_);
   auto now = Clock::now();
+  std::unique_lock<std::mutex> live_lock(liveness_mu_);
   for (const auto& s : view_.servers()) {
     Liveness& l = liveness_[s.id()];
-    v1::ServerState state = LiveState(s.id(), now);
+    v1::ServerState state = LiveStateLocked(s.id(), now);
     if (state == l.reported) continue;
     auto silent_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - l.last_seen).count();
@@ -755,6 +794,7 @@ void ViewManager::CheckLiveness() {
               {"silent_ms", silent_ms}});
     l.reported = state;
   }
+  live_lock.unlock();
   Status st = ReconfigureLocked(now);
   if (!st.ok()) log_.Warn("reconfiguration not stored; retried next check", {{"status", st}});
 }
@@ -763,9 +803,16 @@ Status ViewManager::ReconfigureLocked(Clock::time_point now) {
   ReconfigureInput in;
   in.epoch = view_.epoch() + 1;
   auto used = UsedLocalSegments(view_);
+  // States are read and the DOWN ones marked in one hold of liveness_mu_:
+  // a heartbeat comes either before (and the server is not DOWN) or after
+  // (and is refused until the view below is stored and published).
+  std::unique_lock<std::mutex> live_lock(liveness_mu_);
   for (const auto& s : view_.servers()) {
-    v1::ServerState live = LiveState(s.id(), now);
-    if (live == v1::SERVER_STATE_DOWN) in.dead.insert(s.id());
+    v1::ServerState live = LiveStateLocked(s.id(), now);
+    if (live == v1::SERVER_STATE_DOWN) {
+      in.dead.insert(s.id());
+      liveness_[s.id()].being_declared_down = true;
+    }
     if (s.state() == v1::SERVER_STATE_DRAINING || s.state() == v1::SERVER_STATE_DRAINED) {
       in.leaving.insert(s.id());
     } else if (live == v1::SERVER_STATE_UP) {
@@ -775,6 +822,7 @@ Status ViewManager::ReconfigureLocked(Clock::time_point now) {
                                {s.labels().begin(), s.labels().end()}});
     }
   }
+  live_lock.unlock();
   v1::ClusterView next = view_;
   next.set_epoch(in.epoch);
   std::vector<std::string> changes = Reconfigure(in, &next);
@@ -785,8 +833,14 @@ Status ViewManager::ReconfigureLocked(Clock::time_point now) {
       changes.push_back("server " + std::to_string(s.id()) + " drained");
     }
   }
-  if (changes.empty()) return Status::OK();
-  PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+  if (changes.empty()) {
+    Publish();  // nothing handed over: the marks end
+    return Status::OK();
+  }
+  if (Status s = Commit(std::move(next)); !s.ok()) {
+    Publish();  // the old view stays in force, and with it the servers' leases
+    return s;
+  }
   for (const auto& c : changes)
     log_.Info("reconfigured", {{"change", c}, {"epoch", view_.epoch()}});
   return Status::OK();
@@ -871,9 +925,12 @@ Status ViewManager::ReportUnreachable(const v1::ReportUnreachableRequest& req,
   resp->set_epoch(view_.epoch());
   if (!probe.ok() || !refused) return Status::OK();  // heartbeats decide
   auto now = Clock::now();
-  Liveness& l = liveness_[req.server_id()];
-  if (l.last_seen > probed) return Status::OK();  // heard from meanwhile: restarted
-  l.refused_at = now;
+  {
+    std::lock_guard<std::mutex> live_lock(liveness_mu_);
+    Liveness& l = liveness_[req.server_id()];
+    if (l.last_seen > probed) return Status::OK();  // heard from meanwhile: restarted
+    l.refused_at = now;
+  }
   log_.Warn("server refuses connections: down",
             {{"server_id", req.server_id()}, {"addr", address}});
   PDPM_RETURN_IF_ERROR(ReconfigureLocked(now));

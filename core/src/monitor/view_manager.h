@@ -3,15 +3,23 @@
 // taking the request and filling the response; errors are Status codes the
 // service maps to gRPC codes.
 //
-// Consistency: one mutex serialises all calls. A change is applied to a
-// copy of the view, stored through the ViewStore (CompareAndPut on the
-// revision this manager holds) and only then made visible and
-// acknowledged; a failed store leaves the old view in force. Every change
-// clients must notice (membership, addresses, segments, keys, table owners)
-// increments the epoch.
+// Consistency: one mutex serialises all calls but Heartbeat. A change is
+// applied to a copy of the view, stored through the ViewStore
+// (CompareAndPut on the revision this manager holds) and only then made
+// visible and acknowledged; a failed store leaves the old view in force.
+// Every change clients must notice (membership, addresses, segments, keys,
+// table owners) increments the epoch.
 //
 // Liveness (heartbeat times, reported use, SUSPECT/DOWN) is kept in memory
-// only: after a restart every member gets a full timeout of grace.
+// only: after a restart every member gets a full timeout of grace. It has
+// its own mutex, so a heartbeat is answered while a view change is being
+// stored (an etcd round trip: seconds while etcd starts or elects a
+// leader), and a server's lease never lapses for the monitor's store.
+// Fencing stays intact: from the moment a reconfiguration counts a server
+// DOWN until its view is stored and published, that server's heartbeats
+// are refused, so it cannot renew a lease on the segments being handed to
+// its backups; the first heartbeat answered after carries the new epoch,
+// which a server whose lease lapsed must apply before it serves again.
 #pragma once
 
 #include <chrono>
@@ -19,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "common/log.h"
@@ -98,6 +107,9 @@ class ViewManager {
     // When a probe found its address refusing connections: DOWN until it
     // is heard from again.
     Clock::time_point refused_at;
+    // A reconfiguration counted it DOWN and is storing that view: no lease
+    // until it is published.
+    bool being_declared_down = false;
   };
 
   ViewManager(ViewStore* store, const MonitorOptions& options, const Logger& log);
@@ -105,8 +117,15 @@ class ViewManager {
   Status CheckSecret(const std::string& presented) const;
   // NotFound unless `server_id` is a member of the current view.
   Status FindMember(uint32_t server_id, const v1::ServerInfo** server) const;
-  // Stores `next` (epoch already advanced by the caller) and makes it current.
+  // Stores `next` (epoch already advanced by the caller) and makes it
+  // current, then publishes its epoch and members to Heartbeat.
   Status Commit(v1::ClusterView next);
+  // Publishes view_'s epoch and members to Heartbeat and ends every
+  // being_declared_down. Requires mu_, takes liveness_mu_.
+  void Publish();
+  // Requires liveness_mu_.
+  v1::ServerState LiveStateLocked(uint32_t server_id, Clock::time_point now) const;
+  // Takes liveness_mu_.
   v1::ServerState LiveState(uint32_t server_id, Clock::time_point now) const;
   // Members of `view` whose liveness is UP: those that may take new tables
   // or backups.
@@ -119,17 +138,25 @@ class ViewManager {
   // and load, in view order.
   void FillServers(Clock::time_point now,
                    google::protobuf::RepeatedPtrField<v1::ServerInfo>* out) const;
+  // Records that the server was heard from now. Requires liveness_mu_.
+  void TouchLocked(uint32_t server_id);
   void Touch(uint32_t server_id);
 
   ViewStore* const store_;
   const MonitorOptions options_;
   const Logger log_;
 
+  // Lock order: mu_, then liveness_mu_.
   std::mutex mu_;
   v1::ClusterView view_;
   uint64_t revision_ = 0;
-  std::map<uint32_t, Liveness> liveness_;
   std::string leader_address_;
+
+  mutable std::mutex liveness_mu_;
+  std::map<uint32_t, Liveness> liveness_;  // guarded by liveness_mu_
+  // view_'s epoch and member ids as of the last Publish, for Heartbeat.
+  uint64_t published_epoch_ = 0;          // guarded by liveness_mu_
+  std::set<uint32_t> published_members_;  // guarded by liveness_mu_
 };
 
 }  // namespace pdpm::monitor

@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
+#include <future>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -52,6 +55,7 @@ class ViewManagerTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
 
+ public:
   static v1::RegisterServerRequest NewServer(int n) {
     v1::RegisterServerRequest req;
     req.set_cluster_secret(kSecret);
@@ -62,6 +66,7 @@ class ViewManagerTest : public ::testing::Test {
     return req;
   }
 
+ protected:
   std::string dir_;
   int null_fd_ = -1;
   MonitorOptions options_;
@@ -193,24 +198,34 @@ class LoopbackPort {
   std::string address_;
 };
 
+// Registers a server at `primary` and one at `backup`, and allocates a
+// segment on the first whose backup is on the second.
+void RegisterWithASegmentBackedUpOnTheOther(ViewManager* manager, const LoopbackPort& primary,
+                                            const LoopbackPort& backup,
+                                            v1::RegisterServerResponse* rp,
+                                            v1::RegisterServerResponse* rb) {
+  v1::RegisterServerRequest req = ViewManagerTest::NewServer(1);
+  req.mutable_info()->set_address(primary.address());
+  ASSERT_TRUE(manager->RegisterServer(req, rp).ok());
+  req = ViewManagerTest::NewServer(2);
+  req.mutable_info()->set_address(backup.address());
+  ASSERT_TRUE(manager->RegisterServer(req, rb).ok());
+  v1::AllocateSegmentRequest a;
+  a.set_cluster_secret(kSecret);
+  a.set_server_id(rp->server_id());
+  a.set_local_index(0);
+  a.set_access_key(7);
+  v1::AllocateSegmentResponse seg;
+  ASSERT_TRUE(manager->AllocateSegment(a, &seg).ok());
+  ASSERT_EQ(seg.mapping().backups_size(), 1);
+}
+
 TEST_F(ViewManagerTest, UnreachableReportDownsOnlyARefusingServer) {
   ASSERT_NO_FATAL_FAILURE(Open());
   LoopbackPort alive(true), dead(false);
   v1::RegisterServerResponse ra, rd;
-  v1::RegisterServerRequest req = NewServer(1);
-  req.mutable_info()->set_address(alive.address());
-  ASSERT_TRUE(manager_->RegisterServer(req, &ra).ok());
-  req = NewServer(2);
-  req.mutable_info()->set_address(dead.address());
-  ASSERT_TRUE(manager_->RegisterServer(req, &rd).ok());
-  v1::AllocateSegmentRequest a;
-  a.set_cluster_secret(kSecret);
-  a.set_server_id(ra.server_id());
-  a.set_local_index(0);
-  a.set_access_key(7);
-  v1::AllocateSegmentResponse seg;
-  ASSERT_TRUE(manager_->AllocateSegment(a, &seg).ok());
-  ASSERT_EQ(seg.mapping().backups_size(), 1);  // on the refusing server
+  ASSERT_NO_FATAL_FAILURE(
+      RegisterWithASegmentBackedUpOnTheOther(manager_.get(), alive, dead, &ra, &rd));
 
   v1::ReportUnreachableRequest report;
   report.set_cluster_secret(kSecret);
@@ -247,6 +262,153 @@ TEST_F(ViewManagerTest, UnreachableReportDownsOnlyARefusingServer) {
   EXPECT_EQ(manager_->ReportUnreachable(report, &resp).code(), StatusCode::kNotFound);
   report.set_cluster_secret("wrong");
   EXPECT_EQ(manager_->ReportUnreachable(report, &resp).code(), StatusCode::kPermissionDenied);
+}
+
+// The real file store with a gate in front of CompareAndPut: closed, a put
+// waits inside the store until the test opens it, as a put to an etcd that
+// is starting or electing does.
+class GatedViewStore : public ViewStore {
+ public:
+  explicit GatedViewStore(ViewStore* store) : store_(store) {}
+  Status Load(v1::ClusterView* view, uint64_t* revision) override {
+    return store_->Load(view, revision);
+  }
+  Status CompareAndPut(uint64_t expected_revision, const v1::ClusterView& view,
+                       uint64_t* new_revision) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++entered_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+    return store_->CompareAndPut(expected_revision, view, new_revision);
+  }
+  std::string Describe() const override { return "gated " + store_->Describe(); }
+
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  // Waits until a put has entered the store `count` times in all.
+  void AwaitEntered(int count) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return entered_ >= count; });
+  }
+  int entered() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entered_;
+  }
+
+ private:
+  ViewStore* const store_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  int entered_ = 0;
+};
+
+class GatedViewManagerTest : public ViewManagerTest {
+ protected:
+  void OpenGated() {
+    ASSERT_TRUE(FileViewStore::Open(dir_, &store_).ok());
+    gate_ = std::make_unique<GatedViewStore>(store_.get());
+    Status s = ViewManager::Open(gate_.get(), options_, Logger("monitor", null_fd_), &manager_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  void TearDown() override {
+    if (gate_ != nullptr) gate_->Open();
+    manager_.reset();
+    gate_.reset();
+    ViewManagerTest::TearDown();
+  }
+  std::future<Status> HeartbeatAsync(uint32_t server_id, v1::HeartbeatResponse* resp) {
+    return std::async(std::launch::async, [this, server_id, resp] {
+      v1::HeartbeatRequest hb;
+      hb.set_cluster_secret(kSecret);
+      hb.set_server_id(server_id);
+      return manager_->Heartbeat(hb, resp);
+    });
+  }
+  std::unique_ptr<GatedViewStore> gate_;
+};
+
+// A heartbeat is answered, with the lease and the stored epoch, while a
+// view change waits on the store: at etcd's start a server's first lease
+// lapsed behind such a put (it took seconds), and the server stopped
+// serving for nothing.
+TEST_F(GatedViewManagerTest, HeartbeatIsAnsweredWhileAViewChangeIsBeingStored) {
+  ASSERT_NO_FATAL_FAILURE(OpenGated());
+  v1::RegisterServerResponse first;
+  ASSERT_TRUE(manager_->RegisterServer(NewServer(1), &first).ok());
+  const uint64_t stored = manager_->epoch();
+
+  gate_->Close();
+  const int puts = gate_->entered();
+  auto join = std::async(std::launch::async, [this] {
+    v1::RegisterServerResponse second;
+    return manager_->RegisterServer(NewServer(2), &second);
+  });
+  gate_->AwaitEntered(puts + 1);
+  v1::HeartbeatResponse hr;
+  auto beat = HeartbeatAsync(first.server_id(), &hr);
+  // Deterministic: were the heartbeat behind the put, it could not end
+  // before the gate opens, which only happens after this wait.
+  ASSERT_EQ(beat.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "the heartbeat waited for the view store";
+  Status s = beat.get();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(hr.epoch(), stored) << "the epoch of the view stored, not of the one being stored";
+  EXPECT_GT(hr.lease_ms(), 0u);
+  gate_->Open();
+  ASSERT_TRUE(join.get().ok());
+  EXPECT_GT(manager_->epoch(), stored);
+}
+
+// Fencing with the heartbeat outside the view lock: a server that a
+// reconfiguration counts DOWN gets no lease while that view is being
+// stored (its segments are being handed to their backups); once stored,
+// its heartbeat is answered with the new epoch, which a server whose lease
+// lapsed applies before serving again.
+TEST_F(GatedViewManagerTest, ServerBeingDeclaredDownGetsNoLeaseUntilTheViewIsStored) {
+  ASSERT_NO_FATAL_FAILURE(OpenGated());
+  LoopbackPort alive(true), dead(false);
+  v1::RegisterServerResponse ra, rd;
+  ASSERT_NO_FATAL_FAILURE(
+      RegisterWithASegmentBackedUpOnTheOther(manager_.get(), alive, dead, &ra, &rd));
+  const uint64_t before = manager_->epoch();
+
+  gate_->Close();
+  const int puts = gate_->entered();
+  auto report = std::async(std::launch::async, [&] {
+    v1::ReportUnreachableRequest r;
+    r.set_cluster_secret(kSecret);
+    r.set_server_id(rd.server_id());
+    v1::ReportUnreachableResponse resp;
+    Status s = manager_->ReportUnreachable(r, &resp);
+    if (s.ok() && !resp.confirmed()) s = Status::Internal("the refusing server was not downed");
+    return s;
+  });
+  gate_->AwaitEntered(puts + 1);
+  v1::HeartbeatResponse hr;
+  auto refused = HeartbeatAsync(rd.server_id(), &hr);
+  ASSERT_EQ(refused.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "the heartbeat waited for the view store";
+  Status s = refused.get();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  // The other server is not being declared down: answered as ever.
+  s = HeartbeatAsync(ra.server_id(), &hr).get();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(hr.epoch(), before);
+
+  gate_->Open();
+  ASSERT_TRUE(report.get().ok());
+  ASSERT_GT(manager_->epoch(), before);
+  s = HeartbeatAsync(rd.server_id(), &hr).get();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(hr.epoch(), manager_->epoch()) << "the view that took its segments";
 }
 
 // A drained server holds nothing: the cluster it left is healthy, and its

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "client/client.h"
-#include "common/file_util.h"
+#include "client/client_flags.h"
 #include "common/flags.h"
 #include "monitor/monitor_client.h"
 
@@ -134,20 +134,18 @@ Status MeasureTx(client::Client* c, const std::vector<client::GlobalAddress>& it
 }
 
 int Run(int argc, char** argv) {
-  std::string monitor;
-  std::string secret_file;
+  client::ClientFlags cluster;
   std::chrono::milliseconds duration{2000};
   std::string figures = "all";
   FlagParser parser("dsm_bench");
   parser.AddString("figures", &figures, "all, or write (only write.64KiB.rN)");
-  parser.AddString("monitor", &monitor, "monitor address host:port (required)");
-  parser.AddString("secret-file", &secret_file, "file holding the cluster secret (required)");
+  cluster.Register(&parser);
   parser.AddDuration("duration", &duration, "time per figure (default 2s)");
   Status s = parser.Parse(argc, argv);
   if (s.ok() && parser.PrintUsageIfAsked()) return 0;
-  if (s.ok() && (monitor.empty() || secret_file.empty() || duration.count() <= 0)) {
-    s = Status::InvalidArgument("--monitor, --secret-file and a positive --duration are required");
-  }
+  client::ClientOptions options;
+  if (s.ok()) s = cluster.ToOptions(&options);
+  if (s.ok() && duration.count() <= 0) s = Status::InvalidArgument("--duration must be positive");
   if (s.ok() && figures != "all" && figures != "write") {
     s = Status::InvalidArgument("--figures must be all or write");
   }
@@ -155,13 +153,6 @@ int Run(int argc, char** argv) {
   if (!s.ok()) {
     std::fprintf(stderr, "dsm_bench: %s\n%s", s.ToString().c_str(), parser.Usage().c_str());
     return 2;
-  }
-  client::ClientOptions options;
-  options.monitor = monitor;
-  s = ReadWholeFile(secret_file, &options.cluster_secret);
-  if (!s.ok()) return Fail("cluster secret", s);
-  while (!options.cluster_secret.empty() && options.cluster_secret.back() == '\n') {
-    options.cluster_secret.pop_back();
   }
   std::unique_ptr<client::Client> c;
   s = client::Client::Open(options, &c);
@@ -188,7 +179,7 @@ int Run(int argc, char** argv) {
       seconds, kRaw, [&](uint64_t i) { return c->Write(at(i), buf.data(), kRaw); }, &mbs);
   if (!s.ok()) return Fail("write 64 KiB", s);
   v1::GetMappingResponse mapping;
-  s = monitor::MonitorClient(monitor, {}).GetMapping(0, &mapping);
+  s = monitor::MonitorClient(options.monitor, {}).GetMapping(0, &mapping);
   if (!s.ok()) return Fail("mapping", s);
   Report(("write.64KiB.r" + std::to_string(mapping.replica_count())).c_str(), mbs);
   if (figures == "write") return 0;

@@ -45,9 +45,8 @@
 #include <vector>
 
 #include "client/client.h"
-#include "common/file_util.h"
+#include "client/client_flags.h"
 #include "common/flags.h"
-#include "net/transport.h"
 #include "pdfs/client/file_system.h"
 
 namespace pdpm::pdfs {
@@ -393,16 +392,15 @@ int MeasureData(FileSystem* fs, uint64_t base, const DataOptions& o) {
 int Run(int argc, char** argv) {
   // The mode comes first; without one the flags are still parsed (--help).
   const std::string mode = argc > 1 && argv[1][0] != '-' ? argv[1] : "";
-  std::string dir, monitor, secret_file, volume, transport = "tcp";
+  client::ClientFlags cluster;
+  std::string dir, volume;
   MetaOptions meta;
   DataOptions data;
   uint32_t seconds = 20;
   FlagParser flags("pdfs_bench meta|data");
   flags.AddString("dir", &dir, "meta: a directory of a mounted file system to work in");
-  flags.AddString("monitor", &monitor, "pDFSLib: the cluster's monitor host:port");
-  flags.AddString("secret-file", &secret_file, "pDFSLib: file holding the cluster secret");
+  cluster.Register(&flags, "pDFSLib: ");
   flags.AddString("volume", &volume, "pDFSLib: the volume (a directory of the root) to work in");
-  flags.AddString("transport", &transport, "pDFSLib: tcp or verbs");
   flags.AddUint64("files", &meta.files, "meta: names per operation (default 1000)");
   flags.AddUint64("dirs", &meta.dirs, "meta: directories of the spread layout (default 10)");
   flags.AddUint32("jobs", &data.jobs, "data: threads, each on its own files (default 1)");
@@ -411,12 +409,12 @@ int Run(int argc, char** argv) {
   flags.AddUint32("seconds", &seconds, "most seconds of create, mkdir and random I/O (20)");
   Status s = mode.empty() ? flags.Parse(argc, argv) : flags.Parse(argc - 1, argv + 1);
   if (s.ok() && flags.PrintUsageIfAsked()) return 0;
-  const bool lib = !monitor.empty();
+  const bool lib = cluster.given();
   if (s.ok() && mode != "meta" && mode != "data") {
     s = Status::InvalidArgument("the first argument is meta or data");
   } else if (s.ok() && lib == !dir.empty()) {
     s = Status::InvalidArgument("give --dir (a mount) or --monitor (pDFSLib), not both");
-  } else if (s.ok() && lib && (secret_file.empty() || volume.empty())) {
+  } else if (s.ok() && lib && (cluster.secret_file.empty() || volume.empty())) {
     s = Status::InvalidArgument("pDFSLib needs --secret-file and --volume");
   } else if (s.ok() && mode == "data" && !lib) {
     s = Status::InvalidArgument("data runs through pDFSLib (fio measures mounts)");
@@ -435,11 +433,9 @@ int Run(int argc, char** argv) {
     return MeasureMeta(&t, base, "dirs", meta.dirs, meta);
   }
   client::ClientOptions options;
-  options.monitor = monitor;
   // As pdfs-fuse with its default 8 threads.
   options.connections_per_server = std::max<uint32_t>(8, data.jobs);
-  s = ReadSecretFile(secret_file, &options.cluster_secret).WithContext("--secret-file");
-  if (s.ok()) s = net::ParseBackendKind(transport, &options.transport);
+  s = cluster.ToOptions(&options);
   std::unique_ptr<client::Client> client;
   if (s.ok()) s = client::Client::Open(options, &client);
   std::unique_ptr<FileSystem> fs;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/client_flags.h"
 #include "common/log.h"
 #include "pdfs/client/file_system.h"
 #include "pdfs/client/pdfs.h"
@@ -67,12 +68,9 @@ extern "C" {
 
 int pdfs_mount(const char* monitor, const char* secret, const char* transport, uint32_t uid,
                uint32_t gid, pdfs_fs** out) {
-  if (monitor == nullptr || out == nullptr) return EINVAL;
+  if (out == nullptr) return EINVAL;
   pdpm::client::ClientOptions o;
-  o.monitor = monitor;
-  o.cluster_secret = secret == nullptr ? "" : secret;
-  Status s;
-  if (transport != nullptr) s = pdpm::net::ParseBackendKind(transport, &o.transport);
+  Status s = pdpm::client::ClientOptionsFromStrings(monitor, secret, transport, &o);
   if (!s.ok()) return EINVAL;
   auto fs = std::make_unique<pdfs_fs>();
   fs->owner = {uid, gid};

@@ -33,10 +33,10 @@
 #include <string>
 #include <vector>
 
+#include "client/client_flags.h"
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/log.h"
-#include "net/transport.h"
 #include "pdfs/client/file_system.h"
 
 namespace pdpm::pdfs {
@@ -604,13 +604,11 @@ fuse_lowlevel_ops Ops() {
 
 int Main(int argc, char** argv) {
   Logger log("pdfs-fuse");
-  std::string monitor, secret_file, transport = "tcp", mountpoint, volume;
+  client::ClientFlags client_flags;
+  std::string mountpoint, volume;
   uint32_t threads = 8;
   FlagParser flags("pdfs-fuse");
-  flags.AddString("monitor", &monitor,
-                  "the PDPM cluster's monitor host:port (every monitor's, comma-separated)");
-  flags.AddString("secret-file", &secret_file, "file holding the cluster secret");
-  flags.AddString("transport", &transport, "tcp or verbs");
+  client_flags.Register(&flags);
   flags.AddString("mountpoint", &mountpoint, "the directory to mount on");
   flags.AddString("volume", &volume,
                   "the volume (a directory of the file system's root) to mount; default: all");
@@ -624,9 +622,10 @@ int Main(int argc, char** argv) {
                   "pdfs-fuse) and found (by a restarted one)");
   Status s = flags.Parse(argc, argv);
   if (s.ok() && flags.PrintUsageIfAsked()) return 0;
-  if (s.ok() && (monitor.empty() || secret_file.empty() || mountpoint.empty())) {
-    s = Status::InvalidArgument("--monitor, --secret-file and --mountpoint are needed");
-  }
+  client::ClientOptions options;
+  options.connections_per_server = threads;
+  if (s.ok()) s = client_flags.ToOptions(&options);
+  if (s.ok() && mountpoint.empty()) s = Status::InvalidArgument("--mountpoint is needed");
   int held_fd = -1;
   if (s.ok() && !fuse_fd.empty()) {
     char* end = nullptr;
@@ -644,13 +643,8 @@ int Main(int argc, char** argv) {
     fprintf(stderr, "%s\n%s", s.ToString().c_str(), flags.Usage().c_str());
     return 2;
   }
-  client::ClientOptions options;
-  options.monitor = monitor;
-  options.connections_per_server = threads;
-  s = ReadSecretFile(secret_file, &options.cluster_secret).WithContext("--secret-file");
-  if (s.ok()) s = net::ParseBackendKind(transport, &options.transport);
   std::unique_ptr<client::Client> client;
-  if (s.ok()) s = client::Client::Open(options, &client);
+  s = client::Client::Open(options, &client);
   std::unique_ptr<FileSystem> fs;
   if (s.ok()) s = FileSystem::Open(client.get(), {}, &fs);
   if (!s.ok()) {
@@ -698,13 +692,13 @@ int Main(int argc, char** argv) {
       if (s.ok()) s = held->ResumeIfInitialised(se, &resumed);
       if (s.ok()) {
         log.Info(resumed ? "resumed the held connection" : "serving the held connection",
-                 {{"mountpoint", mountpoint}, {"monitor", monitor}});
+                 {{"mountpoint", mountpoint}, {"monitor", options.monitor}});
         serving = true;
       } else {
         log.Error("cannot serve the held connection", {{"status", s}});
       }
     } else if (fuse_session_mount(se, mountpoint.c_str()) == 0) {
-      log.Info("mounted", {{"mountpoint", mountpoint}, {"monitor", monitor}});
+      log.Info("mounted", {{"mountpoint", mountpoint}, {"monitor", options.monitor}});
       serving = true;
     } else {
       log.Error("mount failed", {{"mountpoint", mountpoint}});

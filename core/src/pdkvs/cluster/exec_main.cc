@@ -12,24 +12,30 @@
 #include <string>
 #include <vector>
 
-#include "common/flags.h"
+#include "client/test_client_process.h"
 #include "pdkvs/cluster/cluster_kv_store.h"
 #include "pdkvs/cluster/test_tool.h"
 
 int main(int argc, char** argv) {
-  std::string monitor, secret_file, read;
-  pdpm::FlagParser p("pdkvs_cluster_exec");
-  p.AddString("monitor", &monitor, "monitor host:port");
-  p.AddString("secret-file", &secret_file, "cluster secret file");
-  p.AddString("read", &read, "comma-separated keys to read and check");
-  pdpm::Status s = p.Parse(argc, argv);
-  if (s.ok() && p.PrintUsageIfAsked()) return 0;
-  if (!s.ok() || read.empty()) {
-    std::fprintf(stderr, "%s\n%s", s.ToString().c_str(), p.Usage().c_str());
+  std::string read;
+  pdpm::client::ClientOptions options;
+  auto code = pdpm::client::ParseTestClientFlags(
+      "pdkvs_cluster_exec", argc, argv,
+      [&](pdpm::FlagParser* p) {
+        p->AddString("read", &read, "comma-separated keys to read and check");
+      },
+      &options);
+  if (code) return *code;
+  if (read.empty()) {
+    std::fprintf(stderr, "--read is needed\n");
     return 2;
   }
   std::unique_ptr<pdpm::pdkvs::ClusterKvStore> kv;
-  if (!pdpm::pdkvs::OpenTestToolStore(monitor, secret_file, &kv).ok()) return 1;
+  pdpm::Status s = pdpm::pdkvs::ClusterKvStore::Open(options, &kv);
+  if (!s.ok()) {
+    std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
+    return 1;
+  }
   const std::vector<std::string> names = pdpm::pdkvs::SplitKeyList(read);
   const std::vector<std::string_view> keys(names.begin(), names.end());
   std::vector<pdpm::pdkvs::KvTxRead> got;

@@ -9,27 +9,33 @@
 #include <string>
 #include <vector>
 
-#include "common/flags.h"
+#include "client/test_client_process.h"
 #include "pdkvs/cluster/cluster_kv_store.h"
 #include "pdkvs/cluster/test_tool.h"
 
 int main(int argc, char** argv) {
-  std::string monitor, secret_file, keys, value;
+  std::string keys, value;
   bool nx = false;
-  pdpm::FlagParser p("pdkvs_cluster_mput");
-  p.AddString("monitor", &monitor, "monitor host:port");
-  p.AddString("secret-file", &secret_file, "cluster secret file");
-  p.AddString("keys", &keys, "comma-separated keys");
-  p.AddString("value", &value, "the value of every key");
-  p.AddBool("nx", &nx, "only if none of the keys exists");
-  pdpm::Status s = p.Parse(argc, argv);
-  if (s.ok() && p.PrintUsageIfAsked()) return 0;
-  if (!s.ok() || keys.empty()) {
-    std::fprintf(stderr, "%s\n%s", s.ToString().c_str(), p.Usage().c_str());
+  pdpm::client::ClientOptions options;
+  auto code = pdpm::client::ParseTestClientFlags(
+      "pdkvs_cluster_mput", argc, argv,
+      [&](pdpm::FlagParser* p) {
+        p->AddString("keys", &keys, "comma-separated keys");
+        p->AddString("value", &value, "the value of every key");
+        p->AddBool("nx", &nx, "only if none of the keys exists");
+      },
+      &options);
+  if (code) return *code;
+  if (keys.empty()) {
+    std::fprintf(stderr, "--keys is needed\n");
     return 2;
   }
   std::unique_ptr<pdpm::pdkvs::ClusterKvStore> kv;
-  if (!pdpm::pdkvs::OpenTestToolStore(monitor, secret_file, &kv).ok()) return 1;
+  pdpm::Status s = pdpm::pdkvs::ClusterKvStore::Open(options, &kv);
+  if (!s.ok()) {
+    std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
+    return 1;
+  }
   const std::vector<std::string> names = pdpm::pdkvs::SplitKeyList(keys);
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
   pairs.reserve(names.size());

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/client_flags.h"
 #include "pdkvs/cluster/cluster_kv_store.h"
 #include "pdkvs/cluster/pdkvs.h"
 
@@ -45,13 +46,10 @@ uint64_t NowMs() {
 extern "C" {
 
 int pdkvs_open(const char* monitor, const char* secret, const char* transport, pdkvs_store** out) {
-  if (monitor == nullptr || out == nullptr) return PDPM_INVALID_ARGUMENT;
+  if (out == nullptr) return PDPM_INVALID_ARGUMENT;
   pdpm::client::ClientOptions o;
-  o.monitor = monitor;
-  o.cluster_secret = secret == nullptr ? "" : secret;
-  if (transport != nullptr) {
-    Status s = pdpm::net::ParseBackendKind(transport, &o.transport);
-    if (!s.ok()) return static_cast<int>(s.code());
+  if (Status s = pdpm::client::ClientOptionsFromStrings(monitor, secret, transport, &o); !s.ok()) {
+    return static_cast<int>(s.code());
   }
   auto h = std::make_unique<pdkvs_store>();
   Status s = pdpm::pdkvs::ClusterKvStore::Open(o, &h->store);

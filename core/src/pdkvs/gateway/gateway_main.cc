@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "client/client_flags.h"
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/log.h"
@@ -32,7 +33,7 @@ Status ParseListen(const std::string& listen, GatewayConfig* config) {
 
 // The store the flags name: exactly one of --monitor and --pm.
 struct StoreFlags {
-  std::string monitor, secret_file, transport = "tcp";
+  client::ClientFlags cluster;
   std::string pm_path;
   uint64_t pm_size = 1ull << 30;
   uint32_t vnodes = 8;
@@ -40,18 +41,15 @@ struct StoreFlags {
 
 Status OpenStore(const StoreFlags& f, uint32_t threads, const Logger& log,
                  std::unique_ptr<KvStore>* out) {
-  if (!f.monitor.empty()) {
+  if (f.cluster.given()) {
     client::ClientOptions options;
-    options.monitor = f.monitor;
     // Each event loop its own connection to a server: a loop's round in
     // flight to a server does not hold up the other loops' rounds.
     options.connections_per_server = threads;
-    PDPM_RETURN_IF_ERROR(
-        ReadSecretFile(f.secret_file, &options.cluster_secret).WithContext("--secret-file"));
-    PDPM_RETURN_IF_ERROR(net::ParseBackendKind(f.transport, &options.transport));
+    PDPM_RETURN_IF_ERROR(f.cluster.ToOptions(&options));
     std::unique_ptr<ClusterKvStore> store;
     PDPM_RETURN_IF_ERROR(ClusterKvStore::Open(options, &store));
-    log.Info("store: the PDPM cluster", {{"monitor", f.monitor}});
+    log.Info("store: the PDPM cluster", {{"monitor", options.monitor}});
     *out = std::move(store);
     return Status::OK();
   }
@@ -76,11 +74,7 @@ int Main(int argc, char** argv) {
   bool enable_flushdb = false;
   FlagParser flags("pdkvs-gateway");
   flags.AddString("listen", &listen, "HOST:PORT to serve the Redis protocol on (port 0: any)");
-  flags.AddString("monitor", &store_flags.monitor,
-                  "the PDPM cluster's monitor host:port (every monitor's, comma-separated)");
-  flags.AddString("secret-file", &store_flags.secret_file,
-                  "with --monitor: file holding the cluster secret");
-  flags.AddString("transport", &store_flags.transport, "with --monitor: tcp or verbs");
+  store_flags.cluster.Register(&flags);
   flags.AddString("pm", &store_flags.pm_path,
                   "instead of --monitor: PM source (devdax, DAX file or file) of a local store");
   flags.AddSize("pm-size", &store_flags.pm_size, "size of the PM file when it is created");
@@ -104,10 +98,10 @@ int Main(int argc, char** argv) {
   }
   GatewayConfig config;
   s = ParseListen(listen, &config);
-  if (s.ok() && store_flags.pm_path.empty() == store_flags.monitor.empty()) {
+  if (s.ok() && store_flags.pm_path.empty() == !store_flags.cluster.given()) {
     s = Status::InvalidArgument("give either --monitor (a PDPM cluster) or --pm (a local store)");
   }
-  if (s.ok() && !store_flags.monitor.empty() && store_flags.secret_file.empty()) {
+  if (s.ok() && store_flags.cluster.given() && store_flags.cluster.secret_file.empty()) {
     s = Status::InvalidArgument("--monitor needs --secret-file");
   }
   if (s.ok() && !password_file.empty()) {
