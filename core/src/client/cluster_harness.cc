@@ -150,6 +150,15 @@ bool ChildProcess::Exited(int* wait_status) {
   return false;
 }
 
+bool ChildProcess::Stopped() const {
+  if (pid_ <= 0) return false;
+  std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The state follows the command name, which is in parentheses.
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+}
+
 bool ChildProcess::WaitFor(uint32_t timeout_ms, int* wait_status) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (!Exited(wait_status)) {

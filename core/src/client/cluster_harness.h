@@ -57,6 +57,8 @@ class ChildProcess {
   bool WaitFor(uint32_t timeout_ms, int* wait_status);
   // Whether it has exited (reaps it then).
   bool Exited(int* wait_status);
+  // Whether it is stopped (SIGSTOP, e.g. by PDPM_TX_STOP_AT).
+  bool Stopped() const;
 
  private:
   pid_t pid_ = -1;

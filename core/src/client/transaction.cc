@@ -415,6 +415,10 @@ Status Transaction::KvRead(uint32_t server, uint32_t table, uint64_t key_hash, u
   return Status::OK();
 }
 
+void Transaction::AddValidation(std::function<Status()> check) {
+  validations_.push_back(std::move(check));
+}
+
 Status Transaction::Write(const dsm::GlobalAddress& addr, const void* buf, uint64_t len) {
   PDPM_RETURN_IF_ERROR(CheckAddress(addr, len, true));
   dsm::TxEntry e;
@@ -479,12 +483,14 @@ Status Transaction::Commit() {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
   TxHost* host = coordinator_->host_;
   auto validate = [&](const std::set<Slot>& locked) {
+    coordinator_->MaybeStop("validate");
     for (const auto& [slot, version] : read_set_) {
       if (locked.count(slot) != 0) continue;  // checked when locked
       uint64_t now = 0;
       PDPM_RETURN_IF_ERROR(ReadVersion(slot.server, slot.slot, &now));
       if (now != version) return Status::Aborted("conflict: validation found a changed item");
     }
+    for (const auto& check : validations_) PDPM_RETURN_IF_ERROR(check());
     return Status::OK();
   };
   coordinator_->RetryUnfinished();

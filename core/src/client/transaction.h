@@ -120,6 +120,11 @@ class Transaction {
   // there, else by reading it — so the transaction serialises after the
   // read. kAborted when the word is locked (a transaction is writing it).
   Status KvRead(uint32_t server, uint32_t table, uint64_t key_hash, uint64_t word);
+  // Adds a check Commit runs in VALIDATE, after every LOCK is held and the
+  // read set is validated, before anything is decided; a failure aborts
+  // the transaction and Commit returns it. For reads whose validation needs
+  // an RPC: pDKVS checks each read key's word where its vnode lives then.
+  void AddValidation(std::function<Status()> check);
   Status Commit();
   // After a Commit that failed with kUnavailable: true when the failure
   // came after LOCK and VALIDATE (the outcome is unknown to the client,
@@ -158,7 +163,8 @@ class Transaction {
   bool finished_ = false;
   bool outcome_unknown_ = false;
   std::map<Slot, uint64_t> read_set_;
-  std::vector<dsm::TxEntry> writes_;  // in program order; frees too
+  std::vector<std::function<Status()>> validations_;  // AddValidation, in order
+  std::vector<dsm::TxEntry> writes_;                  // in program order; frees too
   std::vector<uint64_t> key_hashes_;  // by writes_ index: a pDKVS entry's key hash (else 0)
   std::map<uint32_t, std::vector<dsm::GlobalAddress>> allocated_;  // by server
 };

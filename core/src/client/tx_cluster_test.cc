@@ -816,14 +816,6 @@ TEST_P(TxClusterTest, AllocationsFollowTheirTransactionsWhenTheirServerDies) {
   StopAndCheckAll();
 }
 
-// Whether process `pid` is stopped (SIGSTOP).
-bool Stopped(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
-}
-
 // A backup that turns in sync while a transaction is locked at its
 // segment's primary, whose coordinator read the mapping while the backup
 // was filled (so it logs no BACKUP record there): the coordinator stops
@@ -860,10 +852,10 @@ TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
   std::vector<ChildProcess> bank;
   StartBank(1, 20, &bank, {"PDPM_TX_STOP_AT=lock:1", "PDPM_TX_CRASH_AT=decide:1"}, two,
             {"--no-receipt"});
-  for (int i = 0; i < 2000 && !Stopped(bank[0].pid()); i++) {
+  for (int i = 0; i < 2000 && !bank[0].Stopped(); i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ASSERT_TRUE(Stopped(bank[0].pid())) << FileTail(BankLog(10 * (runs_ - 1)));
+  ASSERT_TRUE(bank[0].Stopped()) << FileTail(BankLog(10 * (runs_ - 1)));
   // The fill ends; the backup joins — or, while the transaction is locked
   // at G's primary without a BACKUP record there, waits. The coordinator
   // goes on well within the lock timeout (else its holder aborts it).
@@ -917,10 +909,10 @@ TEST_P(TxClusterFourTest, ReattachedBackupMissesNoCommit) {
   ASSERT_GE(holder, 0);
   std::vector<ChildProcess> bank;
   StartBank(1, 20, &bank, {"PDPM_TX_STOP_AT=commit-backup:1"}, two, {"--no-receipt"});
-  for (int i = 0; i < 2000 && !Stopped(bank[0].pid()); i++) {
+  for (int i = 0; i < 2000 && !bank[0].Stopped(); i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ASSERT_TRUE(Stopped(bank[0].pid())) << FileTail(BankLog(10 * (runs_ - 1)));
+  ASSERT_TRUE(bank[0].Stopped()) << FileTail(BankLog(10 * (runs_ - 1)));
   cluster_.server(holder).Signal(SIGSTOP);
   cluster_.KillServer(t.pi);
   Status s = cluster_.StartServer(t.pi);

@@ -488,6 +488,7 @@ CcehCheckReport CcehIndex::Check(PAllocator* alloc, uint64_t header_offset) {
         r.violations.push_back(where + ": key stored twice");
       }
       same.push_back(view.key());
+      if (view.header().flags == kItemFlagHash) r.hashes.emplace_back(view.key(), view.value());
       ++r.items;
     }
   }

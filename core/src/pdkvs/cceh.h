@@ -113,9 +113,15 @@ struct CcehCheckReport {
   uint64_t items = 0;
   // Every block the index reaches: header, directory, segments, items.
   std::unordered_set<uint64_t> reachable;
+  // The items flagged kItemFlagHash (key, value): hash headers, whose
+  // field indexes VnodeHashes::Check checks.
+  std::vector<std::pair<std::string, std::string>> hashes;
+  uint64_t empty_hashes = 0;  // hashes with no field (VnodeHashes::Check)
 
   bool ok() const { return violations.empty(); }
-  bool clean() const { return ok() && interrupted_splits == 0 && stale_slots == 0; }
+  bool clean() const {
+    return ok() && interrupted_splits == 0 && stale_slots == 0 && empty_hashes == 0;
+  }
   std::string ToString() const;
 };
 

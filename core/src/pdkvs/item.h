@@ -30,6 +30,10 @@ inline constexpr uint32_t kItemMagic = 0x5449564b;  // "KVIT"
 inline constexpr uint64_t kMaxKeySize = 64 << 10;
 inline constexpr uint64_t kMaxValueSize = 512ull << 20;
 
+// The flag of a hash's header item (ItemMeta::flags, pdkvs/hash.h); a
+// string's item carries 0.
+inline constexpr uint32_t kItemFlagHash = 1;
+
 // What an item carries besides its key and value.
 struct ItemMeta {
   uint64_t expire_at_ms = 0;  // 0: never expires

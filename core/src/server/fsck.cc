@@ -6,6 +6,7 @@
 #include "dsm/chunk.h"
 #include "dsm/pallocator.h"
 #include "pdkvs/cceh.h"
+#include "pdkvs/hash.h"
 #include "pm/pm_device.h"
 #include "pm/pm_space.h"
 
@@ -103,11 +104,12 @@ void CheckVnode(std::span<char> seg, dsm::SegmentCheckReport* out) {
     return;
   }
   pdkvs::CcehCheckReport r = pdkvs::CcehIndex::Check(alloc.get(), header);
+  pdkvs::VnodeHashes::Check(alloc.get(), &r);  // the hashes' field indexes
   for (const auto& v : r.violations) out->violations.push_back("pDKVS vnode: " + v);
-  if (r.interrupted_splits > 0 || r.stale_slots > 0) {
+  if (r.interrupted_splits > 0 || r.stale_slots > 0 || r.empty_hashes > 0) {
     out->repairable.push_back("pDKVS vnode: " + std::to_string(r.interrupted_splits) +
                               " interrupted splits, " + std::to_string(r.stale_slots) +
-                              " stale slots");
+                              " stale slots, " + std::to_string(r.empty_hashes) + " empty hashes");
   }
 }
 

@@ -480,21 +480,33 @@ Status ClusterKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
   std::vector<std::string_view> checked;
   checked.reserve(checks.size());
   for (const KvTxCheck& c : checks) checked.push_back(c.key);
+  // A checked key this transaction writes is locked by its own LOCK when
+  // the words are read again.
+  std::vector<bool> written(checks.size(), false);
+  for (size_t i = 0; i < checks.size(); ++i) {
+    for (const KvTxWrite& w : writes) written[i] = written[i] || w.key == checks[i].key;
+  }
   return RunTransaction(
       [&](client::Transaction* tx) {
-        // Each checked key's word where its vnode lives now (routed anew,
-        // epoch-checked by the vnode's server): a vnode that moved since
-        // the read (a drain, a failover) answers from another server, whose
-        // words say nothing of the read, so the caller reads again; else
-        // the commit validates the word at that server — under the LOCK
-        // where the key is written, by reading it otherwise.
-        std::vector<KeyVersion> now;
-        PDPM_RETURN_IF_ERROR(Versions(checked, &now));
-        for (size_t i = 0; i < checks.size(); ++i) {
-          if (now[i] != KeyVersion{checks[i].version.server, checks[i].version.word}) {
-            return Status::Aborted("conflict: a read key changed, or its vnode moved");
+        // In VALIDATE, with every LOCK held: each checked key's word where
+        // its vnode lives then (routed anew, epoch-checked by the vnode's
+        // server). A vnode that moved since the read (a drain, a failover)
+        // answers from another server, whose words say nothing of the
+        // read, so the commit fails and the caller reads again; a changed
+        // word too. Validating before the LOCKs instead left the instant
+        // between that check and the commit open to a move.
+        tx->AddValidation([&] {
+          std::vector<KeyVersion> now;
+          PDPM_RETURN_IF_ERROR(Versions(checked, &now));
+          for (size_t i = 0; i < checks.size(); ++i) {
+            const uint64_t word = written[i] ? now[i].word & ~dsm::kTxVersionLock : now[i].word;
+            if (KeyVersion{now[i].server, word} !=
+                KeyVersion{checks[i].version.server, checks[i].version.word}) {
+              return Status::Aborted("conflict: a read key changed, or its vnode moved");
+            }
           }
-        }
+          return Status::OK();
+        });
         const uint32_t table_count = client_->table_count();
         for (const KvTxCheck& c : checks) {
           const uint64_t hash = HashKey(c.key);

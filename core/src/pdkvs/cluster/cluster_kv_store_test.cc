@@ -86,6 +86,21 @@ class KvClusterTest : public ::testing::Test {
         client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()), out);
   }
 
+  // Drains server `id` and waits (bounded) until it holds nothing.
+  void Drain(uint32_t id) {
+    monitor::MonitorClient mc(cluster_.monitor_address(), {cluster_.secret()});
+    v1::DrainServerRequest req;
+    req.set_server_id(id);
+    v1::DrainServerResponse resp;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    do {
+      ASSERT_OK(mc.DrainServer(req, &resp));
+      if (resp.state() == v1::SERVER_STATE_DRAINED) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } while (std::chrono::steady_clock::now() < deadline);
+    ASSERT_EQ(resp.state(), v1::SERVER_STATE_DRAINED) << resp.message();
+  }
+
   v1::GetMappingResponse Mapping() {
     monitor::MonitorClient mc(cluster_.monitor_address(), {cluster_.secret()});
     v1::GetMappingResponse m;
@@ -1162,17 +1177,8 @@ TEST_F(KvClusterTest, ATransactionWhoseReadVnodeMovedIsCheckedWhereItLivesNow) {
   ASSERT_OK(kv_->TxRead({moved}, &before));
   ASSERT_EQ(before[0].version.server, leaving);
   WaitReplicated();
-  monitor::MonitorClient mc(cluster_.monitor_address(), {cluster_.secret()});
-  v1::DrainServerRequest req;
-  req.set_server_id(leaving);
-  v1::DrainServerResponse resp;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  do {
-    ASSERT_OK(mc.DrainServer(req, &resp));
-    if (resp.state() == v1::SERVER_STATE_DRAINED) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  } while (std::chrono::steady_clock::now() < deadline);
-  ASSERT_EQ(resp.state(), v1::SERVER_STATE_DRAINED) << resp.message();
+  Drain(leaving);
+  if (HasFatalFailure()) return;
   // Another client writes the key at its new server; kv_'s mapping may
   // still name the old one.
   std::unique_ptr<ClusterKvStore> other;
@@ -1205,6 +1211,59 @@ TEST_F(KvClusterTest, ATransactionWhoseReadVnodeMovedIsCheckedWhereItLivesNow) {
   EXPECT_EQ(got, "4");
 }
 
+// The instant between the check of the words and the commit: a
+// transaction that only reads a key (its coordinator in its own process,
+// stopped by PDPM_TX_STOP_AT just before it validates), whose vnode is
+// drained to another server and written there meanwhile, must not commit:
+// the read is stale, and the old server's word never changes again. The
+// word is checked where the vnode lives at validation (it passed at the
+// old server when checked before the commit).
+TEST_F(KvClusterTest, AReadOnlyKeyWhoseVnodeMovesBeforeValidationFailsTheCommit) {
+  const uint32_t tables = kv_->client()->table_count();
+  const std::string moved = "moved";
+  SetResult r;
+  ASSERT_OK(kv_->Set(moved, "1", {}, &r));
+  const uint32_t leaving = kv_->client()->table_owner(monitor::TableForKey(HashKey(moved), tables));
+  ASSERT_NE(leaving, 0u);
+  WaitReplicated();
+  // A store that routes by the mapping of now, which names the leaving
+  // server, until that server refuses: tells below when it knows the move.
+  std::unique_ptr<ClusterKvStore> stale;
+  ASSERT_OK(OpenStore(&stale));
+  const std::string log = cluster_.dir() + "/exec.log";
+  client::ChildProcess child;
+  ASSERT_OK(child.Start({PDPM_EXEC_BINARY, "--monitor", cluster_.monitor_address(), "--secret-file",
+                         cluster_.secret_file(), "--read", moved},
+                        {"PDPM_TX_STOP_AT=validate:1"}, log));
+  for (int i = 0; i < 2000 && !child.Stopped(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(child.Stopped()) << client::FileTail(log);
+  Drain(leaving);
+  if (HasFatalFailure()) return;
+  std::unique_ptr<ClusterKvStore> other;
+  ASSERT_OK(OpenStore(&other));
+  ASSERT_OK(other->Set(moved, "2", {}, &r));
+  // The leaving server has applied the new view once it refuses the old
+  // mapping's requests (which then go to the new server).
+  std::string got;
+  for (int i = 0; i < 2000; i++) {
+    ASSERT_OK(stale->Get(moved, &got));
+    if (got == "2") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(got, "2");
+  child.Signal(SIGCONT);
+  int ws = 0;
+  ASSERT_TRUE(child.WaitFor(60000, &ws)) << client::FileTail(log);
+  ASSERT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << "status " << ws << ":\n"
+                                                     << client::FileTail(log);
+  const std::string out = client::FileTail(log);
+  EXPECT_NE(out.find("moved=1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("aborted\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("committed\n"), std::string::npos) << "a stale read committed:\n" << out;
+}
+
 // The active expiry on a cluster: a sweep of every vnode frees exactly the
 // expired keys at the vnodes' servers, their backups too (after a server
 // is killed the promoted copies count the same), and Count reports the
@@ -1214,7 +1273,9 @@ TEST_F(KvClusterTest, ActiveExpiryFreesExpiredKeysOnEveryCopy) {
   const std::vector<std::string> keys = KeysOnEveryVnode("exp", 20);
   SetOptions expiring;
   expiring.expiry = SetOptions::Expiry::kSet;
-  expiring.expire_at_ms = NowMs() + 1500;
+  // Far off first (a sweep must free none of them, however slow the
+  // machine), then moved close.
+  expiring.expire_at_ms = NowMs() + 3600 * 1000;
   SetResult r;
   for (size_t i = 0; i < keys.size(); ++i) {
     ASSERT_OK(kv_->Set(keys[i], "v", i % 2 == 0 ? expiring : SetOptions{}, &r));
@@ -1239,6 +1300,12 @@ TEST_F(KvClusterTest, ActiveExpiryFreesExpiredKeysOnEveryCopy) {
     return reclaimed;
   };
   EXPECT_EQ(sweep(), 0u);
+  expiring.expire_at_ms = NowMs() + 100;
+  for (size_t i = 0; i < keys.size(); i += 2) {
+    bool changed = false;
+    ASSERT_OK(kv_->SetExpiry(keys[i], expiring.expire_at_ms, &changed));
+    EXPECT_TRUE(changed);
+  }
   while (NowMs() <= expiring.expire_at_ms)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(sweep(), due);

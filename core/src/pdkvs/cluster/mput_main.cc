@@ -11,6 +11,7 @@
 
 #include "client/test_client_process.h"
 #include "pdkvs/cluster/cluster_kv_store.h"
+#include "pdkvs/cluster/test_tool.h"
 
 int main(int argc, char** argv) {
   std::string keys, value;
@@ -35,13 +36,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
     return 1;
   }
-  std::vector<std::string> names;
-  for (size_t at = 0; at <= keys.size();) {
-    size_t comma = keys.find(',', at);
-    if (comma == std::string::npos) comma = keys.size();
-    names.push_back(keys.substr(at, comma - at));
-    at = comma + 1;
-  }
+  const std::vector<std::string> names = pdpm::pdkvs::SplitKeyList(keys);
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
   pairs.reserve(names.size());
   for (const auto& k : names) pairs.emplace_back(k, value);
