@@ -651,7 +651,7 @@ TEST_P(TxKilledCoordinatorsTest, DeadCoordinatorsLogAreasAreReclaimed) {
     std::vector<ChildProcess> bank;
     if (phase == "kill") {
       StartBank(1, 100000, &bank, {}, accounts, {"--no-receipt", "--abort-every", "0"});
-      WaitForProgress(10 * (runs_ - 1), 20);
+      WaitForProgress(bank, 0, 20);
       bank[0].Signal(SIGKILL);
       int ws = bank[0].Wait();
       EXPECT_TRUE(WIFSIGNALED(ws)) << ws << ":\n" << FileTail(BankLog(10 * (runs_ - 1)));
