@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <tuple>
 
 #include "common/crc32c.h"
 
@@ -15,6 +16,10 @@ constexpr uint32_t kIndexMagic = 0x58464450;   // "PDFX"
 constexpr uint32_t kBucketMagic = 0x42464450;  // "PDFB"
 constexpr uint32_t kOrphanMagic = 0x4f464450;  // "PDFO"
 constexpr uint32_t kVolumeMagic = 0x56464450;  // "PDFV"
+constexpr uint32_t kLocksMagic = 0x4c464450;    // "PDFL"
+constexpr uint32_t kSessionMagic = 0x4d464450;  // "PDFM"
+constexpr uint32_t kSessionListMagic = 0x52464450;  // "PDFR"
+constexpr size_t kLockEntryBytes = 8 * 4 + 4 + 1 + 1;
 
 dsm::ObjectId MakeId(RecordKind kind, uint32_t low24, uint64_t lo) {
   return {kRecordTag | (uint64_t{static_cast<uint8_t>(kind)} << 24) | (low24 & 0xffffff), lo};
@@ -124,6 +129,15 @@ dsm::ObjectId OrphanShardId(uint32_t shard) {
 }
 dsm::ObjectId VolumeId(uint64_t volume) {
   return MakeId(RecordKind::kVolume, 0, volume);
+}
+dsm::ObjectId LocksId(uint64_t ino) {
+  return MakeId(RecordKind::kLocks, 0, ino);
+}
+dsm::ObjectId SessionId(uint64_t session) {
+  return MakeId(RecordKind::kSession, 0, session);
+}
+dsm::ObjectId SessionListId() {
+  return MakeId(RecordKind::kSessionList, 0, 0);
 }
 
 std::string EncodeInode(const Inode& n) {
@@ -336,6 +350,113 @@ Status DecodeVolumeQuota(std::string_view data, VolumeQuota* out) {
   }
   PDPM_RETURN_IF_ERROR(r.Done());
   *out = q;
+  return Status::OK();
+}
+
+std::string EncodeLockTable(const LockTable& table) {
+  Writer w;
+  w.Header(kLocksMagic);
+  w.U32(static_cast<uint32_t>(table.entries.size()));
+  for (const LockEntry& e : table.entries) {
+    w.U64(e.session);
+    w.U64(e.owner);
+    w.U64(e.start);
+    w.U64(e.end);
+    w.U32(e.pid);
+    w.U8(static_cast<uint8_t>(e.kind));
+    w.U8(static_cast<uint8_t>(e.type));
+  }
+  return w.Finish();
+}
+
+Status DecodeLockTable(std::string_view data, LockTable* out) {
+  Reader r(data);
+  PDPM_RETURN_IF_ERROR(r.Open(kLocksMagic, "lock table"));
+  LockTable table;
+  uint32_t count = 0;
+  if (!r.U32(&count) || count == 0 || count > data.size() / kLockEntryBytes) {
+    return r.Bad("bad count");  // an empty table is no object
+  }
+  table.entries.resize(count);
+  for (uint32_t i = 0; i < count; i++) {
+    LockEntry& e = table.entries[i];
+    uint8_t kind = 0, type = 0;
+    if (!r.U64(&e.session) || !r.U64(&e.owner) || !r.U64(&e.start) || !r.U64(&e.end) ||
+        !r.U32(&e.pid) || !r.U8(&kind) || !r.U8(&type)) {
+      return r.Bad("truncated entry");
+    }
+    e.kind = static_cast<LockKind>(kind);
+    e.type = static_cast<LockType>(type);
+    if ((e.kind != LockKind::kPosix && e.kind != LockKind::kFlock) ||
+        (e.type != LockType::kRead && e.type != LockType::kWrite) || e.session == 0 ||
+        e.start > e.end || (e.kind == LockKind::kFlock && (e.start != 0 || e.end != kLockEnd))) {
+      return r.Bad("bad entry");
+    }
+    if (i == 0) continue;
+    const LockEntry& p = table.entries[i - 1];
+    auto holder = [](const LockEntry& x) { return std::tuple(x.kind, x.session, x.owner); };
+    if (holder(p) > holder(e) || (holder(p) == holder(e) && p.end >= e.start)) {
+      return r.Bad("entries not sorted or overlapping");
+    }
+    if (holder(p) == holder(e) && p.type == e.type && p.end + 1 == e.start) {
+      return r.Bad("touching ranges of one type not merged");
+    }
+  }
+  PDPM_RETURN_IF_ERROR(r.Done());
+  *out = std::move(table);
+  return Status::OK();
+}
+
+std::string EncodeLockSession(const LockSession& s) {
+  Writer w;
+  w.Header(kSessionMagic);
+  w.U64(s.beats);
+  w.U64(static_cast<uint64_t>(s.started_sec));
+  w.U32(s.pid);
+  w.U8(static_cast<uint8_t>(s.host.size()));
+  w.Bytes(s.host);
+  return w.Finish();
+}
+
+Status DecodeLockSession(std::string_view data, LockSession* out) {
+  Reader r(data);
+  PDPM_RETURN_IF_ERROR(r.Open(kSessionMagic, "lock session"));
+  LockSession s;
+  uint64_t started = 0;
+  uint8_t host_len = 0;
+  if (!r.U64(&s.beats) || !r.U64(&started) || !r.U32(&s.pid) || !r.U8(&host_len) ||
+      !r.Bytes(host_len, &s.host)) {
+    return r.Bad("truncated");
+  }
+  s.started_sec = static_cast<int64_t>(started);
+  PDPM_RETURN_IF_ERROR(r.Done());
+  *out = std::move(s);
+  return Status::OK();
+}
+
+std::string EncodeSessionList(const SessionList& list) {
+  Writer w;
+  w.Header(kSessionListMagic);
+  w.U32(static_cast<uint32_t>(list.sessions.size()));
+  for (uint64_t id : list.sessions) w.U64(id);
+  return w.Finish();
+}
+
+Status DecodeSessionList(std::string_view data, SessionList* out) {
+  Reader r(data);
+  PDPM_RETURN_IF_ERROR(r.Open(kSessionListMagic, "session list"));
+  SessionList list;
+  uint32_t count = 0;
+  if (!r.U32(&count) || count > data.size() / 8) return r.Bad("bad count");
+  list.sessions.resize(count);
+  for (uint32_t i = 0; i < count; i++) {
+    if (!r.U64(&list.sessions[i])) return r.Bad("truncated");
+    if (list.sessions[i] == 0 || (i > 0 && list.sessions[i] <= list.sessions[i - 1])) {
+      return r.Bad("sessions not sorted");
+    }
+  }
+  PDPM_RETURN_IF_ERROR(r.Done());
+  *out = std::move(list);
   return Status::OK();
 }
 
