@@ -11,13 +11,13 @@
 namespace pdpm::pdfs {
 namespace {
 
-constexpr uint32_t kInodeMagic = 0x49464450;   // "PDFI"
-constexpr uint32_t kIndexMagic = 0x58464450;   // "PDFX"
-constexpr uint32_t kBucketMagic = 0x42464450;  // "PDFB"
-constexpr uint32_t kOrphanMagic = 0x4f464450;  // "PDFO"
-constexpr uint32_t kVolumeMagic = 0x56464450;  // "PDFV"
-constexpr uint32_t kLocksMagic = 0x4c464450;    // "PDFL"
-constexpr uint32_t kSessionMagic = 0x4d464450;  // "PDFM"
+constexpr uint32_t kInodeMagic = 0x49464450;        // "PDFI"
+constexpr uint32_t kIndexMagic = 0x58464450;        // "PDFX"
+constexpr uint32_t kBucketMagic = 0x42464450;       // "PDFB"
+constexpr uint32_t kOrphanMagic = 0x4f464450;       // "PDFO"
+constexpr uint32_t kVolumeMagic = 0x56464450;       // "PDFV"
+constexpr uint32_t kLocksMagic = 0x4c464450;        // "PDFL"
+constexpr uint32_t kSessionMagic = 0x4d464450;      // "PDFM"
 constexpr uint32_t kSessionListMagic = 0x52464450;  // "PDFR"
 constexpr size_t kLockEntryBytes = 8 * 4 + 4 + 1 + 1;
 
@@ -108,6 +108,34 @@ bool GetTime(Reader* r, Time* t) {
   if (!r->U64(&sec) || !r->U32(&t->nsec)) return false;
   t->sec = static_cast<int64_t>(sec);
   return t->nsec < 1000000000u;
+}
+
+// A record that is a list of u64: count u32, the values.
+std::string EncodeU64List(uint32_t magic, const std::vector<uint64_t>& values) {
+  Writer w;
+  w.Header(magic);
+  w.U32(static_cast<uint32_t>(values.size()));
+  for (uint64_t v : values) w.U64(v);
+  return w.Finish();
+}
+
+// With `sorted_ids`: nonzero values, strictly ascending.
+Status DecodeU64List(std::string_view data, uint32_t magic, const char* what, bool sorted_ids,
+                     std::vector<uint64_t>* out) {
+  Reader r(data);
+  PDPM_RETURN_IF_ERROR(r.Open(magic, what));
+  uint32_t count = 0;
+  if (!r.U32(&count) || count > data.size() / 8) return r.Bad("bad count");
+  std::vector<uint64_t> values(count);
+  for (uint32_t i = 0; i < count; i++) {
+    if (!r.U64(&values[i])) return r.Bad("truncated");
+    if (sorted_ids && (values[i] == 0 || (i > 0 && values[i] <= values[i - 1]))) {
+      return r.Bad("not sorted");
+    }
+  }
+  PDPM_RETURN_IF_ERROR(r.Done());
+  *out = std::move(values);
+  return Status::OK();
 }
 
 }  // namespace
@@ -308,26 +336,11 @@ Status DecodeDirBucket(std::string_view data, DirBucket* out) {
 }
 
 std::string EncodeOrphanList(const OrphanList& list) {
-  Writer w;
-  w.Header(kOrphanMagic);
-  w.U32(static_cast<uint32_t>(list.inos.size()));
-  for (uint64_t ino : list.inos) w.U64(ino);
-  return w.Finish();
+  return EncodeU64List(kOrphanMagic, list.inos);
 }
 
 Status DecodeOrphanList(std::string_view data, OrphanList* out) {
-  Reader r(data);
-  PDPM_RETURN_IF_ERROR(r.Open(kOrphanMagic, "orphan list"));
-  OrphanList list;
-  uint32_t count = 0;
-  if (!r.U32(&count) || count > data.size() / 8) return r.Bad("bad count");
-  list.inos.resize(count);
-  for (uint64_t& ino : list.inos) {
-    if (!r.U64(&ino)) return r.Bad("truncated");
-  }
-  PDPM_RETURN_IF_ERROR(r.Done());
-  *out = std::move(list);
-  return Status::OK();
+  return DecodeU64List(data, kOrphanMagic, "orphan list", false, &out->inos);
 }
 
 std::string EncodeVolumeQuota(const VolumeQuota& q) {
@@ -435,29 +448,11 @@ Status DecodeLockSession(std::string_view data, LockSession* out) {
 }
 
 std::string EncodeSessionList(const SessionList& list) {
-  Writer w;
-  w.Header(kSessionListMagic);
-  w.U32(static_cast<uint32_t>(list.sessions.size()));
-  for (uint64_t id : list.sessions) w.U64(id);
-  return w.Finish();
+  return EncodeU64List(kSessionListMagic, list.sessions);
 }
 
 Status DecodeSessionList(std::string_view data, SessionList* out) {
-  Reader r(data);
-  PDPM_RETURN_IF_ERROR(r.Open(kSessionListMagic, "session list"));
-  SessionList list;
-  uint32_t count = 0;
-  if (!r.U32(&count) || count > data.size() / 8) return r.Bad("bad count");
-  list.sessions.resize(count);
-  for (uint32_t i = 0; i < count; i++) {
-    if (!r.U64(&list.sessions[i])) return r.Bad("truncated");
-    if (list.sessions[i] == 0 || (i > 0 && list.sessions[i] <= list.sessions[i - 1])) {
-      return r.Bad("sessions not sorted");
-    }
-  }
-  PDPM_RETURN_IF_ERROR(r.Done());
-  *out = std::move(list);
-  return Status::OK();
+  return DecodeU64List(data, kSessionListMagic, "session list", true, &out->sessions);
 }
 
 }  // namespace pdpm::pdfs

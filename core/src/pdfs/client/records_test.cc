@@ -88,10 +88,10 @@ TEST(PdfsRecords, RoundTrips) {
 // Every flipped byte and every truncation is refused as corruption.
 TEST(PdfsRecords, DamageIsRefused) {
   const std::string encodings[] = {
-      EncodeInode(SampleInode()), EncodeDirIndex({2, {{0, 0}, {9, 1}}}),
-      EncodeDirBucket(SampleBucket()), EncodeOrphanList({{4, 5}}), EncodeVolumeQuota({5, 6, 7, 8}),
-      EncodeLockTable(SampleLocks()), EncodeLockSession({1, 2, 3, "h"}),
-      EncodeSessionList({{4, 5}})};
+      EncodeInode(SampleInode()),        EncodeDirIndex({2, {{0, 0}, {9, 1}}}),
+      EncodeDirBucket(SampleBucket()),   EncodeOrphanList({{4, 5}}),
+      EncodeVolumeQuota({5, 6, 7, 8}),   EncodeLockTable(SampleLocks()),
+      EncodeLockSession({1, 2, 3, "h"}), EncodeSessionList({{4, 5}})};
   constexpr size_t kKinds = 8;
   for (size_t kind = 0; kind < kKinds; ++kind) {
     const std::string& good = encodings[kind];
@@ -182,9 +182,9 @@ TEST(PdfsRecords, InvalidContentIsRefused) {
 TEST(PdfsRecords, IdsAreDistinctAndTagged) {
   std::set<std::pair<uint64_t, uint64_t>> ids;
   for (uint64_t x : {1ull, 2ull, 77ull}) {
-    for (const dsm::ObjectId& id : {InodeId(x), DirIndexId(x), DirBucketId(x, 0), DirBucketId(x, 1),
-                                    DataId(x, 0), DataId(x, kMaxChunks - 1), VolumeId(x),
-                                    LocksId(x), SessionId(x)}) {
+    for (const dsm::ObjectId& id :
+         {InodeId(x), DirIndexId(x), DirBucketId(x, 0), DirBucketId(x, 1), DataId(x, 0),
+          DataId(x, kMaxChunks - 1), VolumeId(x), LocksId(x), SessionId(x)}) {
       EXPECT_EQ(id.hi >> 32, kRecordTag >> 32);
       EXPECT_TRUE(ids.insert({id.hi, id.lo}).second);
     }
