@@ -676,6 +676,121 @@ TEST_F(FuseMountTest, LockedCountersAcrossTwoMountsLoseNothing) {
   EXPECT_EQ(counters[1], 2u * kPerMount * kIncrements);
 }
 
+// kill -9 of pdfs-fuse in the middle of a workload (a shell creating and
+// fsyncing files, making directories, renaming and unlinking, each on
+// names of its own, logging each operation that returned): every logged
+// operation survives as a new mount sees it, the operation in flight is
+// whole or absent (a renamed file under one name, never both or neither
+// with its content cut), no other name appears, and fsck finds no
+// violation — only what a client crash may leave (chunks of a write not
+// published, orphans), which its repair frees.
+TEST_F(FuseMountTest, KilledPdfsFuseLosesNoCompletedOperation) {
+  const std::string src = cluster_.dir() + "/src.bin", log = cluster_.dir() + "/done.log";
+  std::string bytes(256 << 10, '\0');
+  std::mt19937_64 rng(17);
+  for (char& c : bytes) c = static_cast<char>(rng());
+  { std::ofstream(src, std::ios::binary) << bytes; }
+  ASSERT_EQ(::mkdir(P("w").c_str(), 0755), 0);
+  auto size_of = [](int k) { return static_cast<size_t>((k * 7919) % (200 << 10) + 1); };
+  const std::string script = cluster_.dir() + "/workload.sh";
+  std::ofstream(script) << "cd " << P("w") << " || exit 1\n"
+                        << "k=0\n"
+                        << "while :; do\n"
+                        << "  n=$(( (k * 7919) % (200 << 10) + 1 ))\n"
+                        << "  case $((k % 4)) in\n"
+                        << "    0) head -c $n " << src
+                        << " | dd of=f$k conv=fsync status=none || exit 0 ;;\n"
+                        << "    1) mkdir d$k || exit 0 ;;\n"
+                        << "    2) head -c $n " << src
+                        << " | dd of=r$k conv=fsync status=none || exit 0\n"
+                        << "       mv r$k s$k || exit 0 ;;\n"
+                        << "    3) echo gone > u$k || exit 0; rm u$k || exit 0 ;;\n"
+                        << "  esac\n"
+                        << "  echo $k >> " << log << "\n"
+                        << "  k=$((k + 1))\n"
+                        << "done\n";
+  ChildProcess workload;
+  ASSERT_TRUE(workload.Start({"/bin/bash", script}, {}, cluster_.dir() + "/workload.out").ok());
+  auto logged = [&] {
+    std::ifstream in(log);
+    int last = -1;
+    for (int k; in >> k;) last = k;
+    return last;
+  };
+  for (int i = 0; i < 1200 && logged() < 24; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(logged(), 24) << client::FileTail(cluster_.dir() + "/workload.out");
+  mount_->Kill();
+  int status = 0;
+  ASSERT_TRUE(workload.WaitFor(60000, &status)) << "the workload did not stop";
+  const int last = logged();
+  std::printf("killed after %d completed operations\n", last + 1);
+  mount_.reset();
+  Mount after(cluster_, cluster_.dir() + "/after");
+  ASSERT_TRUE(after.mounted());
+  const std::string w = after.dir() + "/w/";
+  auto content = [&](const std::string& name) { return ReadAll(w + name); };
+  auto exists = [&](const std::string& name) { return ::access((w + name).c_str(), F_OK) == 0; };
+  std::set<std::string> expected;
+  for (int k = 0; k <= last; ++k) {
+    const std::string n = std::to_string(k), want = bytes.substr(0, size_of(k));
+    switch (k % 4) {
+      case 0:
+        EXPECT_EQ(content("f" + n), want) << "f" << n;
+        expected.insert("f" + n);
+        break;
+      case 1: {
+        struct stat st {};
+        EXPECT_TRUE(::stat((w + "d" + n).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) << "d" << n;
+        expected.insert("d" + n);
+        break;
+      }
+      case 2:
+        EXPECT_EQ(content("s" + n), want) << "s" << n;
+        EXPECT_FALSE(exists("r" + n)) << "r" << n;
+        expected.insert("s" + n);
+        break;
+      default: EXPECT_FALSE(exists("u" + n)) << "u" << n;
+    }
+  }
+  // The operation in flight: whole or absent (a file's content may be cut:
+  // its write had not returned).
+  const int k = last + 1;
+  const std::string n = std::to_string(k);
+  std::set<std::string> in_flight = {"f" + n, "d" + n, "r" + n, "s" + n, "u" + n};
+  if (k % 4 == 2 && exists("s" + n)) {
+    EXPECT_FALSE(exists("r" + n)) << "renamed and not";
+    EXPECT_EQ(content("s" + n), bytes.substr(0, size_of(k))) << "a rename of a file whose write "
+                                                                "had returned";
+  }
+  DIR* dir = ::opendir(w.c_str());
+  ASSERT_NE(dir, nullptr);
+  for (dirent* e; (e = ::readdir(dir)) != nullptr;) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    EXPECT_TRUE(expected.count(name) != 0 || in_flight.count(name) != 0)
+        << name << " made by no operation";
+  }
+  ::closedir(dir);
+  for (const std::string& name : expected) EXPECT_TRUE(exists(name)) << name;
+
+  std::unique_ptr<client::Client> c;
+  ASSERT_TRUE(client::Client::Open(
+                  client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()), &c)
+                  .ok());
+  FsCheckReport report;
+  ASSERT_TRUE(CheckFileSystem(c.get(), &report).ok());
+  EXPECT_TRUE(report.ok()) << report.ToString();
+  std::printf("fsck after the crash: %zu repairable\n%s", report.repairable.size(),
+              report.ToString().c_str());
+  std::unique_ptr<FileSystem> fs;
+  ASSERT_TRUE(FileSystem::Open(c.get(), {}, &fs).ok());
+  ASSERT_TRUE(RepairFileSystem(c.get(), fs.get(), report).ok());
+  ASSERT_TRUE(CheckFileSystem(c.get(), &report).ok());
+  EXPECT_TRUE(report.clean()) << report.ToString();
+}
+
 // Two mounts of one file system (two client processes): what one wrote and
 // closed, the other reads at its next open; names appear at once.
 TEST_F(FuseMountTest, TwoMountsSeeEachOtherCloseToOpen) {
