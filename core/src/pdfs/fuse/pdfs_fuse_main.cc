@@ -19,6 +19,8 @@
 #include <fuse3/fuse_lowlevel.h>
 #include <linux/fs.h>
 #include <linux/fuse.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/uio.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -43,6 +45,7 @@
 #include "net/transport.h"
 #include "pdfs/client/file_system.h"
 #include "pdfs/fuse/lock_waiter.h"
+#include "pdfs/fuse/mount_watch.h"
 
 namespace pdpm::pdfs {
 namespace {
@@ -755,7 +758,25 @@ fuse_lowlevel_ops Ops() {
   return ops;
 }
 
+// SIGINT, SIGTERM and SIGHUP end the session through libfuse's handlers,
+// which wake the session loop only when they run on the thread waiting in
+// it: libfuse's workers block every signal, and a stop signal taken by
+// another thread (the cluster client's, the lock threads) would set the
+// exit flag and leave the loop asleep — pdfs-fuse would never exit. So
+// every thread is started with them blocked, and only the loop's thread
+// takes them.
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
 int Main(int argc, char** argv) {
+  const sigset_t stop_signals = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   Logger log("pdfs-fuse");
   std::string monitor, secret_file, transport = "tcp", mountpoint, volume;
   uint32_t threads = 8;
@@ -880,13 +901,28 @@ int Main(int argc, char** argv) {
       log.Error("mount failed", {{"mountpoint", mountpoint}});
     }
     if (serving) {
+      // A mount of this process ends when it leaves the mount table, even
+      // if the kernel keeps the connection for a copy in another mount
+      // namespace (MountWatch); the stop signal wakes the loop.
+      std::unique_ptr<MountWatch> watch;
+      if (held == nullptr) {
+        watch = std::make_unique<MountWatch>(mountpoint, "fuse.pdfs", &log,
+                                             [] { kill(getpid(), SIGTERM); });
+      }
+      pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
       fuse_loop_config* config = fuse_loop_cfg_create();
       fuse_loop_cfg_set_max_threads(config, threads);
       fuse_loop_cfg_set_idle_threads(config, threads);
       rc = fuse_session_loop_mt(se, config);
       fuse_loop_cfg_destroy(config);
       if (held == nullptr) {
-        fuse_session_unmount(se);
+        const bool unmounted_elsewhere = watch->fired();
+        watch.reset();
+        if (unmounted_elsewhere) {
+          rc = 0;  // an unmount, as fusermount3 -u: the signal was ours
+        } else {
+          fuse_session_unmount(se);  // (else: what the directory has now is not ours)
+        }
         log.Info("unmounted", {{"mountpoint", mountpoint}, {"rc", rc}});
       } else {
         log.Info("stopped serving", {{"mountpoint", mountpoint}, {"rc", rc}});
