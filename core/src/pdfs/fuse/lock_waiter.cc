@@ -66,10 +66,11 @@ void LockWaiter::Loop() {
         // The entry stays listed (and its interrupt seen) while it is tried.
         const uint64_t ino = it->ino;
         const LockRequest lock = it->lock;
+        const std::function<void()> granted = it->granted;
         l.unlock();
         err = fs_->SetLock(ino, lock);
+        if (err == 0) granted();  // unlocked: it may wait for the kernel
         l.lock();
-        if (err == 0) it->granted();
       }
       if (err == EAGAIN) {
         it->backoff = std::min(it->backoff * 2, kMaxBackoff);
