@@ -131,6 +131,13 @@ class FuseMountTest : public ::testing::Test {
 
   std::string P(const std::string& rel) const { return root_ + "/" + rel; }
 
+  // A cluster client of the test's own (for fsck).
+  void OpenClient(std::unique_ptr<client::Client>* out) {
+    Status s = client::Client::Open(
+        client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()), out);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
   static bool WriteAll(const std::string& path, const std::string& data, int flags = O_TRUNC) {
     int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | flags, 0644);
     if (fd < 0) return false;
@@ -783,9 +790,7 @@ TEST_F(FuseMountTest, KilledPdfsFuseLosesNoCompletedOperation) {
   for (const std::string& name : expected) EXPECT_TRUE(exists(name)) << name;
 
   std::unique_ptr<client::Client> c;
-  ASSERT_TRUE(client::Client::Open(
-                  client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()), &c)
-                  .ok());
+  ASSERT_NO_FATAL_FAILURE(OpenClient(&c));
   FsCheckReport report;
   ASSERT_TRUE(CheckFileSystem(c.get(), &report).ok());
   EXPECT_TRUE(report.ok()) << report.ToString();
@@ -942,9 +947,7 @@ TEST_F(FuseMountTest, TwoMountsChangeOneDirectoryAtOnce) {
   ASSERT_EQ(::stat(roots[1].c_str(), &st), 0);
   EXPECT_EQ(st.st_size, static_cast<off_t>(listed[0].size() - 2));  // . and .. not counted
   std::unique_ptr<client::Client> c;
-  ASSERT_TRUE(client::Client::Open(
-                  client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()), &c)
-                  .ok());
+  ASSERT_NO_FATAL_FAILURE(OpenClient(&c));
   FsCheckReport report;
   ASSERT_TRUE(CheckFileSystem(c.get(), &report).ok());
   EXPECT_TRUE(report.clean()) << report.ToString();
@@ -1173,9 +1176,7 @@ TEST_F(FuseMountTest, RandomCallsMatchALocalFileSystem) {
 // root is the mount's root.
 TEST_F(FuseMountTest, VolumeMountEnforcesItsQuota) {
   std::unique_ptr<client::Client> c;
-  ASSERT_TRUE(client::Client::Open(
-                  client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()), &c)
-                  .ok());
+  ASSERT_NO_FATAL_FAILURE(OpenClient(&c));
   std::unique_ptr<FileSystem> fs;
   ASSERT_TRUE(FileSystem::Open(c.get(), {}, &fs).ok());
   VolumeInfo v;
