@@ -918,11 +918,8 @@ int Main(int argc, char** argv) {
       if (held == nullptr) {
         const bool unmounted_elsewhere = watch->fired();
         watch.reset();
-        if (unmounted_elsewhere) {
-          rc = 0;  // an unmount, as fusermount3 -u: the signal was ours
-        } else {
-          fuse_session_unmount(se);  // (else: what the directory has now is not ours)
-        }
+        if (unmounted_elsewhere) rc = 0;  // an unmount, as fusermount3 -u: the signal was ours
+        fuse_session_unmount(se);
         log.Info("unmounted", {{"mountpoint", mountpoint}, {"rc", rc}});
       } else {
         log.Info("stopped serving", {{"mountpoint", mountpoint}, {"rc", rc}});
