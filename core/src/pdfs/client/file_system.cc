@@ -6,13 +6,17 @@
 #include <linux/fs.h>
 #include <sys/xattr.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
+
+#include "pdfs/client/locks.h"
 
 namespace pdpm::pdfs {
 namespace {
@@ -70,15 +74,11 @@ class FileSystem::Txn {
   const Status& status() const { return status_; }
 
   int LoadInode(uint64_t ino, Inode** out) {
-    auto it = inodes_.find(ino);
-    if (it == inodes_.end()) {
-      Cached<Inode> c;
-      int err = Load(InodeId(ino), &c, DecodeInode);
-      if (err != 0) return err;
-      it = inodes_.emplace(ino, std::move(c)).first;
-    }
-    if (!it->second.present) return ENOENT;
-    *out = &it->second.value;
+    Cached<Inode>* c = nullptr;
+    int err = LoadKeyed(&inodes_, ino, InodeId(ino), DecodeInode, &c);
+    if (err != 0) return err;
+    if (!c->present) return ENOENT;
+    *out = &c->value;
     return 0;
   }
   void SaveInode(const Inode& n) {
@@ -215,14 +215,10 @@ class FileSystem::Txn {
   int LoadQuota(uint64_t volume, VolumeQuota** out) {
     *out = nullptr;
     if (volume == 0) return 0;
-    auto it = quotas_.find(volume);
-    if (it == quotas_.end()) {
-      Cached<VolumeQuota> c;
-      int err = Load(VolumeId(volume), &c, DecodeVolumeQuota);
-      if (err != 0) return err;
-      it = quotas_.emplace(volume, std::move(c)).first;
-    }
-    if (it->second.present) *out = &it->second.value;
+    Cached<VolumeQuota>* c = nullptr;
+    int err = LoadKeyed(&quotas_, volume, VolumeId(volume), DecodeVolumeQuota, &c);
+    if (err != 0) return err;
+    if (c->present) *out = &c->value;
     return 0;
   }
   void SaveQuota(uint64_t volume, const VolumeQuota& q) {
@@ -260,6 +256,51 @@ class FileSystem::Txn {
     return 0;
   }
 
+  // The lock table of `ino` (empty when it has none).
+  int LoadLocks(uint64_t ino, LockTable** out) {
+    Cached<LockTable>* c = nullptr;
+    int err = LoadKeyed(&locks_, ino, LocksId(ino), DecodeLockTable, &c);
+    if (err == 0) *out = &c->value;
+    return err;
+  }
+  // The table of `ino` changed (an empty one is deleted).
+  void MarkLocks(uint64_t ino) {
+    Cached<LockTable>& c = locks_[ino];
+    c.present = !c.value.entries.empty();
+    c.dirty = true;
+  }
+
+  // A lock session (ENOENT: none, or lapsed and reaped).
+  int LoadSession(uint64_t id, LockSession** out) {
+    Cached<LockSession>* c = nullptr;
+    int err = LoadKeyed(&sessions_, id, SessionId(id), DecodeLockSession, &c);
+    if (err != 0) return err;
+    if (!c->present) return ENOENT;
+    *out = &c->value;
+    return 0;
+  }
+  void SaveSession(uint64_t id, const LockSession& s) {
+    Cached<LockSession>& c = sessions_[id];
+    c.value = s;
+    c.present = c.dirty = true;
+  }
+  void DeleteSession(uint64_t id) { Drop(&sessions_[id]); }
+
+  int LoadSessionList(SessionList** out) {
+    if (!session_list_.has_value()) {
+      Cached<SessionList> c;
+      int err = Load(SessionListId(), &c, DecodeSessionList);
+      if (err != 0) return err;
+      session_list_ = std::move(c);
+    }
+    *out = &session_list_->value;
+    return 0;
+  }
+  void MarkSessionList() {
+    session_list_->present = !session_list_->value.sessions.empty();
+    session_list_->dirty = true;
+  }
+
   // Creates data chunk `id` (empty) unless it exists.
   int EnsureObject(const dsm::ObjectId& id) {
     std::string data;
@@ -279,6 +320,9 @@ class FileSystem::Txn {
       for (auto& [key, c] : buckets_) Flush(DirBucketId(key.first, key.second), c, EncodeDirBucket);
       for (auto& [shard, c] : orphans_) Flush(OrphanShardId(shard), c, EncodeOrphanList);
       for (auto& [volume, c] : quotas_) Flush(VolumeId(volume), c, EncodeVolumeQuota);
+      for (auto& [ino, c] : locks_) Flush(LocksId(ino), c, EncodeLockTable);
+      for (auto& [id, c] : sessions_) Flush(SessionId(id), c, EncodeLockSession);
+      if (session_list_.has_value()) Flush(SessionListId(), *session_list_, EncodeSessionList);
       if (!status_.ok()) {
         tx_->Abort();
         return status_;
@@ -309,6 +353,21 @@ class FileSystem::Txn {
     if (s.ok()) s = decode(data, &c->value);
     if (!s.ok()) return Fail(s);
     c->present = c->existed = true;
+    return 0;
+  }
+
+  // The record of `key` in `cache`, read once per transaction.
+  template <typename T>
+  int LoadKeyed(std::map<uint64_t, Cached<T>>* cache, uint64_t key, const dsm::ObjectId& id,
+                Status (*decode)(std::string_view, T*), Cached<T>** out) {
+    auto it = cache->find(key);
+    if (it == cache->end()) {
+      Cached<T> c;
+      int err = Load(id, &c, decode);
+      if (err != 0) return err;
+      it = cache->emplace(key, std::move(c)).first;
+    }
+    *out = &it->second;
     return 0;
   }
 
@@ -453,6 +512,9 @@ class FileSystem::Txn {
   std::map<std::pair<uint64_t, uint32_t>, Cached<DirBucket>> buckets_;
   std::map<uint32_t, Cached<OrphanList>> orphans_;
   std::map<uint64_t, Cached<VolumeQuota>> quotas_;
+  std::map<uint64_t, Cached<LockTable>> locks_;
+  std::map<uint64_t, Cached<LockSession>> sessions_;
+  std::optional<Cached<SessionList>> session_list_;
 };
 
 FileSystem::FileSystem(client::Client* client, const FsOptions& options)
@@ -461,7 +523,9 @@ FileSystem::FileSystem(client::Client* client, const FsOptions& options)
                static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
-FileSystem::~FileSystem() = default;
+FileSystem::~FileSystem() {
+  EndSession();
+}
 
 Status FileSystem::Open(client::Client* client, const FsOptions& options,
                         std::unique_ptr<FileSystem>* out) {
@@ -1528,6 +1592,258 @@ File::~File() {
 int File::Pread(uint64_t offset, uint64_t length, std::string* out) {
   if ((flags_ & O_ACCMODE) == O_WRONLY) return EBADF;
   return fs_->Read(ino_, offset, length, out);
+}
+
+// --- advisory locks ---
+
+int FileSystem::SetLock(uint64_t ino, const LockRequest& req, LockEntry* conflict) {
+  return LockTx(ino, req, true, conflict);
+}
+
+int FileSystem::TestLock(uint64_t ino, const LockRequest& req, LockEntry* conflict) {
+  if (req.type == LockType::kUnlock) return EINVAL;
+  return LockTx(ino, req, false, conflict);
+}
+
+int FileSystem::LockTx(uint64_t ino, const LockRequest& req, bool apply, LockEntry* conflict) {
+  if ((req.kind != LockKind::kPosix && req.kind != LockKind::kFlock) || req.start > req.end ||
+      (req.kind == LockKind::kFlock && (req.start != 0 || req.end != kLockEnd)) ||
+      (req.type != LockType::kUnlock && req.type != LockType::kRead &&
+       req.type != LockType::kWrite)) {
+    return EINVAL;
+  }
+  const bool taking = apply && req.type != LockType::kUnlock;
+  uint64_t me = 0;
+  if (taking) {
+    int err = EnsureSession(&me);
+    if (err != 0) return err;
+  } else {
+    std::lock_guard<std::mutex> l(lock_mu_);
+    me = session_;
+    // Nothing held here: nothing to release (no transaction on every close).
+    if (apply && (me == 0 || locked_files_.count(ino) == 0)) return 0;
+  }
+  for (int attempt = 0;; ++attempt) {
+    bool lost = false, holds = false;
+    int verdict = 0;
+    LockEntry found;
+    int err = RunTx([&](Txn& t) {
+      lost = holds = false;
+      verdict = 0;
+      found = {};
+      found.type = LockType::kUnlock;
+      LockTable* table = nullptr;
+      int e = t.LoadLocks(ino, &table);
+      if (e != 0) return e;
+      const LockTable before = *table;
+      if (taking) {
+        // A session reaped as lapsed takes no lock under its old name: its
+        // existence is validated at commit.
+        LockSession* mine = nullptr;
+        e = t.LoadSession(me, &mine);
+        if (e == ENOENT) lost = true;
+        if (e != 0) return e == ENOENT ? ENOLCK : e;
+      }
+      const LockEntry want{me, req.owner, req.start, req.end, req.pid, req.kind, req.type};
+      for (const LockEntry* c; (c = FindConflict(*table, want)) != nullptr;) {
+        if (c->session != me) {
+          LockSession* holder = nullptr;
+          e = t.LoadSession(c->session, &holder);
+          if (e == ENOENT) {  // its session lapsed: the locks are free
+            DropSession(table, c->session);
+            continue;
+          }
+          if (e != 0) return e;
+        }
+        found = *c;
+        break;
+      }
+      if (apply && found.type == LockType::kUnlock) {
+        ApplyLock(table, want);
+      } else if (apply && req.kind == LockKind::kFlock) {
+        // As Linux: a refused flock conversion has dropped the lock held.
+        LockEntry drop = want;
+        drop.type = LockType::kUnlock;
+        ApplyLock(table, drop);
+      }
+      if (table->entries != before.entries) t.MarkLocks(ino);
+      holds = HoldsAny(*table, me);
+      if (apply && found.type != LockType::kUnlock) verdict = EAGAIN;
+      return 0;
+    });
+    if (lost) {
+      LoseSession(me);
+      if (attempt > 0) return ENOLCK;
+      err = EnsureSession(&me);
+      if (err != 0) return err;
+      continue;
+    }
+    if (err != 0) return err;
+    if (apply) {
+      std::lock_guard<std::mutex> l(lock_mu_);
+      if (session_ == me && holds) {
+        locked_files_.insert(ino);
+      } else if (session_ == me) {
+        locked_files_.erase(ino);
+      }
+    }
+    if (conflict != nullptr && (!apply || verdict != 0)) *conflict = found;
+    return verdict;
+  }
+}
+
+int FileSystem::EnsureSession(uint64_t* session) {
+  std::lock_guard<std::mutex> g(session_mu_);
+  {
+    std::lock_guard<std::mutex> l(lock_mu_);
+    if (session_ != 0) {
+      *session = session_;
+      return 0;
+    }
+  }
+  const uint64_t id = RandomIno();
+  LockSession record;
+  record.started_sec = Now().sec;
+  record.pid = static_cast<uint32_t>(getpid());
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0) record.host = host;
+  int err = RunTx([&](Txn& t) {
+    SessionList* list = nullptr;
+    int e = t.LoadSessionList(&list);
+    if (e != 0) return e;
+    auto at = std::lower_bound(list->sessions.begin(), list->sessions.end(), id);
+    if (at == list->sessions.end() || *at != id) list->sessions.insert(at, id);
+    t.MarkSessionList();
+    t.SaveSession(id, record);
+    return 0;
+  });
+  if (err != 0) return err;
+  std::lock_guard<std::mutex> l(lock_mu_);
+  session_ = id;
+  if (!beat_thread_.joinable()) beat_thread_ = std::thread([this] { BeatLoop(); });
+  log_.Info("lock session started", {{"session", id}});
+  *session = id;
+  return 0;
+}
+
+void FileSystem::LoseSession(uint64_t session) {
+  std::lock_guard<std::mutex> l(lock_mu_);
+  if (session_ != session) return;
+  session_ = 0;
+  locked_files_.clear();
+  log_.Error(
+      "lock session lapsed (no beat for the lease): another client freed its locks; processes "
+      "holding locks here hold them no more",
+      {{"session", session}});
+}
+
+void FileSystem::BeatLoop() {
+  std::unique_lock<std::mutex> l(lock_mu_);
+  while (!stopping_) {
+    beat_cv_.wait_for(l, std::chrono::milliseconds(options_.lock_beat_ms),
+                      [&] { return stopping_; });
+    if (stopping_) break;
+    const uint64_t me = session_;
+    l.unlock();
+    if (me != 0) {
+      if (Beat(me)) {
+        my_beats_++;
+        WatchSessions(me);
+      } else {
+        LoseSession(me);
+      }
+    }
+    l.lock();
+  }
+}
+
+bool FileSystem::Beat(uint64_t session) {
+  int err = RunTx([&](Txn& t) {
+    LockSession* s = nullptr;
+    int e = t.LoadSession(session, &s);
+    if (e != 0) return e;
+    s->beats++;
+    t.SaveSession(session, *s);
+    return 0;
+  });
+  // A cluster failure is not a lapse: the beat is tried again (and does
+  // not count, so this client reaps nobody meanwhile).
+  return err != ENOENT;
+}
+
+void FileSystem::WatchSessions(uint64_t me) {
+  SessionList list;
+  int err = RunTx([&](Txn& t) {
+    SessionList* l = nullptr;
+    int e = t.LoadSessionList(&l);
+    if (e == 0) list = *l;
+    return e;
+  });
+  if (err != 0) return;
+  std::map<uint64_t, Watch> next;
+  for (uint64_t id : list.sessions) {
+    if (id == me) continue;
+    std::string data;
+    Status s = client_->GetObj(SessionId(id), &data);
+    LockSession record;
+    if (s.code() == StatusCode::kNotFound) {
+      (void)Reap(id, std::nullopt);  // listed without a record: drop the name
+      continue;
+    }
+    if (s.ok()) s = DecodeLockSession(data, &record);
+    if (!s.ok()) {
+      log_.Error("cannot read a lock session", {{"session", id}, {"status", s}});
+      continue;
+    }
+    auto it = watched_.find(id);
+    Watch w = it != watched_.end() && it->second.beats == record.beats
+                  ? it->second
+                  : Watch{record.beats, my_beats_};
+    if (my_beats_ - w.seen_at >= options_.lock_lease_beats && Reap(id, record.beats) == 0) {
+      log_.Info("lock session lapsed: its locks are free",
+                {{"session", id}, {"host", record.host}, {"pid", record.pid}});
+      continue;
+    }
+    next[id] = w;
+  }
+  watched_ = std::move(next);
+}
+
+int FileSystem::Reap(uint64_t session, std::optional<uint64_t> beats) {
+  int verdict = 0;
+  int err = RunTx([&](Txn& t) {
+    verdict = 0;
+    SessionList* list = nullptr;
+    int e = t.LoadSessionList(&list);
+    if (e != 0) return e;
+    LockSession* s = nullptr;
+    e = t.LoadSession(session, &s);
+    if (e == 0 && beats.has_value() && s->beats != *beats) {
+      verdict = EAGAIN;  // it beat meanwhile: alive
+      return 0;
+    }
+    if (e != 0 && e != ENOENT) return e;
+    if (e == 0) t.DeleteSession(session);
+    std::erase(list->sessions, session);
+    t.MarkSessionList();
+    return 0;
+  });
+  return err != 0 ? err : verdict;
+}
+
+void FileSystem::EndSession() {
+  {
+    std::lock_guard<std::mutex> l(lock_mu_);
+    stopping_ = true;
+  }
+  beat_cv_.notify_all();
+  if (beat_thread_.joinable()) beat_thread_.join();
+  const uint64_t me = session_;
+  if (me == 0) return;
+  // Every lock of the session goes with it (tables still naming it are
+  // cleaned by the next lock call that meets them).
+  if (Reap(me, std::nullopt) != 0)
+    log_.Error("cannot end the lock session: it lapses", {{"session", me}});
 }
 
 int File::Pwrite(uint64_t offset, std::string_view data, uint64_t* written_at) {

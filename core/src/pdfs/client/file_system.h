@@ -33,13 +33,17 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -54,6 +58,12 @@ struct FsOptions {
   // How long a transaction is run again after conflicts or a failover
   // (longer than the client's failover_wait_ms) before EIO.
   uint32_t retry_ms = 60000;
+  // Advisory locks (docs/pdfs.md "Advisory locks"): once it takes a lock,
+  // a FileSystem beats its lock session every lock_beat_ms; a session whose
+  // beats stayed the same while an observer beat lock_lease_beats times is
+  // lapsed, and the observer frees its locks.
+  uint32_t lock_beat_ms = 1000;
+  uint32_t lock_lease_beats = 10;
 };
 
 struct Owner {
@@ -104,6 +114,18 @@ struct VolumeInfo {
   uint64_t ino = 0;
   bool has_quota = false;
   VolumeQuota quota;
+};
+
+// An advisory lock request of fcntl (F_SETLK, F_OFD_SETLK, F_GETLK...) or
+// flock. `owner` tells holders apart within this FileSystem (the kernel's
+// lock owner); holders of different FileSystems are always different.
+struct LockRequest {
+  LockKind kind = LockKind::kPosix;
+  LockType type = LockType::kRead;  // kUnlock releases
+  uint64_t owner = 0;
+  uint32_t pid = 0;
+  uint64_t start = 0;
+  uint64_t end = kLockEnd;  // inclusive; flock: [0, kLockEnd]
 };
 
 class File;
@@ -162,6 +184,19 @@ class FileSystem {
   int GetXattr(uint64_t ino, std::string_view name, std::string* value);
   int ListXattr(uint64_t ino, std::vector<std::string>* names);
   int RemoveXattr(uint64_t ino, std::string_view name);
+  // --- advisory locks (docs/pdfs.md "Advisory locks") ---
+  // Sets (kUnlock: releases) req.owner's lock on [start, end] of `ino`,
+  // across every client of the cluster: 0, or EAGAIN when another holder's
+  // lock conflicts (*conflict, when given, is that lock; nothing changed —
+  // except that a flock conversion, as in Linux, has dropped the old lock),
+  // EINVAL for a bad range or kind, EIO. Never waits for a conflicting lock
+  // to go: a blocking caller polls. Locks of a holder whose FileSystem died
+  // are freed once its lock session lapsed.
+  int SetLock(uint64_t ino, const LockRequest& req, LockEntry* conflict = nullptr);
+  // F_GETLK: 0 and *conflict the first lock of another holder that would
+  // conflict with `req` (its type kUnlock when none).
+  int TestLock(uint64_t ino, const LockRequest& req, LockEntry* conflict);
+
   // The file stays readable while opened here after its last name is gone:
   // its data is freed at the last Release (after a crash of this process:
   // by PurgeOrphans or `pdpm fsck --fs --repair`).
@@ -241,6 +276,24 @@ class FileSystem {
   // The inode outside a transaction (one atomic object read).
   int ReadInode(uint64_t ino, Inode* out);
 
+  // SetLock (apply) and TestLock (not).
+  int LockTx(uint64_t ino, const LockRequest& req, bool apply, LockEntry* conflict);
+  // This FileSystem's lock session, made (and the beat thread started) at
+  // the first lock; 0 and EIO when it could not be made.
+  int EnsureSession(uint64_t* session);
+  // The session is gone (reaped by an observer): its locks are no more.
+  void LoseSession(uint64_t session);
+  void BeatLoop();
+  // One beat of `session`: false when it is gone.
+  bool Beat(uint64_t session);
+  // Watches the other sessions' beats; frees the lapsed ones.
+  void WatchSessions(uint64_t me);
+  // Deletes `session` and its list entry: 0, or EAGAIN when its beats are
+  // no longer `beats` (any beats: nullopt).
+  int Reap(uint64_t session, std::optional<uint64_t> beats);
+  // Deletes this FileSystem's own session (at the end: its locks go).
+  void EndSession();
+
   client::Client* const client_;
   const FsOptions options_;
   Logger log_;
@@ -251,6 +304,25 @@ class FileSystem {
   std::mutex append_mu_;
   std::mutex rng_mu_;
   uint64_t rng_state_;
+
+  // Advisory locks. lock_mu_ guards the session, the files it holds locks
+  // on (unlocking elsewhere needs no transaction) and the beat thread's
+  // stop flag; session_mu_ serialises making a session.
+  std::mutex session_mu_;
+  std::mutex lock_mu_;
+  std::condition_variable beat_cv_;
+  uint64_t session_ = 0;
+  std::set<uint64_t> locked_files_;
+  bool stopping_ = false;
+  std::thread beat_thread_;
+  // Beat thread only: this session's completed beats, and per other
+  // session the beats last seen and this session's count when they were.
+  uint64_t my_beats_ = 0;
+  struct Watch {
+    uint64_t beats = 0;
+    uint64_t seen_at = 0;
+  };
+  std::map<uint64_t, Watch> watched_;
 };
 
 // An open file: the handle of OpenPath.

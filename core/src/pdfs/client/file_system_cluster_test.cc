@@ -8,7 +8,10 @@
 #include <linux/fs.h>
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -595,6 +598,10 @@ TEST_F(FsTest, FsckFindsAndRepairsEveryInconsistency) {
   ASSERT_TRUE(client_->PutObj(DirBucketId(plain, 9), EncodeDirBucket({})).ok());
   const uint64_t d = StatOf("/vol/d").ino;
   ASSERT_TRUE(client_->PutObj(VolumeId(d), EncodeVolumeQuota({1, 1, 0, 0})).ok());
+  // And a lock table of no inode (a dead client's lock on a removed file).
+  LockTable stale_locks;
+  stale_locks.entries = {{9, 1, 0, kLockEnd, 1, LockKind::kFlock, LockType::kWrite}};
+  ASSERT_TRUE(client_->PutObj(LocksId(424243), EncodeLockTable(stale_locks)).ok());
   std::string data;
   VolumeQuota q;
   ASSERT_TRUE(client_->GetObj(VolumeId(vol), &data).ok());
@@ -611,9 +618,10 @@ TEST_F(FsTest, FsckFindsAndRepairsEveryInconsistency) {
   EXPECT_TRUE(Found(r.repairable, "inode 777777: an orphan (no name, not even on"));
   EXPECT_TRUE(Found(r.repairable, "bucket 9 is not in its index"));
   EXPECT_TRUE(Found(r.repairable, "the quota record of inode " + std::to_string(d)));
+  EXPECT_TRUE(Found(r.repairable, "the lock table of inode 424243, which does not exist"));
   ASSERT_EQ(r.violations.size(), 1u) << r.ToString();
   EXPECT_TRUE(Found(r.violations, "volume " + std::to_string(vol) + ": the quota says"));
-  EXPECT_EQ(r.repairable.size(), 6u) << r.ToString();
+  EXPECT_EQ(r.repairable.size(), 7u) << r.ToString();
 
   // The open file is repaired too (its handle is gone: fsck repairs only
   // files no client holds open).
@@ -670,6 +678,141 @@ TEST_F(FsTest, FsckFindsAndRepairsEveryInconsistency) {
   ASSERT_TRUE(client_->PutObj(InodeId(d), d_record).ok());
   Fsck();
   EXPECT_EQ(ReadFile("/plain/g"), "gg");  // its data was kept while its inode was gone
+}
+
+// --- advisory locks (docs/pdfs.md "Advisory locks") ---
+
+// A FileSystem of its own client, beating its lock session every 100 ms
+// and taking another session as lapsed after 30 of its beats unseen.
+struct LockClient {
+  std::unique_ptr<client::Client> client;
+  std::unique_ptr<FileSystem> fs;
+};
+
+LockClient OpenLockClient(const LocalCluster& cluster) {
+  LockClient c;
+  Status s = client::Client::Open(
+      client::TestClientOptions(cluster.monitor_address(), cluster.secret()), &c.client);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  FsOptions o;
+  o.lock_beat_ms = 100;
+  o.lock_lease_beats = 30;
+  if (s.ok()) s = FileSystem::Open(c.client.get(), o, &c.fs);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return c;
+}
+
+LockRequest Posix(uint64_t owner, uint64_t start, uint64_t end, LockType type) {
+  LockRequest r;
+  r.kind = LockKind::kPosix;
+  r.type = type;
+  r.owner = owner;
+  r.pid = static_cast<uint32_t>(owner);
+  r.start = start;
+  r.end = end;
+  return r;
+}
+
+LockRequest Flock(uint64_t owner, LockType type) {
+  LockRequest r;
+  r.kind = LockKind::kFlock;
+  r.type = type;
+  r.owner = owner;
+  return r;
+}
+
+TEST_F(FsTest, LocksAcrossClients) {
+  ASSERT_EQ(WriteFile("/f", "data"), 0);
+  const uint64_t ino = StatOf("/f").ino;
+  LockClient a = OpenLockClient(cluster_), b = OpenLockClient(cluster_);
+  ASSERT_TRUE(a.fs && b.fs);
+  // Byte ranges: a write lock of A keeps B's readers and writers out of
+  // its range only; F_GETLK names it.
+  ASSERT_EQ(a.fs->SetLock(ino, Posix(1, 0, 99, LockType::kWrite)), 0);
+  LockEntry c;
+  EXPECT_EQ(b.fs->SetLock(ino, Posix(1, 50, 60, LockType::kRead), &c), EAGAIN);
+  EXPECT_EQ(c.start, 0u);
+  EXPECT_EQ(c.end, 99u);
+  EXPECT_EQ(c.pid, 1u);
+  EXPECT_EQ(c.type, LockType::kWrite);
+  ASSERT_EQ(b.fs->TestLock(ino, Posix(1, 99, kLockEnd, LockType::kRead), &c), 0);
+  EXPECT_EQ(c.type, LockType::kWrite);
+  ASSERT_EQ(b.fs->TestLock(ino, Posix(1, 100, kLockEnd, LockType::kWrite), &c), 0);
+  EXPECT_EQ(c.type, LockType::kUnlock);
+  ASSERT_EQ(b.fs->SetLock(ino, Posix(1, 100, kLockEnd, LockType::kWrite)), 0);
+  // A's unlock of the middle splits its lock; B takes the hole.
+  ASSERT_EQ(a.fs->SetLock(ino, Posix(1, 40, 59, LockType::kUnlock)), 0);
+  ASSERT_EQ(b.fs->SetLock(ino, Posix(1, 40, 59, LockType::kWrite)), 0);
+  EXPECT_EQ(b.fs->SetLock(ino, Posix(1, 39, 39, LockType::kRead)), EAGAIN);
+  EXPECT_EQ(b.fs->SetLock(ino, Posix(1, 60, 60, LockType::kRead)), EAGAIN);
+  // Two owners of one client conflict like owners of two.
+  EXPECT_EQ(b.fs->SetLock(ino, Posix(2, 45, 45, LockType::kRead)), EAGAIN);
+  // Readers share.
+  ASSERT_EQ(a.fs->SetLock(ino, Posix(1, 0, 99, LockType::kUnlock)), 0);
+  ASSERT_EQ(a.fs->SetLock(ino, Posix(1, 0, 9, LockType::kRead)), 0);
+  ASSERT_EQ(b.fs->SetLock(ino, Posix(1, 0, 9, LockType::kRead)), 0);
+  EXPECT_EQ(b.fs->SetLock(ino, Posix(1, 0, 9, LockType::kWrite)), EAGAIN);
+
+  // flock: apart from POSIX locks; a refused conversion drops the lock
+  // held, as in Linux.
+  ASSERT_EQ(a.fs->SetLock(ino, Flock(7, LockType::kRead)), 0);
+  ASSERT_EQ(b.fs->SetLock(ino, Flock(7, LockType::kRead)), 0);
+  EXPECT_EQ(b.fs->SetLock(ino, Flock(7, LockType::kWrite)), EAGAIN);
+  EXPECT_EQ(a.fs->SetLock(ino, Flock(7, LockType::kWrite)), 0);  // B's shared lock is gone
+  EXPECT_EQ(b.fs->SetLock(ino, Flock(7, LockType::kRead)), EAGAIN);
+  ASSERT_EQ(a.fs->SetLock(ino, Flock(7, LockType::kUnlock)), 0);
+  ASSERT_EQ(b.fs->SetLock(ino, Flock(7, LockType::kRead)), 0);
+
+  // Bad requests.
+  EXPECT_EQ(a.fs->SetLock(ino, Posix(1, 10, 9, LockType::kRead)), EINVAL);
+  LockRequest ranged_flock = Flock(1, LockType::kRead);
+  ranged_flock.end = 5;
+  EXPECT_EQ(a.fs->SetLock(ino, ranged_flock), EINVAL);
+  EXPECT_EQ(a.fs->TestLock(ino, Posix(1, 0, 9, LockType::kUnlock), &c), EINVAL);
+
+  // A client that ends frees its locks at once.
+  b.fs.reset();
+  EXPECT_EQ(a.fs->SetLock(ino, Posix(1, 0, kLockEnd, LockType::kWrite)), 0);
+  EXPECT_EQ(a.fs->SetLock(ino, Flock(7, LockType::kWrite)), 0);
+  a.fs.reset();
+  Fsck();
+}
+
+// A session nobody beats (its client died) lapses: a waiter frees its
+// locks once it saw no beat for its lease, and drops the session.
+TEST_F(FsTest, LapsedSessionsLocksAreFreed) {
+  ASSERT_EQ(WriteFile("/f", "data"), 0);
+  const uint64_t ino = StatOf("/f").ino;
+  constexpr uint64_t kDead = 0x5eed;
+  ASSERT_TRUE(client_->PutObj(SessionId(kDead), EncodeLockSession({3, 1, 99, "gone"})).ok());
+  ASSERT_TRUE(client_->PutObj(SessionListId(), EncodeSessionList({{kDead}})).ok());
+  LockTable t;
+  t.entries = {{kDead, 1, 0, kLockEnd, 99, LockKind::kPosix, LockType::kWrite}};
+  ASSERT_TRUE(client_->PutObj(LocksId(ino), EncodeLockTable(t)).ok());
+
+  LockClient w = OpenLockClient(cluster_);
+  ASSERT_TRUE(w.fs);
+  LockEntry c;
+  ASSERT_EQ(w.fs->SetLock(ino, Posix(1, 5, 5, LockType::kRead), &c), EAGAIN);
+  EXPECT_EQ(c.pid, 99u);
+  // Granted once the waiter's 30 beats (3 s) saw none of the dead one.
+  const auto start = std::chrono::steady_clock::now();
+  int err = EAGAIN;
+  while (err == EAGAIN && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    err = w.fs->SetLock(ino, Posix(1, 5, 5, LockType::kRead));
+  }
+  ASSERT_EQ(err, 0);
+  std::printf("the lapsed session's lock was freed after %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  std::string data;
+  EXPECT_EQ(client_->GetObj(SessionId(kDead), &data).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(client_->GetObj(SessionListId(), &data).ok());
+  SessionList list;
+  ASSERT_TRUE(DecodeSessionList(data, &list).ok());
+  EXPECT_EQ(list.sessions.size(), 1u);  // the waiter's own
+  EXPECT_TRUE(std::find(list.sessions.begin(), list.sessions.end(), kDead) == list.sessions.end());
+  Fsck();
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 //     orphan list (unlinked while open, or a purge a crash interrupted);
 //   * no leaked objects: every data chunk belongs to a regular file and
 //     lies below its data_end, every directory record to a directory,
-//     every quota record to a volume of the root.
+//     every quota record to a volume of the root, every lock table to an
+//     inode; lock tables and lock sessions decode.
 //
 // Findings are violations (broken invariants: loss or corruption) or
 // repairable (what a client crash legitimately leaves, or what a repair

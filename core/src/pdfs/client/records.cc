@@ -4,17 +4,22 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <tuple>
 
 #include "common/crc32c.h"
 
 namespace pdpm::pdfs {
 namespace {
 
-constexpr uint32_t kInodeMagic = 0x49464450;   // "PDFI"
-constexpr uint32_t kIndexMagic = 0x58464450;   // "PDFX"
-constexpr uint32_t kBucketMagic = 0x42464450;  // "PDFB"
-constexpr uint32_t kOrphanMagic = 0x4f464450;  // "PDFO"
-constexpr uint32_t kVolumeMagic = 0x56464450;  // "PDFV"
+constexpr uint32_t kInodeMagic = 0x49464450;        // "PDFI"
+constexpr uint32_t kIndexMagic = 0x58464450;        // "PDFX"
+constexpr uint32_t kBucketMagic = 0x42464450;       // "PDFB"
+constexpr uint32_t kOrphanMagic = 0x4f464450;       // "PDFO"
+constexpr uint32_t kVolumeMagic = 0x56464450;       // "PDFV"
+constexpr uint32_t kLocksMagic = 0x4c464450;        // "PDFL"
+constexpr uint32_t kSessionMagic = 0x4d464450;      // "PDFM"
+constexpr uint32_t kSessionListMagic = 0x52464450;  // "PDFR"
+constexpr size_t kLockEntryBytes = 8 * 4 + 4 + 1 + 1;
 
 dsm::ObjectId MakeId(RecordKind kind, uint32_t low24, uint64_t lo) {
   return {kRecordTag | (uint64_t{static_cast<uint8_t>(kind)} << 24) | (low24 & 0xffffff), lo};
@@ -105,6 +110,34 @@ bool GetTime(Reader* r, Time* t) {
   return t->nsec < 1000000000u;
 }
 
+// A record that is a list of u64: count u32, the values.
+std::string EncodeU64List(uint32_t magic, const std::vector<uint64_t>& values) {
+  Writer w;
+  w.Header(magic);
+  w.U32(static_cast<uint32_t>(values.size()));
+  for (uint64_t v : values) w.U64(v);
+  return w.Finish();
+}
+
+// With `sorted_ids`: nonzero values, strictly ascending.
+Status DecodeU64List(std::string_view data, uint32_t magic, const char* what, bool sorted_ids,
+                     std::vector<uint64_t>* out) {
+  Reader r(data);
+  PDPM_RETURN_IF_ERROR(r.Open(magic, what));
+  uint32_t count = 0;
+  if (!r.U32(&count) || count > data.size() / 8) return r.Bad("bad count");
+  std::vector<uint64_t> values(count);
+  for (uint32_t i = 0; i < count; i++) {
+    if (!r.U64(&values[i])) return r.Bad("truncated");
+    if (sorted_ids && (values[i] == 0 || (i > 0 && values[i] <= values[i - 1]))) {
+      return r.Bad("not sorted");
+    }
+  }
+  PDPM_RETURN_IF_ERROR(r.Done());
+  *out = std::move(values);
+  return Status::OK();
+}
+
 }  // namespace
 
 dsm::ObjectId InodeId(uint64_t ino) {
@@ -124,6 +157,15 @@ dsm::ObjectId OrphanShardId(uint32_t shard) {
 }
 dsm::ObjectId VolumeId(uint64_t volume) {
   return MakeId(RecordKind::kVolume, 0, volume);
+}
+dsm::ObjectId LocksId(uint64_t ino) {
+  return MakeId(RecordKind::kLocks, 0, ino);
+}
+dsm::ObjectId SessionId(uint64_t session) {
+  return MakeId(RecordKind::kSession, 0, session);
+}
+dsm::ObjectId SessionListId() {
+  return MakeId(RecordKind::kSessionList, 0, 0);
 }
 
 std::string EncodeInode(const Inode& n) {
@@ -294,26 +336,11 @@ Status DecodeDirBucket(std::string_view data, DirBucket* out) {
 }
 
 std::string EncodeOrphanList(const OrphanList& list) {
-  Writer w;
-  w.Header(kOrphanMagic);
-  w.U32(static_cast<uint32_t>(list.inos.size()));
-  for (uint64_t ino : list.inos) w.U64(ino);
-  return w.Finish();
+  return EncodeU64List(kOrphanMagic, list.inos);
 }
 
 Status DecodeOrphanList(std::string_view data, OrphanList* out) {
-  Reader r(data);
-  PDPM_RETURN_IF_ERROR(r.Open(kOrphanMagic, "orphan list"));
-  OrphanList list;
-  uint32_t count = 0;
-  if (!r.U32(&count) || count > data.size() / 8) return r.Bad("bad count");
-  list.inos.resize(count);
-  for (uint64_t& ino : list.inos) {
-    if (!r.U64(&ino)) return r.Bad("truncated");
-  }
-  PDPM_RETURN_IF_ERROR(r.Done());
-  *out = std::move(list);
-  return Status::OK();
+  return DecodeU64List(data, kOrphanMagic, "orphan list", false, &out->inos);
 }
 
 std::string EncodeVolumeQuota(const VolumeQuota& q) {
@@ -337,6 +364,95 @@ Status DecodeVolumeQuota(std::string_view data, VolumeQuota* out) {
   PDPM_RETURN_IF_ERROR(r.Done());
   *out = q;
   return Status::OK();
+}
+
+std::string EncodeLockTable(const LockTable& table) {
+  Writer w;
+  w.Header(kLocksMagic);
+  w.U32(static_cast<uint32_t>(table.entries.size()));
+  for (const LockEntry& e : table.entries) {
+    w.U64(e.session);
+    w.U64(e.owner);
+    w.U64(e.start);
+    w.U64(e.end);
+    w.U32(e.pid);
+    w.U8(static_cast<uint8_t>(e.kind));
+    w.U8(static_cast<uint8_t>(e.type));
+  }
+  return w.Finish();
+}
+
+Status DecodeLockTable(std::string_view data, LockTable* out) {
+  Reader r(data);
+  PDPM_RETURN_IF_ERROR(r.Open(kLocksMagic, "lock table"));
+  LockTable table;
+  uint32_t count = 0;
+  if (!r.U32(&count) || count == 0 || count > data.size() / kLockEntryBytes) {
+    return r.Bad("bad count");  // an empty table is no object
+  }
+  table.entries.resize(count);
+  for (uint32_t i = 0; i < count; i++) {
+    LockEntry& e = table.entries[i];
+    uint8_t kind = 0, type = 0;
+    if (!r.U64(&e.session) || !r.U64(&e.owner) || !r.U64(&e.start) || !r.U64(&e.end) ||
+        !r.U32(&e.pid) || !r.U8(&kind) || !r.U8(&type)) {
+      return r.Bad("truncated entry");
+    }
+    e.kind = static_cast<LockKind>(kind);
+    e.type = static_cast<LockType>(type);
+    if ((e.kind != LockKind::kPosix && e.kind != LockKind::kFlock) ||
+        (e.type != LockType::kRead && e.type != LockType::kWrite) || e.session == 0 ||
+        e.start > e.end || (e.kind == LockKind::kFlock && (e.start != 0 || e.end != kLockEnd))) {
+      return r.Bad("bad entry");
+    }
+    if (i == 0) continue;
+    const LockEntry& p = table.entries[i - 1];
+    auto holder = [](const LockEntry& x) { return std::tuple(x.kind, x.session, x.owner); };
+    if (holder(p) > holder(e) || (holder(p) == holder(e) && p.end >= e.start)) {
+      return r.Bad("entries not sorted or overlapping");
+    }
+    if (holder(p) == holder(e) && p.type == e.type && p.end + 1 == e.start) {
+      return r.Bad("touching ranges of one type not merged");
+    }
+  }
+  PDPM_RETURN_IF_ERROR(r.Done());
+  *out = std::move(table);
+  return Status::OK();
+}
+
+std::string EncodeLockSession(const LockSession& s) {
+  Writer w;
+  w.Header(kSessionMagic);
+  w.U64(s.beats);
+  w.U64(static_cast<uint64_t>(s.started_sec));
+  w.U32(s.pid);
+  w.U8(static_cast<uint8_t>(s.host.size()));
+  w.Bytes(s.host);
+  return w.Finish();
+}
+
+Status DecodeLockSession(std::string_view data, LockSession* out) {
+  Reader r(data);
+  PDPM_RETURN_IF_ERROR(r.Open(kSessionMagic, "lock session"));
+  LockSession s;
+  uint64_t started = 0;
+  uint8_t host_len = 0;
+  if (!r.U64(&s.beats) || !r.U64(&started) || !r.U32(&s.pid) || !r.U8(&host_len) ||
+      !r.Bytes(host_len, &s.host)) {
+    return r.Bad("truncated");
+  }
+  s.started_sec = static_cast<int64_t>(started);
+  PDPM_RETURN_IF_ERROR(r.Done());
+  *out = std::move(s);
+  return Status::OK();
+}
+
+std::string EncodeSessionList(const SessionList& list) {
+  return EncodeU64List(kSessionListMagic, list.sessions);
+}
+
+Status DecodeSessionList(std::string_view data, SessionList* out) {
+  return DecodeU64List(data, kSessionListMagic, "session list", true, &out->sessions);
 }
 
 }  // namespace pdpm::pdfs

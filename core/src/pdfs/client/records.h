@@ -8,6 +8,9 @@
 //   data chunk id {tag | 4 << 24 | chunk, ino}    bytes [chunk * 64 MiB, +64 MiB)
 //   orphans    id {tag | 5 << 24, shard}          inodes unlinked, data not freed
 //   volume     id {tag | 6 << 24, volume dir ino} a volume's quota and usage
+//   locks      id {tag | 7 << 24, ino}            advisory locks held on a file
+//   session    id {tag | 8 << 24, session}        a lock holder's lease
+//   sessions   id {tag | 9 << 24, 0}              every lock session
 //
 // `tag` is "PDFS" in the upper 32 bits of ObjectId::hi: pDFS records share
 // the object store with `pdpm obj` users but never its pDKVS key space.
@@ -38,6 +41,9 @@ enum class RecordKind : uint8_t {
   kData = 4,
   kOrphans = 5,
   kVolume = 6,
+  kLocks = 7,
+  kSession = 8,
+  kSessionList = 9,
 };
 
 // Bytes of one data chunk (an object of the store is at most 64 MiB).
@@ -61,6 +67,9 @@ dsm::ObjectId DirBucketId(uint64_t dir, uint32_t bucket);
 dsm::ObjectId DataId(uint64_t ino, uint64_t chunk);
 dsm::ObjectId OrphanShardId(uint32_t shard);
 dsm::ObjectId VolumeId(uint64_t volume);
+dsm::ObjectId LocksId(uint64_t ino);
+dsm::ObjectId SessionId(uint64_t session);
+dsm::ObjectId SessionListId();
 
 struct Time {
   int64_t sec = 0;
@@ -164,5 +173,61 @@ struct VolumeQuota {
 
 std::string EncodeVolumeQuota(const VolumeQuota& quota);
 Status DecodeVolumeQuota(std::string_view data, VolumeQuota* out);
+
+// --- advisory locks (docs/pdfs.md "Advisory locks") ---
+
+// POSIX byte-range locks (fcntl, OFD) and flock locks live side by side
+// and never conflict with each other, as in Linux.
+enum class LockKind : uint8_t { kPosix = 1, kFlock = 2 };
+enum class LockType : uint8_t { kUnlock = 0, kRead = 1, kWrite = 2 };
+inline constexpr uint64_t kLockEnd = UINT64_MAX;  // a range to the end of any file
+
+// One lock: held by `owner` (the kernel's lock owner: a process's files
+// for POSIX locks, an open file for OFD and flock locks) of the mount
+// whose lock session is `session`, on bytes [start, end] (inclusive;
+// flock locks: [0, kLockEnd]).
+struct LockEntry {
+  uint64_t session = 0;
+  uint64_t owner = 0;
+  uint64_t start = 0;
+  uint64_t end = kLockEnd;
+  uint32_t pid = 0;  // the holder's process (F_GETLK reports it)
+  LockKind kind = LockKind::kPosix;
+  LockType type = LockType::kRead;  // never kUnlock in a table
+  bool operator==(const LockEntry&) const = default;
+};
+
+// The locks on one file: sorted by (kind, session, owner, start); the
+// ranges of one holder and kind neither overlap nor touch with one type
+// (they are merged), so a table has one encoding. Absent = no locks.
+struct LockTable {
+  std::vector<LockEntry> entries;
+  bool operator==(const LockTable&) const = default;
+};
+
+std::string EncodeLockTable(const LockTable& table);
+Status DecodeLockTable(std::string_view data, LockTable* out);
+
+// A mount's lock session: the holder beats it (beats + 1) while alive; a
+// session whose beats stop is lapsed and its locks are free.
+struct LockSession {
+  uint64_t beats = 0;
+  int64_t started_sec = 0;  // wall clock, for people reading it
+  uint32_t pid = 0;
+  std::string host;  // at most 255 bytes
+  bool operator==(const LockSession&) const = default;
+};
+
+std::string EncodeLockSession(const LockSession& session);
+Status DecodeLockSession(std::string_view data, LockSession* out);
+
+// Every live (or not yet reaped) lock session, sorted, each once.
+struct SessionList {
+  std::vector<uint64_t> sessions;
+  bool operator==(const SessionList&) const = default;
+};
+
+std::string EncodeSessionList(const SessionList& list);
+Status DecodeSessionList(std::string_view data, SessionList* out);
 
 }  // namespace pdpm::pdfs

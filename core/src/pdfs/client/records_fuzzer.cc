@@ -34,6 +34,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     RoundTrip<DirBucket>(in, DecodeDirBucket, EncodeDirBucket);
     RoundTrip<OrphanList>(in, DecodeOrphanList, EncodeOrphanList);
     RoundTrip<VolumeQuota>(in, DecodeVolumeQuota, EncodeVolumeQuota);
+    RoundTrip<LockTable>(in, DecodeLockTable, EncodeLockTable);
+    RoundTrip<LockSession>(in, DecodeLockSession, EncodeLockSession);
+    RoundTrip<SessionList>(in, DecodeSessionList, EncodeSessionList);
   }
   return 0;
 }

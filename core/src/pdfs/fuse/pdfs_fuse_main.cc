@@ -19,6 +19,8 @@
 #include <fuse3/fuse_lowlevel.h>
 #include <linux/fs.h>
 #include <linux/fuse.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/uio.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -29,7 +31,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +44,8 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "pdfs/client/file_system.h"
+#include "pdfs/fuse/lock_waiter.h"
+#include "pdfs/fuse/mount_watch.h"
 
 namespace pdpm::pdfs {
 namespace {
@@ -46,6 +54,44 @@ namespace {
 constexpr unsigned kMaxWrite = 1u << 20;
 
 class HeldConnection;
+
+// The POSIX lock owners that took locks through each open file. The kernel
+// releases a process's POSIX locks on a file through FUSE's flush (at every
+// close, with that process's owner), but an OFD lock's owner is the open
+// file itself, which is never flushed: whatever owner took a lock through
+// a file and was not flushed on that inode since is released with the file.
+class OfdOwners {
+ public:
+  void Took(uint64_t fh, uint64_t ino, uint64_t owner) {
+    std::lock_guard<std::mutex> l(mu_);
+    Handle& h = handles_[fh];
+    h.ino = ino;
+    h.owners.insert(owner);
+  }
+  void Flushed(uint64_t ino, uint64_t owner) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [fh, h] : handles_) {
+      if (h.ino == ino) h.owners.erase(owner);
+    }
+  }
+  // The owners whose locks go with the file `fh`.
+  std::set<uint64_t> Released(uint64_t fh) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = handles_.find(fh);
+    if (it == handles_.end()) return {};
+    std::set<uint64_t> owners = std::move(it->second.owners);
+    handles_.erase(it);
+    return owners;
+  }
+
+ private:
+  struct Handle {
+    uint64_t ino = 0;
+    std::set<uint64_t> owners;
+  };
+  std::mutex mu_;
+  std::map<uint64_t, Handle> handles_;
+};
 
 // What the mount serves: the file system, and the directory that is the
 // mount's root (a volume, or the file system's root). FUSE's root inode
@@ -56,6 +102,13 @@ struct Served {
   uint64_t root;
   Logger* log;
   HeldConnection* held = nullptr;  // set with --fuse-fd
+  LockWaiter* waiter = nullptr;
+  OfdOwners* ofd = nullptr;
+  fuse_session* session = nullptr;
+  // File handles are the open flags (a restarted pdfs-fuse serves the open
+  // files of a held connection from them alone) in the low 32 bits and a
+  // number of this file in the high ones (OFD locks go with it).
+  std::atomic<uint64_t> next_handle{0};
 };
 
 // A FUSE connection that a mount holder opened (/dev/fuse), mounted (mount
@@ -176,8 +229,16 @@ class HeldConnection {
   std::atomic<uint64_t> drop_reply_to_{0};  // unique of the replayed INIT
 };
 
+Served* Srv(fuse_req_t req) {
+  return static_cast<Served*>(fuse_req_userdata(req));
+}
+
 FileSystem* Fs(fuse_req_t req) {
-  return static_cast<Served*>(fuse_req_userdata(req))->fs;
+  return Srv(req)->fs;
+}
+
+uint64_t NewHandle(fuse_req_t req, int flags) {
+  return static_cast<uint32_t>(flags) | (Srv(req)->next_handle.fetch_add(1) << 32);
 }
 
 // The pDFS inode of a FUSE inode number, and back.
@@ -248,6 +309,8 @@ void Init(void* userdata, fuse_conn_info* conn) {
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
   // Data cached while a file is open is dropped at the next open.
   conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+  // Advisory locks are pDFS's, across mounts, not the kernel's local ones.
+  conn->want |= conn->capable & (FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -344,7 +407,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   Fs(req)->Acquire(In(req, ino));
   fi->keep_cache = 0;  // close-to-open: what others wrote is read afresh
-  fi->fh = static_cast<uint64_t>(fi->flags);
+  fi->fh = NewHandle(req, fi->flags);
   if (fuse_reply_open(req, fi) == -ENOENT) Fs(req)->Release(In(req, ino));  // interrupted
 }
 
@@ -357,7 +420,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   }
   Fs(req)->Acquire(a.ino);
   fi->keep_cache = 0;
-  fi->fh = static_cast<uint64_t>(fi->flags);
+  fi->fh = NewHandle(req, fi->flags);
   fuse_entry_param e = ToEntry(a);
   if (fuse_reply_create(req, &e, fi) == -ENOENT) Fs(req)->Release(a.ino);
 }
@@ -384,13 +447,103 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
   }
 }
 
-void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
-  fuse_reply_err(req, 0);  // writes are durable when they return
+// A POSIX lock request of the kernel (struct flock as libfuse gives it:
+// l_len 0 reaches the end of any file).
+LockRequest PosixLock(const fuse_file_info* fi, const struct flock* lock) {
+  LockRequest r;
+  r.kind = LockKind::kPosix;
+  r.type = lock->l_type == F_WRLCK   ? LockType::kWrite
+           : lock->l_type == F_RDLCK ? LockType::kRead
+                                     : LockType::kUnlock;
+  r.owner = fi->lock_owner;
+  r.pid = static_cast<uint32_t>(lock->l_pid);
+  r.start = static_cast<uint64_t>(lock->l_start);
+  r.end = lock->l_len == 0 ? kLockEnd : r.start + static_cast<uint64_t>(lock->l_len) - 1;
+  return r;
 }
 
-void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+// Every owner's POSIX lock on `ino` released.
+int Unlock(fuse_req_t req, uint64_t ino, LockKind kind, uint64_t owner) {
+  LockRequest r;
+  r.kind = kind;
+  r.type = LockType::kUnlock;
+  r.owner = owner;
+  return Fs(req)->SetLock(ino, r);
+}
+
+// close(2) of a descriptor: the closing process's POSIX locks on the file
+// go (POSIX: any close of the file releases them). Writes are durable
+// already.
+void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Srv(req)->ofd->Flushed(In(req, ino), fi->lock_owner);
+  fuse_reply_err(req, Unlock(req, In(req, ino), LockKind::kPosix, fi->lock_owner));
+}
+
+// The last descriptor of an open file closed: its flock lock and OFD
+// locks go.
+void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  int err = 0;
+  if (fi->flock_release) err = Unlock(req, In(req, ino), LockKind::kFlock, fi->lock_owner);
+  for (uint64_t owner : Srv(req)->ofd->Released(fi->fh)) {
+    int e = Unlock(req, In(req, ino), LockKind::kPosix, owner);
+    if (err == 0) err = e;
+  }
   Fs(req)->Release(In(req, ino));
-  fuse_reply_err(req, 0);
+  fuse_reply_err(req, err);
+}
+
+void GetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* lock) {
+  LockEntry c;
+  int err = Fs(req)->TestLock(In(req, ino), PosixLock(fi, lock), &c);
+  if (err != 0) return (void)fuse_reply_err(req, err);
+  struct flock out = *lock;
+  out.l_type = c.type == LockType::kWrite ? F_WRLCK : c.type == LockType::kRead ? F_RDLCK : F_UNLCK;
+  if (c.type != LockType::kUnlock) {
+    out.l_whence = SEEK_SET;
+    out.l_start = static_cast<off_t>(c.start);
+    out.l_len =
+        c.end >= static_cast<uint64_t>(INT64_MAX) ? 0 : static_cast<off_t>(c.end - c.start + 1);
+    out.l_pid = static_cast<pid_t>(c.pid);
+  }
+  fuse_reply_lock(req, &out);
+}
+
+// Sets `lock`; with `sleep`, a conflict waits (LockWaiter) instead of EAGAIN.
+// A lock granted drops the file's page cache on this node, as an open does:
+// what the lock's previous holder wrote on another mount is read afresh, so
+// data guarded by locks is coherent across mounts.
+void SetLock(fuse_req_t req, fuse_ino_t fuse_ino, const LockRequest& lock, uint64_t fh,
+             bool sleep) {
+  Served* served = Srv(req);
+  const uint64_t ino = In(req, fuse_ino);
+  auto granted = [served, fh, fuse_ino, ino, lock] {
+    if (lock.type == LockType::kUnlock) return;
+    if (lock.kind == LockKind::kPosix) served->ofd->Took(fh, ino, lock.owner);
+    int rc = fuse_lowlevel_notify_inval_inode(served->session, fuse_ino, 0, 0);
+    if (rc != 0 && rc != -ENOENT) {
+      served->log->Error("cannot drop a locked file's cached pages",
+                         {{"ino", ino}, {"error", strerror(-rc)}});
+    }
+  };
+  int err = served->fs->SetLock(ino, lock);
+  if (err == EAGAIN && sleep) return served->waiter->Wait(req, ino, lock, granted);
+  if (err == 0) granted();
+  fuse_reply_err(req, err);
+}
+
+void SetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* lock, int sleep) {
+  SetLock(req, ino, PosixLock(fi, lock), fi->fh, sleep != 0);
+}
+
+void Flock(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, int op) {
+  LockRequest r;
+  r.kind = LockKind::kFlock;
+  r.type = (op & LOCK_EX) != 0   ? LockType::kWrite
+           : (op & LOCK_SH) != 0 ? LockType::kRead
+                                 : LockType::kUnlock;
+  r.owner = fi->lock_owner;
+  r.pid = static_cast<uint32_t>(fuse_req_ctx(req)->pid);
+  SetLock(req, ino, r, fi->fh, (op & LOCK_NB) == 0);
 }
 
 void Fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
@@ -599,20 +752,47 @@ fuse_lowlevel_ops Ops() {
   ops.listxattr = ListXattr;
   ops.removexattr = RemoveXattr;
   ops.create = Create;
+  ops.getlk = GetLk;
+  ops.setlk = SetLk;
+  ops.flock = Flock;
   return ops;
 }
 
+// SIGINT, SIGTERM and SIGHUP end the session through libfuse's handlers,
+// which wake the session loop only when they run on the thread waiting in
+// it: libfuse's workers block every signal, and a stop signal taken by
+// another thread (the cluster client's, the lock threads) would set the
+// exit flag and leave the loop asleep — pdfs-fuse would never exit. So
+// every thread is started with them blocked, and only the loop's thread
+// takes them.
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
 int Main(int argc, char** argv) {
+  const sigset_t stop_signals = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   Logger log("pdfs-fuse");
   client::ClientFlags client_flags;
   std::string mountpoint, volume;
   uint32_t threads = 8;
+  FsOptions fs_options;
   FlagParser flags("pdfs-fuse");
   client_flags.Register(&flags);
   flags.AddString("mountpoint", &mountpoint, "the directory to mount on");
   flags.AddString("volume", &volume,
                   "the volume (a directory of the file system's root) to mount; default: all");
   flags.AddUint32("threads", &threads, "most threads serving requests at once");
+  flags.AddUint32("lock-beat-ms", &fs_options.lock_beat_ms,
+                  "how often this mount's lock session beats while it holds locks");
+  flags.AddUint32("lock-lease-beats", &fs_options.lock_lease_beats,
+                  "beats of this mount after which another mount's silent lock session lapses "
+                  "(its locks freed)");
   std::string fuse_fd, init_file;
   flags.AddString("fuse-fd", &fuse_fd,
                   "serve this inherited /dev/fuse descriptor, already mounted on --mountpoint by "
@@ -646,12 +826,22 @@ int Main(int argc, char** argv) {
   std::unique_ptr<client::Client> client;
   s = client::Client::Open(options, &client);
   std::unique_ptr<FileSystem> fs;
-  if (s.ok()) s = FileSystem::Open(client.get(), {}, &fs);
+  if (s.ok() && (fs_options.lock_beat_ms == 0 || fs_options.lock_lease_beats < 2)) {
+    s = Status::InvalidArgument(
+        "--lock-beat-ms must be positive and --lock-lease-beats at least 2");
+  }
+  if (s.ok()) s = FileSystem::Open(client.get(), fs_options, &fs);
   if (!s.ok()) {
     log.Error("cannot open the file system", {{"status", s}});
     return 1;
   }
-  Served served{client.get(), fs.get(), kRootIno, &log};
+  // Answers its waits before the session goes (below).
+  auto waiter = std::make_unique<LockWaiter>(fs.get());
+  OfdOwners ofd;
+  Served served{client.get(), fs.get(), kRootIno, &log, nullptr, waiter.get(), &ofd};
+  // Handle numbers start at random: those of a dead pdfs-fuse whose held
+  // connection this one resumes are not taken again.
+  served.next_handle = std::random_device{}();
   if (!volume.empty()) {
     Attr a;
     int err = fs->Lookup(kRootIno, volume, &a);
@@ -677,6 +867,7 @@ int Main(int argc, char** argv) {
     fuse_opt_free_args(&fargs);
     return 1;
   }
+  served.session = se;
   std::unique_ptr<HeldConnection> held;
   if (held_fd >= 0) {
     held = std::make_unique<HeldConnection>(held_fd, init_file, &log);
@@ -704,12 +895,24 @@ int Main(int argc, char** argv) {
       log.Error("mount failed", {{"mountpoint", mountpoint}});
     }
     if (serving) {
+      // A mount of this process ends when it leaves the mount table, even
+      // if the kernel keeps the connection for a copy in another mount
+      // namespace (MountWatch); the stop signal wakes the loop.
+      std::unique_ptr<MountWatch> watch;
+      if (held == nullptr) {
+        watch = std::make_unique<MountWatch>(mountpoint, "fuse.pdfs", &log,
+                                             [] { kill(getpid(), SIGTERM); });
+      }
+      pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
       fuse_loop_config* config = fuse_loop_cfg_create();
       fuse_loop_cfg_set_max_threads(config, threads);
       fuse_loop_cfg_set_idle_threads(config, threads);
       rc = fuse_session_loop_mt(se, config);
       fuse_loop_cfg_destroy(config);
       if (held == nullptr) {
+        const bool unmounted_elsewhere = watch->fired();
+        watch.reset();
+        if (unmounted_elsewhere) rc = 0;  // an unmount, as fusermount3 -u: the signal was ours
         fuse_session_unmount(se);
         log.Info("unmounted", {{"mountpoint", mountpoint}, {"rc", rc}});
       } else {
@@ -718,6 +921,7 @@ int Main(int argc, char** argv) {
     }
     fuse_remove_signal_handlers(se);
   }
+  waiter.reset();
   fuse_session_destroy(se);
   fuse_opt_free_args(&fargs);  // what the session parsing added to them
   return rc == 0 ? 0 : 1;
