@@ -32,6 +32,7 @@ struct Mapping {
     std::string address;
     uint32_t cores = 1;
     bool up = false;
+    bool down = false;  // declared DOWN: what it held moved (not SUSPECT, DRAINING)
   };
   struct Copy {
     uint32_t server = 0;
@@ -93,7 +94,7 @@ class ClientImpl final : public Client, public TxHost {
       m->table_count = resp.table_count();
       for (const auto& s : resp.servers()) {
         m->servers[s.id()] = {s.address(), std::max(1u, s.cores()),
-                              s.state() == v1::SERVER_STATE_UP};
+                              s.state() == v1::SERVER_STATE_UP, s.state() == v1::SERVER_STATE_DOWN};
       }
       for (const auto& t : resp.tables()) m->table_owner[t.table()] = t.server_id();
       for (const auto& sm : resp.segments()) {
@@ -449,7 +450,8 @@ class ClientImpl final : public Client, public TxHost {
       const net::GiveUpFn give_up =
           GiveUpWhen(*m, [table, server = a.server](const Mapping& newest) {
             uint32_t now_at = 0;
-            return TableOwner(newest, table, &now_at).ok() && now_at != server;
+            return IsDown(newest, server) && TableOwner(newest, table, &now_at).ok() &&
+                   now_at != server;
           });
       Finished(a.server, &a.ref, a.ref.conn->rpc->Finish(&c.reply, give_up), &c, &again, a.call);
       Release(&a.ref);  // free for other threads while the rest is awaited
@@ -823,12 +825,20 @@ class ClientImpl final : public Client, public TxHost {
         m, [&m, segment](const Mapping& newest) { return CopiesDiffer(m, newest, segment); });
   }
 
-  // For an RPC to `server`: the newest view routes it to another server.
+  // For an RPC to `server`: the newest view declared it DOWN and routes
+  // the call elsewhere. Only DOWN: an RPC may not be sent twice, so a
+  // server that is merely slow (SUSPECT, or a table moved off it) is waited
+  // for — abandoning its reply would turn a success into kUnavailable.
   net::GiveUpFn GiveUpWhenRerouted(const Mapping& m, const Route& route, uint32_t server) {
     return GiveUpWhen(m, [&route, server](const Mapping& newest) {
       uint32_t now_at = 0;
-      return route(newest, &now_at).ok() && now_at != server;
+      return IsDown(newest, server) && route(newest, &now_at).ok() && now_at != server;
     });
+  }
+
+  static bool IsDown(const Mapping& m, uint32_t server) {
+    auto it = m.servers.find(server);
+    return it == m.servers.end() || it->second.down;
   }
 
   static bool CopiesDiffer(const Mapping& a, const Mapping& b, uint32_t segment) {
