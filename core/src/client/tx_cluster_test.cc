@@ -879,6 +879,97 @@ TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
   StopAndCheckAll(/*exact_heap=*/false);
 }
 
+// Two copies, and every server's promotions fail for a while from its
+// first (PDPM_TEST_REFUSE_PROMOTIONS_MS): the view names a promoted backup
+// as its segment's primary well before that server has applied the
+// committed transactions only its BACKUP records hold.
+class TxClusterSlowPromotionTest : public TxClusterTest {
+ protected:
+  static constexpr uint32_t kRefuseMs = 3000;  // scaled
+  static LocalClusterOptions SlowPromotions() {
+    LocalClusterOptions o = Options(2);
+    o.server_env = {"PDPM_TEST_REFUSE_PROMOTIONS_MS=" +
+                    std::to_string(net::testing::ScaledMs(kRefuseMs))};
+    return o;
+  }
+  TxClusterSlowPromotionTest() : TxClusterTest(SlowPromotions()) {}
+
+  std::string ServerLog(uint32_t id) {
+    std::ifstream in(cluster_.server_log(ServerIndex(id)));
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+};
+
+// A transfer between g and h whose coordinator dies right after the
+// decision at h's primary (which applied its part there); g's primary is
+// killed before it resolved its record. Until its promotion resolves the
+// transfer with h's primary and applies it from its BACKUP record, g's
+// promoted backup holds g's value from before it: a transaction that reads g there
+// meanwhile must not commit. Every transaction reading g and h must see
+// both parts of the transfer or neither. (It saw g without the transfer
+// and h with it — money created — when the promoted copy served one-sided
+// reads from the view change on: a bank run ended 77 units richer.)
+TEST_P(TxClusterSlowPromotionTest, NoReadOfAPromotedCopyBeforeItsPromotionApplied) {
+  TwoSegments t;
+  ASSERT_NO_FATAL_FAILURE(PickTwoSegments(&t));
+  uint32_t b = 0;
+  const v1::GetMappingResponse view = Mapping();
+  for (const auto& sm : view.segments()) {
+    if (sm.segment() == t.g.segment && sm.backups_size() > 0) b = sm.backups(0).server_id();
+  }
+  ASSERT_NE(b, 0u);
+  std::string two = cluster_.dir() + "/two-accounts";
+  ASSERT_TRUE(SaveAccounts({t.g, t.h}, two).ok());
+  std::vector<ChildProcess> bank;
+  StartBank(1, 20, &bank, {"PDPM_TX_CRASH_AT=decide:1"}, two, {"--no-receipt"});
+  FinishBank(&bank, 86);
+  // Well within the lock timeout: g's primary has not resolved its record.
+  cluster_.KillServer(t.pi);
+  ExpectPmChecks(cluster_, t.pi, /*clean=*/false);
+  WaitFailover(t.p);
+  const std::string promoted = "msg=\"promoted to primary\" global=" + std::to_string(t.g.segment);
+  EXPECT_EQ(ServerLog(b).find(promoted), std::string::npos)
+      << "g's backup was promoted before the first read: the test proves nothing";
+  std::unique_ptr<Client> c;
+  ASSERT_TRUE(OpenClient(&c).ok());
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(net::testing::ScaledMs(kSettleMs));
+  bool read = false;
+  while (!read && std::chrono::steady_clock::now() < deadline) {
+    std::unique_ptr<Transaction> tx;
+    ASSERT_TRUE(c->TxBegin(&tx).ok());
+    int64_t vg = 0, vh = 0;
+    Status s = tx->Read(t.g, &vg, sizeof(vg));
+    if (s.ok()) s = tx->Read(t.h, &vh, sizeof(vh));
+    if (s.ok()) s = tx->Commit();
+    if (!s.ok()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    read = true;
+    EXPECT_EQ(vg + vh, 2 * kInitialBalance)
+        << "g " << vg << " and h " << vh << ": half of a transfer seen"
+        << (ServerLog(b).find(promoted) == std::string::npos ? ", before g's promotion" : "");
+  }
+  EXPECT_TRUE(read) << "g and h never read";
+  EXPECT_NE(ServerLog(b).find("PDPM_TEST_REFUSE_PROMOTIONS_MS"), std::string::npos)
+      << "no promotion was refused: the test proves nothing";
+  c.reset();
+  ExpectInvariant();
+  // Back (fenced): g's primary drops its record of the transfer.
+  Status s = cluster_.StartServer(t.pi);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WaitReplicated();
+  WaitOutLockTimeout();
+  ExpectInvariant();
+  StopAndCheckAll(/*exact_heap=*/false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Copies, TxClusterSlowPromotionTest, ::testing::Values(2u),
+                         [](const ::testing::TestParamInfo<uint32_t>&) {
+                           return std::string("Two");
+                         });
+
 // With four servers (two copies): a transfer's two segments can have
 // primaries and backups on four distinct servers.
 class TxClusterFourTest : public TxClusterTest {

@@ -144,10 +144,14 @@ class DataServer {
   // Opens a recovered or promoted primary's allocator (and table) with the
   // capturing persist.
   Status OpenPrimary(Segment* seg);
-  // Registers a backup copy's memory.
-  // Registers a backup copy's memory; `fresh`: a copy about to be filled
-  // (its region header is cleared first, so a partial copy reads as free).
+  // Registers a backup copy's memory, for remote writes only (a copy is
+  // read only once promoted); `fresh`: a copy about to be filled (its
+  // region header is cleared first, so a partial copy reads as free).
   Status OpenBackup(uint32_t local, uint32_t global, bool fresh, std::unique_ptr<Segment>* out);
+  // Registers a primary's memory anew, for every remote access, under a
+  // new key (announce it next); one-sided ops with the old key are waited
+  // for, later ones refused. Requires seg->repl_mu.
+  Status RegisterAnew(Segment* seg);
   // Queues a fill of every syncing backup of `sm` (this server is primary).
   void ScheduleSyncs(const v1::SegmentMapping& sm);
   // Decides what each recovered segment is from the mapping: primary

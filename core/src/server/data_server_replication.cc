@@ -72,6 +72,16 @@ Status DataServer::OpenPrimary(Segment* seg) {
   return Status::OK();
 }
 
+Status DataServer::RegisterAnew(Segment* seg) {
+  std::unique_ptr<net::MemoryRegion> fresh;
+  PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(seg->base, space_->segment_size(),
+                                                  net::kRemoteAll | lease_gated_,
+                                                  space_->device().persist_fn(), &fresh));
+  std::swap(seg->region, fresh);
+  fresh.reset();  // waits for one-sided ops still using the old key
+  return Status::OK();
+}
+
 Status DataServer::OpenBackup(uint32_t local, uint32_t global, bool fresh,
                               std::unique_ptr<Segment>* out) {
   auto seg = std::make_unique<Segment>();
@@ -86,8 +96,13 @@ Status DataServer::OpenBackup(uint32_t local, uint32_t global, bool fresh,
     std::memset(mem.data(), 0, dsm::kPageSize);
     space_->device().persist_fn()(mem.data(), dsm::kPageSize);
   }
+  // Written one-sided by clients, never read: from the view change that
+  // promotes it until its promotion has applied the transactions only its
+  // BACKUP records hold, the copy lacks committed values, and a read there
+  // would validate (its version words were never locked for them). Promote
+  // registers it readable under a new key, announced once it is complete.
   PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(mem.data(), mem.size(),
-                                                  net::kRemoteAll | lease_gated_,
+                                                  net::kRemoteWrite | lease_gated_,
                                                   space_->device().persist_fn(), &seg->region));
   *out = std::move(seg);
   return Status::OK();
@@ -384,6 +399,10 @@ Status DataServer::Promote(Segment* seg, const v1::SegmentMapping& sm) {
     if (role.kind == SegmentKind::kTable) by_table_[role.table] = seg;
     seg->placement_epoch = sm.placement_epoch();
   }
+  // Readable from now on, under a key the view gets only now: clients that
+  // read with the backup's key are refused and follow the view.
+  PDPM_RETURN_IF_ERROR(RegisterAnew(seg));
+  PDPM_RETURN_IF_ERROR(Announce(seg).WithContext("announce promoted segment " + std::to_string(g)));
   log_.Info("promoted to primary",
             {{"global", g}, {"local", seg->local}, {"epoch", sm.placement_epoch()}});
   // Recovery may have repaired the copy (leaks, links): the backups left
@@ -470,12 +489,7 @@ Status DataServer::SyncBackup(uint32_t g, ReplicaId backup) {
     std::lock_guard lock(seg->repl_mu);
     if (seg->fenced) return Status::StaleEpoch("segment moved away");
     seg->attached.insert(backup);
-    std::unique_ptr<net::MemoryRegion> fresh;
-    PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(seg->base, space_->segment_size(),
-                                                    net::kRemoteAll | lease_gated_,
-                                                    space_->device().persist_fn(), &fresh));
-    std::swap(seg->region, fresh);
-    fresh.reset();  // waits for one-sided ops still using the old key
+    PDPM_RETURN_IF_ERROR(RegisterAnew(seg));
   }
   PDPM_RETURN_IF_ERROR(Announce(seg).WithContext("announce the new key"));
   // 3. The copy: every chunk in use whole, a free chunk's header, chunk 0
