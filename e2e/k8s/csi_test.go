@@ -299,7 +299,12 @@ func (w *fileWriter) waitFor(ctx context.Context, t *testing.T, c *cluster, n in
 // every line, in order, and deletes the pod. Returns the line count.
 func (w *fileWriter) stop(ctx context.Context, t *testing.T, c *cluster) int {
 	t.Helper()
-	must(t)(inPod(ctx, c, w.pod, "touch /data/"+w.pod+".stop"))
+	// The writer may see the file and end while touch is still in its
+	// system calls: the container's end then kills touch (exit 137). The
+	// pod's phase and log below say whether the writer ended well.
+	if _, err := inPod(ctx, c, w.pod, "touch /data/"+w.pod+".stop"); err != nil {
+		t.Logf("stopping writer %s: %v", w.pod, err)
+	}
 	var podPhase string
 	eventually(t, time.Minute, "the writer "+w.pod+" ends", func() error {
 		var err error

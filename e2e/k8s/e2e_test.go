@@ -89,6 +89,10 @@ func startSuite(t *testing.T, timeout time.Duration, first func(context.Context,
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			first(ctx, c)
+			// A failure after scenario 8 switched the sample to Retain must
+			// not leave its PM on the node: the next run's sample would find
+			// another cluster's PM there and refuse to start.
+			_, _ = c.kubectl(ctx, "-n", *ns, "patch", "pdpmcluster", sampleName, "--type=merge", "-p", `{"spec":{"cleanupPolicy":"WipeData"}}`)
 			_, _ = c.kubectl(ctx, "-n", *ns, "delete", "pdpmclusters", "--all", "--timeout=2m")
 			_, _ = c.kubectl(ctx, "delete", "namespace", *ns, "--ignore-not-found", "--timeout=2m")
 			_, _ = c.helm(ctx, "-n", *opNS, "uninstall", releaseName, "--wait", "--timeout=1m")
