@@ -21,8 +21,7 @@ var (
 )
 
 const (
-	csiClusterName = "csi-cluster"     // the PDPMCluster the volumes live in
-	scDelete       = "pdfs-e2e"        // StorageClass of its volumes, reclaim policy Delete
+	scDelete       = "pdfs-e2e"        // StorageClass of the sample's volumes, reclaim policy Delete
 	scRetain       = "pdfs-e2e-retain" // the same, reclaim policy Retain
 	csiControllerD = "pdpm-csi-controller"
 	csiNodeDS      = "pdpm-csi-node"
@@ -30,14 +29,14 @@ const (
 )
 
 // csiHelmArgs are the chart values that install the CSI driver beside the
-// operator, with two StorageClasses for the volumes of csi-cluster
-// (Delete, Retain) whose Secret is the one the operator makes beside it.
+// operator, with two StorageClasses for the sample's volumes (Delete,
+// Retain) whose Secret is the one the operator makes beside the sample.
 func csiHelmArgs(tg string) []string {
 	args := []string{"--set", "csi.enabled=true", "--set", "csi.image.tag=" + tg, "--set", "csi.image.pullPolicy=" + *pullPolicy,
 		"--set", "csi.node.kubeletDir=" + *kubeletDir, "--set", "csi.node.stateDir=" + *csiStateDir}
 	for i, sc := range []struct{ name, policy string }{{scDelete, "Delete"}, {scRetain, "Retain"}} {
 		p := fmt.Sprintf("csi.storageClasses[%d].", i)
-		args = append(args, "--set", p+"name="+sc.name, "--set", p+"cluster="+csiClusterName,
+		args = append(args, "--set", p+"name="+sc.name, "--set", p+"cluster="+sampleName,
 			"--set", p+"namespace="+*ns, "--set", p+"reclaimPolicy="+sc.policy,
 			// The client image's user owns the volumes (kubelet chowns nothing).
 			"--set", p+"uid=65532", "--set", p+"gid=65532")
@@ -87,32 +86,18 @@ func checkCSIRunning(ctx context.Context, t *testing.T, c *cluster) {
 	})
 }
 
-// The volumes' PDPMCluster: the Emulated sample under another name (its
-// own cluster: the sample's scenarios fill and fail over a cluster enough
-// without the volumes' data).
-func testCSICluster(ctx context.Context, t *testing.T, c *cluster, root, tg string) {
-	var sample map[string]any
-	if err := json.Unmarshal([]byte(sampleManifest(ctx, t, c, root, tg, "WipeData")), &sample); err != nil {
-		t.Fatal(err)
-	}
-	sample["metadata"].(map[string]any)["name"] = csiClusterName
-	manifest, _ := json.Marshal(sample)
-	must(t)(c.kubectlIn(ctx, string(manifest), "-n", *ns, "apply", "-f", "-"))
-	waitReady(ctx, t, c, csiClusterName, 6*time.Minute)
-}
-
 // The operator makes the CSI Secret beside the cluster: its monitors'
 // Service and the key it generated (what the StorageClasses name).
 func testCSISecret(ctx context.Context, t *testing.T, c *cluster) {
 	var sec struct {
 		Data map[string]string `json:"data"`
 	}
-	if err := c.getJSON(ctx, &sec, "-n", *ns, "secret", csiClusterName+"-csi"); err != nil {
+	if err := c.getJSON(ctx, &sec, "-n", *ns, "secret", sampleName+"-csi"); err != nil {
 		t.Fatal(err)
 	}
-	key := must(t)(c.kubectl(ctx, "-n", *ns, "get", "secret", csiClusterName+"-key", "-o", "jsonpath={.data.cluster-key}"))
+	key := must(t)(c.kubectl(ctx, "-n", *ns, "get", "secret", sampleName+"-key", "-o", "jsonpath={.data.cluster-key}"))
 	monitors, err := base64.StdEncoding.DecodeString(sec.Data["monitors"])
-	if want := fmt.Sprintf("%s.%s.svc:7400", csiClusterName, *ns); err != nil || string(monitors) != want {
+	if want := fmt.Sprintf("%s.%s.svc:7400", sampleName, *ns); err != nil || string(monitors) != want {
 		t.Errorf("the CSI Secret's monitors: %q (%v), want %q", monitors, err, want)
 	}
 	if sec.Data["clusterSecret"] == "" || sec.Data["clusterSecret"] != key {
@@ -134,24 +119,6 @@ func testCSIVolumes(ctx context.Context, t *testing.T, c *cluster, tg string) {
 			fmt.Printf("e2e   %-26s %6.1fs\n", s.name, time.Since(start).Seconds())
 		})
 	}
-}
-
-// A PM server pod killed while a pod writes: writes pause during the
-// failover and go on; no write fails and every line is there.
-func testCSIServerKilled(ctx context.Context, t *testing.T, c *cluster, tg string) {
-	claim(ctx, t, c, "survivor", scDelete, "", "64Mi")
-	w := startFileWriter(ctx, t, c, tg, "failover-writer", "survivor")
-	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", csiClusterName+"-server-1", "--grace-period=0", "--force"))
-	w.waitFor(ctx, t, c, 100, 3*time.Minute, "writes after the server pod was killed")
-	waitReady(ctx, t, c, csiClusterName, 5*time.Minute)
-	w.waitFor(ctx, t, c, 50, time.Minute, "writes once the cluster is Ready again")
-	w.stop(ctx, t, c)
-	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pvc", "survivor", "--timeout=1m"))
-}
-
-// The volumes' cluster deleted (WipeData) once no claim uses it.
-func testCSIClusterDeleted(ctx context.Context, t *testing.T, c *cluster) {
-	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pdpmcluster", csiClusterName, "--timeout=4m"))
 }
 
 // Both reclaim policies, at once.
@@ -460,7 +427,7 @@ func staticVolume(ctx context.Context, t *testing.T, c *cluster, name, claimName
 func testCSIDeletePolicy(ctx context.Context, t *testing.T, c *cluster, tg string) {
 	pv := volumeOf(ctx, t, c, "shared")
 	src := volumeSource(ctx, t, c, pv)
-	if src.Driver != "pdfs.csi.pdpm.io" || !strings.HasPrefix(src.VolumeHandle, csiClusterName+"/") {
+	if src.Driver != "pdfs.csi.pdpm.io" || !strings.HasPrefix(src.VolumeHandle, sampleName+"/") {
 		t.Fatalf("PV %s: driver %q, handle %q", pv, src.Driver, src.VolumeHandle)
 	}
 	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", "pod-a", "pod-b", "--timeout=2m"))

@@ -103,8 +103,8 @@ func startSuite(t *testing.T, timeout time.Duration, first func(context.Context,
 
 // TestPDPMOnKubernetes is the user story, scenario by scenario,
 // against the cluster the kubeconfig names: the operator and the CSI
-// driver (docs/csi.md) installed by one helm install, the CSI scenarios on
-// a cluster of their own, then the sample's.
+// driver (docs/csi.md) installed by one helm install, the sample cluster
+// serving Redis clients and pods' volumes at once, faults under both.
 func TestPDPMOnKubernetes(t *testing.T) {
 	ctx := context.Background()
 	c, root, tg := startSuite(t, 4*time.Minute, deleteCSIObjects)
@@ -114,18 +114,15 @@ func TestPDPMOnKubernetes(t *testing.T) {
 	phase(t, "chart-server-validation", func(t *testing.T) { testChartServerValidation(ctx, t, c, root) })
 	phase(t, "bad-input-rejected", func(t *testing.T) { testBadInput(ctx, t, c, root) })
 	phase(t, "unsatisfiable-cluster-blocked", func(t *testing.T) { testUnsatisfiable(ctx, t, c, tg) })
-	phase(t, "csi-cluster-ready", func(t *testing.T) { testCSICluster(ctx, t, c, root, tg) })
-	phase(t, "csi-secret", func(t *testing.T) { testCSISecret(ctx, t, c) })
-	phase(t, "csi-volumes", func(t *testing.T) { testCSIVolumes(ctx, t, c, tg) })
-	phase(t, "csi-server-killed-under-writes", func(t *testing.T) { testCSIServerKilled(ctx, t, c, tg) })
-	phase(t, "csi-node-plugin-deleted", func(t *testing.T) { testCSINodePluginDeleted(ctx, t, c, tg) })
-	phase(t, "csi-reclaim-policies", func(t *testing.T) { testCSIReclaim(ctx, t, c, tg) })
-	phase(t, "csi-cluster-deleted", func(t *testing.T) { testCSIClusterDeleted(ctx, t, c) })
 	phase(t, "2-cluster-ready", func(t *testing.T) { testClusterReady(ctx, t, c, root, tg) })
+	phase(t, "csi-secret", func(t *testing.T) { testCSISecret(ctx, t, c) })
 	values := map[string]string{}
 	phase(t, "3-redis-through-gateway", func(t *testing.T) { testRedisThroughGateway(ctx, t, c, tg, values) })
 	phase(t, "no-false-failure-detection", func(t *testing.T) { testNoFalseFailures(ctx, t, c, sampleName, 1, 3) })
-	phase(t, "4-server-force-deleted", func(t *testing.T) { testServerForceDeleted(ctx, t, c, values) })
+	phase(t, "csi-volumes", func(t *testing.T) { testCSIVolumes(ctx, t, c, tg) })
+	phase(t, "4-server-force-deleted", func(t *testing.T) { testServerForceDeleted(ctx, t, c, tg, values) })
+	phase(t, "csi-node-plugin-deleted", func(t *testing.T) { testCSINodePluginDeleted(ctx, t, c, tg) })
+	phase(t, "csi-reclaim-policies", func(t *testing.T) { testCSIReclaim(ctx, t, c, tg) })
 	phase(t, "6-scale-servers", func(t *testing.T) { testScaleServers(ctx, t, c, values) })
 	phase(t, "8-delete-retain-recreate", func(t *testing.T) { testDeleteRetainRecreate(ctx, t, c, root, tg, values) })
 	phase(t, "8-delete-wipedata", func(t *testing.T) { testDeleteWipeData(ctx, t, c) })
@@ -608,10 +605,14 @@ func (w *writer) stop(ctx context.Context, t *testing.T, c *cluster, values map[
 	t.Logf("writer %s: %d writes acknowledged", w.prefix, len(w.acked))
 }
 
-// Scenario 4: a server pod is force-deleted while a client writes; the
-// cluster reports Degraded, then Ready once the StatefulSet brought the pod
-// back, and every acknowledged write reads back.
-func testServerForceDeleted(ctx context.Context, t *testing.T, c *cluster, values map[string]string) {
+// Scenario 4: a server pod is force-deleted while a Redis client writes
+// and a pod appends to a volume; the cluster reports Degraded, then Ready
+// once the StatefulSet brought the pod back; every acknowledged write
+// reads back, and the pod's writes went on (after the failover) with none
+// failed and every line there.
+func testServerForceDeleted(ctx context.Context, t *testing.T, c *cluster, tg string, values map[string]string) {
+	claim(ctx, t, c, "survivor", scDelete, "", "64Mi")
+	fw := startFileWriter(ctx, t, c, tg, "failover-writer", "survivor")
 	w := startWriter(ctx, t, c, sampleName, "w")
 	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", sampleName+"-server-1", "--grace-period=0", "--force"))
 	eventually(t, 2*time.Minute, "Degraded after the server pod was deleted", func() error {
@@ -626,8 +627,11 @@ func testServerForceDeleted(ctx context.Context, t *testing.T, c *cluster, value
 	})
 	waitReady(ctx, t, c, sampleName, 5*time.Minute)
 	w.waitFor(t, 20, time.Minute, "writes acknowledged after recovery")
+	fw.waitFor(ctx, t, c, 50, time.Minute, "the volume's writes once the cluster is Ready again")
 	w.stop(ctx, t, c, values)
 	checkValues(ctx, t, c, sampleName, values)
+	fw.stop(ctx, t, c)
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pvc", "survivor", "--timeout=1m"))
 }
 
 // podIPs maps the IP of each pod of one component of PDPMCluster name to
