@@ -13,7 +13,10 @@
 # test-only images e2e-client (pdpm-e2e/client:VERSION: redis-cli) and
 # pause (pdpm-e2e/pause:VERSION, the pod sandbox), and prints each image's
 # name, reference and size. Fails when the core image exceeds 150 MB.
-# An image is rebuilt only when its list, packages or binaries changed.
+# Images are kept in the cache by the hash of their inputs (list, scripts,
+# staged binaries): an image is built only when no archive of the same
+# inputs is there, so switching between trees (branches, worktrees) and
+# back builds nothing again. The last few of each image are kept.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 out=$2
@@ -22,7 +25,9 @@ version=$(cat "$src/VERSION")
 suite=bookworm
 core_budget_mb=150
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/pdpm/images
-mkdir -p "$cache/debs" "$out"
+store=$cache/by-key # ARCHIVE-KEY.tar and .size: images by their inputs' hash
+keep_per_image=4
+mkdir -p "$cache/debs" "$store" "$out"
 out=$(cd "$out" && pwd)
 
 log() { echo "images: $*" >&2; }
@@ -74,10 +79,10 @@ install_in() { # root list
   rm -f "$root/install.sh" "$root/image.list"
 }
 
-# Packs ROOT as OCI image NAME:VERSION into OUT_DIR/FILE.tar with the
+# Packs ROOT as OCI image NAME:VERSION into the archive ARCHIVE with the
 # config given (user, entrypoint) and the OCI labels.
-pack() { # root file name user description [entrypoint...]
-  local root=$1 file=$2 name=$3 user=$4 description=$5
+pack() { # root archive name user description [entrypoint...]
+  local root=$1 archive=$2 name=$3 user=$4 description=$5
   shift 5
   local work
   work=$(mktemp -d)
@@ -99,9 +104,22 @@ pack() { # root file name user description [entrypoint...]
     '.manifests[0].annotations["org.opencontainers.image.ref.name"] = $ref' \
     "$work/layout/index.json" >"$work/index.json"
   mv "$work/index.json" "$work/layout/index.json"
-  tar -C "$work/layout" -cf "$out/$file.tar.tmp" .
-  mv "$out/$file.tar.tmp" "$out/$file.tar"
+  tar -C "$work/layout" -cf "$archive.tmp" .
+  mv "$archive.tmp" "$archive"
   rm -rf "$work"
+}
+
+# The image FILE of inputs KEY is in the store: it becomes OUT_DIR/FILE.tar
+# (a hard link), and only the most recently used archives of FILE stay.
+publish() { # file key
+  local file=$1 key=$2 old
+  touch "$store/$file-$key.tar"
+  ln -f "$store/$file-$key.tar" "$out/$file.tar" 2>/dev/null || cp "$store/$file-$key.tar" "$out/$file.tar"
+  cp "$store/$file-$key.size" "$out/$file.size"
+  # shellcheck disable=SC2012 # names are FILE-HEX.tar
+  for old in $(ls -t "$store/$file"-????????????????.tar | tail -n +$((keep_per_image + 1))); do
+    rm -f "$old" "${old%.tar}.size"
+  done
 }
 
 # Builds one image from a list unless an image of the same inputs exists.
@@ -117,9 +135,10 @@ image_from_list() { # file name list user [entrypoint...]
     cat "$list" "$src/images/install.sh" "$src/images/build.sh"
     find "$stage" -type f -print0 | sort -z | xargs -0 sha256sum | sed "s#$stage##"
   ) | sha256sum | cut -c1-16)
-  if [[ -f $out/$file.tar && $(cat "$out/$file.key" 2>/dev/null) == "$key" ]]; then
-    log "$name:$version up to date"
+  if [[ -f $store/$file-$key.tar ]]; then
+    log "$name:$version up to date (inputs $key)"
     rm -rf "$stage"
+    publish "$file" "$key"
     report "$file" "$name"
     return
   fi
@@ -139,11 +158,11 @@ image_from_list() { # file name list user [entrypoint...]
     log "$name: libraries missing from the list's packages:"$'\n'"$missing"
     exit 1
   fi
-  du -sm --apparent-size "$root" | cut -f1 >"$out/$file.size"
+  du -sm --apparent-size "$root" | cut -f1 >"$store/$file-$key.size"
   # The list's first line says what the image is.
-  pack "$root" "$file" "$name" "$user" "$(sed -n '1s/^# //p' "$list")" "$@"
+  pack "$root" "$store/$file-$key.tar" "$name" "$user" "$(sed -n '1s/^# //p' "$list")" "$@"
   rm -rf "$(dirname "$root")"
-  echo "$key" >"$out/$file.key"
+  publish "$file" "$key"
   report "$file" "$name"
 }
 
@@ -158,16 +177,16 @@ image_from_list e2e-client pdpm-e2e/client "$src/e2e/k8s/client.list" 65532
 
 # The pod sandbox: a static program that waits for the signal to stop.
 pause_key=$(cat "$src/e2e/k8s/pause/pause.c" "$src/images/build.sh" | sha256sum | cut -c1-16)
-if [[ ! -f $out/pause.tar || $(cat "$out/pause.key" 2>/dev/null) != "$pause_key" ]]; then
+if [[ ! -f $store/pause-$pause_key.tar ]]; then
   log "building pdpm-e2e/pause:$version"
   root=$(mktemp -d)/rootfs
   mkdir -p "$root"
   cc -static -Os -s -o "$root/pause" "$src/e2e/k8s/pause/pause.c"
-  du -sm --apparent-size "$root" | cut -f1 >"$out/pause.size"
-  pack "$root" pause pdpm-e2e/pause 65535 "The pod sandbox of the e2e cluster" /pause
+  du -sm --apparent-size "$root" | cut -f1 >"$store/pause-$pause_key.size"
+  pack "$root" "$store/pause-$pause_key.tar" pdpm-e2e/pause 65535 "The pod sandbox of the e2e cluster" /pause
   rm -rf "$(dirname "$root")"
-  echo "$pause_key" >"$out/pause.key"
 fi
+publish pause "$pause_key"
 report pause pdpm-e2e/pause
 
 image_from_list core pdpm/core "$src/images/core.list" 65532

@@ -2,7 +2,7 @@
 # Puts the `bin` and `gobin` entries of LIST under ROOT/usr/local/bin:
 # binaries of the C++ build (BUILD_DIR) with their debug information
 # stripped, and Go commands built static (of the operator module, or of
-# the module directory a `gobin` line names third).
+# the module directory a `gobin` line names third), each told its version.
 #   stage.sh LIST ROOT [BUILD_DIR]
 # The project's root is this script's parent directory.
 set -euo pipefail
@@ -20,8 +20,11 @@ while read -r kind a b module; do
     strip --strip-debug "$root/usr/local/bin/$(basename "$a")"
     ;;
   gobin)
-    (cd "$src/${module:-operator}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
-      -o "$root/usr/local/bin/$a" "$b")
+    # The version the command prints (its main.version): its module's
+    # release for a dependency's command (the CSI sidecars), else ours.
+    version=$(cd "$src/${module:-operator}" && go list -f '{{with .Module}}{{.Version}}{{end}}' "$b")
+    (cd "$src/${module:-operator}" && CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X main.version=${version:-$(<"$src/VERSION")}" -o "$root/usr/local/bin/$a" "$b")
     ;;
   esac
 done < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$list")

@@ -89,6 +89,10 @@ func startSuite(t *testing.T, timeout time.Duration, first func(context.Context,
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			first(ctx, c)
+			// A failure after scenario 8 switched the sample to Retain must
+			// not leave its PM on the node: the next run's sample would find
+			// another cluster's PM there and refuse to start.
+			_, _ = c.kubectl(ctx, "-n", *ns, "patch", "pdpmcluster", sampleName, "--type=merge", "-p", `{"spec":{"cleanupPolicy":"WipeData"}}`)
 			_, _ = c.kubectl(ctx, "-n", *ns, "delete", "pdpmclusters", "--all", "--timeout=2m")
 			_, _ = c.kubectl(ctx, "delete", "namespace", *ns, "--ignore-not-found", "--timeout=2m")
 			_, _ = c.helm(ctx, "-n", *opNS, "uninstall", releaseName, "--wait", "--timeout=1m")
@@ -98,10 +102,12 @@ func startSuite(t *testing.T, timeout time.Duration, first func(context.Context,
 }
 
 // TestPDPMOnKubernetes is the issue's user story, scenario by scenario,
-// against the cluster the kubeconfig names.
+// against the cluster the kubeconfig names: the operator and the CSI
+// driver (docs/csi.md) installed by one helm install, the sample cluster
+// serving Redis clients and pods' volumes at once, faults under both.
 func TestPDPMOnKubernetes(t *testing.T) {
 	ctx := context.Background()
-	c, root, tg := startSuite(t, 3*time.Minute, func(context.Context, *cluster) {})
+	c, root, tg := startSuite(t, 4*time.Minute, deleteCSIObjects)
 
 	phase(t, "chart-versions", func(t *testing.T) { testChartVersions(t, root, tg) })
 	phase(t, "1-helm-install", func(t *testing.T) { testHelmInstall(ctx, t, c, root, tg) })
@@ -109,10 +115,14 @@ func TestPDPMOnKubernetes(t *testing.T) {
 	phase(t, "bad-input-rejected", func(t *testing.T) { testBadInput(ctx, t, c, root) })
 	phase(t, "unsatisfiable-cluster-blocked", func(t *testing.T) { testUnsatisfiable(ctx, t, c, tg) })
 	phase(t, "2-cluster-ready", func(t *testing.T) { testClusterReady(ctx, t, c, root, tg) })
+	phase(t, "csi-secret", func(t *testing.T) { testCSISecret(ctx, t, c) })
 	values := map[string]string{}
 	phase(t, "3-redis-through-gateway", func(t *testing.T) { testRedisThroughGateway(ctx, t, c, tg, values) })
 	phase(t, "no-false-failure-detection", func(t *testing.T) { testNoFalseFailures(ctx, t, c, sampleName, 1, 3) })
-	phase(t, "4-server-force-deleted", func(t *testing.T) { testServerForceDeleted(ctx, t, c, values) })
+	phase(t, "csi-volumes", func(t *testing.T) { testCSIVolumes(ctx, t, c, tg) })
+	phase(t, "4-server-force-deleted", func(t *testing.T) { testServerForceDeleted(ctx, t, c, tg, values) })
+	phase(t, "csi-node-plugin-deleted", func(t *testing.T) { testCSINodePluginDeleted(ctx, t, c, tg) })
+	phase(t, "csi-reclaim-policies", func(t *testing.T) { testCSIReclaim(ctx, t, c, tg) })
 	phase(t, "6-scale-servers", func(t *testing.T) { testScaleServers(ctx, t, c, values) })
 	phase(t, "8-delete-retain-recreate", func(t *testing.T) { testDeleteRetainRecreate(ctx, t, c, root, tg, values) })
 	phase(t, "8-delete-wipedata", func(t *testing.T) { testDeleteWipeData(ctx, t, c) })
@@ -176,12 +186,14 @@ func testChartVersions(t *testing.T, root, version string) {
 	}
 }
 
-// Scenario 1: helm install; the operator becomes Available.
+// Scenario 1: helm install; the operator becomes Available and the CSI
+// driver runs.
 func testHelmInstall(ctx context.Context, t *testing.T, c *cluster, root, tg string) {
-	must(t)(c.helm(ctx, "install", releaseName, filepath.Join(root, "charts", "pdpm"),
-		"--namespace", *opNS, "--create-namespace", "--wait", "--timeout", "3m",
-		"--set", "operator.image.tag="+tg, "--set", "operator.image.pullPolicy="+*pullPolicy))
+	must(t)(c.helm(ctx, append([]string{"install", releaseName, filepath.Join(root, "charts", "pdpm"),
+		"--namespace", *opNS, "--create-namespace", "--wait", "--timeout", "4m",
+		"--set", "operator.image.tag=" + tg, "--set", "operator.image.pullPolicy=" + *pullPolicy}, csiHelmArgs(tg)...)...))
 	must(t)(c.kubectl(ctx, "-n", *opNS, "wait", "--for=condition=Available", "deployment/pdpm-operator", "--timeout=2m"))
+	checkCSIRunning(ctx, t, c)
 	var crd struct {
 		Metadata struct {
 			Annotations map[string]string `json:"annotations"`
@@ -593,10 +605,14 @@ func (w *writer) stop(ctx context.Context, t *testing.T, c *cluster, values map[
 	t.Logf("writer %s: %d writes acknowledged", w.prefix, len(w.acked))
 }
 
-// Scenario 4: a server pod is force-deleted while a client writes; the
-// cluster reports Degraded, then Ready once the StatefulSet brought the pod
-// back, and every acknowledged write reads back.
-func testServerForceDeleted(ctx context.Context, t *testing.T, c *cluster, values map[string]string) {
+// Scenario 4: a server pod is force-deleted while a Redis client writes
+// and a pod appends to a volume; the cluster reports Degraded, then Ready
+// once the StatefulSet brought the pod back; every acknowledged write
+// reads back, and the pod's writes went on (after the failover) with none
+// failed and every line there.
+func testServerForceDeleted(ctx context.Context, t *testing.T, c *cluster, tg string, values map[string]string) {
+	claim(ctx, t, c, "survivor", scDelete, "", "64Mi")
+	fw := startFileWriter(ctx, t, c, tg, "failover-writer", "survivor")
 	w := startWriter(ctx, t, c, sampleName, "w")
 	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pod", sampleName+"-server-1", "--grace-period=0", "--force"))
 	eventually(t, 2*time.Minute, "Degraded after the server pod was deleted", func() error {
@@ -611,8 +627,11 @@ func testServerForceDeleted(ctx context.Context, t *testing.T, c *cluster, value
 	})
 	waitReady(ctx, t, c, sampleName, 5*time.Minute)
 	w.waitFor(t, 20, time.Minute, "writes acknowledged after recovery")
+	fw.waitFor(ctx, t, c, 50, time.Minute, "the volume's writes once the cluster is Ready again")
 	w.stop(ctx, t, c, values)
 	checkValues(ctx, t, c, sampleName, values)
+	fw.stop(ctx, t, c)
+	must(t)(c.kubectl(ctx, "-n", *ns, "delete", "pvc", "survivor", "--timeout=1m"))
 }
 
 // podIPs maps the IP of each pod of one component of PDPMCluster name to
@@ -902,13 +921,14 @@ func testClusterChartUninstall(ctx context.Context, t *testing.T, c *cluster) {
 }
 
 // Scenario 9: helm uninstall leaves nothing of the release but what its
-// policy keeps (the CRD).
+// policy keeps (the CRD): no CSIDriver, StorageClass or DaemonSet either.
 func testHelmUninstall(ctx context.Context, t *testing.T, c *cluster) {
 	must(t)(c.kubectl(ctx, "delete", "namespace", *ns, "--timeout=3m"))
 	must(t)(c.helm(ctx, "uninstall", releaseName, "--namespace", *opNS, "--wait", "--timeout", "2m"))
 	for _, q := range [][]string{
-		{"-n", *opNS, "get", "deployments,services,serviceaccounts,roles,rolebindings", "-l", "app.kubernetes.io/instance=" + releaseName, "-o", "name"},
-		{"get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/instance=" + releaseName, "-o", "name"},
+		{"-n", *opNS, "get", "deployments,daemonsets,services,serviceaccounts,roles,rolebindings", "-l", "app.kubernetes.io/instance=" + releaseName, "-o", "name"},
+		{"get", "clusterroles,clusterrolebindings,storageclasses", "-l", "app.kubernetes.io/instance=" + releaseName, "-o", "name"},
+		{"get", "csidriver", "pdfs.csi.pdpm.io", "--ignore-not-found", "-o", "name"},
 	} {
 		if out := strings.TrimSpace(must(t)(c.kubectl(ctx, q...))); out != "" {
 			t.Errorf("left after helm uninstall: %s", out)

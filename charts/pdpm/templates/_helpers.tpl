@@ -50,7 +50,16 @@ pdfs.csi.pdpm.io
 {{- printf "%s-csi-node" (include "pdpm.fullname" .) -}}
 {{- end -}}
 
-{{/* Labels of a CSI component's objects; .component: controller or node. */}}
+{{- define "pdpm.csiMounterName" -}}
+{{- printf "%s-csi-mounter" (include "pdpm.fullname" .) -}}
+{{- end -}}
+
+{{/* The unix socket the node plugin reaches the mounter on (on the node). */}}
+{{- define "pdpm.csiMounterSocketDir" -}}
+{{- printf "%s/mounter" (trimSuffix "/" .Values.csi.node.stateDir) -}}
+{{- end -}}
+
+{{/* Labels of a CSI component's objects; .component: controller, node or mounter. */}}
 {{- define "pdpm.csiLabels" -}}
 {{ include "pdpm.labels" .root }}
 app.kubernetes.io/name: pdpm-csi

@@ -1,6 +1,9 @@
 // pdpm-csi: the PDPM CSI driver (docs/csi.md). --mode controller serves
 // the identity and controller services (beside a pdfs-volume-api it calls),
-// --mode node the identity and node services, --mode all both (tests).
+// --mode node the identity and node services, --mode all both (tests). A
+// node plugin started with --mounter makes no mounts itself: it forwards
+// the node service to the pdpm-csi that --mounter reaches (the mount
+// DaemonSet's, which outlives the plugin's pod).
 package main
 
 import (
@@ -48,6 +51,8 @@ func run() int {
 	kubeletEndpoint := fs.String("kubelet-endpoint", "",
 		"node: the CSI socket's path as kubelet sees it (default: --endpoint's path)")
 	healthz := fs.String("healthz", "", "serve /healthz (the CSI endpoint's Probe) on this HOST:PORT; empty: none")
+	mounter := fs.String("mounter", "",
+		"node: forward the node service to the pdpm-csi serving it at unix:///PATH (and be ready while it is); empty: mount here")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -90,7 +95,17 @@ func run() int {
 		defer conn.Close()
 		srv.Controller = &driver.Controller{API: pdpmv1.NewVolumesClient(conn), Clusters: clusters}
 	}
-	if node {
+	identity := &driver.Identity{Version: version, Controller: controller}
+	switch {
+	case node && *mounter != "":
+		conn, err := grpc.NewClient(*mounter, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fail("--mounter: %v", err)
+		}
+		defer conn.Close()
+		srv.Node = driver.NewNodeForwarder(conn)
+		identity.Ready = driver.ProbeThrough(conn)
+	case node:
 		if *nodeID == "" {
 			host, err := os.Hostname()
 			if err != nil {
@@ -101,13 +116,14 @@ func run() int {
 		if err := os.MkdirAll(*stateDir, 0o700); err != nil {
 			return fail("--state-dir: %v", err)
 		}
-		srv.Node = &driver.Node{NodeID: *nodeID, StateDir: *stateDir, FuseBinary: *fuseBinary,
+		n := &driver.Node{NodeID: *nodeID, StateDir: *stateDir, FuseBinary: *fuseBinary,
 			Clusters: clusters, Log: log, MountTimeout: *mountTimeout}
-		if n := srv.Node.Recover(); n > 0 {
-			log.Info("restored staged volumes whose mounts were gone or broken", "count", n)
+		if restored := n.Recover(); restored > 0 {
+			log.Info("restored staged volumes whose mounts were gone or broken", "count", restored)
 		}
+		srv.Node = n
 	}
-	srv.Identity = &driver.Identity{Version: version, Controller: controller}
+	srv.Identity = identity
 	l, err := driver.Listen(*endpoint)
 	if err != nil {
 		return fail("listen on %s: %v", *endpoint, err)

@@ -155,7 +155,12 @@ func TestByteQuota(t *testing.T) {
 }
 
 func TestNodeArguments(t *testing.T) {
-	n := &Node{NodeID: "n1", StateDir: t.TempDir(), Clusters: local}
+	checkNodeArguments(t, &Node{NodeID: "n1", StateDir: t.TempDir(), Clusters: local})
+}
+
+// checkNodeArguments: every node call's argument checks, through n.
+func checkNodeArguments(t *testing.T, n csi.NodeServer) {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	_, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{StagingTargetPath: dir, VolumeCapability: rwx})

@@ -18,8 +18,8 @@ import (
 // tests): identity always, the controller and node services when set.
 type Server struct {
 	Identity   *Identity
-	Controller *Controller // nil: no controller service
-	Node       *Node       // nil: no node service
+	Controller *Controller    // nil: no controller service
+	Node       csi.NodeServer // *Node or *NodeForwarder; nil: no node service
 	Log        *slog.Logger
 
 	grpc *grpc.Server

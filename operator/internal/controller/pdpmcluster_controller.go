@@ -154,6 +154,11 @@ func (r *PDPMClusterReconciler) reconcileChildren(ctx context.Context, c *pdpmv1
 	if err := r.ensureClusterKey(ctx, c, obs); err != nil {
 		return fmt.Errorf("cluster key: %w", err)
 	}
+	if obs.clusterKey != "" {
+		if err := r.apply(ctx, c, csiSecret(c, obs.clusterKey)); err != nil {
+			return err
+		}
+	}
 	cm := configMap(c)
 	if err := r.apply(ctx, c, cm); err != nil {
 		return err

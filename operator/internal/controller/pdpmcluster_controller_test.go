@@ -78,6 +78,16 @@ func TestCreateMakesAllChildren(t *testing.T) {
 	if _, err := hex.DecodeString(string(key)); err != nil || len(key) != 64 {
 		t.Errorf("cluster key %q is not 32 random bytes in hex", key)
 	}
+	// The CSI driver's Secret: what a StorageClass names to reach the cluster.
+	csi := &corev1.Secret{}
+	mustGet(t, ns, "pdpm-csi", csi)
+	ownedBy(t, csi, c)
+	if got, want := string(csi.Data[CSIMonitorsField]), "pdpm."+ns+".svc:7400"; got != want {
+		t.Errorf("CSI Secret's monitors %q, want %q", got, want)
+	}
+	if got := string(csi.Data[CSISecretField]); got != string(key) {
+		t.Errorf("CSI Secret's clusterSecret %q, want the cluster key %q", got, key)
+	}
 
 	for _, name := range []string{"pdpm-monitor", "pdpm-server"} {
 		svc := &corev1.Service{}

@@ -33,10 +33,14 @@ const (
 	keyMountPath    = "/etc/pdpm/key"
 	// ClusterKeyField is the key of the cluster key in its Secret.
 	ClusterKeyField = "cluster-key"
-	pmMountPath     = "/var/lib/pdpm/pm"
-	serverRunPath   = "/run/pdpm"
-	serverPortFile  = serverRunPath + "/server.addr"
-	etcdDataPath    = "/var/lib/etcd"
+	// The keys of the CSI Secret (docs/csi.md "Credentials"): the monitors'
+	// address and the cluster secret.
+	CSIMonitorsField = "monitors"
+	CSISecretField   = "clusterSecret"
+	pmMountPath      = "/var/lib/pdpm/pm"
+	serverRunPath    = "/run/pdpm"
+	serverPortFile   = serverRunPath + "/server.addr"
+	etcdDataPath     = "/var/lib/etcd"
 	// ConfigHashAnnotation on a pod template makes a configuration change
 	// roll the pods.
 	ConfigHashAnnotation = "pdpm.io/config-hash"
@@ -67,6 +71,7 @@ func serverName(c *pdpmv1alpha1.PDPMCluster) string  { return c.Name + "-server"
 func configName(c *pdpmv1alpha1.PDPMCluster) string  { return c.Name + "-config" }
 func keyName(c *pdpmv1alpha1.PDPMCluster) string     { return c.Name + "-key" }
 func clientName(c *pdpmv1alpha1.PDPMCluster) string  { return c.Name }
+func csiName(c *pdpmv1alpha1.PDPMCluster) string     { return c.Name + "-csi" }
 func gatewayName(c *pdpmv1alpha1.PDPMCluster) string { return c.Name + "-gateway" }
 
 // Labels returns the labels of a child of cluster c with the given role.
@@ -184,6 +189,22 @@ func hashOf(v any) string {
 	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
+}
+
+// csiSecret is the Secret a StorageClass of the CSI driver names to reach
+// the cluster: its monitors' Service and the cluster secret. It is derived
+// from the key Secret (made again when deleted or edited) and goes with
+// the cluster, whatever the cleanup policy: a cluster created again makes
+// it again.
+func csiSecret(c *pdpmv1alpha1.PDPMCluster, clusterSecret string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: csiName(c), Namespace: c.Namespace, Labels: Labels(c, "")},
+		Type:       corev1.SecretTypeOpaque,
+		Data: map[string][]byte{
+			CSIMonitorsField: []byte(fmt.Sprintf("%s.%s.svc:%d", clientName(c), c.Namespace, MonitorPort)),
+			CSISecretField:   []byte(clusterSecret),
+		},
+	}
 }
 
 func configMap(c *pdpmv1alpha1.PDPMCluster) *corev1.ConfigMap {
