@@ -309,7 +309,7 @@ Status DataServer::Announce(Segment* seg) {
   return Status::OK();
 }
 
-Status DataServer::FreeLocalSegment(uint32_t* local, bool highest) {
+Status DataServer::FreeLocalSegment(uint32_t* local) {
   std::shared_lock lock(mu_);
   // A local segment the mapping gives this server as a backup is taken,
   // even before its copy arrives (the monitor refuses it as a primary).
@@ -319,15 +319,16 @@ Status DataServer::FreeLocalSegment(uint32_t* local, bool highest) {
       if (b.server_id() == server_id_) assigned.insert(b.local_index());
     }
   }
-  const uint32_t count = static_cast<uint32_t>(segments_.size());
-  for (uint32_t i = 0; i < count; ++i) {
-    const uint32_t at = highest ? count - 1 - i : i;
-    if (segments_[at] == nullptr && assigned.count(at) == 0) {
-      *local = at;
-      return Status::OK();
-    }
+  *local = 0;
+  while (*local < segments_.size() &&
+         (segments_[*local] != nullptr || assigned.count(*local) != 0)) {
+    ++*local;
   }
-  return Status::ResourceExhausted("no free segment left on server " + std::to_string(server_id_));
+  if (*local == segments_.size()) {
+    return Status::ResourceExhausted("no free segment left on server " +
+                                     std::to_string(server_id_));
+  }
+  return Status::OK();
 }
 
 Status DataServer::CreateSegment(SegmentRole role, Segment** out) {

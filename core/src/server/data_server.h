@@ -112,9 +112,8 @@ class DataServer {
   // Tells the monitor about `seg` (new or with a new key) and records the
   // global number it got.
   Status Announce(Segment* seg);
-  // The lowest free local segment (with `highest`, the highest);
-  // kResourceExhausted when none is left.
-  Status FreeLocalSegment(uint32_t* local, bool highest = false);
+  // The lowest free local segment; kResourceExhausted when none is left.
+  Status FreeLocalSegment(uint32_t* local);
   // Formats a free local segment for `role` and announces it. Requires
   // grow_mu_.
   Status CreateSegment(SegmentRole role, Segment** out);

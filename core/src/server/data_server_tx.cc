@@ -13,13 +13,8 @@
 namespace pdpm::server {
 
 Status DataServer::CreateTxLogSegment(Segment** out) {
-  // From the top: the view does not hold this server-local segment, and the
-  // monitor places backups on the lowest local segments it believes free —
-  // a log in a low hole (left by a copy freed after a failover) was given
-  // to a backup, whose fill then failed for ever ("local segment N holds
-  // global segment 0"). From the top it meets a backup only on a full server.
   uint32_t local = 0;
-  PDPM_RETURN_IF_ERROR(FreeLocalSegment(&local, /*highest=*/true).WithContext("transaction log"));
+  PDPM_RETURN_IF_ERROR(FreeLocalSegment(&local).WithContext("transaction log"));
   std::span<char> mem = space_->segment(local);
   dsm::PmRange range{mem.data(), mem.size(), space_->device().persist_fn()};
   PDPM_RETURN_IF_ERROR(dsm::PAllocator::Format(range));
