@@ -1613,6 +1613,7 @@ int FileSystem::LockTx(uint64_t ino, const LockRequest& req, bool apply, LockEnt
     return EINVAL;
   }
   const bool taking = apply && req.type != LockType::kUnlock;
+  std::lock_guard<std::mutex> one_call(lock_call_mu_[ino % lock_call_mu_.size()]);
   uint64_t me = 0;
   if (taking) {
     int err = EnsureSession(&me);

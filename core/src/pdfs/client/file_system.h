@@ -33,6 +33,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -310,6 +311,12 @@ class FileSystem {
   // stop flag; session_mu_ serialises making a session.
   std::mutex session_mu_;
   std::mutex lock_mu_;
+  // Lock calls on one file run one at a time here (striped by inode), so
+  // locked_files_ is updated in the order their transactions committed:
+  // otherwise an unlock that committed before a lock but finished after it
+  // would drop the file from locked_files_ while a lock is held, and the
+  // unlock that should free it would be skipped (a lock held forever).
+  std::array<std::mutex, 16> lock_call_mu_;
   std::condition_variable beat_cv_;
   uint64_t session_ = 0;
   std::set<uint64_t> locked_files_;

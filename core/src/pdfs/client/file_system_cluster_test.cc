@@ -778,6 +778,37 @@ TEST_F(FsTest, LocksAcrossClients) {
   Fsck();
 }
 
+// Lock calls of one client on one file racing: a lock granted while
+// another owner's unlock runs is still released by its own unlock (the
+// client's record of the files it holds locks on follows the commits'
+// order; it once did not, and a closed file's flock stayed forever).
+TEST_F(FsTest, ConcurrentLockCallsOfOneClientLeaveNoLockBehind) {
+  ASSERT_EQ(WriteFile("/f", "data"), 0);
+  const uint64_t ino = StatOf("/f").ino;
+  LockClient a = OpenLockClient(cluster_), b = OpenLockClient(cluster_);
+  ASSERT_TRUE(a.fs && b.fs);
+  constexpr uint64_t kRounds = 200;
+  std::atomic<int> failed{0};
+  // Two processes lock and unlock bytes of their own, a new owner each
+  // round (an owner gone, its leftover lock would stay).
+  auto worker = [&](uint64_t byte) {
+    for (uint64_t round = 1; round <= kRounds; ++round) {
+      const uint64_t owner = round * 2 + byte;
+      if (a.fs->SetLock(ino, Posix(owner, byte, byte, LockType::kWrite)) != 0 ||
+          a.fs->SetLock(ino, Posix(owner, byte, byte, LockType::kUnlock)) != 0) {
+        ++failed;
+      }
+    }
+  };
+  std::thread first(worker, 0), second(worker, 1);
+  first.join();
+  second.join();
+  EXPECT_EQ(failed.load(), 0);
+  LockEntry c;
+  EXPECT_EQ(b.fs->SetLock(ino, Posix(1, 0, kLockEnd, LockType::kWrite), &c), 0)
+      << "a lock of owner " << c.owner << " on byte " << c.start << " was left behind";
+}
+
 // A session nobody beats (its client died) lapses: a waiter frees its
 // locks once it saw no beat for its lease, and drops the session.
 TEST_F(FsTest, LapsedSessionsLocksAreFreed) {
