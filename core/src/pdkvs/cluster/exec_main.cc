@@ -18,28 +18,18 @@
 
 int main(int argc, char** argv) {
   std::string read;
-  pdpm::client::ClientOptions options;
-  auto code = pdpm::client::ParseTestClientFlags(
+  std::unique_ptr<pdpm::pdkvs::ClusterKvStore> kv;
+  auto code = pdpm::pdkvs::StartTestKvStore(
       "pdkvs_cluster_exec", argc, argv,
       [&](pdpm::FlagParser* p) {
         p->AddString("read", &read, "comma-separated keys to read and check");
       },
-      &options);
+      "read", read, &kv);
   if (code) return *code;
-  if (read.empty()) {
-    std::fprintf(stderr, "--read is needed\n");
-    return 2;
-  }
-  std::unique_ptr<pdpm::pdkvs::ClusterKvStore> kv;
-  pdpm::Status s = pdpm::pdkvs::ClusterKvStore::Open(options, &kv);
-  if (!s.ok()) {
-    std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
-    return 1;
-  }
   const std::vector<std::string> names = pdpm::pdkvs::SplitKeyList(read);
   const std::vector<std::string_view> keys(names.begin(), names.end());
   std::vector<pdpm::pdkvs::KvTxRead> got;
-  s = kv->TxRead(keys, &got);
+  pdpm::Status s = kv->TxRead(keys, &got);
   if (!s.ok()) {
     std::fprintf(stderr, "read: %s\n", s.ToString().c_str());
     return 1;

@@ -16,32 +16,22 @@
 int main(int argc, char** argv) {
   std::string keys, value;
   bool nx = false;
-  pdpm::client::ClientOptions options;
-  auto code = pdpm::client::ParseTestClientFlags(
+  std::unique_ptr<pdpm::pdkvs::ClusterKvStore> kv;
+  auto code = pdpm::pdkvs::StartTestKvStore(
       "pdkvs_cluster_mput", argc, argv,
       [&](pdpm::FlagParser* p) {
         p->AddString("keys", &keys, "comma-separated keys");
         p->AddString("value", &value, "the value of every key");
         p->AddBool("nx", &nx, "only if none of the keys exists");
       },
-      &options);
+      "keys", keys, &kv);
   if (code) return *code;
-  if (keys.empty()) {
-    std::fprintf(stderr, "--keys is needed\n");
-    return 2;
-  }
-  std::unique_ptr<pdpm::pdkvs::ClusterKvStore> kv;
-  pdpm::Status s = pdpm::pdkvs::ClusterKvStore::Open(options, &kv);
-  if (!s.ok()) {
-    std::fprintf(stderr, "open: %s\n", s.ToString().c_str());
-    return 1;
-  }
   const std::vector<std::string> names = pdpm::pdkvs::SplitKeyList(keys);
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
   pairs.reserve(names.size());
   for (const auto& k : names) pairs.emplace_back(k, value);
   bool applied = false;
-  s = kv->MultiPut(pairs, nx, &applied);
+  pdpm::Status s = kv->MultiPut(pairs, nx, &applied);
   if (!s.ok()) {
     std::fprintf(stderr, "multi-put: %s\n", s.ToString().c_str());
     return 1;
