@@ -243,6 +243,10 @@ void ViewManager::Publish() {
   published_epoch_ = view_.epoch();
   published_members_.clear();
   for (const auto& s : view_.servers()) published_members_.insert(s.id());
+  EndDeclarationsLocked();
+}
+
+void ViewManager::EndDeclarationsLocked() {
   for (auto& [id, l] : liveness_) l.being_declared_down = false;
 }
 
@@ -834,11 +838,16 @@ Status ViewManager::ReconfigureLocked(Clock::time_point now) {
     }
   }
   if (changes.empty()) {
-    Publish();  // nothing handed over: the marks end
+    // Nothing handed over (the check every heartbeat interval ends here):
+    // the marks end, the published view stays.
+    std::lock_guard<std::mutex> live(liveness_mu_);
+    EndDeclarationsLocked();
     return Status::OK();
   }
   if (Status s = Commit(std::move(next)); !s.ok()) {
-    Publish();  // the old view stays in force, and with it the servers' leases
+    // The old view stays in force, and with it the servers' leases.
+    std::lock_guard<std::mutex> live(liveness_mu_);
+    EndDeclarationsLocked();
     return s;
   }
   for (const auto& c : changes)

@@ -123,6 +123,8 @@ class ViewManager {
   // Publishes view_'s epoch and members to Heartbeat and ends every
   // being_declared_down. Requires mu_, takes liveness_mu_.
   void Publish();
+  // Ends every being_declared_down. Requires liveness_mu_.
+  void EndDeclarationsLocked();
   // Requires liveness_mu_.
   v1::ServerState LiveStateLocked(uint32_t server_id, Clock::time_point now) const;
   // Takes liveness_mu_.
