@@ -79,6 +79,7 @@ class Mount {
     ADD_FAILURE() << "pdfs-fuse did not mount " << dir_ << ": " << client::FileTail(log_);
   }
   ~Mount() {
+    if (stopped_) return;
     if (killed_) {
       // The dead connection's mount goes (lazily: the test may still hold
       // descriptors of it).
@@ -101,6 +102,21 @@ class Mount {
   const std::string& dir() const { return dir_; }
   bool mounted() const { return mounted_; }
   const std::string& log() const { return log_; }
+  // Sends pdfs-fuse a stop signal; its exit status once it is gone (128 +
+  // the signal if it is still running after 20 s: then it is killed).
+  int Stop(int sig) {
+    proc_.Signal(sig);
+    int status = 0;
+    if (!proc_.WaitFor(20000, &status)) {
+      ADD_FAILURE() << "pdfs-fuse did not exit on signal " << sig << ": " << client::FileTail(log_)
+                    << "\n"
+                    << client::ProcessStacks(proc_.pid());
+      Kill();
+      return 128 + sig;
+    }
+    stopped_ = true;
+    return status;
+  }
   // kill -9 of pdfs-fuse: its mount answers ENOTCONN from then on.
   void Kill() {
     proc_.Signal(SIGKILL);
@@ -114,6 +130,7 @@ class Mount {
   ChildProcess proc_;
   bool mounted_ = false;
   bool killed_ = false;
+  bool stopped_ = false;
 };
 
 class FuseMountTest : public ::testing::Test {
@@ -647,6 +664,25 @@ TEST_F(FuseMountTest, KilledMountsLocksAreFreed) {
   ::close(held);  // ENOTCONN: the connection is dead
   ::close(fd);
   other.reset();
+}
+
+// A stop signal is how init systems and Kubernetes end pdfs-fuse: it
+// unmounts, keeps what was written, and exits 0 (not a failure).
+TEST_F(FuseMountTest, StopSignalsUnmountAndExitZero) {
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    const std::string name = "stopped-by-" + std::to_string(sig);
+    Mount other(cluster_, cluster_.dir() + "/mnt2");
+    ASSERT_TRUE(other.mounted());
+    ASSERT_TRUE(WriteAll(other.dir() + "/" + name, name));
+    const int status = other.Stop(sig);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "signal " << sig << ": status " << status << "\n"
+        << client::FileTail(other.log());
+    struct statfs st {};
+    ASSERT_EQ(::statfs(other.dir().c_str(), &st), 0);
+    EXPECT_NE(st.f_type, kFuseSuperMagic) << "still mounted after signal " << sig;
+    EXPECT_EQ(ReadAll(P(name)), name);
+  }
 }
 
 // Processes on two mounts increment counters in one file, each under a

@@ -909,6 +909,12 @@ int Main(int argc, char** argv) {
       fuse_loop_cfg_set_idle_threads(config, threads);
       rc = fuse_session_loop_mt(se, config);
       fuse_loop_cfg_destroy(config);
+      // libfuse's handlers end the loop with the stop signal's number as its
+      // result; being asked to stop is an orderly end, not a failure.
+      if (sigismember(&stop_signals, rc) == 1) {
+        log.Info("stopping on a signal", {{"signal", rc}});
+        rc = 0;
+      }
       if (held == nullptr) {
         const bool unmounted_elsewhere = watch->fired();
         watch.reset();
