@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -29,6 +30,15 @@ uint64_t NewCoordinatorId() {
 // The granules [first, last] an entry covers.
 std::pair<uint64_t, uint64_t> Granules(uint64_t offset, uint64_t len) {
   return {offset / dsm::kTxGranule, (offset + std::max<uint64_t>(len, 1) - 1) / dsm::kTxGranule};
+}
+
+// A one-sided access refused for a stale key: the server registered the
+// copy again, because it restarted or because it promoted the copy
+// (docs/tx.md). Either way the versions read may be of another
+// generation, so the transaction aborts and may simply be retried.
+Status CopyReRegistered(std::optional<uint32_t> server) {
+  const std::string who = server ? "server " + std::to_string(*server) : "a server";
+  return Status::Aborted(who + " registered its memory again (it restarted or promoted a copy)");
 }
 
 }  // namespace
@@ -254,9 +264,9 @@ Status Transaction::Read(const dsm::GlobalAddress& addr, void* buf, uint64_t len
   if (s.ok()) s = host->ReadRegion(route.primary, route.key, addr.offset, buf, len);
   if (s.ok()) s = ReadVersions(route.primary, addr.segment, addr.offset, len, &after);
   if (s.code() == StatusCode::kPermissionDenied) {
-    // The server restarted: new keys, and versions from a new generation.
+    // New keys, and versions from a new generation.
     (void)Fail(s);
-    return Status::Aborted("server " + std::to_string(route.primary) + " restarted");
+    return CopyReRegistered(route.primary);
   }
   if (!s.ok()) return Fail(s);
   for (size_t i = 0; i < before.size(); i++) {
@@ -337,7 +347,7 @@ Status Transaction::GetObj(const dsm::ObjectId& id, std::string* data) {
   if (s.ok()) s = ReadVersion(server, slot, &after);
   if (s.code() == StatusCode::kPermissionDenied) {
     (void)Fail(s);
-    return Status::Aborted("server " + std::to_string(server) + " restarted");
+    return CopyReRegistered(server);
   }
   if (!s.ok()) return Fail(s);
   if ((before & dsm::kTxVersionLock) != 0 || before != after) {
@@ -498,7 +508,7 @@ Status Transaction::Commit() {
     Status s = validate({});
     if (s.code() == StatusCode::kPermissionDenied) {
       (void)Fail(s);
-      return Status::Aborted("a server restarted");
+      return CopyReRegistered(std::nullopt);
     }
     if (!s.ok()) return Fail(s);
     finished_ = true;
@@ -683,7 +693,7 @@ Status Transaction::Commit() {
     AbortAt(attempted);
     if (s.code() == StatusCode::kPermissionDenied) {
       (void)Fail(s);
-      return Status::Aborted("a server restarted");
+      return CopyReRegistered(std::nullopt);
     }
     return Fail(s);
   }
