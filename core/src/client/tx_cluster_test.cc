@@ -162,6 +162,7 @@ class TxClusterTest : public ::testing::TestWithParam<uint32_t> {
     uint32_t p = 0;
     int pi = -1;
   };
+  void BackupJoinsDuringACommit(bool at_holder);
   void PickTwoSegments(TwoSegments* out, bool apart = false) {
     v1::GetMappingResponse m = Mapping();
     std::map<uint32_t, const v1::SegmentMapping*> by_segment;
@@ -821,34 +822,35 @@ TEST_P(TxClusterTest, AllocationsFollowTheirTransactionsWhenTheirServerDies) {
 // was filled (so it logs no BACKUP record there): the coordinator stops
 // after its locks, the fill ends meanwhile (held back until then by
 // PDPM_TEST_FILL_GATE), the coordinator goes on, decides and dies, and the
-// primary is killed before it committed. The backup must not take over
-// without the transaction: the primary's fill waits for it before the
-// backup joins, so the segment waits for its primary, which returns and
-// commits. With one copy: the primary killed after the decision returns
-// and commits.
-TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
+// primary is killed. The transfer must happen whole or not at all.
+// `at_holder` says whose backup joins: g's (a participant, killed before it
+// committed), or h's (the decision holder, killed after it decided and
+// applied: its promoted backup must answer the other participant's
+// resolution with the decision it never got a BACKUP record of).
+void TxClusterTest::BackupJoinsDuringACommit(bool at_holder) {
   TwoSegments t;
   ASSERT_NO_FATAL_FAILURE(PickTwoSegments(&t));
-  const GlobalAddress g = t.g, h = t.h;
-  const uint32_t p = t.p;
-  const int pi = t.pi;
+  const uint32_t segment = at_holder ? t.h.segment : t.g.segment;
+  const uint32_t p = PrimaryOf(segment);
+  const int pi = ServerIndex(p);
+  ASSERT_GE(pi, 0);
   std::string two = cluster_.dir() + "/two-accounts";
-  ASSERT_TRUE(SaveAccounts({g, h}, two).ok());
-  auto backup_in_sync = [&] { return BackupInSync(g.segment); };
+  ASSERT_TRUE(SaveAccounts({t.g, t.h}, two).ok());
+  auto backup_in_sync = [&] { return BackupInSync(segment); };
 
-  // G's primary restarts: its backup is filled again, and joins only once
-  // the gate file exists.
+  // The segment's primary restarts: its backup is filled again, and joins
+  // only once the gate file exists.
   std::string gate = cluster_.dir() + "/fill-gate";
   client_.reset();
   ASSERT_TRUE(cluster_.StopServer(pi).ok());
   Status s = cluster_.StartServer(pi, {"PDPM_TEST_FILL_GATE=" + gate});
   ASSERT_TRUE(s.ok()) << s.ToString();
-  ASSERT_EQ(PrimaryOf(g.segment), p) << "G's primary was declared dead while it restarted";
+  ASSERT_EQ(PrimaryOf(segment), p) << "the primary was declared dead while it restarted";
   for (int i = 0; i < 500 && backup_in_sync(); i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_FALSE(backup_in_sync()) << "G's backup is not being filled again";
-  // The coordinator reads the mapping (G's backup syncing), locks, stops.
+  ASSERT_FALSE(backup_in_sync()) << "the backup is not being filled again";
+  // The coordinator reads the mapping (the backup syncing), locks, stops.
   std::vector<ChildProcess> bank;
   StartBank(1, 20, &bank, {"PDPM_TX_STOP_AT=lock:1", "PDPM_TX_CRASH_AT=decide:1"}, two,
             {"--no-receipt"});
@@ -857,7 +859,7 @@ TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
   }
   ASSERT_TRUE(bank[0].Stopped()) << FileTail(BankLog(10 * (runs_ - 1)));
   // The fill ends; the backup joins — or, while the transaction is locked
-  // at G's primary without a BACKUP record there, waits. The coordinator
+  // at the primary without a BACKUP record there, waits. The coordinator
   // goes on well within the lock timeout (else its holder aborts it).
   { std::ofstream(gate).put('1'); }
   for (int i = 0; i < 80 && replicated() && !backup_in_sync(); i++) {
@@ -865,11 +867,25 @@ TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
   }
   bank[0].Signal(SIGCONT);
   FinishBank(&bank, 86);
+  if (at_holder && replicated()) {
+    // The holder applied at the decision, so the backup joins now.
+    for (int i = 0; i < 1000 && !backup_in_sync(); i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(backup_in_sync()) << "the holder's backup did not join after the decision";
+  }
   cluster_.KillServer(pi);
   ExpectPmChecks(cluster_, pi, /*clean=*/false);
-  // A backup in sync would take over now; one still filling cannot.
-  for (int i = 0; i < 400 && replicated() && PrimaryOf(g.segment) == p; i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (at_holder && replicated()) {
+    // The joined backup takes over; the other participant resolves with it.
+    WaitFailover(p);
+    WaitOutLockTimeout();
+    ExpectInvariant();
+  } else {
+    // A backup still filling cannot take over.
+    for (int i = 0; i < 400 && replicated() && PrimaryOf(segment) == p; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   s = cluster_.StartServer(pi);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -877,6 +893,14 @@ TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
   WaitOutLockTimeout();
   ExpectInvariant();
   StopAndCheckAll(/*exact_heap=*/false);
+}
+
+TEST_P(TxClusterTest, BackupJoiningDuringACommitLosesNothing) {
+  BackupJoinsDuringACommit(/*at_holder=*/false);
+}
+
+TEST_P(TxClusterTest, HolderBackupJoiningDuringACommitKeepsTheDecision) {
+  BackupJoinsDuringACommit(/*at_holder=*/true);
 }
 
 // Two copies, and every server's promotions fail for a while from its

@@ -187,9 +187,10 @@ class DataServer {
   // SyncBackup unless another thread is filling that backup.
   Status FillBackupOnce(uint32_t global, ReplicaId backup);
   Status SyncBackup(uint32_t global, ReplicaId backup);
-  // The last step of a fill before the backup on `server` is reported in
-  // sync: TxParticipant::BackupJoining (data_server_tx.cc).
-  Status JoinBackup(uint32_t global, uint32_t server);
+  // The last step of a fill before the backup on `server` (at `address`)
+  // is reported in sync: TxParticipant::BackupJoining, then the decisions
+  // it returns sent there (data_server_tx.cc).
+  Status JoinBackup(uint32_t global, uint32_t server, const PeerAddress& address);
   Status HandleReplicaApply(std::span<const uint8_t> req, std::string* reply);
   Status HandleReplicaAttach(std::span<const uint8_t> req, std::string* reply);
   Status HandleHeapWrite(std::span<const uint8_t> req, std::string* reply);

@@ -546,7 +546,7 @@ Status DataServer::SyncBackup(uint32_t g, ReplicaId backup) {
       copy_run(0, std::min<uint64_t>(dsm::kChunkSize, space_->segment_size()), true));
   // 4. In sync, once the transactions locked here without a BACKUP record
   // at it are done (docs/tx.md "Backups joining").
-  PDPM_RETURN_IF_ERROR(JoinBackup(g, backup.first));
+  PDPM_RETURN_IF_ERROR(JoinBackup(g, backup.first, address));
   Status reported = ReportBackup(monitor_.get(), server_id_, g, backup, static_cast<uint32_t>(key),
                                  v1::REPLICA_STATE_IN_SYNC);
   if (!reported.ok()) {

@@ -54,7 +54,7 @@ Status DataServer::TxSegment(uint32_t global, TxCopy copy, uint64_t epoch, Segme
   return Status::OK();
 }
 
-Status DataServer::JoinBackup(uint32_t global, uint32_t server) {
+Status DataServer::JoinBackup(uint32_t global, uint32_t server, const PeerAddress& address) {
   // Test hook (tx_cluster_test.cc): the fill waits for a file to exist
   // before its backup joins, so a transaction can lock while the backup is
   // still syncing and go on once it is in sync.
@@ -64,7 +64,24 @@ Status DataServer::JoinBackup(uint32_t global, uint32_t server) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  return tx_->BackupJoining(global, server);
+  std::string decisions;
+  PDPM_RETURN_IF_ERROR(tx_->BackupJoining(global, server, &decisions));
+  if (decisions.empty()) return Status::OK();
+  uint64_t epoch;
+  {
+    std::shared_lock lock(mu_);
+    epoch = epoch_;
+  }
+  std::string req, reply;
+  Encoder e(&req);
+  e.Header({epoch, credential_});
+  e.Bytes(decisions);
+  Status s = peers_.Call(address, kTxKeepDecisions, req, &reply);
+  if (!s.ok()) {
+    tx_->BackupNotJoined(global, server);
+    return s.WithContext("give the joining backup the decisions kept here");
+  }
+  return Status::OK();
 }
 
 TxHooks DataServer::MakeTxHooks() {

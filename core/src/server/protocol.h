@@ -79,6 +79,8 @@ enum Method : uint16_t {
   kTxAlloc = 0x207,
   kTxTable = 0x208,    // the segment of an object's table, created if absent
   kTxPending = 0x209,  // whether a transaction's records here still wait on its outcome
+  // primary -> a joining backup: the decisions it keeps as a holder segment's primary
+  kTxKeepDecisions = 0x20a,
   // Replication (server/replication.h, docs/replication.md).
   kReplicaApply = 0x301,   // primary -> backup: u64 segment | redo ranges -> empty
   kHeapWrite = 0x302,      // client -> primary: 16-byte address | data -> empty

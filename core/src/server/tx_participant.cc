@@ -285,6 +285,7 @@ void TxParticipant::RegisterRpcs(net::RpcServer* rpc) {
   rpc->Register(kTxAlloc, [this](auto r, auto* o) { return HandleAlloc(r, o); });
   rpc->Register(kTxTable, [this](auto r, auto* o) { return HandleTable(r, o); });
   rpc->Register(kTxPending, [this](auto r, auto* o) { return HandlePending(r, o); });
+  rpc->Register(kTxKeepDecisions, [this](auto r, auto* o) { return HandleKeepDecisions(r, o); });
 }
 
 Status TxParticipant::AreaFor(uint64_t coordinator, Area** out) {
@@ -639,7 +640,8 @@ Status TxParticipant::CheckBackupsListed(const Rec& rec) {
   return Status::OK();
 }
 
-Status TxParticipant::BackupJoining(uint32_t segment, uint32_t backup) {
+Status TxParticipant::BackupJoining(uint32_t segment, uint32_t backup, std::string* decisions) {
+  decisions->clear();
   std::set<Key> before;
   {
     Locked lock(this);
@@ -664,7 +666,10 @@ Status TxParticipant::BackupJoining(uint32_t segment, uint32_t backup) {
         }
         return true;
       });
-      if (before.empty()) return Status::OK();
+      if (before.empty()) {
+        EncodeKeptDecisions(segment, decisions);
+        return Status::OK();
+      }
       if (Clock::now() > deadline) {
         if (auto j = joining_.find(segment); j != joining_.end()) j->second.erase(backup);
         return Status::Unavailable("segment " + std::to_string(segment) + ": " +
@@ -674,6 +679,115 @@ Status TxParticipant::BackupJoining(uint32_t segment, uint32_t backup) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+void TxParticipant::EncodeKeptDecisions(uint32_t segment, std::string* out) {
+  std::vector<std::pair<Key, std::string>> kept;
+  for (const auto& [key, list] : recs_) {
+    for (const auto& r : list) {
+      const bool decided = r->r.state == TxState::kCommitted || r->r.state == TxState::kApplied;
+      const bool of_segment =
+          r->r.holder_segment == segment && (r->r.flags & dsm::kTxRecordHolderIsTable) == 0;
+      const bool kept_here =
+          (r->r.kind == TxRecordKind::kLock && (r->r.flags & dsm::kTxRecordHolder) != 0) ||
+          (r->r.kind == TxRecordKind::kBackup && SegmentOf(r->entries) == segment);
+      if (!decided || !of_segment || !kept_here) continue;
+      std::vector<TxEntry> part;
+      for (const TxEntry& e : r->entries) {
+        if (e.segment == segment) part.push_back(e);
+      }
+      // A transaction that only allocated decides at its block's segment
+      // with no entry of it here; its blocks' state comes with the fill.
+      if (part.empty()) continue;
+      for (uint64_t p : r->participants) {
+        TxEntry e;
+        e.kind = TxEntryKind::kParticipant;
+        e.segment = static_cast<uint32_t>(p);
+        e.offset = p >> 32;
+        part.push_back(e);
+      }
+      std::string body;
+      dsm::EncodeTxEntries(part, &body);
+      kept.emplace_back(key, std::move(body));
+    }
+  }
+  if (kept.empty()) return;
+  Encoder e(out);
+  e.U64(segment);
+  e.U64(kept.size());
+  for (const auto& [key, body] : kept) {
+    e.U64(key.first);
+    e.U64(key.second);
+    e.Str(body);
+  }
+}
+
+Status TxParticipant::HandleKeepDecisions(std::span<const uint8_t> req, std::string* /*reply*/) {
+  Decoder d(req);
+  RequestHeader h;
+  uint64_t segment = 0, n = 0;
+  PDPM_RETURN_IF_ERROR(d.Header(&h));
+  PDPM_RETURN_IF_ERROR(d.U64(&segment));
+  PDPM_RETURN_IF_ERROR(d.U64(&n));
+  if (segment == 0 || segment > UINT32_MAX) {
+    return Status::InvalidArgument("keep decisions: bad segment");
+  }
+  if (n > (1u << 20)) return Status::InvalidArgument("keep decisions: too many");
+  struct Decision {
+    Key key;
+    std::string_view body;
+    std::vector<TxEntry> entries;
+    std::vector<uint64_t> participants;
+  };
+  std::vector<Decision> decisions(n);
+  const auto global = static_cast<uint32_t>(segment);
+  for (Decision& dec : decisions) {
+    PDPM_RETURN_IF_ERROR(d.U64(&dec.key.first));
+    PDPM_RETURN_IF_ERROR(d.U64(&dec.key.second));
+    PDPM_RETURN_IF_ERROR(d.Str(&dec.body));
+    if (dec.key.first == 0) return Status::InvalidArgument("keep decisions: coordinator id 0");
+    PDPM_RETURN_IF_ERROR(DecodeTxEntries(dec.body, false, &dec.entries));
+    TakeParticipants(&dec.entries, &dec.participants);
+    if (dec.entries.empty() || SegmentsOf(dec.entries) != std::set<uint32_t>{global}) {
+      return Status::InvalidArgument("keep decisions: entries not all of segment " +
+                                     std::to_string(segment));
+    }
+  }
+  PDPM_RETURN_IF_ERROR(d.Done());
+  PDPM_RETURN_IF_ERROR(hooks_.check(h));
+  dsm::PmRange mem;
+  dsm::PAllocator* alloc = nullptr;
+  PDPM_RETURN_IF_ERROR(hooks_.segment(global, TxCopy::kBackup, h.epoch, &mem, &alloc));
+  Locked lock(this);
+  if (promoted_.count(global) != 0) {
+    return Status::FailedPrecondition("segment " + std::to_string(segment) + " was promoted here");
+  }
+  for (Decision& dec : decisions) {
+    // A BACKUP record of it from before this fill: decided now, and its
+    // values came with the fill.
+    bool logged = false;
+    for (Rec* r : RecordsOf(dec.key)) {
+      if (r->r.kind != TxRecordKind::kBackup || SegmentOf(r->entries) != global) continue;
+      if (r->r.state == TxState::kLocked || r->r.state == TxState::kCommitted) {
+        SetState(r, TxState::kApplied);
+      }
+      logged |= r->r.state == TxState::kApplied;
+    }
+    if (logged) continue;
+    Area* area = nullptr;
+    PDPM_RETURN_IF_ERROR(AreaFor(dec.key.first, &area));
+    auto rec = std::make_unique<Rec>();
+    rec->entries = std::move(dec.entries);
+    rec->coordinator = dec.key.first;
+    rec->participants = std::move(dec.participants);
+    const uint16_t flags = rec->participants.empty() ? 0 : dsm::kTxRecordListsParticipants;
+    PDPM_RETURN_IF_ERROR(
+        AppendTo(area, TxRecordKind::kBackup, flags, dec.key.second, global, dec.body, &rec->r));
+    Rec* kept = rec.get();
+    AddRec(area, std::move(rec));
+    SetState(kept, TxState::kApplied);
+  }
+  return Status::OK();
 }
 
 void TxParticipant::BackupNotJoined(uint32_t segment, uint32_t backup) {

@@ -197,7 +197,14 @@ class TxParticipant {
   // freed here (an allocation after the start is logged at the backup).
   // kUnavailable after three lock timeouts (the backup is not required
   // then; the fill is tried again).
-  Status BackupJoining(uint32_t segment, uint32_t backup);
+  // Then `decisions` gets the decisions this server keeps for RESOLVE with
+  // `segment` as their holder segment (its own holder records and BACKUP
+  // records of the segment, committed or applied), as the body of a
+  // kTxKeepDecisions request (empty when there are none): the joining
+  // backup has no BACKUP record of them (their LOCKs came before it
+  // joined), and once promoted it must answer RESOLVE as this server would
+  // — else a participant still waiting aborts what the holder applied.
+  Status BackupJoining(uint32_t segment, uint32_t backup, std::string* decisions);
   // The report that `backup` is in sync failed: it is not required.
   void BackupNotJoined(uint32_t segment, uint32_t backup);
 
@@ -236,6 +243,12 @@ class TxParticipant {
   // PENDING (coordinator, tx): u64 1 when a record of the transaction here
   // still waits on its outcome (locked, or committed and not applied).
   Status HandlePending(std::span<const uint8_t> req, std::string* reply);
+  // KEEP-DECISIONS, from the primary of `segment` to a backup of it that
+  // is joining (header, u64 segment, u64 count, then per decision u64
+  // coordinator, u64 tx, Str entries — its entries of the segment, then
+  // its participant entries): each is logged here as a BACKUP record of
+  // the holder segment, marked applied (the fill brought its values).
+  Status HandleKeepDecisions(std::span<const uint8_t> req, std::string* reply);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -268,6 +281,9 @@ class TxParticipant {
 
   Status OpenLog(bool create);                        // requires mu_
   void AddRec(Area* area, std::unique_ptr<Rec> rec);  // requires mu_
+  // The body of a kTxKeepDecisions request for a backup of `segment`
+  // joining (BackupJoining); empty when there is nothing to send.
+  void EncodeKeptDecisions(uint32_t segment, std::string* out);  // requires mu_
   // Decodes header | coordinator | tx [| extra] and checks the header.
   Status ParseTxRequest(std::span<const uint8_t> req, uint64_t* coordinator, uint64_t* tx,
                         uint64_t* extra);
