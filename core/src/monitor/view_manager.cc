@@ -311,7 +311,13 @@ std::vector<uint32_t> ViewManager::LiveServers(const v1::ClusterView& view,
 
 bool ViewManager::RebalanceTables(v1::ClusterView* view, Clock::time_point now) const {
   std::vector<TableSlot> slots = TableSlots(*view);
-  if (!BalanceTables(&slots, LiveServers(*view, now))) return false;
+  std::vector<uint32_t> suspect;  // keep their tables (placement.h)
+  for (const auto& s : view->servers()) {
+    if (s.state() == v1::SERVER_STATE_UP && LiveState(s.id(), now) == v1::SERVER_STATE_SUSPECT) {
+      suspect.push_back(s.id());
+    }
+  }
+  if (!BalanceTables(&slots, LiveServers(*view, now), suspect)) return false;
   for (size_t i = 0; i < slots.size(); ++i) {
     v1::TableAssignment* t = view->mutable_tables(static_cast<int>(i));
     if (t->server_id() != slots[i].owner) {

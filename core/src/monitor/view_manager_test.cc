@@ -491,6 +491,37 @@ TEST_F(ViewManagerTest, RetriedJoinGetsTheSameMember) {
   EXPECT_EQ(m.servers_size(), 4);
 }
 
+// A server that missed heartbeats keeps its tables until it is DOWN:
+// moving them off a SUSPECT server churned views under load (clients saw
+// CLUSTERDOWN while the server was merely slow).
+TEST_F(ViewManagerTest, SuspectServerKeepsItsTables) {
+  options_.heartbeat_interval = std::chrono::milliseconds(10);
+  options_.suspect_timeout = std::chrono::milliseconds(100);
+  options_.down_timeout = std::chrono::minutes(10);
+  ASSERT_NO_FATAL_FAILURE(Open());
+  v1::RegisterServerResponse a, b;
+  ASSERT_TRUE(manager_->RegisterServer(NewServer(1), &a).ok());
+  ASSERT_TRUE(manager_->RegisterServer(NewServer(2), &b).ok());
+  v1::GetMappingResponse before;
+  ASSERT_TRUE(manager_->GetMapping(v1::GetMappingRequest(), &before).ok());
+  int owned_by_b = 0;
+  for (const auto& t : before.tables()) owned_by_b += t.server_id() == b.server_id();
+  ASSERT_GT(owned_by_b, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both SUSPECT
+  v1::HeartbeatRequest hb;
+  hb.set_cluster_secret(kSecret);
+  hb.set_server_id(a.server_id());
+  v1::HeartbeatResponse hr;
+  ASSERT_TRUE(manager_->Heartbeat(hb, &hr).ok());  // a is UP again, b is not
+  manager_->CheckLiveness();
+  v1::GetMappingResponse after;
+  ASSERT_TRUE(manager_->GetMapping(v1::GetMappingRequest(), &after).ok());
+  EXPECT_EQ(after.epoch(), before.epoch());
+  for (int i = 0; i < after.tables_size(); ++i) {
+    EXPECT_EQ(after.tables(i).server_id(), before.tables(i).server_id()) << "table " << i + 1;
+  }
+}
+
 TEST_F(ViewManagerTest, OptionsAreValidated) {
   options_.suspect_timeout = options_.heartbeat_interval;
   EXPECT_EQ(options_.Validate().code(), StatusCode::kInvalidArgument);
