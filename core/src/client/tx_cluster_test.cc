@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "client/cluster_harness.h"
@@ -1052,6 +1053,59 @@ TEST_P(TxClusterFourTest, ReattachedBackupMissesNoCommit) {
   ExpectInvariant();
   StopAndCheckAll(/*exact_heap=*/false);
 }
+
+// Servers with three local segments each: after the setup and a bank run,
+// every server's PM is full (its accounts' heap segment, another server's
+// backup, and its transaction log, which is server-local: in no mapping).
+class TxClusterFullServersTest : public TxClusterTest {
+ protected:
+  static LocalClusterOptions FullServers() {
+    LocalClusterOptions o = Options(2);
+    o.pm_size = (3 * 64 + 2) * (1ull << 20);
+    return o;
+  }
+  TxClusterFullServersTest() : TxClusterTest(FullServers()) {}
+};
+
+// The e2e failure "segments under-replicated" for good: a failover placed
+// the backups of the killed server's segments on the survivors' only
+// local segment the view showed free, which held their transaction logs;
+// the fills were refused for ever. The view now records the logs: the
+// segments stay under-replicated only until the killed server returns.
+TEST_P(TxClusterFullServersTest, FailoverNeverPlacesABackupOnATransactionLog) {
+  std::vector<ChildProcess> bank;
+  StartBank(1, 100, &bank);
+  FinishBank(&bank);
+  v1::GetMappingResponse m = Mapping();
+  std::map<uint32_t, std::set<uint32_t>> logs;
+  for (const auto& sv : m.servers()) {
+    logs[sv.id()].insert(sv.server_local_segments().begin(), sv.server_local_segments().end());
+    EXPECT_EQ(logs[sv.id()].size(), 1u) << "server " << sv.id() << " has no log:\n"
+                                        << m.DebugString();
+  }
+  uint32_t killed = cluster_.ServerId(1);
+  ASSERT_NE(killed, 0u);
+  cluster_.KillServer(1);
+  WaitFailover(killed);
+  m = Mapping();
+  for (const auto& seg : m.segments()) {
+    for (const auto& b : seg.backups()) {
+      EXPECT_EQ(logs[b.server_id()].count(b.local_index()), 0u)
+          << "segment " << seg.segment() << " has a backup on server " << b.server_id()
+          << "'s transaction log:\n"
+          << m.DebugString();
+    }
+  }
+  Status s = cluster_.StartServer(1);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  WaitReplicated();
+  ExpectInvariant();
+}
+
+INSTANTIATE_TEST_SUITE_P(Copies, TxClusterFullServersTest, ::testing::Values(2u),
+                         [](const ::testing::TestParamInfo<uint32_t>&) {
+                           return std::string("Two");
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Copies, TxClusterFourTest, ::testing::Values(2u),
                          [](const ::testing::TestParamInfo<uint32_t>&) {

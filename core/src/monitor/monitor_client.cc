@@ -176,6 +176,12 @@ Status MonitorClient::ReportUnreachable(v1::ReportUnreachableRequest req,
   return Call(&v1::Monitor::Stub::ReportUnreachable, req, resp);
 }
 
+Status MonitorClient::ReserveLocalSegment(v1::ReserveLocalSegmentRequest req,
+                                          v1::ReserveLocalSegmentResponse* resp) {
+  FillSecret(&req, options_.cluster_secret);
+  return Call(&v1::Monitor::Stub::ReserveLocalSegment, req, resp);
+}
+
 Status MonitorClient::DrainServer(v1::DrainServerRequest req, v1::DrainServerResponse* resp) {
   FillSecret(&req, options_.cluster_secret);
   return Call(&v1::Monitor::Stub::DrainServer, req, resp);

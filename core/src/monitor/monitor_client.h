@@ -65,6 +65,8 @@ class MonitorClient {
   Status GetClusterStatus(v1::ClusterStatus* status);
   Status ReportReplica(v1::ReportReplicaRequest req, v1::ReportReplicaResponse* resp);
   Status ReportUnreachable(v1::ReportUnreachableRequest req, v1::ReportUnreachableResponse* resp);
+  Status ReserveLocalSegment(v1::ReserveLocalSegmentRequest req,
+                             v1::ReserveLocalSegmentResponse* resp);
   Status DrainServer(v1::DrainServerRequest req, v1::DrainServerResponse* resp);
 
   // The address list as given.

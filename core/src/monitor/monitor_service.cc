@@ -63,6 +63,12 @@ grpc::Status MonitorService::ReportUnreachable(grpc::ServerContext* ctx,
   return Serve(ctx, [&](ViewManager& v) { return v.ReportUnreachable(*req, resp); });
 }
 
+grpc::Status MonitorService::ReserveLocalSegment(grpc::ServerContext* ctx,
+                                                 const v1::ReserveLocalSegmentRequest* req,
+                                                 v1::ReserveLocalSegmentResponse* resp) {
+  return Serve(ctx, [&](ViewManager& v) { return v.ReserveLocalSegment(*req, resp); });
+}
+
 grpc::Status MonitorService::ReportReplica(grpc::ServerContext* ctx,
                                            const v1::ReportReplicaRequest* req,
                                            v1::ReportReplicaResponse* resp) {

@@ -40,6 +40,9 @@ class MonitorService final : public v1::Monitor::Service {
                            v1::DrainServerResponse* resp) override;
   grpc::Status ReportUnreachable(grpc::ServerContext* ctx, const v1::ReportUnreachableRequest* req,
                                  v1::ReportUnreachableResponse* resp) override;
+  grpc::Status ReserveLocalSegment(grpc::ServerContext* ctx,
+                                   const v1::ReserveLocalSegmentRequest* req,
+                                   v1::ReserveLocalSegmentResponse* resp) override;
 
  private:
   template <typename Fn>

@@ -1,6 +1,7 @@
 #include "monitor/placement.h"
 
 #include <algorithm>
+#include <set>
 
 namespace pdpm::monitor {
 namespace {
@@ -71,8 +72,10 @@ std::vector<uint32_t> ChooseBackups(const std::vector<PlacementCandidate>& candi
   return result;
 }
 
-bool BalanceTables(std::vector<TableSlot>* tables, const std::vector<uint32_t>& servers) {
+bool BalanceTables(std::vector<TableSlot>* tables, const std::vector<uint32_t>& servers,
+                   const std::vector<uint32_t>& keep) {
   if (servers.empty()) return false;
+  const std::set<uint32_t> kept(keep.begin(), keep.end());
   std::map<uint32_t, uint32_t> owned;  // server → tables, over `servers` only
   for (uint32_t s : servers) owned[s] = 0;
   for (const TableSlot& t : *tables) {
@@ -88,7 +91,7 @@ bool BalanceTables(std::vector<TableSlot>* tables, const std::vector<uint32_t>& 
   };
   bool changed = false;
   for (TableSlot& t : *tables) {
-    if (owned.count(t.owner) || t.segments != 0) continue;
+    if (owned.count(t.owner) || kept.count(t.owner) || t.segments != 0) continue;
     uint32_t to = least_loaded();
     t.owner = to;
     ++owned[to];

@@ -37,13 +37,17 @@ struct TableSlot {
 };
 
 // Spreads tables over `servers` (the servers that may take tables): every
-// table without an owner among them that holds no segment is given to the
-// server owning the fewest tables, then empty tables move from the most to
-// the least loaded server until their counts differ by at most one (or no
-// empty table is left to move). Tables holding segments never move here
-// (moving data is migration, not placement). Deterministic. Returns
-// whether any owner changed.
-bool BalanceTables(std::vector<TableSlot>* tables, const std::vector<uint32_t>& servers);
+// table without an owner among them or in `keep` that holds no segment is
+// given to the server owning the fewest tables, then empty tables move from
+// the most to the least loaded server until their counts differ by at most
+// one (or no empty table is left to move). Tables of a server in `keep`
+// (one that missed heartbeats but is not DOWN: it may be back in a moment)
+// stay where they are: moving them churns the view under load, and only a
+// DOWN server or a drain moves a table away. Tables holding segments never
+// move here (moving data is migration, not placement). Deterministic.
+// Returns whether any owner changed.
+bool BalanceTables(std::vector<TableSlot>* tables, const std::vector<uint32_t>& servers,
+                   const std::vector<uint32_t>& keep = {});
 
 // The table (1..table_count) an object belongs to: jump consistent hashing
 // of its 128-bit id, so growing table_count moves only the objects the new

@@ -96,6 +96,24 @@ TEST(BalanceTables, TablesWithSegmentsNeverMove) {
   for (int i = 1; i < 4; ++i) EXPECT_NE(orphan[i].owner, 9u);
 }
 
+TEST(BalanceTables, OnlyADownOrDrainedServerLosesItsTables) {
+  auto tables = Tables(6);
+  ASSERT_TRUE(BalanceTables(&tables, {1, 2, 3}));
+  auto before = tables;
+  // Server 3 missed heartbeats (SUSPECT): neither a taker nor a loser.
+  EXPECT_FALSE(BalanceTables(&tables, {1, 2}, {3}));
+  for (size_t i = 0; i < tables.size(); ++i) EXPECT_EQ(tables[i].owner, before[i].owner);
+  // Unbalanced between the servers that are UP: only their tables move.
+  for (auto& t : tables) {
+    if (t.owner == 2) t.owner = 1;
+  }
+  ASSERT_TRUE(BalanceTables(&tables, {1, 2}, {3}));
+  EXPECT_EQ(Owners(tables), (std::map<uint32_t, int>{{1, 2}, {2, 2}, {3, 2}}));
+  // DOWN (in neither list): its empty tables go to the others.
+  ASSERT_TRUE(BalanceTables(&tables, {1, 2}));
+  EXPECT_EQ(Owners(tables), (std::map<uint32_t, int>{{1, 3}, {2, 3}}));
+}
+
 TEST(TableForObject, StableInRangeAndConsistent) {
   constexpr uint32_t kTables = 64;
   std::map<uint32_t, int> hits;

@@ -6,24 +6,42 @@
 namespace pdpm::monitor {
 namespace {
 
-std::map<uint32_t, std::set<uint32_t>> UsedLocal(const v1::ClusterView& view) {
-  std::map<uint32_t, std::set<uint32_t>> used;
-  for (const auto& m : view.segments()) {
-    used[m.primary().server_id()].insert(m.primary().local_index());
-    for (const auto& b : m.backups()) used[b.server_id()].insert(b.local_index());
-  }
-  return used;
-}
-
 std::string Seg(const v1::SegmentMapping& m) {
   return "segment " + std::to_string(m.segment());
 }
 
 }  // namespace
 
+std::map<uint32_t, std::set<uint32_t>> TakenLocalSegments(const v1::ClusterView& view) {
+  std::map<uint32_t, std::set<uint32_t>> taken;
+  for (const auto& m : view.segments()) {
+    taken[m.primary().server_id()].insert(m.primary().local_index());
+    for (const auto& b : m.backups()) taken[b.server_id()].insert(b.local_index());
+  }
+  for (const auto& s : view.servers()) {
+    taken[s.id()].insert(s.server_local_segments().begin(), s.server_local_segments().end());
+  }
+  return taken;
+}
+
+bool BackupLocalIndex(const v1::ServerInfo& holder, const std::set<uint32_t>& taken,
+                      uint32_t* index) {
+  for (uint32_t i = holder.segment_count(); i > 0; --i) {
+    if (taken.count(i - 1) == 0) {
+      *index = i - 1;
+      return true;
+    }
+  }
+  return false;
+}
+
 std::vector<std::string> Reconfigure(const ReconfigureInput& in, v1::ClusterView* view) {
   std::vector<std::string> changes;
   auto gone = [&](uint32_t id) { return in.dead.count(id) || in.leaving.count(id); };
+  std::map<uint32_t, std::set<uint32_t>> server_local;
+  for (const auto& s : view->servers()) {
+    server_local[s.id()].insert(s.server_local_segments().begin(), s.server_local_segments().end());
+  }
   for (auto& m : *view->mutable_segments()) {
     auto* backups = m.mutable_backups();
     // 2. Promotion first, while the leaving primary's in-sync backups are
@@ -42,11 +60,17 @@ std::vector<std::string> Reconfigure(const ReconfigureInput& in, v1::ClusterView
         backups->erase(it);
       }
     }
-    // 1. Dropped backups.
+    // 1. Dropped backups. One on a server-local segment never got its copy
+    // (the server refuses the fill): it is placed anew below.
     for (auto it = backups->begin(); it != backups->end();) {
       if (gone(it->server_id())) {
         changes.push_back(Seg(m) + ": backup on server " + std::to_string(it->server_id()) +
                           " dropped");
+        it = backups->erase(it);
+      } else if (server_local[it->server_id()].count(it->local_index())) {
+        changes.push_back(Seg(m) + ": backup on server " + std::to_string(it->server_id()) +
+                          " local " + std::to_string(it->local_index()) +
+                          " dropped: the server holds server-local data there");
         it = backups->erase(it);
       } else {
         ++it;
@@ -63,14 +87,14 @@ std::vector<std::string> Reconfigure(const ReconfigureInput& in, v1::ClusterView
     const uint32_t p = m->primary().server_id();
     uint32_t target = in.leaving.count(p) && !in.dead.count(p) ? std::max(wanted, 1u) : wanted;
     if (static_cast<uint32_t>(m->backups_size()) >= target) continue;
-    auto used = UsedLocal(*view);
+    auto taken = TakenLocalSegments(*view);
     std::set<uint32_t> holders{m->primary().server_id()};
     for (const auto& b : m->backups()) holders.insert(b.server_id());
     std::vector<PlacementCandidate> candidates;
     PlacementCandidate primary{m->primary().server_id(), 0, 0, {}};
     for (const auto& c : in.candidates) {
       PlacementCandidate cc = c;
-      cc.segments_used = static_cast<uint32_t>(used[c.server_id].size());
+      cc.segments_used = static_cast<uint32_t>(taken[c.server_id].size());
       if (c.server_id == primary.server_id) primary = cc;
       if (holders.count(c.server_id) == 0) candidates.push_back(std::move(cc));
     }
@@ -84,15 +108,15 @@ std::vector<std::string> Reconfigure(const ReconfigureInput& in, v1::ClusterView
     for (uint32_t id : ChooseBackups(candidates, primary, missing)) {
       auto holder = std::find_if(view->servers().begin(), view->servers().end(),
                                  [&](const v1::ServerInfo& s) { return s.id() == id; });
-      if (holder == view->servers().end() || holder->segment_count() == 0) continue;
-      int64_t index = static_cast<int64_t>(holder->segment_count()) - 1;
-      while (index >= 0 && used[id].count(static_cast<uint32_t>(index))) --index;
-      if (index < 0) continue;
+      uint32_t index = 0;
+      if (holder == view->servers().end() || !BackupLocalIndex(*holder, taken[id], &index)) {
+        continue;
+      }
       v1::SegmentReplica* r = m->add_backups();
       r->set_server_id(id);
-      r->set_local_index(static_cast<uint32_t>(index));
+      r->set_local_index(index);
       r->set_state(v1::REPLICA_STATE_SYNCING);
-      used[id].insert(static_cast<uint32_t>(index));
+      taken[id].insert(index);
       changes.push_back(Seg(*m) + ": new backup on server " + std::to_string(id) + " local " +
                         std::to_string(index) + " (syncing)");
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,14 +24,28 @@ struct ReconfigureInput {
   uint64_t epoch = 0;  // the epoch the changes take effect in
 };
 
+// Local segments of each server that hold something: a primary, a backup,
+// or server-local data (ServerInfo.server_local_segments). No copy is ever
+// placed on one of them.
+std::map<uint32_t, std::set<uint32_t>> TakenLocalSegments(const v1::ClusterView& view);
+
+// The local segment a new backup takes on `holder`: its highest one not in
+// `taken` (servers create their own segments from the lowest free one, so
+// the two meet only on a nearly full server). The one placement order of
+// AllocateSegment and Reconfigure. False when every one is taken.
+bool BackupLocalIndex(const v1::ServerInfo& holder, const std::set<uint32_t>& taken,
+                      uint32_t* index);
+
 // Applies, to every segment of `view`:
-//   1. backups on dead or leaving servers are dropped;
+//   1. backups on dead or leaving servers, and backups on a local segment
+//      their server holds server-local data in, are dropped;
 //   2. a primary on a dead or leaving server is replaced by its first
 //      in-sync backup (placement_epoch = epoch); without one it stays
 //      (the segment is unavailable until its server returns, or, for a
 //      drain, until a new backup is in sync);
-//   3. missing backups are chosen among the candidates (ChooseBackups),
-//      each on its holder's highest free local segment, in state SYNCING;
+//   3. missing backups are chosen among the candidates (ChooseBackups;
+//      segments_used counts every taken local segment), each on
+//      BackupLocalIndex, in state SYNCING;
 //   4. a table holding a segment is owned by that segment's primary
 //      (assigned_epoch = epoch when it changes).
 // Returns one line per change (for the log); empty when nothing changed.

@@ -136,5 +136,66 @@ TEST(ReconfigureTest, DrainMovesAPrimaryThroughANewBackupEvenWithoutReplication)
   EXPECT_FALSE(HoldsData(v, 1));
 }
 
+// The e2e failure "segments under-replicated" for good: a server's
+// transaction log is server-local (not in the mapping); a failover placed a
+// backup on it and its server refused the fill for ever.
+TEST(ReconfigureTest, FailoverNeverPlacesABackupOnAServerLocalSegment) {
+  v1::ClusterView v = View(3, 2);
+  v.mutable_servers(2)->add_server_local_segments(7);
+  v1::SegmentMapping* m = AddSegment(&v, 1, 1, 0);
+  AddBackup(m, 2, v1::REPLICA_STATE_IN_SYNC);
+  Reconfigure(Input(v, {1}), &v);
+  ASSERT_EQ(v.segments(0).backups_size(), 1);
+  EXPECT_EQ(v.segments(0).backups(0).server_id(), 3u);
+  EXPECT_EQ(v.segments(0).backups(0).local_index(), 6u);
+}
+
+TEST(ReconfigureTest, AServerFullWithItsServerLocalSegmentTakesNoBackup) {
+  v1::ClusterView v = View(3, 2);
+  // Server 3: its log in local 0 (the lowest hole), primaries in 1..7.
+  v.mutable_servers(2)->add_server_local_segments(0);
+  for (uint32_t local = 1; local < 8; ++local) {
+    v1::SegmentMapping* full = AddSegment(&v, 100 + local, 3, 0);
+    full->mutable_primary()->set_local_index(local);
+    AddBackup(full, 2, v1::REPLICA_STATE_IN_SYNC)->set_local_index(local);
+  }
+  v1::SegmentMapping* m = AddSegment(&v, 1, 1, 0);
+  AddBackup(m, 2, v1::REPLICA_STATE_IN_SYNC)->set_local_index(0);
+  Reconfigure(Input(v, {1}), &v);
+  const v1::SegmentMapping& moved = v.segments(v.segments_size() - 1);
+  EXPECT_EQ(moved.primary().server_id(), 2u);
+  // Under-replicated (health says so) rather than a backup that never fills.
+  EXPECT_EQ(moved.backups_size(), 0);
+}
+
+TEST(ReconfigureTest, BackupOnAServerLocalSegmentIsPlacedAnew) {
+  v1::ClusterView v = View(3, 2);
+  v.mutable_servers(2)->add_server_local_segments(7);
+  v1::SegmentMapping* m = AddSegment(&v, 1, 1, 0);
+  AddBackup(m, 3, v1::REPLICA_STATE_SYNCING);  // local 7: the log
+  auto changes = Reconfigure(Input(v, {}), &v);
+  ASSERT_EQ(v.segments(0).backups_size(), 1);
+  EXPECT_EQ(v.segments(0).backups(0).server_id(), 2u);  // server 3 uses 1 of 8
+  EXPECT_EQ(v.segments(0).backups(0).local_index(), 7u);
+  EXPECT_EQ(v.segments(0).backups(0).state(), v1::REPLICA_STATE_SYNCING);
+  bool said = false;
+  for (const auto& c : changes) said |= c.find("server-local") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+TEST(ReconfigureTest, TakenLocalSegmentsCountCopiesAndServerLocalData) {
+  v1::ClusterView v = View(2, 2);
+  v.mutable_servers(1)->add_server_local_segments(3);
+  AddBackup(AddSegment(&v, 1, 1, 0), 2, v1::REPLICA_STATE_IN_SYNC);
+  auto taken = TakenLocalSegments(v);
+  EXPECT_EQ(taken[1], (std::set<uint32_t>{0}));
+  EXPECT_EQ(taken[2], (std::set<uint32_t>{3, 7}));
+  uint32_t index = 0;
+  ASSERT_TRUE(BackupLocalIndex(v.servers(1), taken[2], &index));
+  EXPECT_EQ(index, 6u);  // the highest free
+  std::set<uint32_t> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_FALSE(BackupLocalIndex(v.servers(1), all, &index));
+}
+
 }  // namespace
 }  // namespace pdpm::monitor

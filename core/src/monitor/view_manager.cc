@@ -66,14 +66,22 @@ const v1::ServerInfo* FindServer(const v1::ClusterView& view, uint32_t id) {
   return nullptr;
 }
 
-// Local segment indexes in use on each server (primary or backup).
-std::map<uint32_t, std::set<uint32_t>> UsedLocalSegments(const v1::ClusterView& view) {
-  std::map<uint32_t, std::set<uint32_t>> used;
-  for (const auto& m : view.segments()) {
-    used[m.primary().server_id()].insert(m.primary().local_index());
-    for (const auto& b : m.backups()) used[b.server_id()].insert(b.local_index());
+// InvalidArgument unless every index of `local` is below `segment_count`
+// and appears once.
+Status CheckServerLocal(const google::protobuf::RepeatedField<uint32_t>& local,
+                        uint32_t segment_count) {
+  std::set<uint32_t> seen;
+  for (uint32_t i : local) {
+    if (i >= segment_count) {
+      return Status::InvalidArgument("server-local segment " + std::to_string(i) +
+                                     " does not exist (" + std::to_string(segment_count) +
+                                     " segments)");
+    }
+    if (!seen.insert(i).second) {
+      return Status::InvalidArgument("server-local segment " + std::to_string(i) + " listed twice");
+    }
   }
-  return used;
+  return Status::OK();
 }
 
 // The position of global segment `segment` in `view`'s mapping table;
@@ -100,6 +108,12 @@ std::vector<TableSlot> TableSlots(const v1::ClusterView& view) {
 // Internal consistency of a loaded view; a violation means the store holds
 // something no monitor wrote.
 Status CheckView(const v1::ClusterView& v) {
+  if (v.format_version() > kViewFormatVersion) {
+    return Status::FailedPrecondition(
+        "stored view has format version " + std::to_string(v.format_version()) +
+        "; this monitor reads up to " + std::to_string(kViewFormatVersion) +
+        " (a newer monitor wrote it)");
+  }
   if (v.epoch() == 0) return Status::Corruption("stored view has epoch 0");
   PDPM_RETURN_IF_ERROR(dsm::ValidateSegmentSize(v.segment_size()).WithContext("stored view"));
   if (v.replica_count() == 0 || v.replica_count() > dsm::kMaxReplicas || v.table_count() == 0 ||
@@ -109,6 +123,12 @@ Status CheckView(const v1::ClusterView& v) {
   for (int i = 0; i < v.tables_size(); ++i) {
     if (v.tables(i).table() != static_cast<uint32_t>(i) + 1) {
       return Status::Corruption("stored view's table map is out of order");
+    }
+  }
+  for (const auto& s : v.servers()) {
+    if (!CheckServerLocal(s.server_local_segments(), s.segment_count()).ok()) {
+      return Status::Corruption("stored view lists bad server-local segments of server " +
+                                std::to_string(s.id()));
     }
   }
   for (const auto& m : v.segments()) {
@@ -153,6 +173,7 @@ Status ViewManager::Open(ViewStore* store, const MonitorOptions& options, const 
   Status s = store->Load(&m->view_, &m->revision_);
   if (s.code() == StatusCode::kNotFound) {
     v1::ClusterView fresh;
+    fresh.set_format_version(kViewFormatVersion);
     fresh.set_epoch(1);
     fresh.set_segment_size(options.segment_size);
     fresh.set_replica_count(options.replicas);
@@ -190,7 +211,18 @@ Status ViewManager::Open(ViewStore* store, const MonitorOptions& options, const 
                                          {"cluster", v.cluster_uuid()},
                                          {"epoch", v.epoch()},
                                          {"servers", v.servers_size()},
-                                         {"segments", v.segments_size()}});
+                                         {"segments", v.segments_size()},
+                                         {"format_version", v.format_version()}});
+    if (v.format_version() < kViewFormatVersion) {
+      // Written before servers' server-local segments were recorded: a
+      // backup placed on one is refused by its server and placed anew
+      // (REPLICA_STATE_REFUSED), and each server's list is complete once it
+      // registers again.
+      log.Warn(
+          "the stored view is of an older format: server-local segments are unknown until "
+          "each server registers again",
+          {{"format_version", v.format_version()}, {"reads", kViewFormatVersion}});
+    }
   }
   auto now = Clock::now();
   {
@@ -221,6 +253,7 @@ Status ViewManager::CheckSecret(const std::string& presented) const {
 }
 
 Status ViewManager::Commit(v1::ClusterView next) {
+  next.set_format_version(kViewFormatVersion);
   uint64_t new_revision = 0;
   Status s = store_->CompareAndPut(revision_, next, &new_revision);
   if (!s.ok()) {
@@ -278,7 +311,13 @@ std::vector<uint32_t> ViewManager::LiveServers(const v1::ClusterView& view,
 
 bool ViewManager::RebalanceTables(v1::ClusterView* view, Clock::time_point now) const {
   std::vector<TableSlot> slots = TableSlots(*view);
-  if (!BalanceTables(&slots, LiveServers(*view, now))) return false;
+  std::vector<uint32_t> suspect;  // keep their tables (placement.h)
+  for (const auto& s : view->servers()) {
+    if (s.state() == v1::SERVER_STATE_UP && LiveState(s.id(), now) == v1::SERVER_STATE_SUSPECT) {
+      suspect.push_back(s.id());
+    }
+  }
+  if (!BalanceTables(&slots, LiveServers(*view, now), suspect)) return false;
   for (size_t i = 0; i < slots.size(); ++i) {
     v1::TableAssignment* t = view->mutable_tables(static_cast<int>(i));
     if (t->server_id() != slots[i].owner) {
@@ -302,7 +341,7 @@ void ViewManager::TouchLocked(uint32_t server_id) {
 
 void ViewManager::FillServers(Clock::time_point now,
                               google::protobuf::RepeatedPtrField<v1::ServerInfo>* out) const {
-  auto used = UsedLocalSegments(view_);
+  auto used = TakenLocalSegments(view_);
   std::map<uint32_t, uint32_t> tables;
   for (const auto& t : view_.tables()) ++tables[t.server_id()];
   std::lock_guard<std::mutex> lock(liveness_mu_);
@@ -332,6 +371,7 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
   if (req.segment_count() == 0) {
     return Status::InvalidArgument("server offers no segments (its PM is smaller than one)");
   }
+  PDPM_RETURN_IF_ERROR(CheckServerLocal(req.server_local_segments(), req.segment_count()));
   std::lock_guard<std::mutex> lock(mu_);
   if (req.segment_size() != view_.segment_size()) {
     return Status::FailedPrecondition(
@@ -368,6 +408,7 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
       s->set_segment_count(req.segment_count());
       s->set_state(v1::SERVER_STATE_UP);
       s->set_join_token(req.join_token());
+      *s->mutable_server_local_segments() = req.server_local_segments();
       changed = true;
     }
   } else {
@@ -387,13 +428,33 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
       return Status::NotFound("server id " + std::to_string(id) + " is not a member of cluster " +
                               view_.cluster_uuid());
     }
-    auto used = UsedLocalSegments(view_);
-    if (!used[id].empty() && *used[id].rbegin() >= req.segment_count()) {
+    std::set<uint32_t> mapped;  // this server's copies in the mapping
+    std::set<uint32_t> primaries;
+    for (const auto& m : view_.segments()) {
+      if (m.primary().server_id() == id) {
+        mapped.insert(m.primary().local_index());
+        primaries.insert(m.primary().local_index());
+      }
+      for (const auto& b : m.backups()) {
+        if (b.server_id() == id) mapped.insert(b.local_index());
+      }
+    }
+    if (!mapped.empty() && *mapped.rbegin() >= req.segment_count()) {
       return Status::FailedPrecondition(
           "server " + std::to_string(id) + " now offers " + std::to_string(req.segment_count()) +
-          " segments but local segment " + std::to_string(*used[id].rbegin()) + " is mapped");
+          " segments but local segment " + std::to_string(*mapped.rbegin()) + " is mapped");
     }
+    for (uint32_t local : req.server_local_segments()) {
+      if (primaries.count(local)) {
+        return Status::FailedPrecondition(
+            "server " + std::to_string(id) + " holds server-local data in local segment " +
+            std::to_string(local) + ", which the mapping gives a primary copy");
+      }
+    }
+    // A backup mapped on a server-local segment is placed anew by the next
+    // reconfiguration (its server never took the copy).
     v1::ServerInfo updated = *s;
+    *updated.mutable_server_local_segments() = req.server_local_segments();
     updated.set_address(info.address());
     updated.set_transport(info.transport());
     updated.set_cores(info.cores());
@@ -567,6 +628,13 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
       }
     }
   }
+  const auto& server_local = server->server_local_segments();
+  if (std::find(server_local.begin(), server_local.end(), req.local_index()) !=
+      server_local.end()) {
+    return Status::AlreadyExists("local segment " + std::to_string(req.local_index()) +
+                                 " of server " + std::to_string(server_id) +
+                                 " holds server-local data");
+  }
 
   uint64_t number = 0;
   if (req.table() == 0) {
@@ -583,15 +651,15 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
     next.set_next_object_segment(number - 1);
   }
 
-  // Backups: other live servers, each on its lowest free local segment.
+  // Backups: other live servers, each on BackupLocalIndex.
   auto now = Clock::now();
-  auto used = UsedLocalSegments(view_);
+  auto taken = TakenLocalSegments(view_);
   std::vector<PlacementCandidate> candidates;
   PlacementCandidate primary;
   for (const auto& s : view_.servers()) {
     PlacementCandidate c{s.id(),
                          s.segment_count(),
-                         static_cast<uint32_t>(used[s.id()].size()),
+                         static_cast<uint32_t>(taken[s.id()].size()),
                          {s.labels().begin(), s.labels().end()}};
     if (s.id() == server_id) {
       primary = c;
@@ -606,13 +674,12 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
       dsm::Descriptor::Make(dsm::kPermRead | dsm::kPermWrite, view_.replica_count()).bits);
   m->mutable_primary()->set_server_id(server_id);
   m->mutable_primary()->set_local_index(req.local_index());
-  // Backups take a server's highest free local segments while servers pick
-  // their primaries from the bottom, so the two rarely meet; when they do,
-  // the server's AllocateSegment is refused with kAlreadyExists.
+  // When a backup placed here meets a server's own new segment, the
+  // server's AllocateSegment (or ReserveLocalSegment) is refused with
+  // kAlreadyExists and it takes another.
   for (uint32_t backup : ChooseBackups(candidates, primary, view_.replica_count() - 1)) {
-    const v1::ServerInfo* holder = FindServer(view_, backup);
-    uint32_t index = holder->segment_count() - 1;
-    while (used[backup].count(index)) --index;
+    uint32_t index = 0;
+    if (!BackupLocalIndex(*FindServer(view_, backup), taken[backup], &index)) continue;
     v1::SegmentReplica* r = m->add_backups();
     r->set_server_id(backup);
     r->set_local_index(index);
@@ -806,7 +873,6 @@ void ViewManager::CheckLiveness() {
 Status ViewManager::ReconfigureLocked(Clock::time_point now) {
   ReconfigureInput in;
   in.epoch = view_.epoch() + 1;
-  auto used = UsedLocalSegments(view_);
   // States are read and the DOWN ones marked in one hold of liveness_mu_:
   // a heartbeat comes either before (and the server is not DOWN) or after
   // (and is refused until the view below is stored and published).
@@ -820,10 +886,9 @@ Status ViewManager::ReconfigureLocked(Clock::time_point now) {
     if (s.state() == v1::SERVER_STATE_DRAINING || s.state() == v1::SERVER_STATE_DRAINED) {
       in.leaving.insert(s.id());
     } else if (live == v1::SERVER_STATE_UP) {
-      in.candidates.push_back({s.id(),
-                               s.segment_count(),
-                               static_cast<uint32_t>(used[s.id()].size()),
-                               {s.labels().begin(), s.labels().end()}});
+      // segments_used: Reconfigure counts it from the view it changes.
+      in.candidates.push_back(
+          {s.id(), s.segment_count(), 0, {s.labels().begin(), s.labels().end()}});
     }
   }
   live_lock.unlock();
@@ -881,6 +946,29 @@ Status ViewManager::ReportReplica(const v1::ReportReplicaRequest& req,
     return Status::FailedPrecondition("server " + std::to_string(req.server_id()) +
                                       " holds neither the primary nor that backup of segment " +
                                       std::to_string(req.segment()));
+  }
+  if (req.state() == v1::REPLICA_STATE_REFUSED) {
+    if (req.server_id() != req.replica_server_id()) {
+      return Status::FailedPrecondition("only the backup's own server refuses a backup");
+    }
+    // Its local segment holds server-local data this view did not show:
+    // recorded, so the backup is placed elsewhere now and nothing lands
+    // there again.
+    backups->erase(b);
+    v1::ServerInfo* holder = FindServer(&next, req.replica_server_id());
+    holder->add_server_local_segments(req.local_index());
+    next.set_epoch(next.epoch() + 1);
+    PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+    log_.Warn("backup refused by its server: it holds server-local data there; placed anew",
+              {{"segment", req.segment()},
+               {"server_id", req.replica_server_id()},
+               {"local_index", req.local_index()},
+               {"epoch", view_.epoch()}});
+    if (Status placed = ReconfigureLocked(Clock::now()); !placed.ok()) {
+      log_.Warn("reconfiguration not stored; retried next check", {{"status", placed}});
+    }
+    resp->set_epoch(view_.epoch());
+    return Status::OK();
   }
   v1::ReplicaState state = b->state();
   if (req.state() == v1::REPLICA_STATE_IN_SYNC) {
@@ -945,6 +1033,47 @@ Status ViewManager::ReportUnreachable(const v1::ReportUnreachableRequest& req,
   PDPM_RETURN_IF_ERROR(ReconfigureLocked(now));
   resp->set_epoch(view_.epoch());
   resp->set_confirmed(true);
+  return Status::OK();
+}
+
+Status ViewManager::ReserveLocalSegment(const v1::ReserveLocalSegmentRequest& req,
+                                        v1::ReserveLocalSegmentResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  std::lock_guard<std::mutex> lock(mu_);
+  const v1::ServerInfo* server = nullptr;
+  PDPM_RETURN_IF_ERROR(FindMember(req.server_id(), &server));
+  Touch(req.server_id());
+  if (req.local_index() >= server->segment_count()) {
+    return Status::OutOfRange("local segment " + std::to_string(req.local_index()) +
+                              " does not exist: server " + std::to_string(req.server_id()) +
+                              " has " + std::to_string(server->segment_count()));
+  }
+  resp->set_epoch(view_.epoch());
+  const auto& reserved = server->server_local_segments();
+  if (std::find(reserved.begin(), reserved.end(), req.local_index()) != reserved.end()) {
+    return Status::OK();  // a retry
+  }
+  for (const auto& m : view_.segments()) {
+    bool held = m.primary().server_id() == req.server_id() &&
+                m.primary().local_index() == req.local_index();
+    for (const auto& b : m.backups()) {
+      held |= b.server_id() == req.server_id() && b.local_index() == req.local_index();
+    }
+    if (held) {
+      return Status::AlreadyExists(
+          "local segment " + std::to_string(req.local_index()) + " of server " +
+          std::to_string(req.server_id()) + " holds a copy of global segment " +
+          std::to_string(m.segment()) + " in epoch " + std::to_string(view_.epoch()));
+    }
+  }
+  v1::ClusterView next = view_;
+  FindServer(&next, req.server_id())->add_server_local_segments(req.local_index());
+  next.set_epoch(next.epoch() + 1);
+  PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+  log_.Info("server-local segment reserved", {{"server_id", req.server_id()},
+                                              {"local_index", req.local_index()},
+                                              {"epoch", view_.epoch()}});
+  resp->set_epoch(view_.epoch());
   return Status::OK();
 }
 

@@ -37,6 +37,10 @@
 
 namespace pdpm::monitor {
 
+// The format of the ClusterView this monitor writes (its format_version):
+// 0 before servers' server-local segments were recorded, 1 since.
+inline constexpr uint32_t kViewFormatVersion = 1;
+
 struct MonitorOptions {
   // Cluster parameters, fixed when the view is created. When a stored view
   // exists, a parameter marked `_set` (given explicitly) must match it.
@@ -84,6 +88,11 @@ class ViewManager {
   // declares the server DOWN now and reconfigures.
   Status ReportUnreachable(const v1::ReportUnreachableRequest& req,
                            v1::ReportUnreachableResponse* resp);
+  // A server takes a local segment for server-local data: recorded in its
+  // ServerInfo, so no copy is placed there. kAlreadyExists when the mapping
+  // holds a copy of a segment there.
+  Status ReserveLocalSegment(const v1::ReserveLocalSegmentRequest& req,
+                             v1::ReserveLocalSegmentResponse* resp);
 
   // Re-evaluates every member's liveness and logs each UP/SUSPECT/DOWN
   // transition, then reconfigures (monitor/reconfigure.h): segments of DOWN

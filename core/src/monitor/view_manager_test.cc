@@ -75,6 +75,10 @@ class ViewManagerTest : public ::testing::Test {
 };
 
 TEST_F(ViewManagerTest, ConcurrentCallsKeepTheViewConsistent) {
+  // The epoch count below assumes no liveness change: on a loaded host the
+  // servers that never heartbeat went DOWN within the default timeouts.
+  options_.suspect_timeout = std::chrono::minutes(1);
+  options_.down_timeout = std::chrono::minutes(2);
   ASSERT_NO_FATAL_FAILURE(Open());
   constexpr int kThreads = 4, kServersEach = 3, kSegmentsEach = 6;
   std::atomic<int> errors{0};
@@ -487,6 +491,37 @@ TEST_F(ViewManagerTest, RetriedJoinGetsTheSameMember) {
   EXPECT_EQ(m.servers_size(), 4);
 }
 
+// A server that missed heartbeats keeps its tables until it is DOWN:
+// moving them off a SUSPECT server churned views under load (clients saw
+// CLUSTERDOWN while the server was merely slow).
+TEST_F(ViewManagerTest, SuspectServerKeepsItsTables) {
+  options_.heartbeat_interval = std::chrono::milliseconds(10);
+  options_.suspect_timeout = std::chrono::milliseconds(100);
+  options_.down_timeout = std::chrono::minutes(10);
+  ASSERT_NO_FATAL_FAILURE(Open());
+  v1::RegisterServerResponse a, b;
+  ASSERT_TRUE(manager_->RegisterServer(NewServer(1), &a).ok());
+  ASSERT_TRUE(manager_->RegisterServer(NewServer(2), &b).ok());
+  v1::GetMappingResponse before;
+  ASSERT_TRUE(manager_->GetMapping(v1::GetMappingRequest(), &before).ok());
+  int owned_by_b = 0;
+  for (const auto& t : before.tables()) owned_by_b += t.server_id() == b.server_id();
+  ASSERT_GT(owned_by_b, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both SUSPECT
+  v1::HeartbeatRequest hb;
+  hb.set_cluster_secret(kSecret);
+  hb.set_server_id(a.server_id());
+  v1::HeartbeatResponse hr;
+  ASSERT_TRUE(manager_->Heartbeat(hb, &hr).ok());  // a is UP again, b is not
+  manager_->CheckLiveness();
+  v1::GetMappingResponse after;
+  ASSERT_TRUE(manager_->GetMapping(v1::GetMappingRequest(), &after).ok());
+  EXPECT_EQ(after.epoch(), before.epoch());
+  for (int i = 0; i < after.tables_size(); ++i) {
+    EXPECT_EQ(after.tables(i).server_id(), before.tables(i).server_id()) << "table " << i + 1;
+  }
+}
+
 TEST_F(ViewManagerTest, OptionsAreValidated) {
   options_.suspect_timeout = options_.heartbeat_interval;
   EXPECT_EQ(options_.Validate().code(), StatusCode::kInvalidArgument);
@@ -497,6 +532,163 @@ TEST_F(ViewManagerTest, OptionsAreValidated) {
   EXPECT_TRUE(options_.Validate().ok());
   options_.cluster_secret.clear();
   EXPECT_EQ(options_.Validate().code(), StatusCode::kInvalidArgument);
+}
+
+// Server-local segments (a server's transaction log) are in no mapping;
+// the view records them per server and no copy is ever placed on one.
+class ServerLocalSegmentTest : public ViewManagerTest {
+ protected:
+  void SetUp() override {
+    ViewManagerTest::SetUp();
+    // Liveness is no subject here: no server may turn SUSPECT on a slow host.
+    options_.suspect_timeout = std::chrono::minutes(1);
+    options_.down_timeout = std::chrono::minutes(2);
+    ASSERT_NO_FATAL_FAILURE(Open());
+  }
+  uint32_t Register(int n, std::vector<uint32_t> server_local) {
+    v1::RegisterServerRequest req = NewServer(n);
+    for (uint32_t local : server_local) req.add_server_local_segments(local);
+    v1::RegisterServerResponse r;
+    Status s = manager_->RegisterServer(req, &r);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return r.server_id();
+  }
+  Status Allocate(uint32_t server, uint32_t local, v1::AllocateSegmentResponse* out) {
+    v1::AllocateSegmentRequest a;
+    a.set_cluster_secret(kSecret);
+    a.set_server_id(server);
+    a.set_local_index(local);
+    a.set_access_key(7);
+    return manager_->AllocateSegment(a, out);
+  }
+  Status Reserve(uint32_t server, uint32_t local) {
+    v1::ReserveLocalSegmentRequest req;
+    req.set_cluster_secret(kSecret);
+    req.set_server_id(server);
+    req.set_local_index(local);
+    v1::ReserveLocalSegmentResponse resp;
+    return manager_->ReserveLocalSegment(req, &resp);
+  }
+  v1::GetMappingResponse Mapping() {
+    v1::GetMappingResponse m;
+    EXPECT_TRUE(manager_->GetMapping(v1::GetMappingRequest(), &m).ok());
+    return m;
+  }
+  static std::vector<uint32_t> ServerLocal(const v1::GetMappingResponse& m, uint32_t server) {
+    for (const auto& s : m.servers()) {
+      if (s.id() == server)
+        return {s.server_local_segments().begin(), s.server_local_segments().end()};
+    }
+    return {};
+  }
+};
+
+TEST_F(ServerLocalSegmentTest, AllocationPlacesNoBackupOnAReportedServerLocalSegment) {
+  uint32_t a = Register(1, {});
+  uint32_t b = Register(2, {63});  // its log in its highest local segment
+  v1::AllocateSegmentResponse seg;
+  ASSERT_TRUE(Allocate(a, 0, &seg).ok());
+  ASSERT_EQ(seg.mapping().backups_size(), 1);
+  EXPECT_EQ(seg.mapping().backups(0).server_id(), b);
+  EXPECT_EQ(seg.mapping().backups(0).local_index(), 62u);
+  // Nor does the server itself announce a primary there.
+  EXPECT_EQ(Allocate(b, 63, &seg).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(ServerLocal(Mapping(), b), std::vector<uint32_t>{63});
+}
+
+TEST_F(ServerLocalSegmentTest, ReservationIsRefusedWhereTheMappingPlacedACopy) {
+  uint32_t a = Register(1, {});
+  uint32_t b = Register(2, {});
+  v1::AllocateSegmentResponse seg;
+  ASSERT_TRUE(Allocate(a, 0, &seg).ok());
+  ASSERT_EQ(seg.mapping().backups(0).local_index(), 63u);
+  // Server b has not learnt of that backup yet and takes 63 for its log.
+  EXPECT_EQ(Reserve(b, 63).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(Reserve(b, 64).code(), StatusCode::kOutOfRange);
+  const uint64_t before = Mapping().epoch();
+  ASSERT_TRUE(Reserve(b, 62).ok());
+  EXPECT_GT(Mapping().epoch(), before);
+  ASSERT_TRUE(Reserve(b, 62).ok());  // a retry changes nothing
+  EXPECT_EQ(ServerLocal(Mapping(), b), std::vector<uint32_t>{62});
+  ASSERT_TRUE(Allocate(a, 1, &seg).ok());
+  EXPECT_EQ(seg.mapping().backups(0).local_index(), 61u);
+}
+
+TEST_F(ServerLocalSegmentTest, RefusedBackupIsPlacedAnewAndItsSegmentRecorded) {
+  uint32_t a = Register(1, {});
+  uint32_t b = Register(2, {});
+  v1::AllocateSegmentResponse seg;
+  ASSERT_TRUE(Allocate(a, 0, &seg).ok());
+  v1::ReportReplicaRequest r;
+  r.set_cluster_secret(kSecret);
+  r.set_segment(seg.mapping().segment());
+  r.set_replica_server_id(b);
+  r.set_local_index(63);
+  r.set_state(v1::REPLICA_STATE_REFUSED);
+  v1::ReportReplicaResponse resp;
+  r.set_server_id(a);  // only the backup's own server knows what it holds
+  EXPECT_EQ(manager_->ReportReplica(r, &resp).code(), StatusCode::kFailedPrecondition);
+  r.set_server_id(b);
+  ASSERT_TRUE(manager_->ReportReplica(r, &resp).ok());
+  v1::GetMappingResponse m = Mapping();
+  EXPECT_EQ(ServerLocal(m, b), std::vector<uint32_t>{63});
+  ASSERT_EQ(m.segments_size(), 1);
+  ASSERT_EQ(m.segments(0).backups_size(), 1);
+  EXPECT_EQ(m.segments(0).backups(0).server_id(), b);
+  EXPECT_EQ(m.segments(0).backups(0).local_index(), 62u);
+  EXPECT_EQ(m.segments(0).backups(0).state(), v1::REPLICA_STATE_SYNCING);
+}
+
+TEST_F(ServerLocalSegmentTest, RestartedServerReportingItsLogMovesABackupPlacedThere) {
+  uint32_t a = Register(1, {});
+  uint32_t b = Register(2, {});
+  v1::AllocateSegmentResponse seg;
+  ASSERT_TRUE(Allocate(a, 0, &seg).ok());
+  ASSERT_EQ(seg.mapping().backups(0).local_index(), 63u);
+  v1::RegisterServerRequest again = NewServer(2);
+  again.set_cluster_uuid(Mapping().cluster_uuid());
+  again.set_server_id(b);
+  again.add_server_local_segments(63);
+  v1::RegisterServerResponse rr;
+  ASSERT_TRUE(manager_->RegisterServer(again, &rr).ok());
+  manager_->CheckLiveness();
+  v1::GetMappingResponse m = Mapping();
+  ASSERT_EQ(m.segments(0).backups_size(), 1);
+  EXPECT_EQ(m.segments(0).backups(0).local_index(), 62u);
+  // A log where the mapping has a primary is a contradiction, said so.
+  again.clear_server_local_segments();
+  again.add_server_local_segments(62);
+  again.set_server_id(a);
+  again.mutable_info()->set_address("10.0.0.1:7000");
+  EXPECT_EQ(manager_->RegisterServer(again, &rr).code(), StatusCode::kOk);
+  again.clear_server_local_segments();
+  again.add_server_local_segments(0);
+  Status s = manager_->RegisterServer(again, &rr);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  again.add_server_local_segments(64);
+  EXPECT_EQ(manager_->RegisterServer(again, &rr).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ServerLocalSegmentTest, ViewFormatIsRecordedAndANewerOneRefused) {
+  Register(1, {});
+  v1::ClusterView stored;
+  uint64_t revision = 0;
+  ASSERT_TRUE(store_->Load(&stored, &revision).ok());
+  EXPECT_EQ(stored.format_version(), kViewFormatVersion);
+  // A view written before server-local segments were recorded loads.
+  stored.clear_format_version();
+  ASSERT_TRUE(store_->CompareAndPut(revision, stored, &revision).ok());
+  ASSERT_NO_FATAL_FAILURE(Open());
+  // One from a newer monitor does not.
+  stored.set_format_version(kViewFormatVersion + 1);
+  manager_.reset();
+  v1::ClusterView loaded;
+  ASSERT_TRUE(store_->Load(&loaded, &revision).ok());
+  ASSERT_TRUE(store_->CompareAndPut(revision, stored, &revision).ok());
+  std::unique_ptr<ViewManager> newer;
+  Status s = ViewManager::Open(store_.get(), options_, Logger("monitor", null_fd_), &newer);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.ToString().find("newer monitor"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

@@ -238,6 +238,16 @@ Status DataServer::Register(const std::atomic<bool>* stop) {
   info->set_capacity_bytes(space_->segment_count() * space_->segment_size());
   info->set_segment_count(static_cast<uint32_t>(space_->segment_count()));
   for (const auto& [k, v] : options_.labels) (*info->mutable_labels())[k] = v;
+  {
+    // What the monitor's view cannot know from the mapping (recovered from
+    // PM): no copy is placed there.
+    std::shared_lock lock(mu_);
+    for (const auto& seg : segments_) {
+      if (seg != nullptr && seg->role.kind == SegmentKind::kTxLog) {
+        req.add_server_local_segments(seg->local);
+      }
+    }
+  }
   if (sb.cluster_uuid.is_nil()) req.set_join_token(NewJoinToken());
   v1::RegisterServerResponse resp;
   Status s;

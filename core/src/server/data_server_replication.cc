@@ -606,6 +606,18 @@ Status DataServer::HandleReplicaAttach(std::span<const uint8_t> req, std::string
     Encoder(reply).U64(existing->region->key());
     return Status::OK();
   }
+  if (existing != nullptr && !existing->fenced && existing->role.kind == SegmentKind::kTxLog) {
+    // Server-local data the monitor's view did not show (a view of an older
+    // format): the monitor records it and places the backup elsewhere;
+    // the primary's next try finds the backup gone.
+    Status reported =
+        ReportBackup(monitor_.get(), server_id_, static_cast<uint32_t>(g),
+                     {server_id_, static_cast<uint32_t>(local)}, 0, v1::REPLICA_STATE_REFUSED);
+    return Status::FailedPrecondition(
+        "local segment " + std::to_string(local) + " holds this server's transaction log" +
+        (reported.ok() ? "; the backup is placed anew"
+                       : "; reporting that failed: " + reported.ToString()));
+  }
   if (existing != nullptr && !existing->fenced) {
     return Status::FailedPrecondition("local segment " + std::to_string(local) +
                                       " holds global segment " +

@@ -13,8 +13,27 @@
 namespace pdpm::server {
 
 Status DataServer::CreateTxLogSegment(Segment** out) {
+  // The mapping never holds this server-local segment, so it is reserved
+  // with the monitor before it is formatted: from then on no backup is
+  // placed on it. A refusal means the mapping placed a copy there that
+  // this server has not learnt yet: learn it and take another.
   uint32_t local = 0;
-  PDPM_RETURN_IF_ERROR(FreeLocalSegment(&local).WithContext("transaction log"));
+  for (size_t tries = 1;; ++tries) {
+    PDPM_RETURN_IF_ERROR(FreeLocalSegment(&local).WithContext("transaction log"));
+    v1::ReserveLocalSegmentRequest req;
+    req.set_server_id(server_id_);
+    req.set_local_index(local);
+    v1::ReserveLocalSegmentResponse resp;
+    Status s = monitor_->ReserveLocalSegment(req, &resp);
+    if (s.ok()) break;
+    // Each refusal names a local segment the refreshed mapping then holds,
+    // so more tries than segments mean the mapping keeps changing under us.
+    if (s.code() != StatusCode::kAlreadyExists || tries >= segments_.size()) {
+      return s.WithContext("reserve local segment " + std::to_string(local) +
+                           " for the transaction log");
+    }
+    PDPM_RETURN_IF_ERROR(RefreshMapping().WithContext("transaction log"));
+  }
   std::span<char> mem = space_->segment(local);
   dsm::PmRange range{mem.data(), mem.size(), space_->device().persist_fn()};
   PDPM_RETURN_IF_ERROR(dsm::PAllocator::Format(range));

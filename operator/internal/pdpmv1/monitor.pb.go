@@ -36,6 +36,11 @@ const (
 	ReplicaState_REPLICA_STATE_UNSPECIFIED ReplicaState = 0
 	ReplicaState_REPLICA_STATE_IN_SYNC     ReplicaState = 1
 	ReplicaState_REPLICA_STATE_SYNCING     ReplicaState = 2
+	// Reported by the backup's own server only: its local segment holds
+	// server-local data the view did not show, so the copy cannot go there.
+	// The monitor drops the backup, records that local segment as
+	// server-local and places the backup elsewhere.
+	ReplicaState_REPLICA_STATE_REFUSED ReplicaState = 3
 )
 
 // Enum value maps for ReplicaState.
@@ -44,11 +49,13 @@ var (
 		0: "REPLICA_STATE_UNSPECIFIED",
 		1: "REPLICA_STATE_IN_SYNC",
 		2: "REPLICA_STATE_SYNCING",
+		3: "REPLICA_STATE_REFUSED",
 	}
 	ReplicaState_value = map[string]int32{
 		"REPLICA_STATE_UNSPECIFIED": 0,
 		"REPLICA_STATE_IN_SYNC":     1,
 		"REPLICA_STATE_SYNCING":     2,
+		"REPLICA_STATE_REFUSED":     3,
 	}
 )
 
@@ -201,9 +208,13 @@ type ServerInfo struct {
 	Labels              map[string]string      `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // topology: zone, rack, host
 	LastHeartbeatUnixMs uint64                 `protobuf:"varint,9,opt,name=last_heartbeat_unix_ms,json=lastHeartbeatUnixMs,proto3" json:"last_heartbeat_unix_ms,omitempty"`
 	SegmentCount        uint32                 `protobuf:"varint,10,opt,name=segment_count,json=segmentCount,proto3" json:"segment_count,omitempty"` // segments cut from its PM
-	SegmentsUsed        uint32                 `protobuf:"varint,11,opt,name=segments_used,json=segmentsUsed,proto3" json:"segments_used,omitempty"` // local segments holding a primary or backup
+	SegmentsUsed        uint32                 `protobuf:"varint,11,opt,name=segments_used,json=segmentsUsed,proto3" json:"segments_used,omitempty"` // local segments holding a primary, a backup or server-local data
 	Tables              uint32                 `protobuf:"varint,12,opt,name=tables,proto3" json:"tables,omitempty"`                                 // object-store tables it owns
 	JoinToken           string                 `protobuf:"bytes,13,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`           // RegisterServerRequest.join_token of its join
+	// Local segments holding server-local data (the transaction log), never
+	// in the mapping: no copy is ever placed there. Set by the server's
+	// registration and ReserveLocalSegment (and a REFUSED backup report).
+	ServerLocalSegments []uint32 `protobuf:"varint,14,rep,packed,name=server_local_segments,json=serverLocalSegments,proto3" json:"server_local_segments,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -329,6 +340,13 @@ func (x *ServerInfo) GetJoinToken() string {
 	return ""
 }
 
+func (x *ServerInfo) GetServerLocalSegments() []uint32 {
+	if x != nil {
+		return x.ServerLocalSegments
+	}
+	return nil
+}
+
 type RegisterServerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
@@ -340,9 +358,12 @@ type RegisterServerRequest struct {
 	// A new server's random token, the same on every retry of its join: a
 	// join retried after a lost reply (a timeout) gets the member the first
 	// attempt created instead of a second one that would never heartbeat.
-	JoinToken     string `protobuf:"bytes,7,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	JoinToken string `protobuf:"bytes,7,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	// The local segments its PM holds server-local data in (the transaction
+	// log): replaces ServerInfo.server_local_segments.
+	ServerLocalSegments []uint32 `protobuf:"varint,8,rep,packed,name=server_local_segments,json=serverLocalSegments,proto3" json:"server_local_segments,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *RegisterServerRequest) Reset() {
@@ -422,6 +443,13 @@ func (x *RegisterServerRequest) GetJoinToken() string {
 		return x.JoinToken
 	}
 	return ""
+}
+
+func (x *RegisterServerRequest) GetServerLocalSegments() []uint32 {
+	if x != nil {
+		return x.ServerLocalSegments
+	}
+	return nil
 }
 
 type RegisterServerResponse struct {
@@ -1822,8 +1850,13 @@ type ClusterView struct {
 	Servers           []*ServerInfo          `protobuf:"bytes,9,rep,name=servers,proto3" json:"servers,omitempty"`                                                 // members; liveness fields not stored
 	Segments          []*SegmentMapping      `protobuf:"bytes,10,rep,name=segments,proto3" json:"segments,omitempty"`                                              // with access keys
 	Tables            []*TableAssignment     `protobuf:"bytes,11,rep,name=tables,proto3" json:"tables,omitempty"`                                                  // exactly table_count entries
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What the view records (kViewFormatVersion, monitor/view_manager.h):
+	// 0 (absent) in views written before server-local segments were
+	// recorded (their servers' lists fill as each server registers again);
+	// 1 since. A monitor refuses a view newer than it reads.
+	FormatVersion uint32 `protobuf:"varint,12,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterView) Reset() {
@@ -1933,6 +1966,13 @@ func (x *ClusterView) GetTables() []*TableAssignment {
 	return nil
 }
 
+func (x *ClusterView) GetFormatVersion() uint32 {
+	if x != nil {
+		return x.FormatVersion
+	}
+	return 0
+}
+
 type ReportUnreachableRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
@@ -2037,11 +2077,115 @@ func (x *ReportUnreachableResponse) GetConfirmed() bool {
 	return false
 }
 
+type ReserveLocalSegmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
+	ServerId      uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	LocalIndex    uint32                 `protobuf:"varint,3,opt,name=local_index,json=localIndex,proto3" json:"local_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveLocalSegmentRequest) Reset() {
+	*x = ReserveLocalSegmentRequest{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveLocalSegmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveLocalSegmentRequest) ProtoMessage() {}
+
+func (x *ReserveLocalSegmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveLocalSegmentRequest.ProtoReflect.Descriptor instead.
+func (*ReserveLocalSegmentRequest) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ReserveLocalSegmentRequest) GetClusterSecret() string {
+	if x != nil {
+		return x.ClusterSecret
+	}
+	return ""
+}
+
+func (x *ReserveLocalSegmentRequest) GetServerId() uint32 {
+	if x != nil {
+		return x.ServerId
+	}
+	return 0
+}
+
+func (x *ReserveLocalSegmentRequest) GetLocalIndex() uint32 {
+	if x != nil {
+		return x.LocalIndex
+	}
+	return 0
+}
+
+type ReserveLocalSegmentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveLocalSegmentResponse) Reset() {
+	*x = ReserveLocalSegmentResponse{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveLocalSegmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveLocalSegmentResponse) ProtoMessage() {}
+
+func (x *ReserveLocalSegmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveLocalSegmentResponse.ProtoReflect.Descriptor instead.
+func (*ReserveLocalSegmentResponse) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ReserveLocalSegmentResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 var File_pdpm_v1_monitor_proto protoreflect.FileDescriptor
 
 const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\n" +
-	"\x15pdpm/v1/monitor.proto\x12\apdpm.v1\"\x86\x04\n" +
+	"\x15pdpm/v1/monitor.proto\x12\apdpm.v1\"\xba\x04\n" +
 	"\n" +
 	"ServerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x18\n" +
@@ -2059,10 +2203,11 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\rsegments_used\x18\v \x01(\rR\fsegmentsUsed\x12\x16\n" +
 	"\x06tables\x18\f \x01(\rR\x06tables\x12\x1d\n" +
 	"\n" +
-	"join_token\x18\r \x01(\tR\tjoinToken\x1a9\n" +
+	"join_token\x18\r \x01(\tR\tjoinToken\x122\n" +
+	"\x15server_local_segments\x18\x0e \x03(\rR\x13serverLocalSegments\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc2\x02\n" +
 	"\x15RegisterServerRequest\x12%\n" +
 	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12!\n" +
 	"\fcluster_uuid\x18\x02 \x01(\tR\vclusterUuid\x12\x1b\n" +
@@ -2071,7 +2216,8 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\rsegment_count\x18\x05 \x01(\rR\fsegmentCount\x12!\n" +
 	"\fsegment_size\x18\x06 \x01(\x04R\vsegmentSize\x12\x1d\n" +
 	"\n" +
-	"join_token\x18\a \x01(\tR\tjoinToken\"\xe5\x01\n" +
+	"join_token\x18\a \x01(\tR\tjoinToken\x122\n" +
+	"\x15server_local_segments\x18\b \x03(\rR\x13serverLocalSegments\"\xe5\x01\n" +
 	"\x16RegisterServerResponse\x12!\n" +
 	"\fcluster_uuid\x18\x01 \x01(\tR\vclusterUuid\x12\x1b\n" +
 	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12\x14\n" +
@@ -2186,7 +2332,7 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x13DrainServerResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12*\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x14.pdpm.v1.ServerStateR\x05state\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xc7\x03\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xee\x03\n" +
 	"\vClusterView\x12!\n" +
 	"\fcluster_uuid\x18\x01 \x01(\tR\vclusterUuid\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +
@@ -2200,17 +2346,26 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\aservers\x18\t \x03(\v2\x13.pdpm.v1.ServerInfoR\aservers\x123\n" +
 	"\bsegments\x18\n" +
 	" \x03(\v2\x17.pdpm.v1.SegmentMappingR\bsegments\x120\n" +
-	"\x06tables\x18\v \x03(\v2\x18.pdpm.v1.TableAssignmentR\x06tables\"^\n" +
+	"\x06tables\x18\v \x03(\v2\x18.pdpm.v1.TableAssignmentR\x06tables\x12%\n" +
+	"\x0eformat_version\x18\f \x01(\rR\rformatVersion\"^\n" +
 	"\x18ReportUnreachableRequest\x12%\n" +
 	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12\x1b\n" +
 	"\tserver_id\x18\x02 \x01(\rR\bserverId\"O\n" +
 	"\x19ReportUnreachableResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1c\n" +
-	"\tconfirmed\x18\x02 \x01(\bR\tconfirmed*c\n" +
+	"\tconfirmed\x18\x02 \x01(\bR\tconfirmed\"\x81\x01\n" +
+	"\x1aReserveLocalSegmentRequest\x12%\n" +
+	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12\x1b\n" +
+	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12\x1f\n" +
+	"\vlocal_index\x18\x03 \x01(\rR\n" +
+	"localIndex\"3\n" +
+	"\x1bReserveLocalSegmentResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch*~\n" +
 	"\fReplicaState\x12\x1d\n" +
 	"\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REPLICA_STATE_IN_SYNC\x10\x01\x12\x19\n" +
-	"\x15REPLICA_STATE_SYNCING\x10\x02*\xa6\x01\n" +
+	"\x15REPLICA_STATE_SYNCING\x10\x02\x12\x19\n" +
+	"\x15REPLICA_STATE_REFUSED\x10\x03*\xa6\x01\n" +
 	"\vServerState\x12\x1c\n" +
 	"\x18SERVER_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fSERVER_STATE_UP\x10\x01\x12\x18\n" +
@@ -2222,7 +2377,7 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tHEALTH_OK\x10\x01\x12\x13\n" +
 	"\x0fHEALTH_DEGRADED\x10\x02\x12\x0f\n" +
-	"\vHEALTH_DOWN\x10\x032\x9e\x06\n" +
+	"\vHEALTH_DOWN\x10\x032\x80\a\n" +
 	"\aMonitor\x12Q\n" +
 	"\x0eRegisterServer\x12\x1e.pdpm.v1.RegisterServerRequest\x1a\x1f.pdpm.v1.RegisterServerResponse\x12B\n" +
 	"\tHeartbeat\x12\x19.pdpm.v1.HeartbeatRequest\x1a\x1a.pdpm.v1.HeartbeatResponse\x12T\n" +
@@ -2234,7 +2389,8 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x10GetClusterStatus\x12 .pdpm.v1.GetClusterStatusRequest\x1a\x16.pdpm.v1.ClusterStatus\x12N\n" +
 	"\rReportReplica\x12\x1d.pdpm.v1.ReportReplicaRequest\x1a\x1e.pdpm.v1.ReportReplicaResponse\x12H\n" +
 	"\vDrainServer\x12\x1b.pdpm.v1.DrainServerRequest\x1a\x1c.pdpm.v1.DrainServerResponse\x12Z\n" +
-	"\x11ReportUnreachable\x12!.pdpm.v1.ReportUnreachableRequest\x1a\".pdpm.v1.ReportUnreachableResponseB#Z!pdpm.io/pdpm/proto/pdpm/v1;pdpmv1b\x06proto3"
+	"\x11ReportUnreachable\x12!.pdpm.v1.ReportUnreachableRequest\x1a\".pdpm.v1.ReportUnreachableResponse\x12`\n" +
+	"\x13ReserveLocalSegment\x12#.pdpm.v1.ReserveLocalSegmentRequest\x1a$.pdpm.v1.ReserveLocalSegmentResponseB#Z!pdpm.io/pdpm/proto/pdpm/v1;pdpmv1b\x06proto3"
 
 var (
 	file_pdpm_v1_monitor_proto_rawDescOnce sync.Once
@@ -2249,41 +2405,43 @@ func file_pdpm_v1_monitor_proto_rawDescGZIP() []byte {
 }
 
 var file_pdpm_v1_monitor_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pdpm_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_pdpm_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_pdpm_v1_monitor_proto_goTypes = []any{
-	(ReplicaState)(0),                 // 0: pdpm.v1.ReplicaState
-	(ServerState)(0),                  // 1: pdpm.v1.ServerState
-	(Health)(0),                       // 2: pdpm.v1.Health
-	(*ServerInfo)(nil),                // 3: pdpm.v1.ServerInfo
-	(*RegisterServerRequest)(nil),     // 4: pdpm.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),    // 5: pdpm.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),          // 6: pdpm.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 7: pdpm.v1.HeartbeatResponse
-	(*SegmentReplica)(nil),            // 8: pdpm.v1.SegmentReplica
-	(*SegmentMapping)(nil),            // 9: pdpm.v1.SegmentMapping
-	(*AllocateSegmentRequest)(nil),    // 10: pdpm.v1.AllocateSegmentRequest
-	(*AllocateSegmentResponse)(nil),   // 11: pdpm.v1.AllocateSegmentResponse
-	(*FreeSegmentRequest)(nil),        // 12: pdpm.v1.FreeSegmentRequest
-	(*FreeSegmentResponse)(nil),       // 13: pdpm.v1.FreeSegmentResponse
-	(*TableAssignment)(nil),           // 14: pdpm.v1.TableAssignment
-	(*GetMappingRequest)(nil),         // 15: pdpm.v1.GetMappingRequest
-	(*GetMappingResponse)(nil),        // 16: pdpm.v1.GetMappingResponse
-	(*GetSegmentKeysRequest)(nil),     // 17: pdpm.v1.GetSegmentKeysRequest
-	(*GetSegmentKeysResponse)(nil),    // 18: pdpm.v1.GetSegmentKeysResponse
-	(*GetClusterStatusRequest)(nil),   // 19: pdpm.v1.GetClusterStatusRequest
-	(*ClusterStatus)(nil),             // 20: pdpm.v1.ClusterStatus
-	(*ReportReplicaRequest)(nil),      // 21: pdpm.v1.ReportReplicaRequest
-	(*ReportReplicaResponse)(nil),     // 22: pdpm.v1.ReportReplicaResponse
-	(*DrainServerRequest)(nil),        // 23: pdpm.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),       // 24: pdpm.v1.DrainServerResponse
-	(*ClusterView)(nil),               // 25: pdpm.v1.ClusterView
-	(*ReportUnreachableRequest)(nil),  // 26: pdpm.v1.ReportUnreachableRequest
-	(*ReportUnreachableResponse)(nil), // 27: pdpm.v1.ReportUnreachableResponse
-	nil,                               // 28: pdpm.v1.ServerInfo.LabelsEntry
+	(ReplicaState)(0),                   // 0: pdpm.v1.ReplicaState
+	(ServerState)(0),                    // 1: pdpm.v1.ServerState
+	(Health)(0),                         // 2: pdpm.v1.Health
+	(*ServerInfo)(nil),                  // 3: pdpm.v1.ServerInfo
+	(*RegisterServerRequest)(nil),       // 4: pdpm.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),      // 5: pdpm.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),            // 6: pdpm.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 7: pdpm.v1.HeartbeatResponse
+	(*SegmentReplica)(nil),              // 8: pdpm.v1.SegmentReplica
+	(*SegmentMapping)(nil),              // 9: pdpm.v1.SegmentMapping
+	(*AllocateSegmentRequest)(nil),      // 10: pdpm.v1.AllocateSegmentRequest
+	(*AllocateSegmentResponse)(nil),     // 11: pdpm.v1.AllocateSegmentResponse
+	(*FreeSegmentRequest)(nil),          // 12: pdpm.v1.FreeSegmentRequest
+	(*FreeSegmentResponse)(nil),         // 13: pdpm.v1.FreeSegmentResponse
+	(*TableAssignment)(nil),             // 14: pdpm.v1.TableAssignment
+	(*GetMappingRequest)(nil),           // 15: pdpm.v1.GetMappingRequest
+	(*GetMappingResponse)(nil),          // 16: pdpm.v1.GetMappingResponse
+	(*GetSegmentKeysRequest)(nil),       // 17: pdpm.v1.GetSegmentKeysRequest
+	(*GetSegmentKeysResponse)(nil),      // 18: pdpm.v1.GetSegmentKeysResponse
+	(*GetClusterStatusRequest)(nil),     // 19: pdpm.v1.GetClusterStatusRequest
+	(*ClusterStatus)(nil),               // 20: pdpm.v1.ClusterStatus
+	(*ReportReplicaRequest)(nil),        // 21: pdpm.v1.ReportReplicaRequest
+	(*ReportReplicaResponse)(nil),       // 22: pdpm.v1.ReportReplicaResponse
+	(*DrainServerRequest)(nil),          // 23: pdpm.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),         // 24: pdpm.v1.DrainServerResponse
+	(*ClusterView)(nil),                 // 25: pdpm.v1.ClusterView
+	(*ReportUnreachableRequest)(nil),    // 26: pdpm.v1.ReportUnreachableRequest
+	(*ReportUnreachableResponse)(nil),   // 27: pdpm.v1.ReportUnreachableResponse
+	(*ReserveLocalSegmentRequest)(nil),  // 28: pdpm.v1.ReserveLocalSegmentRequest
+	(*ReserveLocalSegmentResponse)(nil), // 29: pdpm.v1.ReserveLocalSegmentResponse
+	nil,                                 // 30: pdpm.v1.ServerInfo.LabelsEntry
 }
 var file_pdpm_v1_monitor_proto_depIdxs = []int32{
 	1,  // 0: pdpm.v1.ServerInfo.state:type_name -> pdpm.v1.ServerState
-	28, // 1: pdpm.v1.ServerInfo.labels:type_name -> pdpm.v1.ServerInfo.LabelsEntry
+	30, // 1: pdpm.v1.ServerInfo.labels:type_name -> pdpm.v1.ServerInfo.LabelsEntry
 	3,  // 2: pdpm.v1.RegisterServerRequest.info:type_name -> pdpm.v1.ServerInfo
 	0,  // 3: pdpm.v1.SegmentReplica.state:type_name -> pdpm.v1.ReplicaState
 	8,  // 4: pdpm.v1.SegmentMapping.primary:type_name -> pdpm.v1.SegmentReplica
@@ -2310,18 +2468,20 @@ var file_pdpm_v1_monitor_proto_depIdxs = []int32{
 	21, // 25: pdpm.v1.Monitor.ReportReplica:input_type -> pdpm.v1.ReportReplicaRequest
 	23, // 26: pdpm.v1.Monitor.DrainServer:input_type -> pdpm.v1.DrainServerRequest
 	26, // 27: pdpm.v1.Monitor.ReportUnreachable:input_type -> pdpm.v1.ReportUnreachableRequest
-	5,  // 28: pdpm.v1.Monitor.RegisterServer:output_type -> pdpm.v1.RegisterServerResponse
-	7,  // 29: pdpm.v1.Monitor.Heartbeat:output_type -> pdpm.v1.HeartbeatResponse
-	11, // 30: pdpm.v1.Monitor.AllocateSegment:output_type -> pdpm.v1.AllocateSegmentResponse
-	13, // 31: pdpm.v1.Monitor.FreeSegment:output_type -> pdpm.v1.FreeSegmentResponse
-	16, // 32: pdpm.v1.Monitor.GetMapping:output_type -> pdpm.v1.GetMappingResponse
-	18, // 33: pdpm.v1.Monitor.GetSegmentKeys:output_type -> pdpm.v1.GetSegmentKeysResponse
-	20, // 34: pdpm.v1.Monitor.GetClusterStatus:output_type -> pdpm.v1.ClusterStatus
-	22, // 35: pdpm.v1.Monitor.ReportReplica:output_type -> pdpm.v1.ReportReplicaResponse
-	24, // 36: pdpm.v1.Monitor.DrainServer:output_type -> pdpm.v1.DrainServerResponse
-	27, // 37: pdpm.v1.Monitor.ReportUnreachable:output_type -> pdpm.v1.ReportUnreachableResponse
-	28, // [28:38] is the sub-list for method output_type
-	18, // [18:28] is the sub-list for method input_type
+	28, // 28: pdpm.v1.Monitor.ReserveLocalSegment:input_type -> pdpm.v1.ReserveLocalSegmentRequest
+	5,  // 29: pdpm.v1.Monitor.RegisterServer:output_type -> pdpm.v1.RegisterServerResponse
+	7,  // 30: pdpm.v1.Monitor.Heartbeat:output_type -> pdpm.v1.HeartbeatResponse
+	11, // 31: pdpm.v1.Monitor.AllocateSegment:output_type -> pdpm.v1.AllocateSegmentResponse
+	13, // 32: pdpm.v1.Monitor.FreeSegment:output_type -> pdpm.v1.FreeSegmentResponse
+	16, // 33: pdpm.v1.Monitor.GetMapping:output_type -> pdpm.v1.GetMappingResponse
+	18, // 34: pdpm.v1.Monitor.GetSegmentKeys:output_type -> pdpm.v1.GetSegmentKeysResponse
+	20, // 35: pdpm.v1.Monitor.GetClusterStatus:output_type -> pdpm.v1.ClusterStatus
+	22, // 36: pdpm.v1.Monitor.ReportReplica:output_type -> pdpm.v1.ReportReplicaResponse
+	24, // 37: pdpm.v1.Monitor.DrainServer:output_type -> pdpm.v1.DrainServerResponse
+	27, // 38: pdpm.v1.Monitor.ReportUnreachable:output_type -> pdpm.v1.ReportUnreachableResponse
+	29, // 39: pdpm.v1.Monitor.ReserveLocalSegment:output_type -> pdpm.v1.ReserveLocalSegmentResponse
+	29, // [29:40] is the sub-list for method output_type
+	18, // [18:29] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -2338,7 +2498,7 @@ func file_pdpm_v1_monitor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pdpm_v1_monitor_proto_rawDesc), len(file_pdpm_v1_monitor_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,16 +25,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Monitor_RegisterServer_FullMethodName    = "/pdpm.v1.Monitor/RegisterServer"
-	Monitor_Heartbeat_FullMethodName         = "/pdpm.v1.Monitor/Heartbeat"
-	Monitor_AllocateSegment_FullMethodName   = "/pdpm.v1.Monitor/AllocateSegment"
-	Monitor_FreeSegment_FullMethodName       = "/pdpm.v1.Monitor/FreeSegment"
-	Monitor_GetMapping_FullMethodName        = "/pdpm.v1.Monitor/GetMapping"
-	Monitor_GetSegmentKeys_FullMethodName    = "/pdpm.v1.Monitor/GetSegmentKeys"
-	Monitor_GetClusterStatus_FullMethodName  = "/pdpm.v1.Monitor/GetClusterStatus"
-	Monitor_ReportReplica_FullMethodName     = "/pdpm.v1.Monitor/ReportReplica"
-	Monitor_DrainServer_FullMethodName       = "/pdpm.v1.Monitor/DrainServer"
-	Monitor_ReportUnreachable_FullMethodName = "/pdpm.v1.Monitor/ReportUnreachable"
+	Monitor_RegisterServer_FullMethodName      = "/pdpm.v1.Monitor/RegisterServer"
+	Monitor_Heartbeat_FullMethodName           = "/pdpm.v1.Monitor/Heartbeat"
+	Monitor_AllocateSegment_FullMethodName     = "/pdpm.v1.Monitor/AllocateSegment"
+	Monitor_FreeSegment_FullMethodName         = "/pdpm.v1.Monitor/FreeSegment"
+	Monitor_GetMapping_FullMethodName          = "/pdpm.v1.Monitor/GetMapping"
+	Monitor_GetSegmentKeys_FullMethodName      = "/pdpm.v1.Monitor/GetSegmentKeys"
+	Monitor_GetClusterStatus_FullMethodName    = "/pdpm.v1.Monitor/GetClusterStatus"
+	Monitor_ReportReplica_FullMethodName       = "/pdpm.v1.Monitor/ReportReplica"
+	Monitor_DrainServer_FullMethodName         = "/pdpm.v1.Monitor/DrainServer"
+	Monitor_ReportUnreachable_FullMethodName   = "/pdpm.v1.Monitor/ReportUnreachable"
+	Monitor_ReserveLocalSegment_FullMethodName = "/pdpm.v1.Monitor/ReserveLocalSegment"
 )
 
 // MonitorClient is the client API for Monitor service.
@@ -64,6 +65,11 @@ type MonitorClient interface {
 	// it and, when its address refuses connections (the process is gone),
 	// declares it DOWN at once and reconfigures (docs/replication.md).
 	ReportUnreachable(ctx context.Context, in *ReportUnreachableRequest, opts ...grpc.CallOption) (*ReportUnreachableResponse, error)
+	// A server takes one of its local segments for server-local data (its
+	// transaction log): the monitor records it in the server's ServerInfo and
+	// never places a copy there. Refused (ALREADY_EXISTS) when the mapping
+	// holds a copy there; the server then refreshes and takes another.
+	ReserveLocalSegment(ctx context.Context, in *ReserveLocalSegmentRequest, opts ...grpc.CallOption) (*ReserveLocalSegmentResponse, error)
 }
 
 type monitorClient struct {
@@ -174,6 +180,16 @@ func (c *monitorClient) ReportUnreachable(ctx context.Context, in *ReportUnreach
 	return out, nil
 }
 
+func (c *monitorClient) ReserveLocalSegment(ctx context.Context, in *ReserveLocalSegmentRequest, opts ...grpc.CallOption) (*ReserveLocalSegmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReserveLocalSegmentResponse)
+	err := c.cc.Invoke(ctx, Monitor_ReserveLocalSegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MonitorServer is the server API for Monitor service.
 // All implementations must embed UnimplementedMonitorServer
 // for forward compatibility.
@@ -201,6 +217,11 @@ type MonitorServer interface {
 	// it and, when its address refuses connections (the process is gone),
 	// declares it DOWN at once and reconfigures (docs/replication.md).
 	ReportUnreachable(context.Context, *ReportUnreachableRequest) (*ReportUnreachableResponse, error)
+	// A server takes one of its local segments for server-local data (its
+	// transaction log): the monitor records it in the server's ServerInfo and
+	// never places a copy there. Refused (ALREADY_EXISTS) when the mapping
+	// holds a copy there; the server then refreshes and takes another.
+	ReserveLocalSegment(context.Context, *ReserveLocalSegmentRequest) (*ReserveLocalSegmentResponse, error)
 	mustEmbedUnimplementedMonitorServer()
 }
 
@@ -240,6 +261,9 @@ func (UnimplementedMonitorServer) DrainServer(context.Context, *DrainServerReque
 }
 func (UnimplementedMonitorServer) ReportUnreachable(context.Context, *ReportUnreachableRequest) (*ReportUnreachableResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportUnreachable not implemented")
+}
+func (UnimplementedMonitorServer) ReserveLocalSegment(context.Context, *ReserveLocalSegmentRequest) (*ReserveLocalSegmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReserveLocalSegment not implemented")
 }
 func (UnimplementedMonitorServer) mustEmbedUnimplementedMonitorServer() {}
 func (UnimplementedMonitorServer) testEmbeddedByValue()                 {}
@@ -442,6 +466,24 @@ func _Monitor_ReportUnreachable_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Monitor_ReserveLocalSegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReserveLocalSegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MonitorServer).ReserveLocalSegment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Monitor_ReserveLocalSegment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MonitorServer).ReserveLocalSegment(ctx, req.(*ReserveLocalSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Monitor_ServiceDesc is the grpc.ServiceDesc for Monitor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -488,6 +530,10 @@ var Monitor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportUnreachable",
 			Handler:    _Monitor_ReportUnreachable_Handler,
+		},
+		{
+			MethodName: "ReserveLocalSegment",
+			Handler:    _Monitor_ReserveLocalSegment_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
