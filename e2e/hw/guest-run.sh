@@ -87,6 +87,11 @@ read_state() {
   set -- ${line##*) }
   state=$1
 }
+# read_uptime: sets `now` to the whole seconds since boot, without a fork.
+read_uptime() {
+  read -r now _ </proc/uptime
+  now=${now%.*}
+}
 # live_in_session <sid>: the session's processes that still hold anything
 # (every one but zombies), one "pid stat elapsed command" line each.
 live_in_session() {
@@ -124,16 +129,21 @@ while read -r label binary workdir binary_timeout filter; do
   setsid "$binary" "--gtest_filter=$filter" "--gtest_repeat=$repeat" >/tmp/out 2>&1 &
   pid=$!
   cd /
-  limit=$((binary_timeout * 10 * repeat))
-  ticks=0
+  # The deadline in seconds of uptime (read without a fork): emulated, a
+  # `sleep 0.1` takes far longer than 0.1 s, so counting them let a hung
+  # binary outlive its timeout several times over.
+  read_uptime
+  deadline=$((now + binary_timeout * repeat))
+  hung=
   read_state "$pid"
-  while [ -n "$state" ] && [ "$state" != Z ] && [ $ticks -lt $limit ]; do
+  while [ -n "$state" ] && [ "$state" != Z ]; do
+    read_uptime
+    [ "$now" -ge $deadline ] && { hung=1; break; }
     sleep 0.1
     read_state "$pid"
-    ticks=$((ticks + 1))
   done
   stacks=
-  if [ $ticks -ge $limit ]; then
+  if [ -n "$hung" ]; then
     # Hung: where every process of the binary stands, before it is killed.
     stacks=/tmp/stacks
     {

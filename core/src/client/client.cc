@@ -342,24 +342,27 @@ class ClientImpl final : public Client, public TxHost {
                                      std::to_string(server::kMaxListObj) + " ids a call");
     }
     std::string reply;
-    PDPM_RETURN_IF_ERROR(TableCall(
-        [table](uint32_t count, uint32_t* t) {
-          if (table == 0 || table > count) {
-            return Status::InvalidArgument("table " + std::to_string(table) +
-                                           ": the cluster has tables 1.." + std::to_string(count));
-          }
-          *t = table;
-          return Status::OK();
-        },
-        server::kListObj,
-        [&](uint32_t t, std::string* body) {
-          Encoder e(body);
-          e.U64(t);
-          e.U64(tag);
-          e.Id(start);
-          e.U64(max);
-        },
-        /*idempotent=*/true, &reply));
+    PDPM_RETURN_IF_ERROR(WhileTableCreated([&] {
+      return TableCall(
+          [table](uint32_t count, uint32_t* t) {
+            if (table == 0 || table > count) {
+              return Status::InvalidArgument("table " + std::to_string(table) +
+                                             ": the cluster has tables 1.." +
+                                             std::to_string(count));
+            }
+            *t = table;
+            return Status::OK();
+          },
+          server::kListObj,
+          [&](uint32_t t, std::string* body) {
+            Encoder e(body);
+            e.U64(t);
+            e.U64(tag);
+            e.Id(start);
+            e.U64(max);
+          },
+          /*idempotent=*/true, &reply);
+    }));
     Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
     uint64_t count = 0;
     PDPM_RETURN_IF_ERROR(d.U64(&count));
@@ -682,18 +685,34 @@ class ClientImpl final : public Client, public TxHost {
     return true;
   }
 
+  // `call` again while its server refuses it with kAborted (nothing done:
+  // the table's segment is being created there, which may take longer
+  // than a reply timeout), until the failover wait ends.
+  Status WhileTableCreated(const std::function<Status()>& call) {
+    const auto deadline = FailoverDeadline();
+    uint32_t backoff_us = 100;
+    while (true) {
+      Status s = call();
+      if (s.code() != StatusCode::kAborted || std::chrono::steady_clock::now() > deadline) return s;
+      std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+      backoff_us = std::min<uint32_t>(backoff_us * 2, 5000);
+    }
+  }
+
   Status ObjectCall(const ObjectId& id, uint16_t method, const Body& body, std::string* reply) {
-    return Call(
-        [&](const Mapping& m, uint32_t* server) {
-          uint32_t table = 0;
-          return ObjectRoute(m, id, &table, server);
-        },
-        method,
-        [&](Encoder& e) {
-          e.Id(id);
-          body(e);
-        },
-        reply);
+    return WhileTableCreated([&] {
+      return Call(
+          [&](const Mapping& m, uint32_t* server) {
+            uint32_t table = 0;
+            return ObjectRoute(m, id, &table, server);
+          },
+          method,
+          [&](Encoder& e) {
+            e.Id(id);
+            body(e);
+          },
+          reply);
+    });
   }
 
   // Whether `addr` is a heap address this client may read or write.

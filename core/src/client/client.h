@@ -160,7 +160,9 @@ class Client {
   // A `route` error is returned as it is. `idempotent` false: a request
   // that may have reached its server (the connection failed or timed out
   // after sending) is not sent again; its outcome is unknown and the call
-  // fails with kUnavailable (a second run could apply it twice).
+  // fails with kUnavailable (a second run could apply it twice). kAborted:
+  // refused, nothing done (a key locked, or the table's segment still
+  // being created on its server); the caller asks again.
   using TableRoute = std::function<Status(uint32_t table_count, uint32_t* table)>;
   using TableBody = std::function<void(uint32_t table, std::string* body)>;
   virtual Status TableCall(const TableRoute& route, uint16_t method, const TableBody& body,

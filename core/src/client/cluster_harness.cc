@@ -289,13 +289,26 @@ Status LocalCluster::StartServer(int i, const std::vector<std::string>& env) {
   ChildProcess& p = servers_[i];
   std::vector<std::string> all_env = options_.server_env;
   all_env.insert(all_env.end(), env.begin(), env.end());
-  PDPM_RETURN_IF_ERROR(
-      p.Start({PDPM_SERVER_BINARY, "--pm", pm_path(i), "--pm-size",
-               std::to_string(options_.pm_size), "--format", "--monitor", monitor_address_,
-               "--secret-file", secret_file_, "--listen", net::testing::TestHost() + ":0",
-               "--transport", std::string(net::BackendKindName(net::testing::TestBackend())),
-               "--port-file", port_file, "--cores", std::to_string(options_.cores)},
-              all_env, server_log(i)));
+  std::vector<std::string> args = {PDPM_SERVER_BINARY,
+                                   "--pm",
+                                   pm_path(i),
+                                   "--pm-size",
+                                   std::to_string(options_.pm_size),
+                                   "--format",
+                                   "--monitor",
+                                   monitor_address_,
+                                   "--secret-file",
+                                   secret_file_,
+                                   "--listen",
+                                   net::testing::TestHost() + ":0",
+                                   "--transport",
+                                   std::string(net::BackendKindName(net::testing::TestBackend())),
+                                   "--port-file",
+                                   port_file,
+                                   "--cores",
+                                   std::to_string(options_.cores)};
+  args.insert(args.end(), options_.server_args.begin(), options_.server_args.end());
+  PDPM_RETURN_IF_ERROR(p.Start(args, all_env, server_log(i)));
   std::string address;
   return WaitForFile(port_file, &p, server_log(i), &address);
 }

@@ -45,9 +45,15 @@ DataServer::~DataServer() {
   stop_cv_.notify_all();
   sync_stop_ = true;
   sync_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(create_mu_);
+    create_stop_ = true;
+  }
+  create_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (refresher_.joinable()) refresher_.join();
   if (sync_.joinable()) sync_.join();
+  if (creator_.joinable()) creator_.join();
   rpc_.reset();
 }
 
@@ -146,6 +152,7 @@ Status DataServer::Start(const ServerOptions& options, const Logger& log,
   s->heartbeat_ = std::thread([self] { self->HeartbeatLoop(); });
   s->refresher_ = std::thread([self] { self->RefreshLoop(); });
   s->sync_ = std::thread([self] { self->SyncLoop(); });
+  s->creator_ = std::thread([self] { self->CreatorLoop(); });
   *out = std::move(s);
   return Status::OK();
 }
@@ -663,40 +670,11 @@ Status DataServer::TableSegment(uint32_t table, uint64_t epoch, bool create, Seg
       }
     }
   }
-  if (*out != nullptr) return WaitFirstFill(*out);
-  if (!create) return Status::NotFound("table " + std::to_string(table) + " holds nothing");
-  std::lock_guard<std::mutex> creating(new_segment_mu_);
-  {
-    std::shared_lock lock(mu_);
-    auto it = by_table_.find(table);
-    if (it != by_table_.end()) *out = it->second;
+  if (*out != nullptr && !(*out)->first_fill.load()) return Status::OK();
+  if (*out == nullptr && !create) {
+    return Status::NotFound("table " + std::to_string(table) + " holds nothing");
   }
-  if (*out == nullptr) {
-    std::lock_guard<std::mutex> grow(grow_mu_);
-    Status s = CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, out);
-    for (int tries = 0; s.code() == StatusCode::kAlreadyExists && tries < 3; ++tries) {
-      // The monitor gave the local segment to a backup meanwhile: with the
-      // new mapping, another one.
-      PDPM_RETURN_IF_ERROR(RefreshMapping());
-      s = CreateSegment(SegmentRole{SegmentKind::kTable, table, 0}, out);
-    }
-    if (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kAlreadyExists) {
-      // No room here for the table's segment (its data would fit the
-      // cluster: this server holds too many copies, e.g. while the copies
-      // of a failed server are re-made): the cluster is degraded, not full.
-      return Status::Unavailable("table " + std::to_string(table) + " cannot be placed on server " +
-                                 std::to_string(server_id_) + " now: " + std::string(s.message()));
-    }
-    if (s.code() == StatusCode::kFailedPrecondition) {
-      // The table moved since this server's last refresh: the client
-      // retries with the new owner.
-      Status r = RefreshMapping();
-      return Status::StaleEpoch(std::string(s.message()) +
-                                (r.ok() ? "" : "; refresh failed: " + r.ToString()));
-    }
-    PDPM_RETURN_IF_ERROR(s);
-  }
-  return FillNewSegment(*out);
+  return AwaitTableSegment(table, out);
 }
 
 Status DataServer::HandleObject(uint16_t method, std::span<const uint8_t> req, std::string* reply) {

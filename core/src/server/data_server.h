@@ -178,9 +178,20 @@ class DataServer {
   // shipping); kUnavailable when one is not in sync in time. Requires
   // new_segment_mu_.
   Status FillNewSegment(Segment* seg);
-  // Returns once `seg` takes writes (waiting for its creator, or filling
-  // it when the creator gave up).
-  Status WaitFirstFill(Segment* seg);
+  // Table segments are created and first filled by the creator thread,
+  // off the request path: on the hardware guest one takes tens of seconds
+  // (pinning its memory, and its backup's, with the RDMA device), longer
+  // than a client waits for a reply. A request that needs table `table`'s
+  // segment asks the creator for it and waits at most
+  // kTableSegmentWaitMs; then it is refused with kAborted (nothing done,
+  // the client asks again) while the creator works. The creator's failure
+  // is the answer of the requests that waited for that attempt; the next
+  // request starts another. Sets *out once the segment takes writes.
+  Status AwaitTableSegment(uint32_t table, Segment** out);
+  // The creator's work for `table`: its segment unless it has one, then
+  // its first fill. Takes new_segment_mu_.
+  Status CreateTableSegment(uint32_t table);
+  void CreatorLoop();
   // A heap segment still in its first fill (an earlier fill failed), or
   // null.
   Segment* PendingHeapSegment();
@@ -320,6 +331,18 @@ class DataServer {
   std::set<std::pair<uint32_t, ReplicaId>> filling_;      // fills under way; sync_mu_
   std::atomic<bool> sync_stop_{false};
   std::thread sync_;
+  // The creator's queue (AwaitTableSegment): an attempt per table, kept
+  // once failed until a request has seen the failure and asks again.
+  struct TableCreation {
+    bool running = false;
+    bool done = false;  // failed: `status`
+    Status status;
+  };
+  std::mutex create_mu_;
+  std::condition_variable create_cv_;
+  std::map<uint32_t, TableCreation> creating_;  // create_mu_
+  bool create_stop_ = false;                    // create_mu_
+  std::thread creator_;
   // Last: destroyed first, so no handler runs once members go away.
   std::unique_ptr<net::RpcServer> rpc_;
 };

@@ -484,14 +484,18 @@ Status DataServer::SyncBackup(uint32_t g, ReplicaId backup) {
   // 2. From now on every update is shipped to it too. One-sided writes made
   // by clients that do not know of this backup are fenced by a new key:
   // after it, writes come through this server (kHeapWrite) until the
-  // backup is in sync.
+  // backup is in sync. Not in a new segment's first fill: it has taken no
+  // write, and its key was announced with its backups (registering anew
+  // pins the whole segment again: seconds on an emulated RDMA device).
+  bool fence = false;
   {
     std::lock_guard lock(seg->repl_mu);
     if (seg->fenced) return Status::StaleEpoch("segment moved away");
     seg->attached.insert(backup);
-    PDPM_RETURN_IF_ERROR(RegisterAnew(seg));
+    fence = !seg->first_fill.load();
+    if (fence) PDPM_RETURN_IF_ERROR(RegisterAnew(seg));
   }
-  PDPM_RETURN_IF_ERROR(Announce(seg).WithContext("announce the new key"));
+  if (fence) PDPM_RETURN_IF_ERROR(Announce(seg).WithContext("announce the new key"));
   // 3. The copy: every chunk in use whole, a free chunk's header, chunk 0
   // (region header) last; each step under the replication lock so it is
   // ordered with the shipping.

@@ -85,8 +85,10 @@ Status ClusterKvStore::Send(uint16_t method, const client::Client::TableRoute& r
           server::EncodeKvRequest(method, *r, &e);
         },
         server::IsKvIdempotent(method, *r), reply);
-    // A key locked by a multi-put in progress: refused, nothing done; the
-    // lock goes within the participants' lock timeout (or a failover).
+    // A key locked by a multi-put in progress, or the vnode's segment still
+    // being created: refused, nothing done; the lock goes within the
+    // participants' lock timeout (or a failover), the creation within the
+    // first fill's bound.
     if (s.code() != StatusCode::kAborted) return s;
     const auto now = std::chrono::steady_clock::now();
     if (deadline == std::chrono::steady_clock::time_point{}) {

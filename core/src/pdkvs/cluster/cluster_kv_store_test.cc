@@ -1565,6 +1565,67 @@ TEST_F(KvClusterManyVnodesTest, BatchesShippedTogetherSurviveAServerKill) {
 
 // The options of KvClusterTest with a test hook ("NAME=value") set for
 // every server.
+LocalClusterOptions KvClusterSlowFillOptions() {
+  LocalClusterOptions o = KvClusterOptions();
+  // A segment's first fill copies its used chunks (a few 4 MiB ones): at
+  // 2 MiB/s it takes several seconds, past the clients' reply timeout (as
+  // pinning a segment with an emulated RDMA device does).
+  o.server_args = {"--resync-rate=2MiB"};
+  return o;
+}
+
+class KvClusterSlowFillTest : public KvClusterTest {
+ protected:
+  KvClusterSlowFillTest() : KvClusterTest(KvClusterSlowFillOptions()) {}
+};
+
+// The first writes of every vnode, at once, while their segments are
+// created and first filled for longer than a reply timeout: the servers
+// refuse them (nothing done) until the segments take writes, and they
+// succeed, even those that must not run twice.
+TEST_F(KvClusterSlowFillTest, FirstWritesWaitForTheirSegments) {
+  const uint32_t tables = kv_->client()->table_count();
+  std::vector<std::string> keys(tables);
+  for (int i = 0; std::any_of(keys.begin(), keys.end(), [](auto& k) { return k.empty(); }); i++) {
+    const std::string key = "first-" + std::to_string(i);
+    std::string& slot = keys[monitor::TableForKey(HashKey(key), tables) - 1];
+    if (slot.empty()) slot = key;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<Status> incr(tables), set(tables);
+  std::vector<int64_t> counts(tables, 0);
+  std::vector<SetResult> sets(tables);
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < tables; t++) {
+    threads.emplace_back([&, t] {
+      incr[t] = kv_->IncrBy(keys[t], 5, &counts[t]);
+      SetOptions o;
+      o.want_old = true;
+      set[t] = kv_->Set(keys[t] + "-s", "v", o, &sets[t]);
+    });
+  }
+  for (auto& th : threads) th.join();
+  const auto took = std::chrono::steady_clock::now() - started;
+  // The fills' rate makes them outlast a reply timeout: the slow path ran.
+  EXPECT_GT(
+      took,
+      std::chrono::milliseconds(
+          client::TestClientOptions(cluster_.monitor_address(), cluster_.secret()).op_timeout_ms));
+  for (uint32_t t = 0; t < tables; t++) {
+    ASSERT_TRUE(incr[t].ok()) << keys[t] << ": " << incr[t].ToString();
+    EXPECT_EQ(counts[t], 5) << keys[t];
+    ASSERT_TRUE(set[t].ok()) << keys[t] << ": " << set[t].ToString();
+    EXPECT_TRUE(sets[t].applied);
+    EXPECT_FALSE(sets[t].old_value.has_value());
+  }
+  WaitReplicated();
+  std::string v;
+  for (uint32_t t = 0; t < tables; t++) {
+    ASSERT_OK(kv_->Get(keys[t], &v));
+    EXPECT_EQ(v, "5");
+  }
+}
+
 LocalClusterOptions KvClusterOptionsWithHook(const std::string& hook) {
   LocalClusterOptions o = KvClusterOptions();
   o.server_env = {hook};
