@@ -744,7 +744,11 @@ Status CcehIndex::Apply(std::string_view key, bool may_insert, bool reads_old,
       uint64_t old = found->item;
       CountExpiry(view.meta().expire_at_ms, change.meta.expire_at_ms);
       alloc_->StoreAndPersist(&found->item, item);
-      if (view.meta().flags != change.meta.flags || view.value() != change.value) Dropping(old);
+      // A flagged item (a hash's header) replaced by another: dropped.
+      if (view.meta().flags != 0 &&
+          (view.meta().flags != change.meta.flags || view.value() != change.value)) {
+        Dropping(old);
+      }
       Status freed = alloc_->Free(old, BlockOwner::kKvStore);
       if (!freed.ok()) {
         return freed.WithContext("the update is durable, freeing item " + HexOffset(old) +
