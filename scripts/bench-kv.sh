@@ -5,7 +5,9 @@
 # pDKVS gateway of a local PDPM cluster (`pdpm up`: three servers on PM
 # files in memory, every segment on two of them, a write acknowledged once
 # durable on both) and against redis-server 7 without persistence, in the
-# same run. Prints BENCH lines (ref redis), and kv.resp.mset.1000: an MSET
+# same run. Then HSET (redis-benchmark's test: random fields of one hash)
+# and HGET of those fields, -P 16, 64 B values. Prints BENCH lines (ref
+# redis), and kv.resp.mset.1000: an MSET
 # of 1,000 keys against the same keys as pipelined SETs on the gateway
 # (scripts/kv-mset-bench.py; lines for 2 to 10,000 keys, distinct and
 # each named twice).
@@ -25,25 +27,44 @@ loadgen=$build/src/pdkvs/loadgen/pdkvs-loadgen
 source "$(dirname "$0")/kv-bench-cluster.sh"
 start_kv_bench_cluster pdkvs-bench
 
-# Requests per second of one redis-benchmark run.
-rps() {  # port pipeline test value_size
-  redis-benchmark -p "$1" -c 50 -n "$requests" -P "$2" -t "$3" -d "$4" -r 100000 -q 2>/dev/null |
-    tr '\r' '\n' | awk '/requests per second/ {v=$2} END {print v+0}'
+# Requests per second of one redis-benchmark run: a test of its own (-t
+# NAME) or a command (its words after the value size).
+rps() {  # port pipeline test|- value_size [command...]
+  local port=$1 pipeline=$2 test=$3 size=$4
+  shift 4
+  local what=(-t "$test")
+  [[ $test == - ]] && what=("$@")
+  redis-benchmark -p "$port" -c 50 -n "$requests" -P "$pipeline" -d "$size" -r 100000 -q \
+    "${what[@]}" 2>/dev/null | tr '\r' '\n' |
+    awk '/requests per second/ {for (i = 2; i <= NF; i++) if ($(i + 1) == "requests") v = $i}
+         END {print v + 0}'
+}
+# One BENCH line of the gateway's and Redis's figures.
+bench_line() {  # name gateway redis what
+  local ratio
+  ratio=$(awk -v a="$2" -v b="$3" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')
+  echo "$4: gateway $2 req/s, redis $3 req/s, ratio $ratio"
+  echo "BENCH name=$1 value=$2 unit=req/s ref=redis:$3 ratio=$ratio"
 }
 for p in 16 1; do
   for t in set get; do
     for d in 64 1024; do
-      g=$(rps "$gport" "$p" "$t" "$d")
-      r=$(rps "$rport" "$p" "$t" "$d")
-      ratio=$(awk -v a="$g" -v b="$r" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')
-      echo "kv $t -P $p value ${d} B: gateway $g req/s, redis $r req/s, ratio $ratio"
       # The named figures are the 64 B ones; 1 KiB ones carry a suffix.
       name="kv.resp.$t.p$p"
       [[ $d == 1024 ]] && name="$name.1k"
-      echo "BENCH name=$name value=$g unit=req/s ref=redis:$r ratio=$ratio"
+      bench_line "$name" "$(rps "$gport" "$p" "$t" "$d")" "$(rps "$rport" "$p" "$t" "$d")" \
+        "kv $t -P $p value ${d} B"
     done
   done
 done
+
+# Hashes: HSET of random fields of one hash (redis-benchmark's hset test,
+# key myhash), then HGET of such fields (most of them set by then).
+bench_line kv.resp.hset.p16 "$(rps "$gport" 16 hset 64)" "$(rps "$rport" 16 hset 64)" \
+  "kv hset -P 16 value 64 B"
+hget=(HGET myhash element:__rand_int__)
+bench_line kv.resp.hget.p16 "$(rps "$gport" 16 - 64 "${hget[@]}")" \
+  "$(rps "$rport" 16 - 64 "${hget[@]}")" "kv hget -P 16"
 
 # MSET against pipelined SETs of the same keys, on the gateway.
 "$(dirname "$0")/kv-mset-bench.py" "$gport" --sizes 2,100,1000,10000 --bench 1000

@@ -585,10 +585,17 @@ void CcehIndex::CountExpiry(uint64_t before, uint64_t after) {
   }
 }
 
+void CcehIndex::Dropping(uint64_t item) {
+  if (!drop_hook_ || alloc_->At<ItemHeader>(item)->flags == 0) return;
+  ItemView view;
+  if (ItemView::Open(*alloc_, item, &view).ok()) drop_hook_(view);
+}
+
 Status CcehIndex::RemoveSlot(Slot* slot) {
   uint64_t item = slot->item;
   const uint64_t expire_at_ms = alloc_->At<ItemHeader>(item)->expire_at_ms;
   alloc_->StoreAndPersist(&slot->item, 0);
+  Dropping(item);
   items_.fetch_sub(1, std::memory_order_relaxed);
   CountExpiry(expire_at_ms, 0);
   Status freed = alloc_->Free(item, BlockOwner::kKvStore);
@@ -737,6 +744,11 @@ Status CcehIndex::Apply(std::string_view key, bool may_insert, bool reads_old,
       uint64_t old = found->item;
       CountExpiry(view.meta().expire_at_ms, change.meta.expire_at_ms);
       alloc_->StoreAndPersist(&found->item, item);
+      // A flagged item (a hash's header) replaced by another: dropped.
+      if (view.meta().flags != 0 &&
+          (view.meta().flags != change.meta.flags || view.value() != change.value)) {
+        Dropping(old);
+      }
       Status freed = alloc_->Free(old, BlockOwner::kKvStore);
       if (!freed.ok()) {
         return freed.WithContext("the update is durable, freeing item " + HexOffset(old) +

@@ -192,6 +192,14 @@ class CcehIndex {
   Status ReclaimExpired(uint64_t position, uint64_t* next_position, uint64_t* reclaimed);
   CcehStats Stats();
 
+  // Called, under the key's segment lock, with every item carrying flags
+  // (a hash's header item, hash.h) that the index drops: removed (a
+  // delete, an expiry) or replaced by an item of another value or flags.
+  // It must not call into the index. Set before the index is shared
+  // (null: none).
+  using DropHook = std::function<void(const ItemView& dropped)>;
+  void SetDropHook(DropHook hook) { drop_hook_ = std::move(hook); }
+
   uint64_t header_offset() const { return header_offset_; }
   // Adds every block the index reaches to *reachable. Not concurrently
   // with writers.
@@ -256,6 +264,10 @@ class CcehIndex {
   // none; an item added or removed: 0 on the other side) in expiring_.
   void CountExpiry(uint64_t before, uint64_t after);
 
+  // Calls drop_hook_ for the item at `item` if it carries flags.
+  void Dropping(uint64_t item);
+
+  DropHook drop_hook_;
   std::atomic<uint64_t> items_{0};
   std::atomic<uint64_t> expiring_{0};
   std::atomic<uint64_t> splits_{0};

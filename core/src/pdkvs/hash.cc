@@ -48,6 +48,23 @@ Status DecodeHashHeader(std::string_view value, uint64_t* field_index) {
   return Status::OK();
 }
 
+VnodeHashes::VnodeHashes(dsm::PAllocator* alloc, CcehIndex* index, const CcehOptions& options)
+    : alloc_(alloc), index_(index), field_options_(FieldIndexOptions(options)) {
+  index_->SetDropHook([this](const ItemView& dropped) {
+    uint64_t header = 0;
+    if (dropped.meta().flags != kItemFlagHash || !DecodeHashHeader(dropped.value(), &header).ok()) {
+      return;  // a bad header names no field index Open opened
+    }
+    std::lock_guard<std::mutex> lock(detached_mu_);
+    detached_.push_back(header);
+    any_detached_.store(true);
+  });
+}
+
+VnodeHashes::~VnodeHashes() {
+  index_->SetDropHook(nullptr);
+}
+
 Status VnodeHashes::Open(dsm::PAllocator* alloc, CcehIndex* index, const CcehOptions& options,
                          std::unique_ptr<VnodeHashes>* out) {
   std::unique_ptr<VnodeHashes> h(new VnodeHashes(alloc, index, options));
@@ -93,88 +110,113 @@ Status VnodeHashes::Find(std::string_view key, CcehIndex** fields) {
   return Status::OK();
 }
 
+Status VnodeHashes::WithFields(std::string_view key, bool create,
+                               const std::function<Status(CcehIndex* fields)>& op) {
+  PDPM_RETURN_IF_ERROR(FreeDetached());
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    CcehIndex* index = nullptr;
+    Status s = Find(key, &index);
+    if (s.ok()) return op(index);
+    if (s.code() != StatusCode::kNotFound || !create) return s;
+  }
+  // A new hash: its field index filled first, then published by its
+  // header item (the commit); until then its blocks are leaks.
+  Status s;
+  {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    CcehIndex* existing = nullptr;
+    s = Find(key, &existing);
+    if (s.ok()) return op(existing);  // created meanwhile
+    if (s.code() != StatusCode::kNotFound) return s;
+    PDPM_RETURN_IF_ERROR(CheckItemSize(key, kHeaderSize));
+    uint64_t header = 0;
+    std::unique_ptr<CcehIndex> index;
+    PDPM_RETURN_IF_ERROR(CcehIndex::Create(alloc_, field_options_, &header, &index));
+    s = op(index.get());
+    if (s.ok() && index->Count() > 0) {
+      PutOptions put;
+      put.meta.flags = kItemFlagHash;
+      // An expired key of either type is replaced (the index frees it; an
+      // expired hash's field index is detached).
+      s = index_->Put(key, EncodeHashHeader(header), put);
+      if (s.ok()) open_.emplace(header, std::move(index));
+    }
+    if (index != nullptr) {  // not published: nothing names its blocks
+      std::unordered_set<uint64_t> blocks;
+      index->AddReachable(&blocks);
+      index.reset();
+      for (uint64_t b : blocks) (void)alloc_->Free(b, dsm::BlockOwner::kKvStore);
+    }
+  }
+  Status freed = FreeDetached();
+  return s.ok() ? freed : s;
+}
+
 Status VnodeHashes::Set(std::string_view key,
                         std::span<const std::pair<std::string_view, std::string_view>> fields,
                         bool if_absent, uint64_t* added) {
   *added = 0;
   PDPM_RETURN_IF_ERROR(CheckItemSize(key, kHeaderSize));
   for (const auto& [f, v] : fields) PDPM_RETURN_IF_ERROR(CheckItemSize(f, v.size()));
-  auto put_all = [&](CcehIndex* index) -> Status {
+  uint64_t count = 0;
+  Status s = WithFields(key, /*create=*/true, [&](CcehIndex* index) -> Status {
     for (const auto& [f, v] : fields) {
       PutOptions put;
       put.mode = if_absent ? PutMode::kIfAbsent : PutMode::kAlways;
       bool existed = false;
       if (!if_absent) PDPM_RETURN_IF_ERROR(index->Exists(f, &existed));
-      Status s = index->Put(f, v, put);
-      if (if_absent && s.code() == StatusCode::kAlreadyExists) continue;
-      PDPM_RETURN_IF_ERROR(s);
-      if (!existed) ++*added;
+      Status st = index->Put(f, v, put);
+      if (if_absent && st.code() == StatusCode::kAlreadyExists) continue;
+      PDPM_RETURN_IF_ERROR(st);
+      if (!existed) ++count;
     }
     return Status::OK();
-  };
-  {
-    std::shared_lock<std::shared_mutex> lock(mu_);
-    CcehIndex* index = nullptr;
-    Status s = Find(key, &index);
-    if (s.ok()) return put_all(index);
-    if (s.code() != StatusCode::kNotFound) return s;
-  }
-  // A new hash: its field index filled first, then published by its
-  // header item (the commit); until then its blocks are leaks.
-  std::unique_lock<std::shared_mutex> lock(mu_);
-  CcehIndex* existing = nullptr;
-  Status s = Find(key, &existing);
-  if (s.ok()) return put_all(existing);  // created meanwhile
-  if (s.code() != StatusCode::kNotFound) return s;
-  uint64_t header = 0;
-  std::unique_ptr<CcehIndex> index;
-  PDPM_RETURN_IF_ERROR(CcehIndex::Create(alloc_, field_options_, &header, &index));
-  s = put_all(index.get());
-  PutOptions put;
-  put.meta.flags = kItemFlagHash;
-  // An expired key of either type is replaced (the index frees it).
-  if (s.ok()) s = index_->Put(key, EncodeHashHeader(header), put);
-  if (!s.ok()) {
-    *added = 0;
-    std::unordered_set<uint64_t> blocks;
-    index->AddReachable(&blocks);
-    index.reset();
-    for (uint64_t b : blocks) (void)alloc_->Free(b, dsm::BlockOwner::kKvStore);
-    return s;
-  }
-  open_.emplace(header, std::move(index));
-  return Status::OK();
+  });
+  if (s.ok()) *added = count;
+  return s;
 }
 
 Status VnodeHashes::Get(std::string_view key, std::string_view field, std::string* value) {
-  std::shared_lock<std::shared_mutex> lock(mu_);
-  CcehIndex* index = nullptr;
-  PDPM_RETURN_IF_ERROR(Find(key, &index));
-  return index->Get(field, value);
+  return WithFields(key, /*create=*/false,
+                    [&](CcehIndex* index) { return index->Get(field, value); });
+}
+
+Status VnodeHashes::GetFields(std::string_view key, std::span<const std::string_view> fields,
+                              std::vector<std::optional<std::string>>* values) {
+  values->assign(fields.size(), std::nullopt);
+  Status s = WithFields(key, /*create=*/false, [&](CcehIndex* index) -> Status {
+    for (size_t i = 0; i < fields.size(); ++i) {
+      std::string v;
+      Status st = index->Get(fields[i], &v);
+      if (st.code() == StatusCode::kNotFound) continue;
+      PDPM_RETURN_IF_ERROR(st);
+      (*values)[i] = std::move(v);
+    }
+    return Status::OK();
+  });
+  return s.code() == StatusCode::kNotFound ? Status::OK() : s;
 }
 
 Status VnodeHashes::Delete(std::string_view key, std::span<const std::string_view> fields,
                            uint64_t* removed) {
   *removed = 0;
   bool emptied = false;
-  {
-    std::shared_lock<std::shared_mutex> lock(mu_);
-    CcehIndex* index = nullptr;
-    Status s = Find(key, &index);
-    if (s.code() == StatusCode::kNotFound) return Status::OK();
-    PDPM_RETURN_IF_ERROR(s);
+  Status s = WithFields(key, /*create=*/false, [&](CcehIndex* index) -> Status {
     for (std::string_view f : fields) {
-      s = index->Delete(f);
-      if (s.code() == StatusCode::kNotFound) continue;
-      PDPM_RETURN_IF_ERROR(s);
+      Status st = index->Delete(f);
+      if (st.code() == StatusCode::kNotFound) continue;
+      PDPM_RETURN_IF_ERROR(st);
       ++*removed;
     }
     emptied = index->Count() == 0;
-  }
-  if (!emptied) return Status::OK();
+    return Status::OK();
+  });
+  if (s.code() == StatusCode::kNotFound) return Status::OK();
+  if (!s.ok() || !emptied) return s;
   std::unique_lock<std::shared_mutex> lock(mu_);
   CcehIndex* index = nullptr;
-  Status s = Find(key, &index);
+  s = Find(key, &index);
   if (s.code() == StatusCode::kNotFound) return Status::OK();  // removed meanwhile
   PDPM_RETURN_IF_ERROR(s);
   if (index->Count() != 0) return Status::OK();  // filled again meanwhile
@@ -183,74 +225,79 @@ Status VnodeHashes::Delete(std::string_view key, std::span<const std::string_vie
 }
 
 Status VnodeHashes::Length(std::string_view key, uint64_t* fields) {
-  std::shared_lock<std::shared_mutex> lock(mu_);
-  CcehIndex* index = nullptr;
-  Status s = Find(key, &index);
-  *fields = s.ok() ? index->Count() : 0;
+  *fields = 0;
+  Status s = WithFields(key, /*create=*/false, [&](CcehIndex* index) {
+    *fields = index->Count();
+    return Status::OK();
+  });
   return s.code() == StatusCode::kNotFound ? Status::OK() : s;
 }
 
 Status VnodeHashes::IncrBy(std::string_view key, std::string_view field, int64_t delta,
                            int64_t* result) {
-  {
-    std::shared_lock<std::shared_mutex> lock(mu_);
-    CcehIndex* index = nullptr;
-    Status s = Find(key, &index);
-    if (s.ok()) return VnodeIncrBy(index, field, delta, result);
-    if (s.code() != StatusCode::kNotFound) return s;
-  }
-  // An absent hash: created with the field at delta.
-  const std::string value = std::to_string(delta);
-  const std::pair<std::string_view, std::string_view> only{field, value};
-  uint64_t added = 0;
-  Status s = Set(key, {&only, 1}, /*if_absent=*/true, &added);
-  if (!s.ok()) return s;
-  if (added == 1) {
-    *result = delta;
-    return Status::OK();
-  }
-  return IncrBy(key, field, delta, result);  // created meanwhile by another
+  PDPM_RETURN_IF_ERROR(CheckItemSize(field, 20));
+  return WithFields(key, /*create=*/true,
+                    [&](CcehIndex* index) { return VnodeIncrBy(index, field, delta, result); });
+}
+
+Status VnodeHashes::IncrByFloat(std::string_view key, std::string_view field, long double incr,
+                                std::string* result) {
+  PDPM_RETURN_IF_ERROR(CheckItemSize(field, 0));
+  return WithFields(key, /*create=*/true,
+                    [&](CcehIndex* index) { return VnodeIncrByFloat(index, field, incr, result); });
 }
 
 Status VnodeHashes::Scan(std::string_view key, uint64_t cursor, size_t count, FieldPage* page) {
   page->fields.clear();
   page->next_cursor = 0;
   page->done = true;
-  std::shared_lock<std::shared_mutex> lock(mu_);
-  CcehIndex* index = nullptr;
-  Status s = Find(key, &index);
-  if (s.code() == StatusCode::kNotFound) return Status::OK();
-  PDPM_RETURN_IF_ERROR(s);
-  ScanPage keys;
-  PDPM_RETURN_IF_ERROR(index->Scan(cursor, count, &keys));
-  for (std::string& f : keys.keys) {
-    std::string v;
-    s = index->Get(f, &v);
-    if (s.code() == StatusCode::kNotFound) continue;  // deleted meanwhile
-    PDPM_RETURN_IF_ERROR(s);
-    page->fields.emplace_back(std::move(f), std::move(v));
-  }
-  page->next_cursor = keys.next_cursor;
-  page->done = keys.done;
-  return Status::OK();
+  Status s = WithFields(key, /*create=*/false, [&](CcehIndex* index) -> Status {
+    ScanPage keys;
+    PDPM_RETURN_IF_ERROR(index->Scan(cursor, count, &keys));
+    for (std::string& f : keys.keys) {
+      std::string v;
+      Status st = index->Get(f, &v);
+      if (st.code() == StatusCode::kNotFound) continue;  // deleted meanwhile
+      PDPM_RETURN_IF_ERROR(st);
+      page->fields.emplace_back(std::move(f), std::move(v));
+    }
+    page->next_cursor = keys.next_cursor;
+    page->done = keys.done;
+    return Status::OK();
+  });
+  return s.code() == StatusCode::kNotFound ? Status::OK() : s;
 }
 
 Status VnodeHashes::Remove(std::string_view key) {
+  {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    std::string value;
+    ItemMeta meta;
+    PDPM_RETURN_IF_ERROR(index_->Get(key, &value, &meta));
+    if (meta.flags != kItemFlagHash) return Status::NotFound("the key holds no hash");
+    // The commit: from here the hash is gone, its field index detached (the
+    // drop hook).
+    PDPM_RETURN_IF_ERROR(index_->Delete(key));
+  }
+  return FreeDetached();
+}
+
+Status VnodeHashes::FreeDetached() {
+  if (!any_detached_.load()) return Status::OK();
   std::unique_lock<std::shared_mutex> lock(mu_);
-  std::string value;
-  ItemMeta meta;
-  PDPM_RETURN_IF_ERROR(index_->Get(key, &value, &meta));
-  if (meta.flags != kItemFlagHash) return Status::NotFound("the key holds no hash");
-  uint64_t header = 0;
-  PDPM_RETURN_IF_ERROR(DecodeHashHeader(value, &header));
-  // The commit: from here the hash is gone, its blocks unreachable.
-  PDPM_RETURN_IF_ERROR(index_->Delete(key));
-  return Destroy(header);
+  std::vector<uint64_t> detached;
+  {
+    std::lock_guard<std::mutex> d(detached_mu_);
+    detached.swap(detached_);
+    any_detached_.store(false);
+  }
+  for (uint64_t header : detached) PDPM_RETURN_IF_ERROR(Destroy(header));
+  return Status::OK();
 }
 
 Status VnodeHashes::Destroy(uint64_t header_offset) {
   auto it = open_.find(header_offset);
-  if (it == open_.end()) return Status::Corruption("hash header names an index not opened");
+  if (it == open_.end()) return Status::OK();  // never published (a failed creation)
   std::unordered_set<uint64_t> blocks;
   it->second->AddReachable(&blocks);
   open_.erase(it);

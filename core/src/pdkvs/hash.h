@@ -30,10 +30,12 @@
 //   and removing hashes is serialized with them by the object's lock.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -50,10 +52,6 @@ namespace pdpm::pdkvs {
 
 inline constexpr uint32_t kHashMagic = 0x5348564b;  // "KVHS"
 inline constexpr uint32_t kHashFormatVersion = 1;
-// The message of kFailedPrecondition for an operation on a key of the
-// other type (Redis's WRONGTYPE).
-inline constexpr std::string_view kWrongTypeMessage =
-    "Operation against a key holding the wrong kind of value";
 
 // The field index's geometry: small segments, so that a hash of a few
 // fields costs about a kilobyte, while a hash of millions splits as any
@@ -72,8 +70,14 @@ class VnodeHashes {
   // header item's field index, removing a hash left empty by a crash.
   // Afterwards `indexes()` lists the field indexes, which the region's
   // CcehIndex::ReclaimUnreachable must be given with the vnode's index.
+  // Installs the index's drop hook (CcehIndex::SetDropHook): a header item
+  // the index itself drops (a string written over the hash, a delete, an
+  // expiry, a flush) detaches its field index, freed by FreeDetached.
   static Status Open(dsm::PAllocator* alloc, CcehIndex* index, const CcehOptions& options,
                      std::unique_ptr<VnodeHashes>* out);
+  ~VnodeHashes();
+  VnodeHashes(const VnodeHashes&) = delete;
+  VnodeHashes& operator=(const VnodeHashes&) = delete;
 
   // HSET (if_absent false) and HSETNX (true, one field): sets each field,
   // creating the hash if absent; *added counts the fields that were new
@@ -83,6 +87,10 @@ class VnodeHashes {
              uint64_t* added);
   // HGET: kNotFound when the hash or the field is absent.
   Status Get(std::string_view key, std::string_view field, std::string* value);
+  // HMGET: one answer per field, nullopt for an absent one (all of them
+  // for an absent hash).
+  Status GetFields(std::string_view key, std::span<const std::string_view> fields,
+                   std::vector<std::optional<std::string>>* values);
   // HDEL: *removed counts the fields that existed; removes the hash with
   // its last field.
   Status Delete(std::string_view key, std::span<const std::string_view> fields, uint64_t* removed);
@@ -92,6 +100,10 @@ class VnodeHashes {
   // 0 + delta). kInvalidArgument when the value is not an integer,
   // kOutOfRange on overflow.
   Status IncrBy(std::string_view key, std::string_view field, int64_t delta, int64_t* result);
+  // HINCRBYFLOAT: the field's value as a long double plus `incr`, stored
+  // and returned as Redis prints it (VnodeIncrByFloat's rules).
+  Status IncrByFloat(std::string_view key, std::string_view field, long double incr,
+                     std::string* result);
   // HSCAN, HGETALL, HKEYS, HVALS: a page of fields with their values, from
   // `cursor` (the field index's scan cursor: every field present for the
   // whole scan returned once). An absent hash is an empty, done page.
@@ -104,6 +116,12 @@ class VnodeHashes {
   // Removes the hash `key` (DEL): its header item, then every block of its
   // field index. kNotFound when the key holds no hash.
   Status Remove(std::string_view key);
+  // Frees the field indexes whose header item the vnode's index dropped
+  // (the drop hook). The owner calls it after each write of the vnode it
+  // runs itself (a string's set or delete, an expiry step, a flush) so
+  // their blocks are freed in the same step; every hash operation calls it
+  // too. Not while the caller holds an index lock.
+  Status FreeDetached();
   // Every field index, for CcehIndex::ReclaimUnreachable (not while
   // hashes are created or removed).
   std::vector<CcehIndex*> indexes() const;
@@ -116,12 +134,17 @@ class VnodeHashes {
   static void Check(dsm::PAllocator* alloc, CcehCheckReport* vnode);
 
  private:
-  VnodeHashes(dsm::PAllocator* alloc, CcehIndex* index, const CcehOptions& options)
-      : alloc_(alloc), index_(index), field_options_(FieldIndexOptions(options)) {}
+  VnodeHashes(dsm::PAllocator* alloc, CcehIndex* index, const CcehOptions& options);
   // The field index of hash `key`; kNotFound when the key is absent,
   // kFailedPrecondition (WRONGTYPE) when it holds a string. mu_ held.
   Status Find(std::string_view key, CcehIndex** fields);
+  // Runs `op` on the field index of hash `key`. An absent hash: kNotFound
+  // unless `create`, then a new field index, filled by `op` and published
+  // by the header item only if `op` succeeded and left a field.
+  Status WithFields(std::string_view key, bool create,
+                    const std::function<Status(CcehIndex* fields)>& op);
   // Frees every block of a field index no header item names any more.
+  // mu_ held exclusively.
   Status Destroy(uint64_t header_offset);
 
   dsm::PAllocator* const alloc_;
@@ -131,6 +154,11 @@ class VnodeHashes {
   // hash (and its entry in open_).
   mutable std::shared_mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<CcehIndex>> open_;  // by field index header
+  // Field indexes the drop hook detached, not yet freed. A leaf lock: the
+  // hook takes it under an index segment lock.
+  std::mutex detached_mu_;
+  std::vector<uint64_t> detached_;
+  std::atomic<bool> any_detached_{false};
 };
 
 }  // namespace pdpm::pdkvs

@@ -227,6 +227,62 @@ TEST_F(HashTest, CheckFindsADamagedHeader) {
             StatusCode::kCorruption);
 }
 
+// A header item the vnode's index drops itself (a string set over the
+// hash, a plain delete, an expiry) detaches the field index, and
+// FreeDetached frees every block of it; rewriting the same header item
+// (a transaction's commit of an unchanged hash) detaches nothing.
+TEST_F(HashTest, HeaderDroppedByTheIndexFreesTheFields) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 200; i++) names.push_back("f" + std::to_string(i));
+  auto make = [&](std::string_view key) {
+    Fields fields;
+    for (const std::string& f : names) fields.emplace_back(f, f);
+    uint64_t added = 0;
+    ASSERT_OK(hashes_->Set(key, fields, false, &added));
+    ASSERT_EQ(added, names.size());
+  };
+  const uint64_t empty_vnode = alloc_->Stats().blocks_allocated;
+  make("h");
+  ASSERT_OK(index_->Put("h", "a string now"));
+  ASSERT_OK(hashes_->FreeDetached());
+  EXPECT_EQ(alloc_->Stats().blocks_allocated, empty_vnode + 1);  // the string's item
+  EXPECT_EQ(HGet("h", "f1"), "<failed_precondition>");
+  ExpectClean();
+
+  make("g");
+  ASSERT_OK(index_->Delete("g"));
+  ASSERT_OK(hashes_->FreeDetached());
+  EXPECT_EQ(alloc_->Stats().blocks_allocated, empty_vnode + 1);
+  ExpectClean();
+
+  make("e");
+  std::string header;
+  ItemMeta meta;
+  ASSERT_OK(index_->Get("e", &header, &meta));
+  PutOptions same;
+  same.meta = meta;
+  ASSERT_OK(index_->Put("e", header, same));  // the same hash: nothing detached
+  ASSERT_OK(hashes_->FreeDetached());
+  EXPECT_EQ(HGet("e", "f7"), "f7");
+  ASSERT_OK(index_->Update("e", [](const std::string_view*, const ItemMeta&, Mutation* m) {
+    m->kind = Mutation::kSetExpiry;
+    m->meta.expire_at_ms = 1;  // long past
+    return Status::OK();
+  }));
+  uint64_t next = 0, freed = 0;
+  for (uint64_t pos = 0;; pos = next) {
+    ASSERT_OK(index_->ReclaimExpired(pos, &next, &freed));
+    if (next == 0) break;
+  }
+  EXPECT_EQ(freed, 1u);
+  ASSERT_OK(hashes_->FreeDetached());
+  EXPECT_EQ(alloc_->Stats().blocks_allocated, empty_vnode + 1);
+  ExpectClean();
+  uint64_t reclaimed = 0;
+  Reopen(&reclaimed);
+  EXPECT_EQ(reclaimed, 0u);  // nothing was left behind
+}
+
 // A hash of a million fields: set in batches, counted, enumerated once
 // each by a scan, one field's update costing one item (not a rewrite of
 // the hash), removed whole. It prints its wall and CPU time: 65 s of wall

@@ -33,6 +33,10 @@ inline constexpr uint64_t kMaxValueSize = 512ull << 20;
 // The flag of a hash's header item (ItemMeta::flags, pdkvs/hash.h); a
 // string's item carries 0.
 inline constexpr uint32_t kItemFlagHash = 1;
+// The message of kFailedPrecondition for an operation on a key of the
+// other type (Redis's WRONGTYPE).
+inline constexpr std::string_view kWrongTypeMessage =
+    "Operation against a key holding the wrong kind of value";
 
 // What an item carries besides its key and value.
 struct ItemMeta {

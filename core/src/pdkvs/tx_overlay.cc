@@ -9,6 +9,7 @@ void TxOverlay::Preload(std::string_view key, KvTxRead read) {
   e.value = std::move(read.value);
   e.expire_at_ms = read.expire_at_ms;
   e.version = read.version;
+  e.hash = read.hash && e.value.has_value();
   Settle(&e);
   entries_.emplace(std::string(key), std::move(e));
 }
@@ -17,6 +18,7 @@ void TxOverlay::Settle(Entry* e) const {
   if (e->value && e->expire_at_ms != 0 && e->expire_at_ms <= now_ms_) {
     e->value.reset();
     e->expire_at_ms = 0;
+    e->hash = false;
   }
 }
 
@@ -36,8 +38,8 @@ Status TxOverlay::Get(std::string_view key, std::string* value, ItemMeta* meta) 
   Entry* e = nullptr;
   PDPM_RETURN_IF_ERROR(Find(key, &e));
   if (!e->value) return Status::NotFound("no such key");
-  value->assign(*e->value);
-  if (meta != nullptr) *meta = ItemMeta{e->expire_at_ms, 0};
+  if (value != nullptr) value->assign(*e->value);
+  if (meta != nullptr) *meta = ItemMeta{e->expire_at_ms, e->hash ? kItemFlagHash : 0};
   return Status::OK();
 }
 
@@ -56,6 +58,7 @@ Status TxOverlay::Put(std::string_view key, std::string_view value, const PutOpt
   if (options.mode == PutMode::kIfPresent && !e->value) return Status::NotFound("no such key");
   const bool keep = options.keep_ttl && e->value;
   e->value.emplace(value);
+  e->hash = false;
   if (!keep) e->expire_at_ms = options.meta.expire_at_ms;
   e->written = true;
   Settle(e);
@@ -68,6 +71,7 @@ Status TxOverlay::Delete(std::string_view key) {
   if (!e->value) return Status::NotFound("no such key");
   e->value.reset();
   e->expire_at_ms = 0;
+  e->hash = false;
   e->written = true;
   return Status::OK();
 }
@@ -78,20 +82,27 @@ Status TxOverlay::Update(std::string_view key, const UpdateFn& fn) {
   std::string_view old;
   if (e->value) old = *e->value;
   Mutation m;
-  PDPM_RETURN_IF_ERROR(fn(e->value ? &old : nullptr, ItemMeta{e->expire_at_ms, 0}, &m));
+  PDPM_RETURN_IF_ERROR(
+      fn(e->value ? &old : nullptr, ItemMeta{e->expire_at_ms, e->hash ? kItemFlagHash : 0}, &m));
   switch (m.kind) {
     case Mutation::kKeep: return Status::OK();
     case Mutation::kPut:
       PDPM_RETURN_IF_ERROR(CheckItemSize(key, m.value.size()));
       e->value = std::move(m.value);
       e->expire_at_ms = m.meta.expire_at_ms;
+      e->hash = false;
       break;
     case Mutation::kDelete:
       e->value.reset();
       e->expire_at_ms = 0;
+      e->hash = false;
       break;
     case Mutation::kSetExpiry:
       if (!e->value) return Status::NotFound("no such key");
+      if (e->hash) {
+        return Status::FailedPrecondition(
+            "pDKVS does not change the expiry of a hash inside a transaction");
+      }
       e->expire_at_ms = m.meta.expire_at_ms;
       break;
   }

@@ -34,6 +34,10 @@ class TxOverlay {
     uint64_t expire_at_ms = 0;
     KvVersion version;  // as read
     bool written = false;
+    // The key holds a hash (as read, value empty): string operations see
+    // its kItemFlagHash (WRONGTYPE); it may be deleted or replaced, its
+    // expiry is not changed inside a transaction.
+    bool hash = false;
   };
   // Adds a key read beforehand (KvStore::TxRead of many keys at once).
   void Preload(std::string_view key, KvTxRead read);

@@ -1,8 +1,83 @@
 #include "pdkvs/vnode_ops.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
 #include "pdkvs/tx_overlay.h"
 
 namespace pdpm::pdkvs {
+
+Status WrongTypeUnlessString(const ItemMeta& meta) {
+  if (meta.flags == kItemFlagHash) return Status::FailedPrecondition(kWrongTypeMessage);
+  return Status::OK();
+}
+
+bool ParseLongDouble(std::string_view s, long double* out) {
+  if (s.empty() || s.size() > 5000 || isspace(static_cast<unsigned char>(s[0]))) return false;
+  std::string copy(s);
+  char* end = nullptr;
+  errno = 0;
+  *out = strtold(copy.c_str(), &end);
+  if (end != copy.c_str() + copy.size() || errno == ERANGE || std::isnan(*out) ||
+      std::isinf(*out)) {
+    return false;
+  }
+  return true;
+}
+
+std::string LongDoubleString(long double v) {
+  char buf[5200];
+  int n = snprintf(buf, sizeof(buf), "%.17Lf", v);
+  std::string out(buf, static_cast<size_t>(std::max(n, 0)));
+  if (out.find('.') != std::string::npos) {
+    while (!out.empty() && out.back() == '0') out.pop_back();
+    if (!out.empty() && out.back() == '.') out.pop_back();
+  }
+  if (out == "-0") out = "0";
+  return out;
+}
+
+template <class Index>
+Status VnodeGet(Index* index, std::string_view key, std::string* value) {
+  ItemMeta meta;
+  PDPM_RETURN_IF_ERROR(index->Get(key, value, &meta));
+  return WrongTypeUnlessString(meta);
+}
+
+template <class Index>
+Status VnodeType(Index* index, std::string_view key, KvType* type) {
+  ItemMeta meta;
+  Status s = index->Get(key, nullptr, &meta);
+  *type = KvType::kNone;
+  if (s.code() == StatusCode::kNotFound) return Status::OK();
+  PDPM_RETURN_IF_ERROR(s);
+  *type = meta.flags == kItemFlagHash ? KvType::kHash : KvType::kString;
+  return Status::OK();
+}
+
+template <class Index>
+Status VnodeIncrByFloat(Index* index, std::string_view key, long double incr, std::string* result) {
+  return index->Update(key,
+                       [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+                         PDPM_RETURN_IF_ERROR(WrongTypeUnlessString(old_meta));
+                         long double v = 0;
+                         if (old != nullptr && !ParseLongDouble(*old, &v)) {
+                           return Status::InvalidArgument("value is not a valid float");
+                         }
+                         const long double sum = v + incr;
+                         if (std::isnan(sum) || std::isinf(sum)) {
+                           return Status::OutOfRange("increment would produce NaN or Infinity");
+                         }
+                         *result = LongDoubleString(sum);
+                         m->kind = Mutation::kPut;
+                         m->value = *result;
+                         m->meta = old_meta;
+                         return Status::OK();
+                       });
+}
 
 template <class Index>
 Status VnodeSet(Index* index, std::string_view key, std::string_view value,
@@ -29,6 +104,7 @@ Status VnodeSet(Index* index, std::string_view key, std::string_view value,
   }
   return index->Update(
       key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        PDPM_RETURN_IF_ERROR(WrongTypeUnlessString(old_meta));
         if (old != nullptr) result->old_value.emplace(*old);
         if ((options.condition == SetOptions::Condition::kIfAbsent && old != nullptr) ||
             (options.condition == SetOptions::Condition::kIfPresent && old == nullptr)) {
@@ -46,8 +122,9 @@ Status VnodeSet(Index* index, std::string_view key, std::string_view value,
 
 template <class Index>
 Status VnodeGetDelete(Index* index, std::string_view key, std::string* value) {
-  return index->Update(key, [&](const std::string_view* old, const ItemMeta&, Mutation* m) {
+  return index->Update(key, [&](const std::string_view* old, const ItemMeta& meta, Mutation* m) {
     if (old == nullptr) return Status::NotFound("no such key");
+    PDPM_RETURN_IF_ERROR(WrongTypeUnlessString(meta));
     value->assign(*old);
     m->kind = Mutation::kDelete;
     return Status::OK();
@@ -58,6 +135,7 @@ template <class Index>
 Status VnodeIncrBy(Index* index, std::string_view key, int64_t delta, int64_t* result) {
   return index->Update(
       key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        PDPM_RETURN_IF_ERROR(WrongTypeUnlessString(old_meta));
         int64_t v = 0;
         if (old != nullptr && !ParseDecimalInt64(*old, &v)) {
           return Status::InvalidArgument("value is not an integer or out of range");
@@ -78,6 +156,7 @@ Status VnodeAppend(Index* index, std::string_view key, std::string_view suffix,
                    uint64_t max_value_size, uint64_t* length) {
   return index->Update(
       key, [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+        PDPM_RETURN_IF_ERROR(WrongTypeUnlessString(old_meta));
         const uint64_t old_len = old == nullptr ? 0 : old->size();
         PDPM_RETURN_IF_ERROR(CheckItemSize(key, old_len + suffix.size()));
         if (old_len + suffix.size() > max_value_size) {
@@ -99,7 +178,7 @@ Status VnodeGetRange(Index* index, std::string_view key, int64_t start, int64_t 
                      std::string* value) {
   value->clear();
   std::string whole;
-  Status s = index->Get(key, &whole);
+  Status s = VnodeGet(index, key, &whole);
   if (s.code() == StatusCode::kNotFound) return Status::OK();
   PDPM_RETURN_IF_ERROR(s);
   SliceRange(whole, start, end, value);
@@ -127,6 +206,7 @@ Status VnodeSetRange(Index* index, std::string_view key, uint64_t offset, std::s
   }
   return index->Update(key,
                        [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
+                         PDPM_RETURN_IF_ERROR(WrongTypeUnlessString(old_meta));
                          const uint64_t old_len = old == nullptr ? 0 : old->size();
                          if (data.empty()) {
                            *length = old_len;
@@ -204,6 +284,9 @@ Status VnodeFlush(CcehIndex* index, const std::function<void(std::string_view ke
 }
 
 #define PDPM_VNODE_OPS_FOR(Index)                                                               \
+  template Status VnodeGet(Index*, std::string_view, std::string*);                             \
+  template Status VnodeType(Index*, std::string_view, KvType*);                                 \
+  template Status VnodeIncrByFloat(Index*, std::string_view, long double, std::string*);        \
   template Status VnodeSet(Index*, std::string_view, std::string_view, const SetOptions&,       \
                            SetResult*);                                                         \
   template Status VnodeGetDelete(Index*, std::string_view, std::string*);                       \

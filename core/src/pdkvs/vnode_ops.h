@@ -19,7 +19,42 @@
 namespace pdpm::pdkvs {
 
 // Each operation works on a CcehIndex or on a transaction's TxOverlay
-// (tx_overlay.h), which offers the same calls.
+// (tx_overlay.h), which offers the same calls. A string operation meeting a
+// hash's header item (kItemFlagHash) answers kFailedPrecondition with
+// kWrongTypeMessage (Redis's WRONGTYPE); a plain put or delete replaces or
+// removes it as any key (VnodeHashes frees its fields, hash.h).
+
+// kFailedPrecondition (kWrongTypeMessage) unless `meta` is a string's.
+Status WrongTypeUnlessString(const ItemMeta& meta);
+// Whether `s` is a WRONGTYPE answer.
+inline bool IsWrongType(const Status& s) {
+  return s.code() == StatusCode::kFailedPrecondition && s.message().ends_with(kWrongTypeMessage);
+}
+// MGET's read of one key: a hash reads as absent (kNotFound), as Redis
+// answers nil for it.
+template <class Index>
+Status VnodeGetString(Index* index, std::string_view key, std::string* value) {
+  Status s = VnodeGet(index, key, value);
+  return IsWrongType(s) ? Status::NotFound("the key holds a hash") : s;
+}
+// GET: kNotFound when absent.
+template <class Index>
+Status VnodeGet(Index* index, std::string_view key, std::string* value);
+// TYPE: kNone when absent.
+template <class Index>
+Status VnodeType(Index* index, std::string_view key, KvType* type);
+// INCRBYFLOAT (and HINCRBYFLOAT on a field index): the value as a long
+// double plus `incr`, stored as Redis prints it (LongDoubleString), the
+// expiry kept. kInvalidArgument: the value is not a float; kOutOfRange: the
+// sum is NaN or infinite.
+template <class Index>
+Status VnodeIncrByFloat(Index* index, std::string_view key, long double incr, std::string* result);
+// Redis's float syntax for INCRBYFLOAT: what strtold takes whole, without
+// spaces, and neither NaN nor infinite.
+bool ParseLongDouble(std::string_view s, long double* out);
+// A long double as Redis prints INCRBYFLOAT's result: 17 decimals, then
+// the trailing zeros (and point) dropped.
+std::string LongDoubleString(long double v);
 template <class Index>
 Status VnodeSet(Index* index, std::string_view key, std::string_view value,
                 const SetOptions& options, SetResult* result);

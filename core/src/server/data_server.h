@@ -35,6 +35,7 @@
 #include "net/rpc.h"
 #include "net/transport.h"
 #include "pdkvs/cceh.h"
+#include "pdkvs/hash.h"
 #include "pm/pm_space.h"
 #include "server/kv_protocol.h"
 #include "server/protocol.h"
@@ -82,6 +83,7 @@ class DataServer {
     std::unique_ptr<dsm::PAllocator> alloc;        // primaries only
     std::unique_ptr<dsm::ObjectStoreTable> table;  // kTable primaries only
     std::unique_ptr<pdkvs::CcehIndex> kv;  // kTable primaries: the pDKVS vnode once made; repl_mu
+    std::unique_ptr<pdkvs::VnodeHashes> kv_hashes;  // the vnode's hashes, with kv
     std::unique_ptr<net::MemoryRegion> region;
     // Replication (docs/replication.md).
     char* base = nullptr;

@@ -32,7 +32,8 @@ namespace pdpm::server {
 namespace {
 
 // Requests that may add a key: they create the table's segment and vnode.
-bool MayCreate(uint16_t method) {
+bool MayCreate(uint16_t method, const KvRequest& r) {
+  if (method == kKvHash) return KvHashOpWrites(r.hash_op);
   switch (method) {
     case kKvSet:
     case kKvIncrBy:
@@ -53,7 +54,8 @@ pdkvs::SetOptions DecodeSetOptions(uint64_t flags, uint64_t expire_at_ms) {
 }
 
 // Requests that change keys they name (their version words are bumped).
-bool WritesKeys(uint16_t method) {
+bool WritesKeys(uint16_t method, const KvRequest& r) {
+  if (method == kKvHash) return KvHashOpWrites(r.hash_op);
   switch (method) {
     case kKvSet:
     case kKvGetDelete:
@@ -124,9 +126,12 @@ Status MultiGet(const KvRequest& r, pdkvs::CcehIndex* index,
   uint64_t answered = 0;
   for (std::string_view key : r.keys) {
     std::string v;
-    Status s = (index->*read)(key, &v, nullptr);
+    pdkvs::ItemMeta meta;
+    Status s = (index->*read)(key, &v, &meta);
     if (s.code() == StatusCode::kNotFound) {
       a.U64(0);
+    } else if (s.ok() && meta.flags == pdkvs::kItemFlagHash) {
+      a.U64(kKvMultiGetHash);
     } else {
       PDPM_RETURN_IF_ERROR(s);
       if (answered > 0 && answers.size() + v.size() + 64 > kMaxRpcPayload) break;
@@ -185,7 +190,11 @@ constexpr uint64_t kKvWritesInProgress = 0xffffffffu;
 Status RunKvRead(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::string* reply) {
   Encoder e(reply);
   switch (method) {
-    case kKvGet: return index->Peek(r.key, reply);
+    case kKvGet: {
+      pdkvs::ItemMeta meta;
+      PDPM_RETURN_IF_ERROR(index->Peek(r.key, reply, &meta));
+      return pdkvs::WrongTypeUnlessString(meta);
+    }
     case kKvExists: {
       Status s = index->Peek(r.key, nullptr);
       if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
@@ -194,9 +203,11 @@ Status RunKvRead(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, s
     }
     case kKvGetRange: {
       std::string whole;
-      Status s = index->Peek(r.key, &whole);
+      pdkvs::ItemMeta meta;
+      Status s = index->Peek(r.key, &whole, &meta);
       if (s.code() == StatusCode::kNotFound) return Status::OK();
       PDPM_RETURN_IF_ERROR(s);
+      PDPM_RETURN_IF_ERROR(pdkvs::WrongTypeUnlessString(meta));
       std::string range;
       pdkvs::SliceRange(whole, static_cast<int64_t>(r.arg0), static_cast<int64_t>(r.arg1), &range);
       reply->append(range);
@@ -214,11 +225,99 @@ Status RunKvRead(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, s
   }
 }
 
-// Runs request `r` on vnode `index`, encoding its reply.
-Status RunKv(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::string* reply) {
+// Runs kKvHash request `r` on the hashes of a vnode, encoding its reply.
+// A scan page is made smaller until its reply fits half an RPC.
+Status RunKvHash(const KvRequest& r, pdkvs::CcehIndex* index, pdkvs::VnodeHashes* hashes,
+                 std::string* reply) {
+  Encoder e(reply);
+  const std::vector<std::string_view>& f = r.fields;
+  switch (r.hash_op) {
+    case KvHashOp::kType: {
+      pdkvs::KvType type = pdkvs::KvType::kNone;
+      PDPM_RETURN_IF_ERROR(pdkvs::VnodeType(index, r.key, &type));
+      e.U64(static_cast<uint64_t>(type));
+      return Status::OK();
+    }
+    case KvHashOp::kSet:
+    case KvHashOp::kSetIfAbsent: {
+      std::vector<std::pair<std::string_view, std::string_view>> pairs;
+      for (size_t i = 0; i + 1 < f.size(); i += 2) {
+        if (f[i + 1].size() > kKvMaxValueSize) {
+          return Status::TooLarge("value of " + std::to_string(f[i + 1].size()) + " bytes");
+        }
+        pairs.emplace_back(f[i], f[i + 1]);
+      }
+      uint64_t added = 0;
+      PDPM_RETURN_IF_ERROR(hashes->Set(r.key, pairs, r.hash_op == KvHashOp::kSetIfAbsent, &added));
+      e.U64(added);
+      return Status::OK();
+    }
+    case KvHashOp::kGet: {
+      std::vector<std::optional<std::string>> values;
+      PDPM_RETURN_IF_ERROR(hashes->GetFields(r.key, f, &values));
+      e.U64(values.size());
+      for (const auto& v : values) {
+        e.U64(v ? 1 : 0);
+        if (v) e.Str(*v);
+      }
+      if (reply->size() > kMaxRpcPayload) {
+        reply->clear();
+        return Status::TooLarge("the fields' values do not fit one reply");
+      }
+      return Status::OK();
+    }
+    case KvHashOp::kDelete: {
+      uint64_t removed = 0;
+      PDPM_RETURN_IF_ERROR(hashes->Delete(r.key, f, &removed));
+      e.U64(removed);
+      return Status::OK();
+    }
+    case KvHashOp::kLength: {
+      uint64_t n = 0;
+      PDPM_RETURN_IF_ERROR(hashes->Length(r.key, &n));
+      e.U64(n);
+      return Status::OK();
+    }
+    case KvHashOp::kIncrBy: {
+      int64_t result = 0;
+      PDPM_RETURN_IF_ERROR(hashes->IncrBy(r.key, f[0], static_cast<int64_t>(r.arg1), &result));
+      e.U64(static_cast<uint64_t>(result));
+      return Status::OK();
+    }
+    case KvHashOp::kIncrByFloat: {
+      long double incr = 0;
+      if (!pdkvs::ParseLongDouble(f[1], &incr)) {
+        return Status::InvalidArgument("value is not a valid float");
+      }
+      return hashes->IncrByFloat(r.key, f[0], incr, reply);
+    }
+    case KvHashOp::kScan: {
+      if (r.hash_count == 0) return Status::InvalidArgument("scan count must be positive");
+      for (size_t count = std::min(r.hash_count, kKvMaxScanCount);; count = (count + 1) / 2) {
+        pdkvs::VnodeHashes::FieldPage page;
+        PDPM_RETURN_IF_ERROR(hashes->Scan(r.key, r.arg1, count, &page));
+        reply->clear();
+        e.U64(page.next_cursor);
+        e.U64(page.done ? 1 : 0);
+        e.U64(page.fields.size());
+        for (const auto& [field, value] : page.fields) {
+          e.Str(field);
+          e.Str(value);
+        }
+        if (reply->size() <= kMaxRpcPayload / 2 || count == 1) return Status::OK();
+      }
+    }
+  }
+  return Status::Internal("unknown pDKVS hash operation");
+}
+
+// Runs request `r` on vnode `index` and its `hashes`, encoding its reply.
+Status RunKvOn(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index,
+               pdkvs::VnodeHashes* hashes, std::string* reply) {
   Encoder e(reply);
   switch (method) {
-    case kKvGet: return index->Get(r.key, reply);
+    case kKvGet: return pdkvs::VnodeGet(index, r.key, reply);
+    case kKvHash: return RunKvHash(r, index, hashes, reply);
     case kKvSet: {
       if (r.value.size() > kKvMaxValueSize) {
         return Status::TooLarge("value of " + std::to_string(r.value.size()) + " bytes");
@@ -321,11 +420,20 @@ Status RunKv(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index, std::
   }
 }
 
+// RunKvOn, then the freeing of the field indexes of the hashes it dropped
+// (a string set over a hash, a delete, an expiry), in the same mutation.
+Status RunKv(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index,
+             pdkvs::VnodeHashes* hashes, std::string* reply) {
+  Status s = RunKvOn(method, r, index, hashes, reply);
+  Status freed = hashes->FreeDetached();
+  return s.ok() ? freed : s;
+}
+
 // Whether request `r` of `method` may add a key (a batch: any of its own).
 bool RequestMayCreate(uint16_t method, const KvRequest& r) {
-  if (method != kKvBatch) return MayCreate(method);
+  if (method != kKvBatch) return MayCreate(method, r);
   return std::any_of(r.batch.begin(), r.batch.end(),
-                     [](const KvBatchEntry& b) { return MayCreate(b.method); });
+                     [](const KvBatchEntry& b) { return MayCreate(b.method, b.r); });
 }
 
 // The answers of a kKvBatch or kKvVnodeBatches reply: u64 answered, then
@@ -362,7 +470,7 @@ void EncodeKvBatch(const KvRequest& r, const Run& run, uint64_t budget, std::str
   for (const KvBatchEntry& b : r.batch) {
     one.clear();
     Status s = run(b, &one);
-    if ((answers.count() > 0 || budget < kMaxRpcPayload) && !WritesKeys(b.method) &&
+    if ((answers.count() > 0 || budget < kMaxRpcPayload) && !WritesKeys(b.method, b.r) &&
         answers.bytes() + one.size() + 64 > budget) {
       break;
     }
@@ -377,16 +485,16 @@ void EncodeKvBatch(const KvRequest& r, const Run& run, uint64_t budget, std::str
 // (kAborted) and the rest go on: requests of one key are refused together,
 // so the client runs them again in their order. A read whose value would
 // overflow the reply ends it there (reads change nothing the client sees).
-void RunKvBatch(TxParticipant* tx, const KvRequest& r, pdkvs::CcehIndex* index, uint64_t budget,
-                std::string* reply) {
+void RunKvBatch(TxParticipant* tx, const KvRequest& r, pdkvs::CcehIndex* index,
+                pdkvs::VnodeHashes* hashes, uint64_t budget, std::string* reply) {
   EncodeKvBatch(
       r,
       [&](const KvBatchEntry& b, std::string* one) {
         TxParticipant::KvKeyVersion version = tx->KvKey(r.table, b.r.key);
         if (version.locked()) return Status::Aborted(kKvKeyLockedMessage);
         if (index == nullptr) return AnswerEmpty(b.method, b.r, one);
-        Status s = RunKv(b.method, b.r, index, one);
-        if (s.ok() && WritesKeys(b.method)) version.Written();
+        Status s = RunKv(b.method, b.r, index, hashes, one);
+        if (s.ok() && WritesKeys(b.method, b.r)) version.Written();
         return s;
       },
       budget, reply);
@@ -448,7 +556,11 @@ Status DataServer::OpenVnode(Segment* seg) {
     PDPM_RETURN_IF_ERROR(
         pdkvs::CcehIndex::Open(alloc, header, {}, &seg->kv)
             .WithContext("pDKVS vnode of table " + std::to_string(seg->role.table)));
+    PDPM_RETURN_IF_ERROR(
+        pdkvs::VnodeHashes::Open(alloc, seg->kv.get(), {}, &seg->kv_hashes)
+            .WithContext("pDKVS hashes of table " + std::to_string(seg->role.table)));
     seg->kv_published.store(seg->kv.get());
+    indexes = seg->kv_hashes->indexes();
     indexes.push_back(seg->kv.get());
   }
   // Vnode items and index blocks are owned kKvStore, the object table's
@@ -509,7 +621,7 @@ Status DataServer::HandleKvRequest(uint16_t method, const RequestHeader& h, KvRe
     return Status::OK();
   }
   if (s.code() == StatusCode::kNotFound && method == kKvBatch) {
-    RunKvBatch(tx_.get(), r, nullptr, reply_budget, reply);
+    RunKvBatch(tx_.get(), r, nullptr, nullptr, reply_budget, reply);
     return Status::OK();
   }
   if (s.code() == StatusCode::kNotFound) {
@@ -528,7 +640,7 @@ Status DataServer::HandleKvRequest(uint16_t method, const RequestHeader& h, KvRe
     // One step for the whole batch: one shipment to the backups.
     auto run = [this, seg, may_create, r = std::move(r), reply](uint64_t budget) -> Status {
       if (seg->kv == nullptr && may_create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
-      RunKvBatch(tx_.get(), r, seg->kv.get(), budget, reply);
+      RunKvBatch(tx_.get(), r, seg->kv.get(), seg->kv_hashes.get(), budget, reply);
       return Status::OK();
     };
     auto writing = std::make_shared<KvWriteScope>(&seg->kv_writes);
@@ -566,12 +678,13 @@ Status DataServer::HandleKvRequest(uint16_t method, const RequestHeader& h, KvRe
         method == kKvFlush
             ? pdkvs::VnodeFlush(seg->kv.get(),
                                 [&](std::string_view key) { tx_->KvKey(r.table, key).Written(); })
-            : RunKv(method, r, seg->kv.get(), reply);
+            : RunKv(method, r, seg->kv.get(), seg->kv_hashes.get(), reply);
+    if (st.ok() && method == kKvFlush) st = seg->kv_hashes->FreeDetached();
     if (!st.ok()) {
       reply->clear();
       return st;
     }
-    if (WritesKeys(method)) {
+    if (WritesKeys(method, r)) {
       for (TxParticipant::KvKeyVersion& v : versions) v.Written();
     }
     if (method == kKvMultiGetVersioned) AppendVersions(*tx_, server_id_, r, reply);
@@ -651,6 +764,8 @@ Status DataServer::EnsureVnode(Segment* seg) {
   std::unique_ptr<pdkvs::CcehIndex> index;
   PDPM_RETURN_IF_ERROR(pdkvs::CcehIndex::Create(seg->alloc.get(), {}, &header, &index));
   PDPM_RETURN_IF_ERROR(seg->alloc->SetRoot(kKvRootSlot, header));
+  PDPM_RETURN_IF_ERROR(
+      pdkvs::VnodeHashes::Open(seg->alloc.get(), index.get(), {}, &seg->kv_hashes));
   seg->kv = std::move(index);
   seg->kv_published.store(seg->kv.get());
   return Status::OK();
@@ -670,7 +785,8 @@ Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t 
     }
     KvWriteScope writing(&seg->kv_writes);
     if (create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
-    return op(seg->kv.get());
+    PDPM_RETURN_IF_ERROR(op(seg->kv.get()));
+    return seg->kv_hashes != nullptr ? seg->kv_hashes->FreeDetached() : Status::OK();
   }
   {
     std::shared_lock lock(mu_);
@@ -694,7 +810,8 @@ Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t 
       seg,
       [&]() -> Status {
         if (create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
-        return op(seg->kv.get());
+        PDPM_RETURN_IF_ERROR(op(seg->kv.get()));
+        return seg->kv_hashes != nullptr ? seg->kv_hashes->FreeDetached() : Status::OK();
       },
       tag);
 }

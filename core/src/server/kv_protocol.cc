@@ -24,7 +24,18 @@ bool IsKvSingleKey(uint16_t method) {
 }
 
 bool IsKvBatchable(uint16_t method) {
-  return IsKvSingleKey(method) && method != kKvGetDelete;
+  return IsKvSingleKey(method) && method != kKvGetDelete && method != kKvHash;
+}
+
+bool KvHashOpWrites(KvHashOp op) {
+  switch (op) {
+    case KvHashOp::kSet:
+    case KvHashOp::kSetIfAbsent:
+    case KvHashOp::kDelete:
+    case KvHashOp::kIncrBy:
+    case KvHashOp::kIncrByFloat: return true;
+    default: return false;
+  }
 }
 
 bool IsKvIdempotent(uint16_t method, const KvRequest& r) {
@@ -43,6 +54,7 @@ bool IsKvIdempotent(uint16_t method, const KvRequest& r) {
     case kKvReclaimExpired: return true;
     case kKvSet: return (r.arg0 & (kKvSetConditionMask | kKvSetWantOld)) == 0;
     case kKvMultiPut: return r.arg0 == 0;
+    case kKvHash: return !KvHashOpWrites(r.hash_op);
     case kKvBatch:
       return std::all_of(r.batch.begin(), r.batch.end(),
                          [](const KvBatchEntry& b) { return IsKvIdempotent(b.method, b.r); });
@@ -79,6 +91,13 @@ void EncodeKvFields(uint16_t method, const KvRequest& r, Encoder* e) {
     case kKvVersions:
       e->U64(r.keys.size());
       for (std::string_view k : r.keys) e->Str(k);
+      break;
+    case kKvHash:
+      e->U64(static_cast<uint64_t>(r.hash_op));
+      e->U64(r.arg1);
+      e->U64(r.hash_count);
+      e->U64(r.fields.size());
+      for (std::string_view f : r.fields) e->Str(f);
       break;
     case kKvMultiPut:
       e->U64(r.arg0);
@@ -135,6 +154,40 @@ Status DecodeKvFields(uint16_t method, Decoder* d, KvRequest* r) {
         std::string_view k;
         PDPM_RETURN_IF_ERROR(d->Str(&k));  // fails before n outgrows the message
         r->keys.push_back(k);
+      }
+      break;
+    }
+    case kKvHash: {
+      uint64_t op = 0, n = 0;
+      PDPM_RETURN_IF_ERROR(d->U64(&op));
+      if (op > static_cast<uint64_t>(KvHashOp::kLast)) {
+        return Status::InvalidArgument("pDKVS hash operation " + std::to_string(op));
+      }
+      r->hash_op = static_cast<KvHashOp>(op);
+      PDPM_RETURN_IF_ERROR(d->U64(&r->arg1));
+      PDPM_RETURN_IF_ERROR(d->U64(&r->hash_count));
+      PDPM_RETURN_IF_ERROR(d->U64(&n));
+      for (uint64_t i = 0; i < n; ++i) {
+        std::string_view f;
+        PDPM_RETURN_IF_ERROR(d->Str(&f));  // fails before n outgrows the message
+        r->fields.push_back(f);
+      }
+      const size_t want = r->fields.size();
+      bool ok = true;
+      switch (r->hash_op) {
+        case KvHashOp::kType:
+        case KvHashOp::kLength:
+        case KvHashOp::kScan: ok = want == 0; break;
+        case KvHashOp::kSet: ok = want > 0 && want % 2 == 0; break;
+        case KvHashOp::kSetIfAbsent:
+        case KvHashOp::kIncrByFloat: ok = want == 2; break;
+        case KvHashOp::kGet:
+        case KvHashOp::kDelete: ok = want > 0; break;
+        case KvHashOp::kIncrBy: ok = want == 1; break;
+      }
+      if (!ok) {
+        return Status::InvalidArgument("pDKVS hash operation " + std::to_string(op) + " with " +
+                                       std::to_string(want) + " strings");
       }
       break;
     }

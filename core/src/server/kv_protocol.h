@@ -11,7 +11,8 @@
 //   kKvGetRange   key | u64 start | u64 end (two's complement)
 //   kKvSetRange   key | u64 offset | value (the data)
 //   kKvSetExpiry  key | u64 expire_at_ms
-//   kKvMultiGet   u64 n | n keys
+//   kKvMultiGet   u64 n | n keys (reply: u64 answered | answered (u64 0
+//                 absent | u64 1 | value | u64 2, a hash))
 //   kKvVersions   u64 n | n keys (reply: u64 server id | u64 n | n
 //                 version words)
 //   kKvMultiGetVersioned  as kKvMultiGet (reply: kKvMultiGet's, then u64
@@ -24,6 +25,18 @@
 //   kKvReclaimExpired  u64 position (reply: u64 next position, 0 when the
 //                 vnode is done | u64 keys freed): frees the expired keys
 //                 of the index segment covering the hash position
+//   kKvHash       key | u64 op (KvHashOp) | u64 arg | u64 count | u64 n |
+//                 n strings: fields (kGet, kDelete), field and value pairs
+//                 (kSet, kSetIfAbsent), the field (kIncrBy: arg the delta;
+//                 kIncrByFloat: then the increment's text), none (kType,
+//                 kLength; kScan: arg the cursor, count the page's).
+//                 Replies: kType u64 0 none, 1 string, 2 hash; kSet,
+//                 kSetIfAbsent u64 fields added; kGet u64 n | n (u64 0 |
+//                 u64 1 | bytes); kDelete u64 removed; kLength u64;
+//                 kIncrBy u64 result; kIncrByFloat the result's text; kScan
+//                 u64 next cursor | u64 done | u64 n | n (field | value).
+//                 An absent hash answers kNotFound (but kType); a string
+//                 kFailedPrecondition (WRONGTYPE)
 //   kKvBatch      u64 n | n (u64 method | that request's body without
 //                 its table): requests (IsKvBatchable) of keys of the
 //                 vnode, run in order in one step (reply: u64 answered |
@@ -67,6 +80,24 @@ inline constexpr uint64_t kKvSetConditionMask = 0x3;
 inline constexpr uint64_t kKvSetExpiryShift = 2;
 inline constexpr uint64_t kKvSetWantOld = 1u << 4;
 
+// The operations of kKvHash.
+enum class KvHashOp : uint64_t {
+  kType = 0,
+  kSet = 1,
+  kSetIfAbsent = 2,
+  kGet = 3,
+  kDelete = 4,
+  kLength = 5,
+  kIncrBy = 6,
+  kIncrByFloat = 7,
+  kScan = 8,
+  kLast = kScan,
+};
+// Whether a kKvHash operation may change the hash.
+bool KvHashOpWrites(KvHashOp op);
+// A multi-get's answer for a key holding a hash (no value follows).
+inline constexpr uint64_t kKvMultiGetHash = 2;
+
 // A decoded pDKVS request; views borrow the message.
 struct KvBatchEntry;
 
@@ -77,9 +108,12 @@ struct KvRequest {
   // kKvSet flags / kKvIncrBy delta / kKvGetRange start / kKvSetRange offset
   // / kKvSetExpiry expiry / kKvMultiPut if_none_exist / kKvScan cursor.
   uint64_t arg0 = 0;
-  // kKvSet expiry / kKvGetRange end / kKvScan count.
+  // kKvSet expiry / kKvGetRange end / kKvScan count / kKvHash arg.
   uint64_t arg1 = 0;
-  std::vector<std::string_view> keys;  // kKvMultiGet(Versioned), kKvVersions
+  KvHashOp hash_op = KvHashOp::kType;    // kKvHash
+  uint64_t hash_count = 0;               // kKvHash kScan
+  std::vector<std::string_view> fields;  // kKvHash
+  std::vector<std::string_view> keys;    // kKvMultiGet(Versioned), kKvVersions
   std::vector<std::pair<std::string_view, std::string_view>> pairs;  // kKvMultiPut
   std::vector<KvBatchEntry> batch;                                   // kKvBatch
 };

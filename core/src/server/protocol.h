@@ -113,7 +113,8 @@ enum Method : uint16_t {
   kKvBatch = 0x413,              // single-key requests of one vnode in one step
   kKvVnodeBatches = 0x414,       // kKvBatch requests of several vnodes of one server
   kKvReclaimExpired = 0x415,     // active expiry: one step of a vnode's sweep
-  kKvLast = kKvReclaimExpired,
+  kKvHash = 0x416,               // a key's type, or an operation on a hash's fields
+  kKvLast = kKvHash,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It

@@ -348,9 +348,10 @@ Status ClusterKvStore::Versions(const std::vector<std::string_view>& keys,
 
 Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
                                     std::vector<std::optional<std::string>>* values,
-                                    std::vector<KeyVersion>* versions) {
+                                    std::vector<KeyVersion>* versions, std::vector<bool>* hashes) {
   values->assign(keys.size(), std::nullopt);
   if (versions != nullptr) versions->assign(keys.size(), {});
+  if (hashes != nullptr) hashes->assign(keys.size(), false);
   const uint16_t method = versions != nullptr ? server::kKvMultiGetVersioned : server::kKvMultiGet;
   return ForEachGroup(
       method, keys, [&](const std::vector<size_t>& sent, Decoder* d, uint64_t* answered) {
@@ -361,7 +362,8 @@ Status ClusterKvStore::MultiGetOnce(const std::vector<std::string_view>& keys,
         for (uint64_t i = 0; i < *answered; ++i) {
           uint64_t present = 0;
           PDPM_RETURN_IF_ERROR(d->U64(&present));
-          if (present == 0) continue;
+          if (present == server::kKvMultiGetHash && hashes != nullptr) (*hashes)[sent[i]] = true;
+          if (present == 0 || present == server::kKvMultiGetHash) continue;
           std::string_view v;
           PDPM_RETURN_IF_ERROR(d->Str(&v));
           (*values)[sent[i]].emplace(v);
@@ -457,14 +459,16 @@ Status ClusterKvStore::TxRead(const std::vector<std::string_view>& keys,
   for (std::string_view key : keys) PDPM_RETURN_IF_ERROR(CheckItemSize(key, 0));
   std::vector<std::optional<std::string>> values;
   std::vector<KeyVersion> versions;
-  PDPM_RETURN_IF_ERROR(MultiGetOnce(keys, &values, &versions));
+  std::vector<bool> hashes;
+  PDPM_RETURN_IF_ERROR(MultiGetOnce(keys, &values, &versions, &hashes));
   for (size_t i = 0; i < keys.size(); ++i) {
     KvTxRead& r = (*out)[i];
     if ((versions[i].word & dsm::kTxVersionLock) != 0) {
       return Status::Aborted("a key is locked by a transaction");
     }
     r.version = KvVersion{versions[i].server, versions[i].word};
-    r.value = std::move(values[i]);
+    r.hash = hashes[i];
+    r.value = r.hash ? std::optional<std::string>("") : std::move(values[i]);
     if (!r.value) continue;
     // A write of the key since the read (the expiry's included) changes its
     // version: the commit's check fails then.
@@ -647,6 +651,131 @@ Status ClusterKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bo
   PDPM_RETURN_IF_ERROR(KeyCall(server::kKvSetExpiry, r, &reply));
   PDPM_RETURN_IF_ERROR(ReplyU64(reply, &v));
   *changed = v != 0;
+  return Status::OK();
+}
+
+Status ClusterKvStore::HashCall(server::KvHashOp op, std::string_view key,
+                                std::vector<std::string_view> fields, std::string* reply,
+                                uint64_t arg, uint64_t count) {
+  PDPM_RETURN_IF_ERROR(CheckItemSize(key, 0));
+  KvRequest r;
+  r.key = key;
+  r.hash_op = op;
+  r.arg1 = arg;
+  r.hash_count = count;
+  r.fields = std::move(fields);
+  return KeyCall(server::kKvHash, r, reply);
+}
+
+Status ClusterKvStore::Type(std::string_view key, KvType* type) {
+  *type = KvType::kNone;
+  std::string reply;
+  uint64_t v = 0;
+  Status s = HashCall(server::KvHashOp::kType, key, {}, &reply);
+  if (s.code() == StatusCode::kNotFound) return Status::OK();  // no vnode yet
+  PDPM_RETURN_IF_ERROR(s);
+  PDPM_RETURN_IF_ERROR(ReplyU64(reply, &v));
+  if (v > static_cast<uint64_t>(KvType::kHash))
+    return Status::Corruption("type " + std::to_string(v));
+  *type = static_cast<KvType>(v);
+  return Status::OK();
+}
+
+Status ClusterKvStore::HashSet(
+    std::string_view key, std::span<const std::pair<std::string_view, std::string_view>> fields,
+    bool if_absent, uint64_t* added) {
+  *added = 0;
+  std::vector<std::string_view> strings;
+  strings.reserve(fields.size() * 2);
+  for (const auto& [f, v] : fields) {
+    PDPM_RETURN_IF_ERROR(CheckValueSize(f, v.size()));
+    strings.push_back(f);
+    strings.push_back(v);
+  }
+  std::string reply;
+  PDPM_RETURN_IF_ERROR(HashCall(if_absent ? server::KvHashOp::kSetIfAbsent : server::KvHashOp::kSet,
+                                key, std::move(strings), &reply));
+  return ReplyU64(reply, added);
+}
+
+Status ClusterKvStore::HashGet(std::string_view key, std::span<const std::string_view> fields,
+                               std::vector<std::optional<std::string>>* values) {
+  values->assign(fields.size(), std::nullopt);
+  std::string reply;
+  Status s = HashCall(server::KvHashOp::kGet, key, {fields.begin(), fields.end()}, &reply);
+  if (s.code() == StatusCode::kNotFound) return Status::OK();
+  PDPM_RETURN_IF_ERROR(s);
+  Decoder d = ReplyDecoder(reply);
+  uint64_t n = 0;
+  PDPM_RETURN_IF_ERROR(d.U64(&n));
+  if (n != fields.size()) return Status::Corruption("hash get reply of " + std::to_string(n));
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t present = 0;
+    PDPM_RETURN_IF_ERROR(d.U64(&present));
+    if (present == 0) continue;
+    std::string_view v;
+    PDPM_RETURN_IF_ERROR(d.Str(&v));
+    (*values)[i].emplace(v);
+  }
+  return d.Done();
+}
+
+Status ClusterKvStore::HashDelete(std::string_view key, std::span<const std::string_view> fields,
+                                  uint64_t* removed) {
+  *removed = 0;
+  std::string reply;
+  Status s = HashCall(server::KvHashOp::kDelete, key, {fields.begin(), fields.end()}, &reply);
+  if (s.code() == StatusCode::kNotFound) return Status::OK();
+  PDPM_RETURN_IF_ERROR(s);
+  return ReplyU64(reply, removed);
+}
+
+Status ClusterKvStore::HashLength(std::string_view key, uint64_t* fields) {
+  *fields = 0;
+  std::string reply;
+  Status s = HashCall(server::KvHashOp::kLength, key, {}, &reply);
+  if (s.code() == StatusCode::kNotFound) return Status::OK();
+  PDPM_RETURN_IF_ERROR(s);
+  return ReplyU64(reply, fields);
+}
+
+Status ClusterKvStore::HashIncrBy(std::string_view key, std::string_view field, int64_t delta,
+                                  int64_t* result) {
+  std::string reply;
+  uint64_t v = 0;
+  PDPM_RETURN_IF_ERROR(
+      HashCall(server::KvHashOp::kIncrBy, key, {field}, &reply, static_cast<uint64_t>(delta)));
+  PDPM_RETURN_IF_ERROR(ReplyU64(reply, &v));
+  *result = static_cast<int64_t>(v);
+  return Status::OK();
+}
+
+Status ClusterKvStore::HashIncrByFloat(std::string_view key, std::string_view field,
+                                       std::string_view incr, std::string* result) {
+  return HashCall(server::KvHashOp::kIncrByFloat, key, {field, incr}, result);
+}
+
+Status ClusterKvStore::HashScan(std::string_view key, uint64_t cursor, size_t count,
+                                KvHashPage* page) {
+  page->fields.clear();
+  page->next_cursor = 0;
+  std::string reply;
+  Status s = HashCall(server::KvHashOp::kScan, key, {}, &reply, cursor, count);
+  if (s.code() == StatusCode::kNotFound) return Status::OK();
+  PDPM_RETURN_IF_ERROR(s);
+  Decoder d = ReplyDecoder(reply);
+  uint64_t next = 0, done = 0, n = 0;
+  PDPM_RETURN_IF_ERROR(d.U64(&next));
+  PDPM_RETURN_IF_ERROR(d.U64(&done));
+  PDPM_RETURN_IF_ERROR(d.U64(&n));
+  for (uint64_t i = 0; i < n; ++i) {
+    std::string_view f, v;
+    PDPM_RETURN_IF_ERROR(d.Str(&f));
+    PDPM_RETURN_IF_ERROR(d.Str(&v));
+    page->fields.emplace_back(f, v);
+  }
+  PDPM_RETURN_IF_ERROR(d.Done());
+  page->next_cursor = done != 0 ? 0 : next;
   return Status::OK();
 }
 

@@ -66,6 +66,23 @@ class ClusterKvStore final : public KvStore {
   Status Scan(uint64_t cursor, size_t count, KvScanPage* page) override;
   Status GetExpiry(std::string_view key, uint64_t* expire_at_ms) override;
   Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
+  Status Type(std::string_view key, KvType* type) override;
+  // Each hash operation is one kKvHash request to the hash's vnode (one
+  // step of its server, its changes shipped to every backup before the
+  // reply); only the reads are sent again after a failover.
+  Status HashSet(std::string_view key,
+                 std::span<const std::pair<std::string_view, std::string_view>> fields,
+                 bool if_absent, uint64_t* added) override;
+  Status HashGet(std::string_view key, std::span<const std::string_view> fields,
+                 std::vector<std::optional<std::string>>* values) override;
+  Status HashDelete(std::string_view key, std::span<const std::string_view> fields,
+                    uint64_t* removed) override;
+  Status HashLength(std::string_view key, uint64_t* fields) override;
+  Status HashIncrBy(std::string_view key, std::string_view field, int64_t delta,
+                    int64_t* result) override;
+  Status HashIncrByFloat(std::string_view key, std::string_view field, std::string_view incr,
+                         std::string* result) override;
+  Status HashScan(std::string_view key, uint64_t cursor, size_t count, KvHashPage* page) override;
   Status Count(KvCounts* counts) override;
   Status ReclaimExpired(uint32_t vnode, uint64_t position, uint64_t* next_position,
                         uint64_t* reclaimed) override;
@@ -100,6 +117,10 @@ class ClusterKvStore final : public KvStore {
               std::string* reply);
   // Request `r` about the key r.key, routed to its table.
   Status KeyCall(uint16_t method, server::KvRequest r, std::string* reply);
+  // A kKvHash request of `op` about hash `key`; kNotFound when the hash
+  // is absent.
+  Status HashCall(server::KvHashOp op, std::string_view key, std::vector<std::string_view> fields,
+                  std::string* reply, uint64_t arg = 0, uint64_t count = 0);
   // A request without keys to table `table` (1-based; kOutOfRange past the
   // last), `arg0` its argument if it takes one.
   Status VnodeCall(uint16_t method, uint32_t table, std::string* reply, uint64_t arg0 = 0);
@@ -146,10 +167,11 @@ class ClusterKvStore final : public KvStore {
   // The version words of `keys` (kKvVersions), by index.
   Status Versions(const std::vector<std::string_view>& keys, std::vector<KeyVersion>* out);
   // MultiGet without validation (one step per vnode); with `versions`,
-  // each key's version word read in the same step.
+  // each key's version word read in the same step, and with `hashes`
+  // whether each key holds a hash (its value then absent).
   Status MultiGetOnce(const std::vector<std::string_view>& keys,
                       std::vector<std::optional<std::string>>* values,
-                      std::vector<KeyVersion>* versions);
+                      std::vector<KeyVersion>* versions, std::vector<bool>* hashes = nullptr);
   // The kKvBatch of the ops `group` names, in their order (table unset).
   static server::KvRequest BatchRequest(std::span<KvOp> ops, const std::vector<size_t>& group);
   // One kKvBatch of the ops `group` names (all of one table under the

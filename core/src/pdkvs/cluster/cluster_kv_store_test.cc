@@ -470,6 +470,137 @@ TEST_F(KvClusterTest, KillDuringWritesLosesNothing) {
   StopServersAndExpectCleanPm(cluster_);
 }
 
+// Hashes through a kill -9 of a server under load: three writers set
+// fields (one or three a call) and increment a counter field of their own
+// hashes, spread over every vnode, while server 1 is killed. Every
+// acknowledged field holds its last acknowledged value (one whose call
+// failed — its outcome unknown — may hold that call's value instead), each
+// hash has exactly the fields written, HSCAN returns each once, the
+// counters hold at least their acknowledged increments and at most those
+// plus the unknown ones; after the victim returns the PM of every server
+// checks clean (fsck checks the hashes' field indexes too).
+TEST_F(KvClusterTest, KillDuringHashWritesLosesNothing) {
+  constexpr int kThreads = 3, kOps = 400, kFields = 150;
+  const std::vector<std::string> hashes = KeysOnEveryVnode("hash", 1);
+  struct Writer {
+    // Per hash and field: the values it may hold, and whether one was
+    // acknowledged (then it must be present).
+    struct Field {
+      std::set<std::string> allowed;
+      bool acked = false;
+    };
+    std::map<std::string, std::map<std::string, Field>> fields;
+    int64_t acked_incr = 0, unknown_incr = 0;
+  };
+  std::vector<Writer> writers(kThreads);
+  std::atomic<int> done_ops{0};
+  std::unique_ptr<ClusterKvStore> second;
+  ASSERT_OK(OpenStore(&second));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++) {
+    threads.emplace_back([&, t] {
+      KvStore* kv = t == 0 ? kv_.get() : second.get();
+      Writer& w = writers[t];
+      for (int i = 0; i < kOps; i++) {
+        const std::string& hash = hashes[static_cast<size_t>(i) % hashes.size()];
+        if (i % 7 == 0) {
+          int64_t v = 0;
+          Status s = kv->HashIncrBy(hash, "count" + std::to_string(t), 1, &v);
+          (s.ok() ? w.acked_incr : w.unknown_incr)++;
+          done_ops++;
+          continue;
+        }
+        const int n = i % 5 == 0 ? 3 : 1;
+        std::vector<std::string> names, values;
+        for (int k = 0; k < n; k++) {
+          names.push_back("t" + std::to_string(t) + "-f" + std::to_string((i * 7 + k) % kFields));
+          values.push_back(Checked(std::string(50 + i % 200, 'a' + t) + std::to_string(i)));
+        }
+        std::vector<std::pair<std::string_view, std::string_view>> pairs;
+        for (int k = 0; k < n; k++) pairs.emplace_back(names[k], values[k]);
+        uint64_t added = 0;
+        Status s = kv->HashSet(hash, pairs, false, &added);
+        for (int k = 0; k < n; k++) {
+          Writer::Field& f = w.fields[hash][names[k]];
+          if (s.ok()) f.allowed.clear();  // from now on only this value
+          f.allowed.insert(values[k]);
+          f.acked = f.acked || s.ok();
+        }
+        if (!s.ok()) {
+          // Only a call in flight at the kill may fail, its outcome unknown.
+          EXPECT_TRUE(s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout)
+              << s.ToString();
+        }
+        done_ops++;
+      }
+    });
+  }
+  while (done_ops.load() < 150) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  WaitReplicated();
+  cluster_.KillServer(1);
+  const int at_kill = done_ops.load();
+  for (auto& th : threads) th.join();
+  EXPECT_LT(at_kill, kThreads * kOps) << "the load ended before the kill";
+  auto expect_hashes = [&] {
+    std::map<std::string, std::map<std::string, Writer::Field>> want;
+    for (const Writer& w : writers) {
+      for (const auto& [hash, fields] : w.fields) {
+        for (const auto& [field, state] : fields) want[hash][field] = state;
+      }
+    }
+    for (const std::string& hash : hashes) {
+      std::map<std::string, std::string> got;
+      uint64_t cursor = 0;
+      do {
+        KvHashPage page;
+        ASSERT_OK(kv_->HashScan(hash, cursor, 64, &page));
+        for (auto& [f, v] : page.fields) {
+          EXPECT_TRUE(got.emplace(f, v).second) << hash << " " << f << " returned twice";
+        }
+        cursor = page.next_cursor;
+      } while (cursor != 0);
+      uint64_t length = 0;
+      ASSERT_OK(kv_->HashLength(hash, &length));
+      EXPECT_EQ(length, got.size()) << hash;
+      for (const auto& [f, v] : got) {
+        if (f.rfind("count", 0) == 0) continue;  // the counters: below
+        EXPECT_TRUE(ChecksumOk(v)) << hash << " " << f;
+        auto it = want[hash].find(f);
+        ASSERT_NE(it, want[hash].end()) << hash << " " << f << " was never written";
+        EXPECT_EQ(it->second.allowed.count(v), 1u)
+            << hash << " " << f << " holds a value not acknowledged";
+      }
+      for (const auto& [f, state] : want[hash]) {
+        // A field never acknowledged may be absent (its calls failed).
+        if (got.count(f) == 0) EXPECT_FALSE(state.acked) << hash << " " << f << " lost";
+      }
+    }
+    int64_t counters = 0, acked = 0, unknown = 0;
+    for (int t = 0; t < kThreads; t++) {
+      acked += writers[t].acked_incr;
+      unknown += writers[t].unknown_incr;
+      for (const std::string& hash : hashes) {
+        std::vector<std::optional<std::string>> v;
+        const std::string field = "count" + std::to_string(t);
+        ASSERT_OK(kv_->HashGet(hash, std::vector<std::string_view>{field}, &v));
+        int64_t c = 0;
+        if (v[0]) ASSERT_TRUE(ParseDecimalInt64(*v[0], &c));
+        counters += c;
+      }
+    }
+    EXPECT_GE(counters, acked);
+    EXPECT_LE(counters, acked + unknown);
+  };
+  expect_hashes();
+  // Back as a fresh backup; then everything checks clean.
+  ASSERT_OK(cluster_.StartServer(1));
+  WaitReplicated();
+  expect_hashes();
+  kv_.reset();
+  second.reset();
+  StopServersAndExpectCleanPm(cluster_);
+}
+
 // Issue 20, defect 3: while a server that stopped answering (SIGSTOP) has
 // not yet been declared down, the gateway's commands on its tables fail
 // with the errors Redis clients know to retry (-CLUSTERDOWN, -TRYAGAIN),

@@ -14,6 +14,7 @@
 #include "pdkvs/gateway/tx_kv_store.h"
 #include "pdkvs/item.h"
 #include "pdkvs/tx_overlay.h"
+#include "pdkvs/vnode_ops.h"
 
 namespace pdpm::pdkvs {
 
@@ -177,6 +178,7 @@ bool EqualsNoCase(std::string_view a, std::string_view b) {
 // move or the cluster is down (-TRYAGAIN, -CLUSTERDOWN), errors client
 // libraries know to retry; the servers' own wording stays in the log.
 void ReplyStatus(Ctx& c, const Status& s) {
+  if (IsWrongType(s)) return c.w.Error(std::string("WRONGTYPE ") + std::string(kWrongTypeMessage));
   switch (s.code()) {
     case StatusCode::kTooLarge: return c.w.Error(kTooBig);
     case StatusCode::kResourceExhausted:
@@ -668,35 +670,6 @@ void GetEx(Ctx& c) {
   Atomically(c, {c.args[1]}, GetExBody);
 }
 
-// Redis's float syntax for INCRBYFLOAT: what strtold takes whole, without
-// spaces, and neither NaN nor infinite.
-bool ParseLongDouble(std::string_view s, long double* out) {
-  if (s.empty() || s.size() > 5000 || isspace(static_cast<unsigned char>(s[0]))) return false;
-  std::string copy(s);
-  char* end = nullptr;
-  errno = 0;
-  *out = strtold(copy.c_str(), &end);
-  if (end != copy.c_str() + copy.size() || errno == ERANGE || std::isnan(*out) ||
-      std::isinf(*out)) {
-    return false;
-  }
-  return true;
-}
-
-// A long double as Redis prints INCRBYFLOAT's result: 17 decimals, then
-// the trailing zeros (and point) dropped.
-std::string LongDoubleString(long double v) {
-  char buf[5200];
-  int n = snprintf(buf, sizeof(buf), "%.17Lf", v);
-  std::string out(buf, static_cast<size_t>(std::max(n, 0)));
-  if (out.find('.') != std::string::npos) {
-    while (!out.empty() && out.back() == '0') out.pop_back();
-    if (!out.empty() && out.back() == '.') out.pop_back();
-  }
-  if (out == "-0") out = "0";
-  return out;
-}
-
 void IncrByFloatBody(Ctx& c) {
   long double incr = 0;
   if (!ParseLongDouble(c.args[2], &incr)) return c.w.Error("ERR value is not a valid float");
@@ -731,7 +704,9 @@ Status CopyKey(KvStore* store, std::string_view from, std::string_view to, bool 
                bool* applied) {
   *applied = false;
   std::string value;
-  PDPM_RETURN_IF_ERROR(store->Get(from, &value));
+  Status s = store->Get(from, &value);
+  if (IsWrongType(s)) return Status::FailedPrecondition("pDKVS cannot rename or copy a hash");
+  PDPM_RETURN_IF_ERROR(s);
   uint64_t at = 0;
   PDPM_RETURN_IF_ERROR(store->GetExpiry(from, &at));
   SetOptions o;
@@ -855,7 +830,8 @@ void ObjectCommand(Ctx& c) {
     std::string value;
     Status s = c.store->Get(c.args[2], &value);
     if (s.code() == StatusCode::kNotFound) return c.w.Null();
-    if (!s.ok()) return ReplyStatus(c, s);
+    if (sub == "encoding" && IsWrongType(s)) return c.w.Bulk("hashtable");  // a hash
+    if (!s.ok() && !IsWrongType(s)) return ReplyStatus(c, s);
     if (sub == "freq") {
       return c.w.Error(
           "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please "
@@ -870,15 +846,14 @@ void ObjectCommand(Ctx& c) {
             "'. Try OBJECT HELP.");
 }
 
+bool ParseCursor(Ctx& c, std::string_view cs, uint64_t* cursor);
+const char* TypeName(KvType type);
+
 void Scan(Ctx& c) {
   uint64_t cursor = 0;
-  std::string_view cs = c.args[1];
-  auto [p, ec] = std::from_chars(cs.data(), cs.data() + cs.size(), cursor);
-  if (cs.empty() || ec != std::errc() || p != cs.data() + cs.size()) {
-    return c.w.Error("ERR invalid cursor");
-  }
-  std::string_view pattern;
-  bool match = false, type_other = false;
+  if (!ParseCursor(c, c.args[1], &cursor)) return;
+  std::string_view pattern, type;
+  bool match = false;
   int64_t count = 10;
   for (size_t i = 2; i < c.args.size(); i += 2) {
     if (i + 1 >= c.args.size()) return c.w.Error(kSyntaxError);
@@ -889,8 +864,7 @@ void Scan(Ctx& c) {
       if (!ParseInt(c, c.args[i + 1], &count)) return;
       if (count < 1) return c.w.Error(kSyntaxError);
     } else if (EqualsNoCase(c.args[i], "TYPE")) {
-      // Every pDKVS value is a string.
-      type_other = !EqualsNoCase(c.args[i + 1], "string");
+      type = c.args[i + 1];
     } else {
       return c.w.Error(kSyntaxError);
     }
@@ -900,7 +874,14 @@ void Scan(Ctx& c) {
   if (!s.ok()) return ReplyStatus(c, s);
   std::vector<std::string*> keys;
   for (std::string& k : page.keys) {
-    if (!type_other && (!match || GlobMatch(pattern, k))) keys.push_back(&k);
+    if (match && !GlobMatch(pattern, k)) continue;
+    if (!type.empty()) {
+      KvType t = KvType::kNone;
+      s = c.store->Type(k, &t);
+      if (!s.ok()) return ReplyStatus(c, s);
+      if (!EqualsNoCase(type, TypeName(t))) continue;  // none: removed meanwhile
+    }
+    keys.push_back(&k);
   }
   c.w.Array(2);
   c.w.Bulk(std::to_string(page.next_cursor));
@@ -932,11 +913,296 @@ void DbSize(Ctx& c) {
   c.w.Integer(static_cast<int64_t>(n.keys));
 }
 
+const char* TypeName(KvType type) {
+  switch (type) {
+    case KvType::kString: return "string";
+    case KvType::kHash: return "hash";
+    case KvType::kNone: break;
+  }
+  return "none";
+}
+
 void Type(Ctx& c) {
-  bool e = false;
-  Status s = c.store->Exists(c.args[1], &e);
+  KvType type = KvType::kNone;
+  Status s = c.store->Type(c.args[1], &type);
   if (!s.ok()) return ReplyStatus(c, s);
-  c.w.Simple(e ? "string" : "none");
+  c.w.Simple(TypeName(type));
+}
+
+// --- hashes ---
+
+// HSET and HMSET key field value [field value ...].
+void HSetCommon(Ctx& c, bool hmset) {
+  if (c.args.size() % 2 != 0) {
+    return c.w.Error(std::string("ERR wrong number of arguments for '") +
+                     (hmset ? "hmset" : "hset") + "' command");
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> fields;
+  for (size_t i = 2; i + 1 < c.args.size(); i += 2) fields.emplace_back(c.args[i], c.args[i + 1]);
+  uint64_t added = 0;
+  Status s = c.store->HashSet(c.args[1], fields, /*if_absent=*/false, &added);
+  if (!s.ok()) return ReplyStatus(c, s);
+  if (hmset) return Ok(c);
+  c.w.Integer(static_cast<int64_t>(added));
+}
+
+void HSet(Ctx& c) {
+  HSetCommon(c, false);
+}
+void HMSet(Ctx& c) {
+  HSetCommon(c, true);
+}
+
+void HSetNx(Ctx& c) {
+  const std::pair<std::string_view, std::string_view> field{c.args[2], c.args[3]};
+  uint64_t added = 0;
+  Status s = c.store->HashSet(c.args[1], {&field, 1}, /*if_absent=*/true, &added);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(static_cast<int64_t>(added));
+}
+
+// The values of fields args[2..] of hash args[1]; replies on failure.
+bool HashFields(Ctx& c, std::vector<std::optional<std::string>>* values) {
+  std::vector<std::string_view> fields(c.args.begin() + 2, c.args.end());
+  Status s = c.store->HashGet(c.args[1], fields, values);
+  if (!s.ok()) ReplyStatus(c, s);
+  return s.ok();
+}
+
+void HGet(Ctx& c) {
+  std::vector<std::optional<std::string>> values;
+  if (!HashFields(c, &values)) return;
+  if (!values[0]) return c.w.Null();
+  c.w.Bulk(*values[0]);
+}
+
+void HMGet(Ctx& c) {
+  std::vector<std::optional<std::string>> values;
+  if (!HashFields(c, &values)) return;
+  c.w.Array(values.size());
+  for (const auto& v : values) {
+    if (v) {
+      c.w.Bulk(*v);
+    } else {
+      c.w.Null();
+    }
+  }
+}
+
+void HExists(Ctx& c) {
+  std::vector<std::optional<std::string>> values;
+  if (HashFields(c, &values)) c.w.Integer(values[0] ? 1 : 0);
+}
+
+void HStrLen(Ctx& c) {
+  std::vector<std::optional<std::string>> values;
+  if (HashFields(c, &values)) c.w.Integer(values[0] ? static_cast<int64_t>(values[0]->size()) : 0);
+}
+
+void HDel(Ctx& c) {
+  std::vector<std::string_view> fields(c.args.begin() + 2, c.args.end());
+  uint64_t removed = 0;
+  Status s = c.store->HashDelete(c.args[1], fields, &removed);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(static_cast<int64_t>(removed));
+}
+
+void HLen(Ctx& c) {
+  uint64_t n = 0;
+  Status s = c.store->HashLength(c.args[1], &n);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(static_cast<int64_t>(n));
+}
+
+void HIncrBy(Ctx& c) {
+  int64_t delta = 0;
+  if (!ParseInt(c, c.args[3], &delta)) return;
+  int64_t result = 0;
+  Status s = c.store->HashIncrBy(c.args[1], c.args[2], delta, &result);
+  if (s.code() == StatusCode::kInvalidArgument)
+    return c.w.Error("ERR hash value is not an integer");
+  if (s.code() == StatusCode::kOutOfRange) return c.w.Error(kOverflow);
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Integer(result);
+}
+
+void HIncrByFloat(Ctx& c) {
+  long double incr = 0;
+  if (!ParseLongDouble(c.args[3], &incr)) return c.w.Error("ERR value is not a valid float");
+  std::string result;
+  Status s = c.store->HashIncrByFloat(c.args[1], c.args[2], c.args[3], &result);
+  if (s.code() == StatusCode::kInvalidArgument) return c.w.Error("ERR hash value is not a float");
+  if (s.code() == StatusCode::kOutOfRange) {
+    return c.w.Error("ERR increment would produce NaN or Infinity");
+  }
+  if (!s.ok()) return ReplyStatus(c, s);
+  c.w.Bulk(result);
+}
+
+// Every field of hash args[1], page by page; replies on failure.
+bool AllFields(Ctx& c, std::vector<std::pair<std::string, std::string>>* fields) {
+  uint64_t cursor = 0;
+  do {
+    KvHashPage page;
+    Status s = c.store->HashScan(c.args[1], cursor, 1024, &page);
+    if (!s.ok()) {
+      ReplyStatus(c, s);
+      return false;
+    }
+    for (auto& f : page.fields) fields->push_back(std::move(f));
+    cursor = page.next_cursor;
+  } while (cursor != 0);
+  return true;
+}
+
+void HGetAll(Ctx& c) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  if (!AllFields(c, &fields)) return;
+  c.w.Map(fields.size());
+  for (const auto& [f, v] : fields) {
+    c.w.Bulk(f);
+    c.w.Bulk(v);
+  }
+}
+
+void HKeysCommon(Ctx& c, bool keys) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  if (!AllFields(c, &fields)) return;
+  c.w.Array(fields.size());
+  for (const auto& [f, v] : fields) c.w.Bulk(keys ? f : v);
+}
+
+void HKeys(Ctx& c) {
+  HKeysCommon(c, true);
+}
+void HVals(Ctx& c) {
+  HKeysCommon(c, false);
+}
+
+// HRANDFIELD key [count [WITHVALUES]]: a positive count answers that many
+// distinct fields (all of them when the hash has no more), a negative one
+// |count| fields that may repeat. Fields are drawn from the pages of a scan
+// started at a random position (Redis draws uniformly; so does this when
+// the hash fits one page).
+void HRandField(Ctx& c) {
+  if (c.args.size() > 4) return c.w.Error(kSyntaxError);
+  int64_t count = 1;
+  const bool single = c.args.size() == 2;
+  if (!single && !ParseInt(c, c.args[2], &count)) return;
+  const bool with_values = c.args.size() == 4;
+  if (with_values && !EqualsNoCase(c.args[3], "WITHVALUES")) return c.w.Error(kSyntaxError);
+  if (count < -(INT64_MAX / 2) || count > INT64_MAX / 2) {
+    return c.w.Error("ERR value is out of range");
+  }
+  uint64_t rng =
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+      (c.client->id * 0x9e3779b97f4a7c15ull);
+  auto next = [&rng] {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  };
+  uint64_t length = 0;
+  Status s = c.store->HashLength(c.args[1], &length);
+  if (!s.ok()) return ReplyStatus(c, s);
+  const bool repeat = count < 0;
+  const uint64_t wanted = repeat ? static_cast<uint64_t>(-count) : static_cast<uint64_t>(count);
+  if (length == 0 || wanted == 0) {
+    if (single) return c.w.Null();
+    return c.w.Array(0);
+  }
+  // The fields to draw from: all of them when every one is wanted or the
+  // hash is small, else the pages of a scan from a random position, enough
+  // for the count.
+  std::vector<std::pair<std::string, std::string>> pool;
+  constexpr uint64_t kWholeHash = 1024;
+  if (length <= kWholeHash || (!repeat && wanted >= length)) {
+    if (!AllFields(c, &pool)) return;
+  } else {
+    const uint64_t enough = std::min<uint64_t>(repeat ? kWholeHash : wanted * 2, length);
+    for (uint64_t cursor = next(); pool.size() < enough;) {
+      KvHashPage page;
+      s = c.store->HashScan(c.args[1], cursor, 256, &page);
+      if (!s.ok()) return ReplyStatus(c, s);
+      for (auto& f : page.fields) pool.push_back(std::move(f));
+      cursor = page.next_cursor;  // 0: wrapped to the start
+    }
+  }
+  if (pool.empty()) {  // removed meanwhile
+    if (single) return c.w.Null();
+    return c.w.Array(0);
+  }
+  std::vector<size_t> picked;
+  if (repeat || single) {
+    for (uint64_t i = 0; i < (single ? 1 : wanted); ++i) picked.push_back(next() % pool.size());
+  } else {
+    std::vector<size_t> order(pool.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next() % i]);
+    order.resize(std::min<uint64_t>(wanted, order.size()));
+    picked = std::move(order);
+  }
+  if (single) return c.w.Bulk(pool[picked[0]].first);
+  if (with_values && c.w.protocol() == 3) {
+    c.w.Array(picked.size());
+    for (size_t i : picked) {
+      c.w.Array(2);
+      c.w.Bulk(pool[i].first);
+      c.w.Bulk(pool[i].second);
+    }
+    return;
+  }
+  c.w.Array(picked.size() * (with_values ? 2 : 1));
+  for (size_t i : picked) {
+    c.w.Bulk(pool[i].first);
+    if (with_values) c.w.Bulk(pool[i].second);
+  }
+}
+
+// Parses a SCAN-style cursor; replies on failure.
+bool ParseCursor(Ctx& c, std::string_view cs, uint64_t* cursor) {
+  auto [p, ec] = std::from_chars(cs.data(), cs.data() + cs.size(), *cursor);
+  if (cs.empty() || ec != std::errc() || p != cs.data() + cs.size()) {
+    c.w.Error("ERR invalid cursor");
+    return false;
+  }
+  return true;
+}
+
+// HSCAN key cursor [MATCH pattern] [COUNT count].
+void HScan(Ctx& c) {
+  uint64_t cursor = 0;
+  if (!ParseCursor(c, c.args[2], &cursor)) return;
+  std::string_view pattern;
+  bool match = false;
+  int64_t count = 10;
+  for (size_t i = 3; i < c.args.size(); i += 2) {
+    if (i + 1 >= c.args.size()) return c.w.Error(kSyntaxError);
+    if (EqualsNoCase(c.args[i], "MATCH")) {
+      pattern = c.args[i + 1];
+      match = pattern != "*";
+    } else if (EqualsNoCase(c.args[i], "COUNT")) {
+      if (!ParseInt(c, c.args[i + 1], &count)) return;
+      if (count < 1) return c.w.Error(kSyntaxError);
+    } else {
+      return c.w.Error(kSyntaxError);
+    }
+  }
+  KvHashPage page;
+  Status s = c.store->HashScan(c.args[1], cursor, static_cast<size_t>(count), &page);
+  if (!s.ok()) return ReplyStatus(c, s);
+  std::vector<const std::pair<std::string, std::string>*> fields;
+  for (const auto& f : page.fields) {
+    if (!match || GlobMatch(pattern, f.first)) fields.push_back(&f);
+  }
+  c.w.Array(2);
+  c.w.Bulk(std::to_string(page.next_cursor));
+  c.w.Array(fields.size() * 2);
+  for (const auto* f : fields) {
+    c.w.Bulk(f->first);
+    c.w.Bulk(f->second);
+  }
 }
 
 // FLUSHDB and FLUSHALL (one database: the same), under one switch.
@@ -1138,7 +1404,23 @@ const CommandExecutor::Command kCommands[] = {
     {"getex", -2, false, 1, 1, 1, "string", "Returns a value, sets its expiry.", GetEx},
     {"getrange", 4, false, 1, 1, 1, "string", "Returns a substring.", GetRange},
     {"getset", 3, false, 1, 1, 1, "string", "Sets a value, returns the old one.", GetSet},
+    {"hdel", -3, false, 1, 1, 1, "hash", "Deletes fields of a hash.", HDel},
     {"hello", -1, true, 0, 0, 0, "connection", "Handshake.", Hello},
+    {"hexists", 3, false, 1, 1, 1, "hash", "Whether a field exists.", HExists},
+    {"hget", 3, false, 1, 1, 1, "hash", "The value of a field.", HGet},
+    {"hgetall", 2, false, 1, 1, 1, "hash", "Every field and value.", HGetAll},
+    {"hincrby", 4, false, 1, 1, 1, "hash", "Increments an integer field.", HIncrBy},
+    {"hincrbyfloat", 4, false, 1, 1, 1, "hash", "Increments a float field.", HIncrByFloat},
+    {"hkeys", 2, false, 1, 1, 1, "hash", "Every field.", HKeys},
+    {"hlen", 2, false, 1, 1, 1, "hash", "Number of fields.", HLen},
+    {"hmget", -3, false, 1, 1, 1, "hash", "Values of fields.", HMGet},
+    {"hmset", -4, false, 1, 1, 1, "hash", "Sets fields (answers OK).", HMSet},
+    {"hrandfield", -2, false, 1, 1, 1, "hash", "Random fields.", HRandField},
+    {"hscan", -3, false, 1, 1, 1, "hash", "Iterates the fields.", HScan},
+    {"hset", -4, false, 1, 1, 1, "hash", "Sets fields.", HSet},
+    {"hsetnx", 4, false, 1, 1, 1, "hash", "Sets a field if absent.", HSetNx},
+    {"hstrlen", 3, false, 1, 1, 1, "hash", "Length of a field's value.", HStrLen},
+    {"hvals", 2, false, 1, 1, 1, "hash", "Every value.", HVals},
     {"incr", 2, false, 1, 1, 1, "string", "Increments an integer by one.", Incr},
     {"incrby", 3, false, 1, 1, 1, "string", "Increments an integer.", IncrBy},
     {"incrbyfloat", 3, false, 1, 1, 1, "string", "Increments a float.", IncrByFloat},
@@ -1447,7 +1729,7 @@ bool CommandExecutor::Execute(ClientState* client, std::span<const std::string_v
   }
   if (client->multi.active && cmd->run != Exec && cmd->run != Discard && cmd->run != Multi &&
       cmd->run != Watch && cmd->run != Quit) {
-    if (cmd->run == FlushDb) {
+    if (cmd->run == FlushDb || std::string_view(cmd->group) == "hash") {
       return refuse(std::string("ERR ") + cmd->name + " inside MULTI is not supported by pDKVS");
     }
     client->multi.queued.emplace_back(args.begin(), args.end());

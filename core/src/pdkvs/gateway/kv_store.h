@@ -110,9 +110,13 @@ struct KvVersion {
 
 // A key as KvStore::TxRead found it.
 struct KvTxRead {
-  std::optional<std::string> value;  // nullopt: absent
-  uint64_t expire_at_ms = 0;         // 0: none
+  // nullopt: absent; a hash (hash true) reads as an empty value: a
+  // transaction may test, delete or replace it, not read or change its
+  // fields.
+  std::optional<std::string> value;
+  uint64_t expire_at_ms = 0;  // 0: none
   KvVersion version;
+  bool hash = false;
 };
 
 // A key a transaction read, and the version it read.
@@ -126,6 +130,17 @@ struct KvTxWrite {
   std::string_view key;
   std::optional<std::string_view> value;  // nullopt: delete the key
   uint64_t expire_at_ms = 0;              // 0: none
+};
+
+// What a key holds (TYPE).
+enum class KvType { kNone, kString, kHash };
+
+// One page of a hash's fields (KvStore::HashScan): start at cursor 0 and
+// follow next_cursor until it is 0 again; every field present for the
+// whole scan is returned exactly once.
+struct KvHashPage {
+  std::vector<std::pair<std::string, std::string>> fields;
+  uint64_t next_cursor = 0;
 };
 
 class KvStore {
@@ -172,6 +187,44 @@ class KvStore {
   // *changed is false when the key is absent or (removal) had none. An
   // expiry in the past deletes the key.
   virtual Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) = 0;
+  // TYPE: what the key holds (kNone when absent).
+  virtual Status Type(std::string_view key, KvType* type) = 0;
+
+  // Hashes (docs/pdkvs.md "Hashes"). Each call is atomic for its hash
+  // (linearizable); a hash operation on a key holding a string, and a
+  // string operation on a hash, fails with kFailedPrecondition and
+  // kWrongTypeMessage (item.h), changing nothing. DEL, EXISTS, the expiry
+  // calls, Set, Flush and the active expiry treat a hash as any key. A hash
+  // is never empty: removing its last field removes it.
+  //
+  // HSET (if_absent false) and HSETNX (if_absent true, one field):
+  // *added counts the fields that were new.
+  virtual Status HashSet(std::string_view key,
+                         std::span<const std::pair<std::string_view, std::string_view>> fields,
+                         bool if_absent, uint64_t* added) = 0;
+  // HGET, HMGET, HEXISTS, HSTRLEN: one answer per field, nullopt when the
+  // field (or the hash) is absent.
+  virtual Status HashGet(std::string_view key, std::span<const std::string_view> fields,
+                         std::vector<std::optional<std::string>>* values) = 0;
+  // HDEL: *removed counts the fields that were present.
+  virtual Status HashDelete(std::string_view key, std::span<const std::string_view> fields,
+                            uint64_t* removed) = 0;
+  // HLEN: 0 for an absent hash.
+  virtual Status HashLength(std::string_view key, uint64_t* fields) = 0;
+  // HINCRBY: IncrBy's rules on the field (absent: 0).
+  virtual Status HashIncrBy(std::string_view key, std::string_view field, int64_t delta,
+                            int64_t* result) = 0;
+  // HINCRBYFLOAT: `incr` (Redis's float syntax, ParseLongDouble) added to
+  // the field as a long double (absent: 0); *result as stored.
+  // kInvalidArgument: the field or `incr` is not a float; kOutOfRange: the
+  // sum is NaN or infinite.
+  virtual Status HashIncrByFloat(std::string_view key, std::string_view field,
+                                 std::string_view incr, std::string* result) = 0;
+  // HSCAN, HGETALL, HKEYS, HVALS, HRANDFIELD: about `count` fields of the
+  // page at `cursor`. An absent hash is one empty page.
+  virtual Status HashScan(std::string_view key, uint64_t cursor, size_t count,
+                          KvHashPage* page) = 0;
+
   // Keys present, and those of them with an expiry time.
   virtual Status Count(KvCounts* counts) = 0;
   // Active expiry, one step: frees the expired keys of a part of vnode

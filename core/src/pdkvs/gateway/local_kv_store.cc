@@ -77,7 +77,13 @@ Status LocalKvStore::Open(const std::string& path, const LocalKvStoreOptions& op
     store->indexes_.push_back(std::move(index));
   }
   std::vector<CcehIndex*> all;
-  for (auto& index : store->indexes_) all.push_back(index.get());
+  for (auto& index : store->indexes_) {
+    std::unique_ptr<VnodeHashes> hashes;
+    PDPM_RETURN_IF_ERROR(VnodeHashes::Open(alloc, index.get(), cceh, &hashes));
+    for (CcehIndex* fields : hashes->indexes()) all.push_back(fields);
+    store->hashes_.push_back(std::move(hashes));
+    all.push_back(index.get());
+  }
   uint64_t reclaimed = 0;
   PDPM_RETURN_IF_ERROR(CcehIndex::ReclaimUnreachable(alloc, all, &reclaimed));
   *out = std::move(store);
@@ -88,8 +94,16 @@ uint64_t LocalKvStore::NowMs() const {
   return options_.clock_ms ? options_.clock_ms() : SystemNowMs();
 }
 
+size_t LocalKvStore::VnodeNumber(std::string_view key) const {
+  return HashKey(key) % indexes_.size();
+}
+
 CcehIndex* LocalKvStore::VnodeOf(std::string_view key) const {
-  return indexes_[HashKey(key) % indexes_.size()].get();
+  return indexes_[VnodeNumber(key)].get();
+}
+
+VnodeHashes* LocalKvStore::HashesOf(std::string_view key) const {
+  return hashes_[VnodeNumber(key)].get();
 }
 
 std::atomic<uint64_t>& LocalKvStore::VersionOf(std::string_view key) const {
@@ -101,13 +115,14 @@ std::atomic<uint64_t>& LocalKvStore::VersionOf(std::string_view key) const {
 template <class Op>
 Status LocalKvStore::Write(std::string_view key, Op op) {
   Status s = op();
+  Status freed = HashesOf(key)->FreeDetached();
   VersionOf(key).fetch_add(1);
-  return s;
+  return s.ok() ? freed : s;
 }
 
 Status LocalKvStore::Get(std::string_view key, std::string* value) {
   std::shared_lock lock(multi_mu_);
-  return VnodeOf(key)->Get(key, value);
+  return VnodeGet(VnodeOf(key), key, value);
 }
 
 Status LocalKvStore::Set(std::string_view key, std::string_view value, const SetOptions& options,
@@ -158,7 +173,8 @@ Status LocalKvStore::MultiGet(const std::vector<std::string_view>& keys,
                               std::vector<std::optional<std::string>>* values) {
   std::shared_lock lock(multi_mu_);
   return GetEach(
-      keys, [&](std::string_view key, std::string* v) { return VnodeOf(key)->Get(key, v); },
+      keys,
+      [&](std::string_view key, std::string* v) { return VnodeGetString(VnodeOf(key), key, v); },
       values);
 }
 
@@ -228,6 +244,61 @@ Status LocalKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool
   return Write(key, [&] { return VnodeSetExpiry(VnodeOf(key), key, expire_at_ms, now, changed); });
 }
 
+Status LocalKvStore::Type(std::string_view key, KvType* type) {
+  std::shared_lock lock(multi_mu_);
+  return VnodeType(VnodeOf(key), key, type);
+}
+
+Status LocalKvStore::HashSet(std::string_view key,
+                             std::span<const std::pair<std::string_view, std::string_view>> fields,
+                             bool if_absent, uint64_t* added) {
+  std::shared_lock lock(multi_mu_);
+  return Write(key, [&] { return HashesOf(key)->Set(key, fields, if_absent, added); });
+}
+
+Status LocalKvStore::HashGet(std::string_view key, std::span<const std::string_view> fields,
+                             std::vector<std::optional<std::string>>* values) {
+  std::shared_lock lock(multi_mu_);
+  return HashesOf(key)->GetFields(key, fields, values);
+}
+
+Status LocalKvStore::HashDelete(std::string_view key, std::span<const std::string_view> fields,
+                                uint64_t* removed) {
+  std::shared_lock lock(multi_mu_);
+  return Write(key, [&] { return HashesOf(key)->Delete(key, fields, removed); });
+}
+
+Status LocalKvStore::HashLength(std::string_view key, uint64_t* fields) {
+  std::shared_lock lock(multi_mu_);
+  return HashesOf(key)->Length(key, fields);
+}
+
+Status LocalKvStore::HashIncrBy(std::string_view key, std::string_view field, int64_t delta,
+                                int64_t* result) {
+  std::shared_lock lock(multi_mu_);
+  return Write(key, [&] { return HashesOf(key)->IncrBy(key, field, delta, result); });
+}
+
+Status LocalKvStore::HashIncrByFloat(std::string_view key, std::string_view field,
+                                     std::string_view incr, std::string* result) {
+  long double v = 0;
+  if (!ParseLongDouble(incr, &v)) return Status::InvalidArgument("value is not a valid float");
+  std::shared_lock lock(multi_mu_);
+  return Write(key, [&] { return HashesOf(key)->IncrByFloat(key, field, v, result); });
+}
+
+Status LocalKvStore::HashScan(std::string_view key, uint64_t cursor, size_t count,
+                              KvHashPage* page) {
+  VnodeHashes::FieldPage fields;
+  {
+    std::shared_lock lock(multi_mu_);
+    PDPM_RETURN_IF_ERROR(HashesOf(key)->Scan(key, cursor, count, &fields));
+  }
+  page->fields = std::move(fields.fields);
+  page->next_cursor = fields.done ? 0 : fields.next_cursor;
+  return Status::OK();
+}
+
 Status LocalKvStore::Count(KvCounts* counts) {
   *counts = {};
   for (auto& index : indexes_) {
@@ -241,7 +312,8 @@ Status LocalKvStore::ReclaimExpired(uint32_t vnode, uint64_t position, uint64_t*
                                     uint64_t* reclaimed) {
   if (vnode >= indexes_.size()) return Status::OutOfRange("no vnode " + std::to_string(vnode));
   std::shared_lock lock(multi_mu_);
-  return indexes_[vnode]->ReclaimExpired(position, next_position, reclaimed);
+  PDPM_RETURN_IF_ERROR(indexes_[vnode]->ReclaimExpired(position, next_position, reclaimed));
+  return hashes_[vnode]->FreeDetached();
 }
 
 uint32_t LocalKvStore::BackupCount() {
@@ -251,9 +323,9 @@ uint32_t LocalKvStore::BackupCount() {
 Status LocalKvStore::Flush() {
   std::unique_lock lock(multi_mu_);
   Status s;
-  for (auto& index : indexes_) {
-    s = VnodeFlush(index.get());
-    if (!s.ok()) break;
+  for (size_t i = 0; i < indexes_.size() && s.ok(); ++i) {
+    s = VnodeFlush(indexes_[i].get());
+    if (s.ok()) s = hashes_[i]->FreeDetached();
   }
   for (size_t i = 0; i < kVersionSlots; ++i) versions_[i].fetch_add(1);
   return s;
@@ -270,7 +342,8 @@ Status LocalKvStore::TxRead(const std::vector<std::string_view>& keys, std::vect
     Status s = VnodeOf(keys[i])->Get(keys[i], &value, &meta);
     if (s.code() == StatusCode::kNotFound) continue;
     PDPM_RETURN_IF_ERROR(s);
-    r.value = std::move(value);
+    r.hash = meta.flags == kItemFlagHash;
+    r.value = r.hash ? std::string() : std::move(value);
     r.expire_at_ms = meta.expire_at_ms;
   }
   return Status::OK();

@@ -8,6 +8,8 @@
 // (magic "LKV1" in the upper 32 bits, vnode count below), written last when
 // the store is created; root slots 1..N hold the vnodes' index headers.
 //
+// Each vnode's hashes are a VnodeHashes (hash.h) over its index.
+//
 // Thread-safe. Multi-key operations (MultiGet, MultiPut, TxCommit, Flush)
 // are atomic for concurrent callers of this object (a store-wide
 // reader-writer lock); after a crash during MultiPut or TxCommit a prefix of
@@ -26,6 +28,7 @@
 #include "dsm/pallocator.h"
 #include "pdkvs/cceh.h"
 #include "pdkvs/gateway/kv_store.h"
+#include "pdkvs/hash.h"
 #include "pm/pm_device.h"
 
 namespace pdpm::pdkvs {
@@ -68,6 +71,20 @@ class LocalKvStore final : public KvStore {
   Status Scan(uint64_t cursor, size_t count, KvScanPage* page) override;
   Status GetExpiry(std::string_view key, uint64_t* expire_at_ms) override;
   Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
+  Status Type(std::string_view key, KvType* type) override;
+  Status HashSet(std::string_view key,
+                 std::span<const std::pair<std::string_view, std::string_view>> fields,
+                 bool if_absent, uint64_t* added) override;
+  Status HashGet(std::string_view key, std::span<const std::string_view> fields,
+                 std::vector<std::optional<std::string>>* values) override;
+  Status HashDelete(std::string_view key, std::span<const std::string_view> fields,
+                    uint64_t* removed) override;
+  Status HashLength(std::string_view key, uint64_t* fields) override;
+  Status HashIncrBy(std::string_view key, std::string_view field, int64_t delta,
+                    int64_t* result) override;
+  Status HashIncrByFloat(std::string_view key, std::string_view field, std::string_view incr,
+                         std::string* result) override;
+  Status HashScan(std::string_view key, uint64_t cursor, size_t count, KvHashPage* page) override;
   Status Count(KvCounts* counts) override;
   Status ReclaimExpired(uint32_t vnode, uint64_t position, uint64_t* next_position,
                         uint64_t* reclaimed) override;
@@ -83,10 +100,13 @@ class LocalKvStore final : public KvStore {
  private:
   LocalKvStore() = default;
   uint64_t NowMs() const;
+  size_t VnodeNumber(std::string_view key) const;
   CcehIndex* VnodeOf(std::string_view key) const;
+  VnodeHashes* HashesOf(std::string_view key) const;
   // The version counter of a key (TxRead), bumped after each write of it.
   std::atomic<uint64_t>& VersionOf(std::string_view key) const;
-  // Runs `op`, a write of `key`, and bumps the key's version.
+  // Runs `op`, a write of `key`, frees the field indexes of the hashes it
+  // dropped, and bumps the key's version.
   template <class Op>
   Status Write(std::string_view key, Op op);
 
@@ -94,6 +114,7 @@ class LocalKvStore final : public KvStore {
   std::unique_ptr<pm::PmDevice> device_;
   std::unique_ptr<dsm::PAllocator> alloc_;
   std::vector<std::unique_ptr<CcehIndex>> indexes_;
+  std::vector<std::unique_ptr<VnodeHashes>> hashes_;  // by vnode
   // Shared by single-key operations, exclusive for multi-key writes.
   std::shared_mutex multi_mu_;
   static constexpr size_t kVersionSlots = size_t{1} << 16;

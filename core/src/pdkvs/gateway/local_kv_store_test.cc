@@ -10,6 +10,7 @@
 #include "pdkvs/gateway/commands.h"
 #include "pdkvs/gateway/tx_kv_store.h"
 #include "pdkvs/tx_overlay.h"
+#include "pdkvs/vnode_ops.h"
 
 namespace pdpm::pdkvs {
 namespace {
@@ -282,6 +283,152 @@ TEST_F(LocalKvStoreTest, OverlayRunsTheVnodeOperations) {
   EXPECT_EQ(entries.at("n").expire_at_ms, now_ms_ + 1000);
   EXPECT_TRUE(entries.at("s").written);
   EXPECT_FALSE(entries.at("s").value.has_value());
+}
+
+// Hashes through the store: every operation, WRONGTYPE both ways, a hash
+// as a key (TYPE, DEL, expiry, SET over it, a transaction's read), and
+// everything found again after a reopen.
+TEST_F(LocalKvStoreTest, Hashes) {
+  using Fields = std::vector<std::pair<std::string_view, std::string_view>>;
+  uint64_t n = 0;
+  ASSERT_TRUE(store_->HashSet("h", Fields{{"a", "1"}, {"b", "2"}, {"a", "3"}}, false, &n).ok());
+  EXPECT_EQ(n, 2u);  // a given twice: the last value, counted once
+  ASSERT_TRUE(store_->HashSet("h", Fields{{"b", "x"}}, true, &n).ok());
+  EXPECT_EQ(n, 0u);
+  std::vector<std::optional<std::string>> values;
+  std::vector<std::string_view> names = {"a", "b", "zz"};
+  ASSERT_TRUE(store_->HashGet("h", names, &values).ok());
+  EXPECT_EQ(values, (std::vector<std::optional<std::string>>{"3", "2", std::nullopt}));
+  ASSERT_TRUE(store_->HashGet("absent", names, &values).ok());
+  EXPECT_EQ(values, (std::vector<std::optional<std::string>>(3)));
+  int64_t i = 0;
+  ASSERT_TRUE(store_->HashIncrBy("h", "a", 4, &i).ok());
+  EXPECT_EQ(i, 7);
+  EXPECT_EQ(store_->HashIncrBy("h", "a", INT64_MAX, &i).code(), StatusCode::kOutOfRange);
+  std::string f;
+  ASSERT_TRUE(store_->HashIncrByFloat("h", "fl", "1.5", &f).ok());
+  ASSERT_TRUE(store_->HashIncrByFloat("h", "fl", "1e1", &f).ok());
+  EXPECT_EQ(f, "11.5");
+  ASSERT_TRUE(store_->HashSet("h", Fields{{"b", "text"}}, false, &n).ok());
+  EXPECT_EQ(store_->HashIncrByFloat("h", "b", "1", &f).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->HashIncrByFloat("h", "fl", "x", &f).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store_->HashLength("h", &n).ok());
+  EXPECT_EQ(n, 3u);
+  KvType type = KvType::kNone;
+  ASSERT_TRUE(store_->Type("h", &type).ok());
+  EXPECT_EQ(type, KvType::kHash);
+
+  // WRONGTYPE both ways, nothing changed.
+  SetOptions o;
+  SetResult r;
+  ASSERT_TRUE(store_->Set("s", "v", o, &r).ok());
+  EXPECT_TRUE(IsWrongType(store_->HashSet("s", Fields{{"a", "1"}}, false, &n)));
+  EXPECT_TRUE(IsWrongType(store_->HashLength("s", &n)));
+  EXPECT_TRUE(IsWrongType(store_->Get("h", &f)));
+  EXPECT_TRUE(IsWrongType(store_->IncrBy("h", 1, &i)));
+  EXPECT_TRUE(IsWrongType(store_->Append("h", "x", &n)));
+  o.want_old = true;
+  EXPECT_TRUE(IsWrongType(store_->Set("h", "v", o, &r)));
+  o.want_old = false;
+  std::vector<std::optional<std::string>> mget;
+  ASSERT_TRUE(store_->MultiGet({"h", "s"}, &mget).ok());
+  EXPECT_EQ(mget, (std::vector<std::optional<std::string>>{std::nullopt, "v"}));
+
+  // A transaction sees the hash as a hash.
+  std::vector<KvTxRead> reads;
+  ASSERT_TRUE(store_->TxRead({"h"}, &reads).ok());
+  EXPECT_TRUE(reads[0].hash);
+
+  // Pages of a larger hash: every field once.
+  Fields many;
+  std::vector<std::string> keep;
+  for (int k = 0; k < 3000; ++k) keep.push_back("field:" + std::to_string(k));
+  for (const std::string& k : keep) many.emplace_back(k, k);
+  ASSERT_TRUE(store_->HashSet("big", many, false, &n).ok());
+  EXPECT_EQ(n, 3000u);
+  std::set<std::string> seen;
+  uint64_t cursor = 0;
+  do {
+    KvHashPage page;
+    ASSERT_TRUE(store_->HashScan("big", cursor, 100, &page).ok());
+    for (const auto& [field, value] : page.fields) {
+      EXPECT_EQ(field, value);
+      EXPECT_TRUE(seen.insert(field).second) << field;
+    }
+    cursor = page.next_cursor;
+  } while (cursor != 0);
+  EXPECT_EQ(seen.size(), 3000u);
+
+  // HDEL of the last field removes the hash; DEL and SET over one do too.
+  names = {"a", "b", "fl", "nope"};
+  ASSERT_TRUE(store_->HashDelete("h", names, &n).ok());
+  EXPECT_EQ(n, 3u);
+  bool exists = true;
+  ASSERT_TRUE(store_->Exists("h", &exists).ok());
+  EXPECT_FALSE(exists);
+  ASSERT_TRUE(store_->HashSet("h2", Fields{{"a", "1"}}, false, &n).ok());
+  ASSERT_TRUE(store_->Delete("h2").ok());
+  ASSERT_TRUE(store_->Type("h2", &type).ok());
+  EXPECT_EQ(type, KvType::kNone);
+  ASSERT_TRUE(store_->HashSet("h3", Fields{{"a", "1"}}, false, &n).ok());
+  ASSERT_TRUE(store_->Set("h3", "now a string", o, &r).ok());
+  EXPECT_EQ(Get("h3"), "now a string");
+  // An expired hash is absent, and a new one takes its place.
+  ASSERT_TRUE(store_->HashSet("h4", Fields{{"a", "1"}}, false, &n).ok());
+  bool changed = false;
+  ASSERT_TRUE(store_->SetExpiry("h4", now_ms_ + 10, &changed).ok());
+  EXPECT_TRUE(changed);
+  now_ms_ += 20;
+  ASSERT_TRUE(store_->HashLength("h4", &n).ok());
+  EXPECT_EQ(n, 0u);
+  ASSERT_TRUE(store_->HashSet("h4", Fields{{"b", "2"}}, false, &n).ok());
+  EXPECT_EQ(n, 1u);
+
+  Open();
+  ASSERT_TRUE(store_->HashLength("big", &n).ok());
+  EXPECT_EQ(n, 3000u);
+  ASSERT_TRUE(store_->HashGet("h4", std::vector<std::string_view>{"a", "b"}, &values).ok());
+  EXPECT_EQ(values, (std::vector<std::optional<std::string>>{std::nullopt, "2"}));
+  KvCounts counts;
+  ASSERT_TRUE(store_->Count(&counts).ok());
+  EXPECT_EQ(counts.keys, 4u);  // s, big, h3, h4
+}
+
+// In a transaction a hash may be tested, deleted or replaced; string
+// operations on it answer WRONGTYPE and hash operations are refused.
+TEST_F(LocalKvStoreTest, HashInATransaction) {
+  uint64_t n = 0;
+  const std::pair<std::string_view, std::string_view> field{"f", "v"};
+  ASSERT_TRUE(store_->HashSet("h", {&field, 1}, false, &n).ok());
+  TxOverlay overlay(
+      [&](std::string_view key, KvTxRead* out) {
+        std::vector<KvTxRead> one;
+        PDPM_RETURN_IF_ERROR(store_->TxRead({key}, &one));
+        *out = one.front();
+        return Status::OK();
+      },
+      now_ms_);
+  TxKvStore tx(&overlay, store_.get(), now_ms_);
+  KvType type = KvType::kNone;
+  ASSERT_TRUE(tx.Type("h", &type).ok());
+  EXPECT_EQ(type, KvType::kHash);
+  std::string value;
+  EXPECT_TRUE(IsWrongType(tx.Get("h", &value)));
+  int64_t i = 0;
+  EXPECT_TRUE(IsWrongType(tx.IncrBy("h", 1, &i)));
+  EXPECT_EQ(tx.HashLength("h", &n).code(), StatusCode::kFailedPrecondition);
+  bool changed = false;
+  EXPECT_EQ(tx.SetExpiry("h", now_ms_ + 1000, &changed).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(tx.Delete("h").ok());
+  std::vector<KvTxCheck> checks;
+  std::vector<KvTxWrite> writes;
+  for (const auto& [key, e] : overlay.entries()) {
+    checks.push_back({key, e.version});
+    if (e.written) writes.push_back({key, e.value, e.expire_at_ms});
+  }
+  ASSERT_TRUE(store_->TxCommit(checks, writes).ok());
+  ASSERT_TRUE(store_->Type("h", &type).ok());
+  EXPECT_EQ(type, KvType::kNone);
 }
 
 TEST(GlobMatch, RedisPatterns) {

@@ -6,7 +6,7 @@
 namespace pdpm::pdkvs {
 
 Status TxKvStore::Get(std::string_view key, std::string* value) {
-  return overlay_->Get(key, value);
+  return VnodeGet(overlay_, key, value);
 }
 
 Status TxKvStore::Set(std::string_view key, std::string_view value, const SetOptions& options,
@@ -46,7 +46,8 @@ Status TxKvStore::SetRange(std::string_view key, uint64_t offset, std::string_vi
 Status TxKvStore::MultiGet(const std::vector<std::string_view>& keys,
                            std::vector<std::optional<std::string>>* values) {
   return GetEach(
-      keys, [&](std::string_view key, std::string* v) { return overlay_->Get(key, v); }, values);
+      keys, [&](std::string_view key, std::string* v) { return VnodeGetString(overlay_, key, v); },
+      values);
 }
 
 Status TxKvStore::MultiPut(const std::vector<std::pair<std::string_view, std::string_view>>& pairs,
@@ -75,6 +76,46 @@ Status TxKvStore::GetExpiry(std::string_view key, uint64_t* expire_at_ms) {
 
 Status TxKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) {
   return VnodeSetExpiry(overlay_, key, expire_at_ms, now_ms_, changed);
+}
+
+Status TxKvStore::Type(std::string_view key, KvType* type) {
+  return VnodeType(overlay_, key, type);
+}
+
+Status TxKvStore::HashSet(std::string_view,
+                          std::span<const std::pair<std::string_view, std::string_view>>, bool,
+                          uint64_t*) {
+  return HashInTransaction();
+}
+
+Status TxKvStore::HashGet(std::string_view, std::span<const std::string_view>,
+                          std::vector<std::optional<std::string>>*) {
+  return HashInTransaction();
+}
+
+Status TxKvStore::HashDelete(std::string_view, std::span<const std::string_view>, uint64_t*) {
+  return HashInTransaction();
+}
+
+Status TxKvStore::HashLength(std::string_view, uint64_t*) {
+  return HashInTransaction();
+}
+
+Status TxKvStore::HashIncrBy(std::string_view, std::string_view, int64_t, int64_t*) {
+  return HashInTransaction();
+}
+
+Status TxKvStore::HashIncrByFloat(std::string_view, std::string_view, std::string_view,
+                                  std::string*) {
+  return HashInTransaction();
+}
+
+Status TxKvStore::HashScan(std::string_view, uint64_t, size_t, KvHashPage*) {
+  return HashInTransaction();
+}
+
+Status TxKvStore::HashInTransaction() {
+  return Status::FailedPrecondition(kHashInTransactionMessage);
 }
 
 Status TxKvStore::Count(KvCounts* counts) {

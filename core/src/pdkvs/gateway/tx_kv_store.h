@@ -5,14 +5,19 @@
 // (KvStore::TxCommit). Count and Scan read the store itself (they see
 // neither the transaction's writes nor an isolated state); MultiPut with
 // if_none_exist and the rest of the single-key contract hold within the
-// transaction. Flush is refused (kFailedPrecondition): the gateway does not
-// queue it.
+// transaction. Flush and the hash operations are refused
+// (kFailedPrecondition): the gateway does not queue them. A hash key read by
+// the transaction may be tested (EXISTS, TYPE), deleted or replaced by a
+// string; string operations on it answer WRONGTYPE.
 #pragma once
 
 #include "pdkvs/gateway/kv_store.h"
 #include "pdkvs/tx_overlay.h"
 
 namespace pdpm::pdkvs {
+
+inline constexpr std::string_view kHashInTransactionMessage =
+    "hash commands inside MULTI are not supported by pDKVS";
 
 class TxKvStore final : public KvStore {
  public:
@@ -38,6 +43,20 @@ class TxKvStore final : public KvStore {
   Status Scan(uint64_t cursor, size_t count, KvScanPage* page) override;
   Status GetExpiry(std::string_view key, uint64_t* expire_at_ms) override;
   Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
+  Status Type(std::string_view key, KvType* type) override;
+  Status HashSet(std::string_view key,
+                 std::span<const std::pair<std::string_view, std::string_view>> fields,
+                 bool if_absent, uint64_t* added) override;
+  Status HashGet(std::string_view key, std::span<const std::string_view> fields,
+                 std::vector<std::optional<std::string>>* values) override;
+  Status HashDelete(std::string_view key, std::span<const std::string_view> fields,
+                    uint64_t* removed) override;
+  Status HashLength(std::string_view key, uint64_t* fields) override;
+  Status HashIncrBy(std::string_view key, std::string_view field, int64_t delta,
+                    int64_t* result) override;
+  Status HashIncrByFloat(std::string_view key, std::string_view field, std::string_view incr,
+                         std::string* result) override;
+  Status HashScan(std::string_view key, uint64_t cursor, size_t count, KvHashPage* page) override;
   Status Count(KvCounts* counts) override;
   Status ReclaimExpired(uint32_t vnode, uint64_t position, uint64_t* next_position,
                         uint64_t* reclaimed) override;
@@ -49,6 +68,7 @@ class TxKvStore final : public KvStore {
                   const std::vector<KvTxWrite>& writes) override;
 
  private:
+  static Status HashInTransaction();
   TxOverlay* const overlay_;
   KvStore* const store_;
   const uint64_t now_ms_;
