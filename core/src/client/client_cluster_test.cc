@@ -820,19 +820,24 @@ class SegmentReleaseTest : public ReplicatedClusterTest {
     return use;
   }
 
-  // Waits (bounded: the release waits five seconds of emptiness) until
-  // the status shows `want`.
-  void WaitForUse(const Use& want) {
+  // Waits (bounded: the release waits five seconds of emptiness, and
+  // servers report their bytes with their heartbeats) until the status
+  // satisfies `want`, described by `what`.
+  template <typename Want>
+  void WaitForUse(const std::string& what, Want want) {
     Use now;
     auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(net::testing::ScaledMs(60000));
     while (std::chrono::steady_clock::now() < deadline) {
       now = StatusUse();
-      if (now == want) return;
+      if (want(now)) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ADD_FAILURE() << "use is " << now.ToString() << ", expected " << want.ToString() << "\n"
+    ADD_FAILURE() << "use is " << now.ToString() << ", expected " << what << "\n"
                   << cluster_.LogTails();
+  }
+  void WaitForUse(const Use& start) {
+    WaitForUse(start.ToString(), [&](const Use& now) { return now == start; });
   }
 
   // Heap segments whose primary is server `id`.
@@ -888,10 +893,9 @@ TEST_F(SegmentReleaseTest, FreedHeapSegmentsGoBackAndUseReturnsToItsStart) {
   for (int i = 0; i < cluster_.server_count(); ++i) {
     FillHeap(IdOf(i), 5, &blocks);
     if (HasFatalFailure()) return;
-    WaitReplicated({}, 3);
-    const Use full = StatusUse();
-    EXPECT_GE(full.segments, start.segments + 5) << full.ToString();
-    EXPECT_GT(full.used_bytes, start.used_bytes + (5ull << 20)) << full.ToString();
+    WaitForUse("5 more segments and 5 MiB more", [&](const Use& now) {
+      return now.segments >= start.segments + 5 && now.used_bytes > start.used_bytes + (5ull << 20);
+    });
     FreeAll(&blocks);
     if (HasFatalFailure()) return;
     WaitForUse(start);
