@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -454,7 +455,8 @@ LocalClusterOptions ReplicatedOptions() {
 
 class ReplicatedClusterTest : public ClusterFixture {
  protected:
-  ReplicatedClusterTest() : ClusterFixture(ReplicatedOptions()) {}
+  explicit ReplicatedClusterTest(const LocalClusterOptions& options = ReplicatedOptions())
+      : ClusterFixture(options) {}
 
   v1::GetMappingResponse Mapping() {
     v1::GetMappingResponse m;
@@ -773,6 +775,144 @@ TEST_F(ReplicatedClusterTest, DrainedServerHoldsNothingAndLeaves) {
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(mem, Pattern(i * 1000, static_cast<uint32_t>(i + 50)));
   }
+  StopServersAndExpectCleanPm(cluster_);
+}
+
+// Small segments, so that a few megabytes of heap take several of them;
+// six local segments a server.
+LocalClusterOptions SmallSegmentOptions() {
+  LocalClusterOptions o = ReplicatedOptions();
+  o.segment_size = 8ull << 20;
+  o.pm_size = (6 * 8 + 2) * (1ull << 20);
+  return o;
+}
+
+class SegmentReleaseTest : public ReplicatedClusterTest {
+ protected:
+  SegmentReleaseTest() : ReplicatedClusterTest(SmallSegmentOptions()) {}
+
+  // What `pdpm status` shows of the cluster's use: mapped segments, bytes
+  // allocated, and per server the local segments holding a copy.
+  struct Use {
+    uint32_t segments = 0;
+    uint64_t used_bytes = 0;
+    std::map<uint32_t, uint32_t> segments_used;  // server id -> local segments
+    bool operator==(const Use&) const = default;
+    std::string ToString() const {
+      std::string out =
+          std::to_string(segments) + " segment(s), " + std::to_string(used_bytes) + " bytes used;";
+      for (auto [id, n] : segments_used) {
+        out += " server " + std::to_string(id) + ": " + std::to_string(n);
+      }
+      return out;
+    }
+  };
+
+  Use StatusUse() {
+    monitor::MonitorClient mc(cluster_.monitor_address(), {cluster_.secret()});
+    v1::ClusterStatus st;
+    Status s = mc.GetClusterStatus(&st);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    Use use;
+    use.segments = st.segments();
+    use.used_bytes = st.used_bytes();
+    for (const auto& sv : st.servers()) use.segments_used[sv.id()] = sv.segments_used();
+    return use;
+  }
+
+  // Waits (bounded: the release waits five seconds of emptiness, and
+  // servers report their bytes with their heartbeats) until the status
+  // satisfies `want`, described by `what`.
+  template <typename Want>
+  void WaitForUse(const std::string& what, Want want) {
+    Use now;
+    auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(net::testing::ScaledMs(60000));
+    while (std::chrono::steady_clock::now() < deadline) {
+      now = StatusUse();
+      if (want(now)) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "use is " << now.ToString() << ", expected " << what << "\n"
+                  << cluster_.LogTails();
+  }
+  void WaitForUse(const Use& start) {
+    WaitForUse(start.ToString(), [&](const Use& now) { return now == start; });
+  }
+
+  // Heap segments whose primary is server `id`.
+  uint32_t HeapSegmentsOf(uint32_t id) {
+    uint32_t n = 0;
+    const v1::GetMappingResponse m = Mapping();
+    for (const auto& seg : m.segments()) n += seg.table() == 0 && seg.primary().server_id() == id;
+    return n;
+  }
+
+  // Allocates 1 MiB blocks on server `id`, each written and read back,
+  // until `segments` of its heap segments hold them.
+  void FillHeap(uint32_t id, uint32_t segments, std::vector<GlobalAddress>* blocks) {
+    constexpr uint64_t kBlock = 1ull << 20;
+    while (HeapSegmentsOf(id) < segments) {
+      ASSERT_LT(blocks->size(), 200u) << "the heap does not grow";
+      GlobalAddress a;
+      Status s = client_->PAllocate(kBlock, id, &a);
+      ASSERT_TRUE(s.ok()) << s.ToString() << " after " << blocks->size() << " blocks";
+      const std::string data = Pattern(kBlock, static_cast<uint32_t>(blocks->size()));
+      s = client_->Write(a, data.data(), data.size());
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      blocks->push_back(a);
+    }
+    for (size_t i = 0; i < blocks->size(); ++i) {
+      std::string got(kBlock, '\0');
+      Status s = client_->Read((*blocks)[i], got.data(), got.size());
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_EQ(got, Pattern(kBlock, static_cast<uint32_t>(i)));
+    }
+  }
+
+  void FreeAll(std::vector<GlobalAddress>* blocks) {
+    for (const GlobalAddress& a : *blocks) {
+      Status s = client_->PFree(a);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    blocks->clear();
+  }
+};
+
+// Deleting data gives its segments back (issue 16): once the heap blocks
+// are freed, their segments leave the view, every copy's local segment is
+// free again, and `pdpm status` shows the use the cluster started with.
+// Each server in turn fills 5 of its 6 local segments with heap segments
+// of its own (their backups on the other two): the local segments that
+// held the previous round's backups must have come back for that. A full
+// restart keeps it so.
+TEST_F(SegmentReleaseTest, FreedHeapSegmentsGoBackAndUseReturnsToItsStart) {
+  WaitReplicated({}, 3);
+  const Use start = StatusUse();
+  std::vector<GlobalAddress> blocks;
+  for (int i = 0; i < cluster_.server_count(); ++i) {
+    FillHeap(IdOf(i), 5, &blocks);
+    if (HasFatalFailure()) return;
+    WaitForUse("5 more segments and 5 MiB more", [&](const Use& now) {
+      return now.segments >= start.segments + 5 && now.used_bytes > start.used_bytes + (5ull << 20);
+    });
+    FreeAll(&blocks);
+    if (HasFatalFailure()) return;
+    WaitForUse(start);
+    if (HasFailure()) return;
+  }
+  // A full restart: nothing released comes back, the heap grows again.
+  for (int i = 0; i < cluster_.server_count(); ++i) {
+    Status s = cluster_.StopServer(i);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  for (int i = 0; i < cluster_.server_count(); ++i) {
+    Status s = cluster_.StartServer(i);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  WaitForUse(start);
+  FillHeap(IdOf(0), 2, &blocks);
+  if (HasFatalFailure()) return;
   StopServersAndExpectCleanPm(cluster_);
 }
 

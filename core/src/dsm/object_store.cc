@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace pdpm::dsm {
@@ -12,6 +13,10 @@ std::string IdString(const ObjectId& id) {
   snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(id.hi),
            static_cast<unsigned long long>(id.lo));
   return buf;
+}
+
+bool IdLess(const ObjectId& a, const ObjectId& b) {
+  return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo;
 }
 
 }  // namespace
@@ -156,24 +161,51 @@ Status ObjectStoreTable::Delete(const ObjectId& id) {
 
 void ObjectStoreTable::ListIds(uint32_t tag, const ObjectId& start, size_t max,
                                std::vector<ObjectId>* out) const {
-  auto less = [](const ObjectId& a, const ObjectId& b) {
-    return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo;
+  std::shared_lock lock(mu_);
+  KeepSmallest(
+      max,
+      [&](const ObjectId& id) -> std::optional<ObjectId> {
+        if ((id.hi >> 32) != tag || IdLess(id, start)) return std::nullopt;
+        return id;
+      },
+      IdLess, out);
+}
+
+void ObjectStoreTable::ListIdsByPosition(
+    const std::function<uint64_t(const ObjectId&)>& position_of, const TableRange& range,
+    const PositionedId* after, size_t max, std::vector<PositionedId>* out) const {
+  auto less = [](const PositionedId& a, const PositionedId& b) {
+    return a.position != b.position ? a.position < b.position : IdLess(a.id, b.id);
   };
+  std::shared_lock lock(mu_);
+  KeepSmallest(
+      max,
+      [&](const ObjectId& id) -> std::optional<PositionedId> {
+        PositionedId item{position_of(id), id};
+        if (!range.Covers(item.position) || (after != nullptr && !less(*after, item))) {
+          return std::nullopt;
+        }
+        return item;
+      },
+      less, out);
+}
+
+template <typename T, typename Pick, typename Less>
+void ObjectStoreTable::KeepSmallest(size_t max, Pick pick, Less less, std::vector<T>* out) const {
   out->clear();
   if (max == 0) return;
-  std::shared_lock lock(mu_);
-  // The index is hashed, not ordered: keep the `max` smallest ids at or
-  // after `start` in a max-heap.
+  // The index is hashed, not ordered: keep the `max` smallest picked items
+  // in a max-heap.
   index_->ForEach([&](uint64_t e) {
     const IndexEntry* entry = index_->Entry(e);
-    ObjectId id{entry->id_hi, entry->id_lo};
-    if ((id.hi >> 32) != tag || less(id, start)) return;
+    std::optional<T> item = pick(ObjectId{entry->id_hi, entry->id_lo});
+    if (!item) return;
     if (out->size() == max) {
-      if (!less(id, out->front())) return;
+      if (!less(*item, out->front())) return;
       std::pop_heap(out->begin(), out->end(), less);
-      out->back() = id;
+      out->back() = *item;
     } else {
-      out->push_back(id);
+      out->push_back(*item);
     }
     std::push_heap(out->begin(), out->end(), less);
   });

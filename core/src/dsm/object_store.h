@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -32,6 +33,7 @@
 #include "dsm/hash_index.h"
 #include "dsm/pallocator.h"
 #include "dsm/skiplist.h"
+#include "dsm/table_range.h"
 
 namespace pdpm::dsm {
 
@@ -44,6 +46,13 @@ struct ObjectStoreOptions {
   uint32_t bucket_count = 8192;
   // Seed of the skip-list level generator (tests fix it for determinism).
   uint64_t seed = 0x5eed;
+};
+
+// An object id with its position in its table (ListIdsByPosition).
+struct PositionedId {
+  uint64_t position = 0;
+  ObjectId id;
+  bool operator==(const PositionedId&) const = default;
 };
 
 struct ObjectStoreRecovery {
@@ -86,6 +95,16 @@ class ObjectStoreTable {
   // object present for the whole listing once (for consistency checkers
   // such as pDFS's fsck, docs/pdfs.md).
   void ListIds(uint32_t tag, const ObjectId& start, size_t max, std::vector<ObjectId>* out) const;
+  // The objects whose position (`position_of`, e.g. monitor::ObjectPosition)
+  // lies in `range`, after `after` in (position, id.hi, id.lo) order
+  // (nullptr: from the range's start), at most `max` of them, sorted in that
+  // order: a listing in pages (each next page after the last item returned)
+  // returns every object present for the whole listing once. What a split
+  // of a table segment copies and later sweeps (docs/dsm.md "Tables across
+  // segments").
+  void ListIdsByPosition(const std::function<uint64_t(const ObjectId&)>& position_of,
+                         const TableRange& range, const PositionedId* after, size_t max,
+                         std::vector<PositionedId>* out) const;
   // Offsets of every block the table reaches: the index root, the bucket
   // array, entries, object headers, extent nodes and data pages.
   void Trace(std::unordered_set<uint64_t>* blocks) const;
@@ -94,6 +113,10 @@ class ObjectStoreTable {
   ObjectStoreTable(PAllocator* alloc, const ObjectStoreOptions& options,
                    std::unique_ptr<HashIndex> index)
       : alloc_(alloc), index_(std::move(index)), lists_(alloc, options.seed) {}
+  // The `max` smallest (by `less`) of the items `pick` makes of the index's
+  // ids (std::nullopt: skip the id), sorted. Callers hold mu_.
+  template <typename T, typename Pick, typename Less>
+  void KeepSmallest(size_t max, Pick pick, Less less, std::vector<T>* out) const;
   // The object header of `id`, or kNotFound.
   Status HeaderOf(const ObjectId& id, uint64_t* header) const;
   void TraceLocked(std::unordered_set<uint64_t>* blocks) const;

@@ -138,6 +138,12 @@ uint32_t TableForObject(uint64_t id_hi, uint64_t id_lo, uint32_t table_count) {
   return static_cast<uint32_t>(bucket) + 1;
 }
 
+uint64_t ObjectPosition(uint64_t id_hi, uint64_t id_lo) {
+  // Another composition than TableForObject's digest, seeded apart from it.
+  constexpr uint64_t kPositionSeed = 0x7461'626c'6552'6e67;  // "tableRng"
+  return Mix64(Mix64(id_hi ^ kPositionSeed) ^ id_lo);
+}
+
 uint32_t TableForKey(uint64_t key_hash, uint32_t table_count) {
   // A constant high word keeps keys' digests apart from small object ids'.
   constexpr uint64_t kKeyDomain = 0x7064'6b76'7300'0000;  // "pdkvs"

@@ -54,6 +54,12 @@ bool BalanceTables(std::vector<TableSlot>* tables, const std::vector<uint32_t>& 
 // tables take. table_count must be > 0.
 uint32_t TableForObject(uint64_t id_hi, uint64_t id_lo, uint32_t table_count);
 
+// An object's position inside its table (dsm/table_range.h): which of the
+// table's segments holds it once a table spans several. A 64-bit digest of
+// the id independent of the one TableForObject uses, so the objects of one
+// table spread evenly over its ranges.
+uint64_t ObjectPosition(uint64_t id_hi, uint64_t id_lo);
+
 // The table (1..table_count) a pDKVS key belongs to, from its hash
 // (pdkvs::HashKey): jump consistent hashing of the hash's low 16 bits, its
 // residue. Every table thus holds the keys of a fixed set of residues, so a

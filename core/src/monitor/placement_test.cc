@@ -4,6 +4,7 @@
 
 #include <map>
 #include <set>
+#include <vector>
 
 namespace pdpm::monitor {
 namespace {
@@ -139,6 +140,31 @@ TEST(TableForObject, StableInRangeAndConsistent) {
   }
   EXPECT_LT(moved, kObjects / static_cast<int>(kTables) * 2);
   EXPECT_EQ(TableForObject(5, 6, 1), 1u);
+}
+
+// The objects of one table, pDFS-like ids (a tag in the top of hi, small
+// counters below), spread evenly over the table's ranges: with 2^3 ranges
+// every range holds an eighth of them, within a fifth.
+TEST(ObjectPosition, ObjectsOfOneTableSpreadOverItsRanges) {
+  constexpr uint32_t kTables = 16;
+  constexpr uint32_t kRanges = 8;
+  std::vector<int> per_range(kRanges);
+  int in_table = 0;
+  for (uint64_t inode = 1; in_table < 16000; ++inode) {
+    for (uint64_t block = 0; block < 4; ++block) {
+      uint64_t hi = (uint64_t{0x70646673} << 32) | inode;
+      if (TableForObject(hi, block, kTables) != 3) continue;
+      uint64_t position = ObjectPosition(hi, block);
+      EXPECT_EQ(position, ObjectPosition(hi, block));
+      ++per_range[position >> 61];
+      ++in_table;
+    }
+  }
+  for (uint32_t r = 0; r < kRanges; ++r) {
+    EXPECT_GT(per_range[r], in_table / static_cast<int>(kRanges) * 4 / 5) << "range " << r;
+    EXPECT_LT(per_range[r], in_table / static_cast<int>(kRanges) * 6 / 5) << "range " << r;
+  }
+  EXPECT_NE(ObjectPosition(1, 2), ObjectPosition(2, 1));
 }
 
 }  // namespace

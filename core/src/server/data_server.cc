@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 #include <set>
+#include <utility>
 
 #include "dsm/address.h"
 #include "monitor/placement.h"
@@ -451,10 +452,26 @@ void DataServer::HeartbeatLoop() {
     lock.unlock();
     uint64_t used = 0;
     uint64_t known;
+    bool release_due = false;
     {
+      const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+      const int64_t due = std::chrono::nanoseconds(kReleaseEmptyAfter).count();
       std::shared_lock l(mu_);
       for (const auto& seg : segments_) {
         if (seg != nullptr && seg->alloc != nullptr) used += seg->alloc->Stats().bytes_allocated;
+      }
+      // Primaries are in by_global_ once set up (their role no longer
+      // changes): heap ones holding no block are due for release after a
+      // while.
+      for (const auto& [global, seg] : by_global_) {
+        if (seg->role.kind != SegmentKind::kHeap || seg->fenced) continue;
+        if (seg->first_fill || seg->alloc->Stats().blocks_allocated != 0) {
+          seg->empty_since_ns = 0;
+        } else if (seg->empty_since_ns == 0) {
+          seg->empty_since_ns = now;
+        } else {
+          release_due |= now - seg->empty_since_ns >= due;
+        }
       }
       known = epoch_;
     }
@@ -475,18 +492,26 @@ void DataServer::HeartbeatLoop() {
       refresh_wanted_ = true;
       stop_cv_.notify_all();
     }
+    if (release_due) {
+      release_wanted_ = true;
+      stop_cv_.notify_all();
+    }
   }
 }
 
 void DataServer::RefreshLoop() {
   std::unique_lock<std::mutex> lock(stop_mu_);
   while (true) {
-    stop_cv_.wait(lock, [&] { return stopping_ || refresh_wanted_; });
+    stop_cv_.wait(lock, [&] { return stopping_ || refresh_wanted_ || release_wanted_; });
     if (stopping_) return;
-    refresh_wanted_ = false;
+    const bool refresh = std::exchange(refresh_wanted_, false);
+    const bool release = std::exchange(release_wanted_, false);
     lock.unlock();
-    Status s = RefreshMapping();
-    if (!s.ok()) log_.Warn("mapping refresh failed", {{"status", s}});
+    if (refresh) {
+      Status s = RefreshMapping();
+      if (!s.ok()) log_.Warn("mapping refresh failed", {{"status", s}});
+    }
+    if (release) ReleaseEmptySegments();
     lock.lock();
   }
 }
@@ -546,6 +571,11 @@ Status DataServer::AllocateHeap(uint64_t size, TxTag tag, dsm::GlobalAddress* ou
     return Mutate(
         seg,
         [&] {
+          if (seg->released) {
+            t = TxTag{};
+            return Status::ResourceExhausted("segment " + std::to_string(seg->role.global) +
+                                             " is being released");
+          }
           Status a = seg->alloc->Allocate(size, dsm::BlockOwner::kHeap,
                                           dsm::PAllocator::kCurrentCore, offset);
           t = a.ok() ? TxTag{tag.coordinator, tag.tx, tag.kind, *offset} : TxTag{};
@@ -555,7 +585,7 @@ Status DataServer::AllocateHeap(uint64_t size, TxTag tag, dsm::GlobalAddress* ou
   };
   auto try_all = [&](uint32_t* global, uint64_t* offset) {
     // Not under mu_: shipping may refresh the mapping (segments are never
-    // freed while the server runs, only retired).
+    // destroyed while the server runs, only retired).
     std::vector<std::pair<uint32_t, Segment*>> heap;
     {
       std::shared_lock lock(mu_);
@@ -580,7 +610,9 @@ Status DataServer::AllocateHeap(uint64_t size, TxTag tag, dsm::GlobalAddress* ou
   if (s.code() == StatusCode::kResourceExhausted) {
     std::lock_guard<std::mutex> creating(new_segment_mu_);
     s = try_all(&global, &offset);  // another thread may have grown it
-    if (s.code() == StatusCode::kResourceExhausted) {
+    // A new segment is empty until this allocation: one released meanwhile
+    // (this thread stalled for kReleaseEmptyAfter) is replaced.
+    for (int attempt = 0; attempt < 3 && s.code() == StatusCode::kResourceExhausted; ++attempt) {
       // A segment whose first fill failed earlier is filled, not replaced.
       Segment* seg = PendingHeapSegment();
       if (seg == nullptr) {
@@ -590,6 +622,9 @@ Status DataServer::AllocateHeap(uint64_t size, TxTag tag, dsm::GlobalAddress* ou
       PDPM_RETURN_IF_ERROR(FillNewSegment(seg));
       s = allocate_in(seg, &offset);
       global = seg->role.global;
+      if (s.code() != StatusCode::kResourceExhausted) break;
+      std::lock_guard released(seg->repl_mu);
+      if (!seg->released) break;
     }
   }
   PDPM_RETURN_IF_ERROR(s);

@@ -104,7 +104,18 @@ class DataServer {
     // bits) and completed (high 32 bits).
     std::atomic<pdkvs::CcehIndex*> kv_published{nullptr};
     std::atomic<uint64_t> kv_writes{0};
+    // Heap primaries: when the heartbeat first found it holding no block
+    // (steady-clock nanoseconds; 0: it holds blocks). Released once empty
+    // for kReleaseEmptyAfter.
+    std::atomic<int64_t> empty_since_ns{0};
+    // Being released: allocations refused. Guarded by repl_mu.
+    bool released = false;
   };
+
+  // How long a heap segment stays empty before it goes back to the free
+  // segments: long enough that a client freeing and allocating again does
+  // not pay a segment's creation (format and backup fill) each time.
+  static constexpr std::chrono::seconds kReleaseEmptyAfter{5};
 
   DataServer(const ServerOptions& options, const Logger& log);
   Status OpenPm(const std::atomic<bool>* stop);
@@ -116,6 +127,16 @@ class DataServer {
   Status Announce(Segment* seg);
   // The lowest free local segment; kResourceExhausted when none is left.
   Status FreeLocalSegment(uint32_t* local);
+  // Clears the first page of local segment `local` (persisted), so that it
+  // reads as free, after a restart too.
+  void ClearLocalSegment(uint32_t local);
+  // Releases every heap segment that has held no block for
+  // kReleaseEmptyAfter (docs/server.md "Freed segments").
+  void ReleaseEmptySegments();
+  // Gives the heap primary `seg` back if it still holds no block: the
+  // monitor frees its global segment (its backups are dropped with it),
+  // then its local segment is cleared and free again.
+  Status ReleaseSegment(Segment* seg);
   // Formats a free local segment for `role` and announces it. Requires
   // grow_mu_.
   Status CreateSegment(SegmentRole role, Segment** out);
@@ -315,6 +336,7 @@ class DataServer {
   bool stopping_ = false;
   std::thread heartbeat_;
   bool refresh_wanted_ = false;  // guarded by stop_mu_
+  bool release_wanted_ = false;  // an empty heap segment is due; stop_mu_
   // A promotion failed (a decision holder it asked did not answer in
   // time, say): the next heartbeat applies the mapping again instead of
   // leaving the segment unserved until the epoch changes.

@@ -82,6 +82,12 @@ Status DataServer::RegisterAnew(Segment* seg) {
   return Status::OK();
 }
 
+void DataServer::ClearLocalSegment(uint32_t local) {
+  std::span<char> mem = space_->segment(local);
+  std::memset(mem.data(), 0, dsm::kPageSize);
+  space_->device().persist_fn()(mem.data(), dsm::kPageSize);
+}
+
 Status DataServer::OpenBackup(uint32_t local, uint32_t global, bool fresh,
                               std::unique_ptr<Segment>* out) {
   auto seg = std::make_unique<Segment>();
@@ -93,8 +99,7 @@ Status DataServer::OpenBackup(uint32_t local, uint32_t global, bool fresh,
   if (fresh) {
     // The fill copies chunk 0 (with the region header) last: until then a
     // restart finds no region here and treats the segment as free.
-    std::memset(mem.data(), 0, dsm::kPageSize);
-    space_->device().persist_fn()(mem.data(), dsm::kPageSize);
+    ClearLocalSegment(local);
   }
   // Written one-sided by clients, never read: from the view change that
   // promotes it until its promotion has applied the transactions only its
@@ -185,9 +190,7 @@ Status DataServer::ClassifyRecovered(const std::atomic<bool>* stop) {
       log_.Warn("freeing a fenced copy",
                 {{"local", local}, {"global", role.global}, {"status", st}});
       segments_[local].reset();
-      std::span<char> mem = space_->segment(local);
-      std::memset(mem.data(), 0, dsm::kPageSize);
-      space_->device().persist_fn()(mem.data(), dsm::kPageSize);
+      ClearLocalSegment(local);
       continue;
     }
     PDPM_RETURN_IF_ERROR(st.WithContext("announce " + what));
@@ -318,6 +321,7 @@ void DataServer::ScheduleSyncs(const v1::SegmentMapping& sm) {
 void DataServer::Reconcile(const v1::GetMappingResponse& m) {
   std::vector<std::pair<Segment*, v1::SegmentMapping>> promote;
   std::vector<v1::SegmentMapping> primaries;
+  std::vector<Segment*> dropped;
   {
     std::unique_lock lock(mu_);
     std::map<uint32_t, const v1::SegmentMapping*> by_g;
@@ -349,11 +353,23 @@ void DataServer::Reconcile(const v1::GetMappingResponse& m) {
         promote.emplace_back(seg, *f->second);
       } else if (!still) {
         fence(seg, "backup dropped by the cluster");
+        dropped.push_back(seg);
         it = backups_.erase(it);
         continue;
       }
       ++it;
     }
+  }
+  // A dropped copy's local segment is free again (a new backup or primary
+  // may take it) once no copy step or shipment still writes it. The view
+  // that dropped it may already place another backup there, whose attach
+  // then took the local segment itself.
+  for (Segment* seg : dropped) {
+    std::lock_guard repl(seg->repl_mu);
+    std::unique_lock lock(mu_);
+    if (segments_[seg->local].get() != seg) continue;
+    ClearLocalSegment(seg->local);
+    retired_.push_back(std::move(segments_[seg->local]));
   }
   if (!promote.empty() && refuse_promotions_ms_ < 0) {
     const char* ms =
@@ -605,8 +621,7 @@ Status DataServer::HandleReplicaAttach(std::span<const uint8_t> req, std::string
   }
   if (existing != nullptr && existing->backup && !existing->fenced && existing->role.global == g) {
     std::lock_guard lock(existing->repl_mu);
-    std::memset(existing->base, 0, dsm::kPageSize);
-    space_->device().persist_fn()(existing->base, dsm::kPageSize);
+    ClearLocalSegment(static_cast<uint32_t>(local));
     Encoder(reply).U64(existing->region->key());
     return Status::OK();
   }
