@@ -35,6 +35,21 @@ build-tsan: deps
 	cmake --preset tsan -S core >/dev/null
 	cmake --build build/tsan -j $(JOBS)
 
+# The suites (ctest labels) the sanitizer passes run. Each pass builds only
+# what they run (the targets tests-<label>, core/CMakeLists.txt), and runs
+# its long kill, soak and model tests at PDPM_TEST_SCALE=$(SANITIZER_TEST_SCALE)
+# of their size (core/src/common/test_scale.h; docs/e2e.md "Times").
+ASAN_LABELS := common pm net client pdkvs pdfs
+TSAN_LABELS := common pm net client pdkvs
+SANITIZER_TEST_SCALE ?= 0.25
+empty :=
+space := $(empty) $(empty)
+# $(call label_regex,LABELS): the ctest -L expression matching exactly LABELS.
+label_regex = '^($(subst $(space),|,$(strip $(1))))$$'
+# $(call build_label_tests,PRESET,LABELS)
+build_label_tests = cmake --preset $(1) -S core >/dev/null && \
+  cmake --build build/$(1) -j $(JOBS) --target $(addprefix tests-,$(2))
+
 build-fuzz: deps
 	cmake --preset fuzz -S core >/dev/null
 	cmake --build build/fuzz -j $(JOBS) --target fuzzers
@@ -60,11 +75,15 @@ test: deps
 test-core: build
 	cd build/release && $(CTEST)
 
-test-asan: build-asan
-	cd build/asan && $(CTEST) -L '^(common|pm|net|client|pdkvs|pdfs)$$'
+test-asan: deps
+	$(call build_label_tests,asan,$(ASAN_LABELS))
+	cd build/asan && PDPM_TEST_SCALE=$(SANITIZER_TEST_SCALE) \
+	  $(CTEST) -L $(call label_regex,$(ASAN_LABELS))
 
-test-tsan: build-tsan
-	cd build/tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L '^(common|pm|net|client|pdkvs)$$'
+test-tsan: deps
+	$(call build_label_tests,tsan,$(TSAN_LABELS))
+	cd build/tsan && PDPM_TEST_SCALE=$(SANITIZER_TEST_SCALE) TSAN_OPTIONS=halt_on_error=1 \
+	  $(CTEST) -L $(call label_regex,$(TSAN_LABELS))
 
 test-fuzz: build-fuzz
 	scripts/run-fuzzers.sh build/fuzz $(FUZZ_SECONDS) $(JOBS)

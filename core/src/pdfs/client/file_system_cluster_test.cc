@@ -18,6 +18,7 @@
 #include <set>
 #include <thread>
 
+#include "common/test_scale.h"
 #include "pdfs/client/fs_test_fixture.h"
 #include "pdfs/client/test_seed.h"
 
@@ -309,14 +310,16 @@ TEST_F(FsTest, LargeDirectoriesAndStableCookies) {
   ASSERT_EQ(Mkdir("/big"), 0);
   const uint64_t dir = StatOf("/big").ino;
   std::set<std::string> want;
-  for (int i = 0; i < 3000; ++i) {
+  // Many pages of 50 under the churn below, at any scale.
+  const long entries = ScaledForTest(3000, 500);
+  for (long i = 0; i < entries; ++i) {
     const std::string name = "entry-with-a-longish-name-" + std::to_string(i);
     Attr a;
     ASSERT_EQ(fs_->Mknod(dir, name, S_IFREG | 0644, 0, {}, &a), 0);
     want.insert(name);
   }
   EXPECT_EQ(List("/big"), want);
-  EXPECT_EQ(StatOf("/big").size, 3000u);
+  EXPECT_EQ(StatOf("/big").size, static_cast<uint64_t>(entries));
 
   // List in pages while another thread removes and adds other names: every
   // name present throughout is listed exactly once.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "client/cluster_pm_check.h"
+#include "common/test_scale.h"
 #include "monitor/placement.h"
 #include "pdfs/client/fs_test_fixture.h"
 #include "pdfs/client/test_seed.h"
@@ -379,8 +380,12 @@ TEST_F(FsPowerLossTest, PowerLossOfAServerLosesNoCompletedOperation) {
   const auto start = std::chrono::steady_clock::now();
   ASSERT_EQ(Mkdir("/w"), 0);
   ASSERT_TRUE(cluster_.StopServer(1).ok());
+  // The power fails mid-load at any scale: the three clients' first
+  // operations persist more than the least.
+  const long crash_after = ScaledForTest(3000000, 750000);
   Status s = cluster_.StartServer(
-      1, {"PDPM_PM_SIMULATE_POWER_LOSS=1", "PDPM_PM_CRASH_AFTER_PERSISTED_BYTES=3000000"});
+      1, {"PDPM_PM_SIMULATE_POWER_LOSS=1",
+          "PDPM_PM_CRASH_AFTER_PERSISTED_BYTES=" + std::to_string(crash_after)});
   ASSERT_TRUE(s.ok()) << s.ToString();
   CrashWorkload load(this, fs_.get(), 3, TestSeed());
   load.Start();

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "client/cluster_harness.h"
+#include "common/test_scale.h"
 #include "pdfs/client/file_system.h"
 #include "pdfs/client/fs_check.h"
 #include "pdfs/client/test_seed.h"
@@ -451,13 +452,18 @@ TEST_F(FuseMountTest, RealPrograms) {
                "\"app: main.o lib.o\\n\\tcc -o app main.o lib.o\\n%%.o: %%.c lib.h\\n\\tcc -c "
                "$<\\n\" > Makefile && make -s && ./app && touch lib.h && make -s && ./app"),
             0);
-  // SQLite: concurrent writers, then its integrity check.
+  // SQLite: three concurrent writers, then its integrity check.
+  const std::string inserts = std::to_string(ScaledForTest(40, 10));
   EXPECT_EQ(Sh("cd " + P("") +
                " && sqlite3 db.sqlite \"create table t(k integer primary key, "
-               "v text);\" && for w in 1 2 3; do (for i in $(seq 1 40); do "
+               "v text);\" && for w in 1 2 3; do (for i in $(seq 1 " +
+               inserts +
+               "); do "
                "sqlite3 -cmd \".timeout 20000\" db.sqlite \"insert into t(v) "
                "values(\\\"w$w-$i\\\");\"; done) & done; wait; test $(sqlite3 "
-               "db.sqlite \"select count(*) from t;\") = 120 && test $(sqlite3 "
+               "db.sqlite \"select count(*) from t;\") = $((3 * " +
+               inserts +
+               ")) && test $(sqlite3 "
                "db.sqlite \"pragma integrity_check;\") = ok"),
             0);
 }
@@ -1188,22 +1194,22 @@ class CallModel {
 
 TEST_F(FuseMountTest, RandomCallsMatchALocalFileSystem) {
   const uint64_t seed = TestSeed();
-  constexpr int kCalls = 1500;
+  const int calls = static_cast<int>(ScaledForTest(1500, 300));
   const auto start = std::chrono::steady_clock::now();
   const std::string reference = cluster_.dir() + "/reference";
   ASSERT_EQ(::mkdir(reference.c_str(), 0755), 0);
   ASSERT_EQ(::mkdir(P("model").c_str(), 0755), 0);
   CallModel model(P("model"), reference, seed);
   std::string what;
-  for (int call = 1; call <= kCalls; ++call) {
+  for (int call = 1; call <= calls; ++call) {
     ASSERT_TRUE(model.Step(&what)) << what << "\nthe last calls:\n" << model.Trace();
-    if (call % 100 == 0 || call == kCalls) {
+    if (call % 100 == 0 || call == calls) {
       ASSERT_TRUE(model.SameTrees(&what))
           << "after call " << call << ": " << what << "\nthe last calls:\n"
           << model.Trace();
     }
   }
-  std::printf("%d calls alike, took %.1f s\n", kCalls,
+  std::printf("%d calls alike, took %.1f s\n", calls,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
