@@ -289,13 +289,15 @@ Status LocalCluster::StartServer(int i, const std::vector<std::string>& env) {
   ChildProcess& p = servers_[i];
   std::vector<std::string> all_env = options_.server_env;
   all_env.insert(all_env.end(), env.begin(), env.end());
-  PDPM_RETURN_IF_ERROR(
-      p.Start({PDPM_SERVER_BINARY, "--pm", pm_path(i), "--pm-size",
+  // The test's extra flags follow the harness's own.
+  std::vector<std::string> argv = options_.server_args;
+  argv.insert(argv.begin(),
+              {PDPM_SERVER_BINARY, "--pm", pm_path(i), "--pm-size",
                std::to_string(options_.pm_size), "--format", "--monitor", monitor_address_,
                "--secret-file", secret_file_, "--listen", net::testing::TestHost() + ":0",
                "--transport", std::string(net::BackendKindName(net::testing::TestBackend())),
-               "--port-file", port_file, "--cores", std::to_string(options_.cores)},
-              all_env, server_log(i)));
+               "--port-file", port_file, "--cores", std::to_string(options_.cores)});
+  PDPM_RETURN_IF_ERROR(p.Start(argv, all_env, server_log(i)));
   std::string address;
   return WaitForFile(port_file, &p, server_log(i), &address);
 }

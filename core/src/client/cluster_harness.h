@@ -81,6 +81,8 @@ struct LocalClusterOptions {
   int file_pm_server = -1;
   // Extra environment ("K=V") of every server start (test hooks).
   std::vector<std::string> server_env;
+  // Extra flags of every server start.
+  std::vector<std::string> server_args;
 };
 
 // libpdpm options for a cluster in the test environment (above): its
