@@ -117,6 +117,13 @@ expect_fail 1 "already running in" "$pdpm" up "${up_flags[@]}"
 "$pdpm" status --dir "$dir" >"$work/status"
 grep -q "^health   OK  (3/3 servers up)" "$work/status" || die "status: $(cat "$work/status")"
 [[ $(grep -c " UP " "$work/status") == 3 ]] || die "status lists not 3 UP servers"
+# The same cluster through its monitor's address (how it is asked on
+# Kubernetes); the local servers register no labels.
+"$pdpm" status --monitor "$(cat "$dir/monitor.addr")" >"$work/status-monitor"
+diff <(awk '!/^epoch/ { print $1, $2, $3 }' "$work/status") \
+  <(awk '!/^epoch/ { print $1, $2, $3 }' "$work/status-monitor") >&2 ||
+  die "status --monitor differs from status --dir"
+[[ $(grep -Ec " UP .* -$" "$work/status-monitor") == 3 ]] || die "status --monitor labels: $(cat "$work/status-monitor")"
 
 step "object round trips"
 head -c 100000 /dev/urandom >"$work/small"

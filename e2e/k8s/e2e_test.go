@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -114,7 +115,9 @@ func TestPDPMOnKubernetes(t *testing.T) {
 	phase(t, "chart-server-validation", func(t *testing.T) { testChartServerValidation(ctx, t, c, root) })
 	phase(t, "bad-input-rejected", func(t *testing.T) { testBadInput(ctx, t, c, root) })
 	phase(t, "unsatisfiable-cluster-blocked", func(t *testing.T) { testUnsatisfiable(ctx, t, c, tg) })
+	nodeTopology := labelNodesForTopology(ctx, t, c)
 	phase(t, "2-cluster-ready", func(t *testing.T) { testClusterReady(ctx, t, c, root, tg) })
+	phase(t, "server-topology-labels", func(t *testing.T) { testServerTopology(ctx, t, c, sampleName, nodeTopology) })
 	phase(t, "csi-secret", func(t *testing.T) { testCSISecret(ctx, t, c) })
 	values := map[string]string{}
 	phase(t, "3-redis-through-gateway", func(t *testing.T) { testRedisThroughGateway(ctx, t, c, tg, values) })
@@ -302,8 +305,107 @@ func sampleManifest(ctx context.Context, t *testing.T, c *cluster, root, tg, cle
 	t.Helper()
 	sample := filepath.Join(root, "config", "samples", "pdpm_v1alpha1_pdpmcluster_emulated.yaml")
 	return must(t)(c.kubectl(ctx, "patch", "--local", "-f", sample, "--type=merge", "-o", "json", "-p",
-		fmt.Sprintf(`{"spec":{"images":{"tag":%q,"pullPolicy":%q},"cleanupPolicy":%q}}`,
-			tg, *pullPolicy, cleanup)))
+		fmt.Sprintf(`{"spec":{"servers":{"topology":{"rackLabel":%q}},"images":{"tag":%q,"pullPolicy":%q},"cleanupPolicy":%q}}`,
+			e2eRackLabel, tg, *pullPolicy, cleanup)))
+}
+
+// e2eRackLabel is the node label the sample cluster takes its servers'
+// racks from.
+const e2eRackLabel = "pdpm.io/e2e-rack"
+
+// labelNodesForTopology gives every node a rack (e2eRackLabel) and, where
+// it has none, a zone — both removed again when the suite ends, a node's
+// own zone left as it is — and returns the failure domains a server on
+// each node must register: host, zone, rack, and region where the node
+// has one.
+func labelNodesForTopology(ctx context.Context, t *testing.T, c *cluster) map[string]map[string]string {
+	const zoneLabel, regionLabel = "topology.kubernetes.io/zone", "topology.kubernetes.io/region"
+	var nodes struct {
+		Items []struct {
+			Metadata struct {
+				Name   string            `json:"name"`
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := c.getJSON(ctx, &nodes, "nodes"); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]string{}
+	for i, n := range nodes.Items {
+		name := n.Metadata.Name
+		labels := map[string]string{"host": name, "rack": fmt.Sprintf("e2e-rack-%d", i)}
+		set := []string{e2eRackLabel + "=" + labels["rack"]}
+		undo := []string{e2eRackLabel + "-"}
+		if zone := n.Metadata.Labels[zoneLabel]; zone != "" {
+			labels["zone"] = zone
+		} else {
+			labels["zone"] = "e2e-zone-a"
+			set = append(set, zoneLabel+"="+labels["zone"])
+			undo = append(undo, zoneLabel+"-")
+		}
+		if region := n.Metadata.Labels[regionLabel]; region != "" {
+			labels["region"] = region
+		}
+		must(t)(c.kubectl(ctx, append([]string{"label", "node", name, "--overwrite"}, set...)...))
+		t.Cleanup(func() { _, _ = c.kubectl(context.Background(), append([]string{"label", "node", name}, undo...)...) })
+		want[name] = labels
+	}
+	return want
+}
+
+// testServerTopology: every server of PDPMCluster name registered its
+// node's failure domains (the node-topology step read them from the Node)
+// — the monitor's own view, through `pdpm status` in the monitor pod.
+func testServerTopology(ctx context.Context, t *testing.T, c *cluster, name string, nodes map[string]map[string]string) {
+	out := must(t)(c.kubectl(ctx, "-n", *ns, "get", "pods", "-l", "app.kubernetes.io/instance="+name+",app.kubernetes.io/component=server",
+		"-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}`))
+	podNode := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if pod, node, ok := strings.Cut(l, " "); ok {
+			podNode[pod] = node
+		}
+	}
+	if len(podNode) == 0 {
+		t.Fatalf("no server pods of %s", name)
+	}
+	eventually(t, time.Minute, "every server's labels in the monitor's view", func() error {
+		status, err := c.kubectl(ctx, "-n", *ns, "exec", name+"-monitor-0", "-c", "pdpm-monitor", "--",
+			"pdpm", "status", "--monitor", fmt.Sprintf("127.0.0.1:%d", 7400))
+		if err != nil {
+			return err
+		}
+		registered := map[string]map[string]string{}
+		inServers := false
+		for _, l := range strings.Split(status, "\n") {
+			fields := strings.Fields(l)
+			if len(fields) > 0 && fields[0] == "ID" {
+				inServers = true
+				continue
+			}
+			if !inServers || len(fields) == 0 {
+				continue
+			}
+			labels := map[string]string{}
+			for _, kv := range strings.Split(fields[len(fields)-1], ",") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					labels[k] = v
+				}
+			}
+			registered[labels["pod"]] = labels
+		}
+		for pod, node := range podNode {
+			want := map[string]string{"pod": pod}
+			for k, v := range nodes[node] {
+				want[k] = v
+			}
+			if got := registered[pod]; !maps.Equal(got, want) {
+				return fmt.Errorf("server %s on node %s registered %v, want %v; status:\n%s", pod, node, got, want, status)
+			}
+		}
+		fmt.Printf("e2e: %s: every server registered its node's failure domains: %v\n", name, registered)
+		return nil
+	})
 }
 
 // Scenario 2: the Emulated sample becomes Ready, and its status is true to
@@ -929,6 +1031,9 @@ func testHelmUninstall(ctx context.Context, t *testing.T, c *cluster) {
 		{"-n", *opNS, "get", "deployments,daemonsets,services,serviceaccounts,roles,rolebindings", "-l", "app.kubernetes.io/instance=" + releaseName, "-o", "name"},
 		{"get", "clusterroles,clusterrolebindings,storageclasses", "-l", "app.kubernetes.io/instance=" + releaseName, "-o", "name"},
 		{"get", "csidriver", "pdfs.csi.pdpm.io", "--ignore-not-found", "-o", "name"},
+		// The clusters' node-reader bindings: cluster-scoped, deleted by
+		// the operator's finalizer.
+		{"get", "clusterrolebindings", "-l", "app.kubernetes.io/managed-by=pdpm-operator", "-o", "name"},
 	} {
 		if out := strings.TrimSpace(must(t)(c.kubectl(ctx, q...))); out != "" {
 			t.Errorf("left after helm uninstall: %s", out)

@@ -942,6 +942,54 @@ TEST(ServerBinaryTest, RefusesUnformattedPmAndWipes) {
   EXPECT_EQ(head, std::string(4096, '\0'));
 }
 
+// A server's labels reach the monitor's view: --label first, then the
+// labels file (what the operator's node-topology step writes), then
+// POD_NAME and NODE_NAME from the environment.
+TEST(ServerBinaryTest, RegistersLabelsFromFlagFileAndEnvironment) {
+  LocalClusterOptions o;
+  o.servers = 0;
+  LocalCluster probe(o);  // a directory for the labels file
+  std::string labels = probe.dir() + "/labels";
+  std::ofstream(labels) << "# node n1\nconfig_version = 1\nzone = z1\nrack = file-rack\n"
+                           "host = file-host\n";
+  o.servers = 1;
+  o.server_args = {"--labels-file", labels, "--label", "rack=flag-rack"};
+  o.server_env = {"POD_NAME=pod-0", "NODE_NAME=env-host"};
+  LocalCluster cluster(o);
+  Status s = cluster.Start();
+  ASSERT_TRUE(s.ok()) << s.ToString() << cluster.LogTails();
+  v1::GetMappingResponse view;
+  ASSERT_TRUE(cluster.GetMapping(&view).ok());
+  ASSERT_EQ(view.servers_size(), 1);
+  std::map<std::string, std::string> got(view.servers(0).labels().begin(),
+                                         view.servers(0).labels().end());
+  EXPECT_EQ(got,
+            (std::map<std::string, std::string>{
+                {"zone", "z1"}, {"rack", "flag-rack"}, {"host", "file-host"}, {"pod", "pod-0"}}));
+}
+
+// A labels file that is missing or malformed stops the start with one
+// error naming it.
+TEST(ServerBinaryTest, RefusesABadLabelsFile) {
+  LocalClusterOptions o;
+  o.servers = 0;
+  LocalCluster dir(o);
+  std::string bad = dir.dir() + "/bad-labels", log = dir.dir() + "/server.log";
+  std::ofstream(bad) << "zone = z1\nrack\n";
+  for (const auto& [file, says] : std::vector<std::pair<std::string, std::string>>{
+           {dir.dir() + "/absent", "labels file"}, {bad, bad + " line 2"}}) {
+    ChildProcess p;
+    ASSERT_TRUE(
+        p.Start({PDPM_SERVER_BINARY, "--pm", dir.dir() + "/pm", "--pm-size", "260MiB", "--monitor",
+                 "127.0.0.1:1", "--secret-file", dir.secret_file(), "--labels-file", file},
+                {}, log)
+            .ok());
+    int ws = p.Wait();
+    EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 1) << ws;
+    EXPECT_NE(FileTail(log).find(says), std::string::npos) << FileTail(log);
+  }
+}
+
 // Two servers with one announced core each, every segment's backup on the
 // other: each mutation a server serves ships to the other. More concurrent
 // writers than both servers' serving threads: shipping reaches the peer's

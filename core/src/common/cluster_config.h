@@ -26,6 +26,8 @@ class ClusterConfig {
   std::string Get(const std::string& key) const;
   // kInvalidArgument naming the file and key when `key` is absent or empty.
   Status Require(const std::string& key, std::string* value) const;
+  // Every key with its value, config_version included.
+  const std::map<std::string, std::string>& values() const { return values_; }
   const std::string& path() const { return path_; }
 
  private:

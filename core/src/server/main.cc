@@ -3,6 +3,7 @@
 //   pdpm-server --pm PATH [--pm-size SIZE] [--format] [--segment-size SIZE]
 //               --monitor HOST:PORT[,...] --secret-file F [--listen HOST:PORT]
 //               [--transport tcp|verbs] [--cores N] [--label k=v,...]
+//               [--labels-file PATH]
 //   pdpm-server --config=/etc/pdpm/pdpm.conf        (Kubernetes)
 //   pdpm-server --wipe-pm=DEVICE                    (zero a device, exit)
 //
@@ -18,7 +19,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <string>
 #include <thread>
 
@@ -30,6 +30,7 @@
 #include "pm/pm_device.h"
 #include "server/address_space_holder.h"
 #include "server/data_server.h"
+#include "server/labels.h"
 
 namespace pdpm::server {
 namespace {
@@ -48,6 +49,7 @@ struct Flags {
   std::string transport = "tcp";
   uint32_t cores = 1;
   std::string labels;
+  std::string labels_file;
   std::string port_file;
   std::string wipe_pm;
   std::string log_level = "info";
@@ -97,22 +99,6 @@ Status ApplyConfig(const FlagParser& parser, Flags* f) {
   return Status::OK();
 }
 
-Status ParseLabels(const std::string& text, std::map<std::string, std::string>* out) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t comma = text.find(',', pos);
-    std::string item =
-        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    pos = comma == std::string::npos ? text.size() : comma + 1;
-    size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return Status::InvalidArgument("--label " + item + ": want key=value");
-    }
-    (*out)[item.substr(0, eq)] = item.substr(eq + 1);
-  }
-  return Status::OK();
-}
-
 // Zeroes a whole PM device (what the operator runs before giving a
 // device-DAX device back), persisting as it goes.
 Status WipePm(const std::string& path, const Logger& log) {
@@ -146,6 +132,8 @@ int Run(int argc, char** argv) {
   parser.AddString("transport", &f.transport, "tcp or verbs");
   parser.AddUint32("cores", &f.cores, "serving threads and per-core connections");
   parser.AddString("label", &f.labels, "topology labels key=value,... (zone, rack, host)");
+  parser.AddString("labels-file", &f.labels_file,
+                   "file of key = value labels (--label wins for the same key)");
   parser.AddString("port-file", &f.port_file,
                    "write the data address here once serving (removed first at start)");
   parser.AddSize("resync-rate", &f.resync_rate,
@@ -175,12 +163,14 @@ int Run(int argc, char** argv) {
   o.cores = f.cores;
   o.resync_bytes_per_sec = f.resync_rate;
   s = net::ParseBackendKind(f.transport, &o.transport);
-  if (s.ok()) s = ParseLabels(f.labels, &o.labels);
+  if (s.ok()) s = ParseLabelList(f.labels, &o.labels);
+  if (s.ok() && !f.labels_file.empty()) s = LoadLabelsFile(f.labels_file, &o.labels);
   if (s.ok() && (o.pm_path.empty() || o.monitor.empty() || f.secret_file.empty())) {
     s = Status::InvalidArgument("--pm, --monitor and --secret-file are required");
   }
   if (!s.ok()) return FailStart(log, "bad command line", s);
-  // The operator matches monitor state to pods by these.
+  // The operator matches monitor state to pods by these (what the command
+  // line or the labels file say wins).
   if (const char* pod = Env("POD_NAME"); pod != nullptr && *pod != '\0') {
     o.labels.emplace("pod", pod);
   }

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +46,7 @@ constexpr const char* kUsage =
     "  up                    start a local cluster (monitor + servers on file-backed PM;\n"
     "                        --ha: 3 etcd members + 3 monitors)\n"
     "  status                servers, epoch, capacity, use and health; exit 1 unless healthy\n"
+    "                        (--monitor HOST:PORT: of any cluster's monitor)\n"
     "  down                  stop the local cluster (its data stays in DIR)\n"
     "  obj put <id> [file]   store an object from the file (stdin when none)\n"
     "  obj get <id> [file]   write an object to the file (stdout when none)\n"
@@ -274,14 +276,27 @@ std::string Percent(uint64_t part, uint64_t whole) {
   return buf;
 }
 
+// A server's labels as k=v,k=v in key order ("-" for none).
+std::string LabelList(const v1::ServerInfo& server) {
+  std::map<std::string, std::string> sorted(server.labels().begin(), server.labels().end());
+  std::string out;
+  for (const auto& [key, value] : sorted) out += (out.empty() ? "" : ",") + key + "=" + value;
+  return out.empty() ? "-" : out;
+}
+
 int StatusCommand(CommandLine& cl) {
+  std::string address;
+  cl.parser().AddString("monitor", &address,
+                        "ask the monitor(s) host:port[,...] of any cluster (e.g. on Kubernetes) "
+                        "instead of the local cluster of --dir");
   Status s = cl.Parse(0, 0, " [flags]");
   if (cl.help_shown()) return 0;
   if (!s.ok()) return BadCommandLine(s);
-  LocalCluster cluster(cl.dir());
-  std::string address;
-  s = cluster.MonitorAddress(&address);
-  if (!s.ok()) return Fail(s);
+  if (address.empty()) {
+    LocalCluster cluster(cl.dir());
+    s = cluster.MonitorAddress(&address);
+    if (!s.ok()) return Fail(s);
+  }
   monitor::MonitorClient client(address, {"", milliseconds(5000)});
   v1::ClusterStatus st;
   s = client.GetClusterStatus(&st);
@@ -301,14 +316,15 @@ int StatusCommand(CommandLine& cl) {
     std::printf("monitors %s  leader %s  cluster %s\n\n", address.c_str(), st.leader().c_str(),
                 st.cluster_uuid().empty() ? "(no server yet)" : st.cluster_uuid().c_str());
   }
-  std::printf("%-4s %-22s %-9s %-10s %-10s %-9s %s\n", "ID", "ADDRESS", "STATE", "CAPACITY", "USED",
-              "SEGMENTS", "TABLES");
+  std::printf("%-4s %-22s %-9s %-10s %-10s %-9s %-6s %s\n", "ID", "ADDRESS", "STATE", "CAPACITY",
+              "USED", "SEGMENTS", "TABLES", "LABELS");
   for (const v1::ServerInfo& sv : st.servers()) {
     std::string segments =
         std::to_string(sv.segments_used()) + "/" + std::to_string(sv.segment_count());
-    std::printf("%-4u %-22s %-9s %-10s %-10s %-9s %u\n", sv.id(), sv.address().c_str(),
+    std::printf("%-4u %-22s %-9s %-10s %-10s %-9s %-6u %s\n", sv.id(), sv.address().c_str(),
                 StateName(sv.state()), HumanBytes(sv.capacity_bytes()).c_str(),
-                HumanBytes(sv.used_bytes()).c_str(), segments.c_str(), sv.tables());
+                HumanBytes(sv.used_bytes()).c_str(), segments.c_str(), sv.tables(),
+                LabelList(sv).c_str());
   }
   std::fflush(stdout);
   if (st.health() != v1::HEALTH_OK) {

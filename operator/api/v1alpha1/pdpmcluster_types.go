@@ -162,6 +162,23 @@ type ServersSpec struct {
 	PM PMSource `json:"pm"`
 	// +kubebuilder:default={}
 	RDMA RDMASpec `json:"rdma,omitempty"`
+	// Topology says which labels of a server's node name its failure
+	// domains, which the monitor keeps a segment's replicas apart by.
+	// +optional
+	Topology TopologySpec `json:"topology,omitempty"`
+}
+
+// TopologySpec names the node labels a server's failure domains come from.
+// The zone and region always come from the well-known labels
+// topology.kubernetes.io/zone and topology.kubernetes.io/region, the host
+// from the node's name.
+type TopologySpec struct {
+	// RackLabel is the node label whose value is the server's rack (a
+	// label key, e.g. example.com/rack); empty: servers have no rack.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^(([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`
+	RackLabel string `json:"rackLabel,omitempty"`
 }
 
 // PMMode is where a server's persistent memory comes from.

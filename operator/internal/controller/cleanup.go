@@ -30,6 +30,14 @@ func (r *PDPMClusterReconciler) finalize(ctx context.Context, c *pdpmv1alpha1.PD
 	}
 	orig := c.DeepCopy()
 	c.Status.Phase = pdpmv1alpha1.PhaseDeleting
+	// The servers' node-reader binding is cluster-scoped, so no owner
+	// reference takes it away with the cluster.
+	crb := serverNodeReaderBinding(c)
+	if err := r.Delete(ctx, crb); err == nil {
+		r.Recorder.Eventf(c, corev1.EventTypeNormal, "Deleting", "Deleted ClusterRoleBinding %s", crb.Name)
+	} else if !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
 	for _, name := range []string{serverName(c), monitorName(c)} {
 		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}
 		err := r.Delete(ctx, sts, client.PropagationPolicy(metav1.DeletePropagationBackground))

@@ -60,6 +60,9 @@ type PDPMClusterReconciler struct {
 	MonitorTimeout time.Duration
 	// ResyncPeriod is how often the status is refreshed without any change.
 	ResyncPeriod time.Duration
+	// OperatorImage is the operator's own image: server pods run their
+	// node-topology step from it.
+	OperatorImage string
 }
 
 // observation is what one reconcile saw; the status is computed from it.
@@ -90,6 +93,9 @@ type problem struct{ reason, message string }
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;create;patch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;create;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=pdpm-node-reader
 
 // Reconcile brings the children of one PDPMCluster to its spec and reports
 // what it sees in the status.
@@ -165,11 +171,15 @@ func (r *PDPMClusterReconciler) reconcileChildren(ctx context.Context, c *pdpmv1
 	}
 	configHash := hashOf(cm.Data)
 	for _, obj := range []client.Object{
-		monitorService(c), serverService(c), clientService(c), monitorPDB(c), serverPDB(c),
+		monitorService(c), serverService(c), clientService(c), monitorPDB(c), serverPDB(c), serverServiceAccount(c),
 	} {
 		if err := r.apply(ctx, c, obj); err != nil {
 			return err
 		}
+	}
+	// Cluster-scoped: no owner reference can hold it, the finalizer deletes it.
+	if err := r.applyObject(ctx, c, serverNodeReaderBinding(c)); err != nil {
+		return err
 	}
 	mon := monitorStatefulSet(c, configHash)
 	if err := r.apply(ctx, c, mon); err != nil {
@@ -192,7 +202,7 @@ func (r *PDPMClusterReconciler) reconcileChildren(ctx context.Context, c *pdpmv1
 	if err != nil {
 		return err
 	}
-	tmpl, claims := serverPodTemplate(c, configHash)
+	tmpl, claims := serverPodTemplate(c, configHash, r.OperatorImage)
 	replicas := r.serverReplicas(ctx, c, existing, pods, obs)
 	obs.partition = r.serverPartition(c, existing, pods, hashOf(tmpl), replicas, obs)
 	srv := serverStatefulSet(c, tmpl, claims, replicas, obs.partition)
@@ -237,13 +247,19 @@ func (r *PDPMClusterReconciler) observeAfterFailure(ctx context.Context, c *pdpm
 }
 
 // apply makes obj (built from the spec) true on the API server with
-// server-side apply: fields the operator owns are set to its values —
-// which also undoes any edit made to them — and nothing else is touched.
-// obj is updated to what the server returned.
+// server-side apply, owned by c: fields the operator owns are set to its
+// values — which also undoes any edit made to them — and nothing else is
+// touched. obj is updated to what the server returned.
 func (r *PDPMClusterReconciler) apply(ctx context.Context, c *pdpmv1alpha1.PDPMCluster, obj client.Object) error {
 	if err := controllerutil.SetControllerReference(c, obj, r.Scheme); err != nil {
 		return err
 	}
+	return r.applyObject(ctx, c, obj)
+}
+
+// applyObject is apply without the owner reference, for what c cannot own
+// (cluster-scoped objects); events still go to c.
+func (r *PDPMClusterReconciler) applyObject(ctx context.Context, c *pdpmv1alpha1.PDPMCluster, obj client.Object) error {
 	gvk, err := apiutil.GVKForObject(obj, r.Scheme)
 	if err != nil {
 		return err

@@ -405,6 +405,9 @@ func TestValidationRejects(t *testing.T) {
 				SuspectAfterMilliseconds: 1000, DownAfterMilliseconds: 800}
 		}},
 		{"long name", "at most 40 characters", func(c *pdpmv1alpha1.PDPMCluster) { c.Name = strings.Repeat("p", 41) }},
+		{"rack label not a label key", "spec.servers.topology.rackLabel", func(c *pdpmv1alpha1.PDPMCluster) {
+			c.Spec.Servers.Topology.RackLabel = "rack name"
+		}},
 	}
 	for _, tc := range create {
 		t.Run(tc.name, func(t *testing.T) {

@@ -150,6 +150,7 @@ func TestServerPodSpecPerPMModeAndTransport(t *testing.T) {
 			if !slices.Equal(srv.Command, []string{"pdpm-server"}) || !slices.Contains(srv.Args, "--port-file=/run/pdpm/server.addr") {
 				t.Errorf("server command %v %v", srv.Command, srv.Args)
 			}
+			checkNodeTopologyStep(t, pod, srv, "")
 			// Ready once the server wrote its port file: it serves.
 			if p := srv.ReadinessProbe; p.Exec == nil || !slices.Equal(p.Exec.Command, []string{"test", "-s", "/run/pdpm/server.addr"}) ||
 				mount(t, srv, "run").MountPath != "/run/pdpm" || volume(t, pod, "run").EmptyDir == nil {
@@ -232,6 +233,62 @@ func TestGateway(t *testing.T) {
 		svc.Spec.Selector["app.kubernetes.io/component"] != "gateway" {
 		t.Errorf("gateway Service %+v", svc.Spec)
 	}
+}
+
+// checkNodeTopologyStep: the server pod's first step runs the operator's
+// image with the server service account's token, which no other container
+// gets, and writes the labels file the server reads.
+func checkNodeTopologyStep(t *testing.T, pod *corev1.PodSpec, srv *corev1.Container, rackLabel string) {
+	t.Helper()
+	if len(pod.InitContainers) != 1 {
+		t.Fatalf("init containers %+v, want the node-topology step", pod.InitContainers)
+	}
+	step := &pod.InitContainers[0]
+	wantArgs := []string{"node-topology", "--node=$(NODE_NAME)", "--out=/run/pdpm-topology/labels"}
+	if rackLabel != "" {
+		wantArgs = append(wantArgs, "--rack-label="+rackLabel)
+	}
+	if step.Name != "node-topology" || step.Image != testOperatorImage || !slices.Equal(step.Command, []string{"pdpm-operator"}) ||
+		!slices.Equal(step.Args, wantArgs) || step.Env[0].Name != "NODE_NAME" || step.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("node-topology step %s %s %v %v %+v, want args %v", step.Name, step.Image, step.Command, step.Args, step.Env, wantArgs)
+	}
+	if sc := step.SecurityContext; sc == nil || !*sc.RunAsNonRoot || *sc.RunAsUser != imageUser || *sc.AllowPrivilegeEscalation ||
+		!*sc.ReadOnlyRootFilesystem || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("node-topology step security %+v", sc)
+	}
+	if pod.ServiceAccountName != "pdpm-server" || pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Errorf("service account %q, automount %v: want pdpm-server without automounting", pod.ServiceAccountName, pod.AutomountServiceAccountToken)
+	}
+	token := volume(t, pod, "node-reader-token").Projected
+	if token == nil || token.Sources[0].ServiceAccountToken == nil || token.Sources[0].ServiceAccountToken.Path != "token" {
+		t.Errorf("node-reader-token volume %+v", token)
+	}
+	if m := mount(t, step, "node-reader-token"); m.MountPath != "/var/run/secrets/kubernetes.io/serviceaccount" || !m.ReadOnly {
+		t.Errorf("token mounted at %+v", m)
+	}
+	if slices.ContainsFunc(srv.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "node-reader-token" }) {
+		t.Errorf("the server container mounts the token")
+	}
+	if volume(t, pod, "topology").EmptyDir == nil || mount(t, step, "topology").MountPath != "/run/pdpm-topology" ||
+		mount(t, step, "topology").ReadOnly {
+		t.Errorf("the step cannot write the labels file: %+v", step.VolumeMounts)
+	}
+	if m := mount(t, srv, "topology"); m.MountPath != "/run/pdpm-topology" || !m.ReadOnly ||
+		!slices.Contains(srv.Args, "--labels-file=/run/pdpm-topology/labels") {
+		t.Errorf("server reads no labels file: %+v %v", m, srv.Args)
+	}
+}
+
+// A rack label in the spec reaches the node-topology step.
+func TestNodeTopologyRackLabel(t *testing.T) {
+	ns := newNamespace(t)
+	c := testCluster(ns, func(c *pdpmv1alpha1.PDPMCluster) {
+		c.Spec.Servers.Topology.RackLabel = "example.com/rack"
+	})
+	createCluster(t, c)
+	sts := &appsv1.StatefulSet{}
+	mustGet(t, ns, "pdpm-server", sts)
+	checkNodeTopologyStep(t, &sts.Spec.Template.Spec, container(t, &sts.Spec.Template.Spec, "pdpm-server"), "example.com/rack")
 }
 
 func volume(t *testing.T, pod *corev1.PodSpec, name string) *corev1.Volume {

@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -40,7 +41,12 @@ const (
 	pmMountPath      = "/var/lib/pdpm/pm"
 	serverRunPath    = "/run/pdpm"
 	serverPortFile   = serverRunPath + "/server.addr"
-	etcdDataPath     = "/var/lib/etcd"
+	// The node-topology step writes the server's failure domains here
+	// (internal/topology), which the server registers with the monitor.
+	topologyPath      = "/run/pdpm-topology"
+	topologyFile      = topologyPath + "/labels"
+	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	etcdDataPath      = "/var/lib/etcd"
 	// ConfigHashAnnotation on a pod template makes a configuration change
 	// roll the pods.
 	ConfigHashAnnotation = "pdpm.io/config-hash"
@@ -55,6 +61,12 @@ const (
 
 	// DeviceLabel on a server pod names the host device-DAX device it maps.
 	DeviceLabel = "pdpm.io/devdax"
+	// NamespaceLabel on a cluster-scoped child names its cluster's namespace.
+	NamespaceLabel = "pdpm.io/namespace"
+	// NodeReaderClusterRole allows get on nodes, nothing else: what a server
+	// pod's node-topology step needs. The chart and config/rbac install it;
+	// the operator binds it to each cluster's server service account.
+	NodeReaderClusterRole = "pdpm-node-reader"
 
 	componentMonitor = "monitor"
 	componentServer  = "server"
@@ -73,6 +85,12 @@ func keyName(c *pdpmv1alpha1.PDPMCluster) string     { return c.Name + "-key" }
 func clientName(c *pdpmv1alpha1.PDPMCluster) string  { return c.Name }
 func csiName(c *pdpmv1alpha1.PDPMCluster) string     { return c.Name + "-csi" }
 func gatewayName(c *pdpmv1alpha1.PDPMCluster) string { return c.Name + "-gateway" }
+
+// serverNodeReaderName names the cluster-scoped binding of cluster c; ':'
+// cannot occur in a namespace or cluster name, so names never collide.
+func serverNodeReaderName(c *pdpmv1alpha1.PDPMCluster) string {
+	return NodeReaderClusterRole + ":" + c.Namespace + ":" + c.Name
+}
 
 // Labels returns the labels of a child of cluster c with the given role.
 func Labels(c *pdpmv1alpha1.PDPMCluster, component string) map[string]string {
@@ -279,6 +297,74 @@ func monitorPDB(c *pdpmv1alpha1.PDPMCluster) *policyv1.PodDisruptionBudget {
 // every other replica.
 func serverPDB(c *pdpmv1alpha1.PDPMCluster) *policyv1.PodDisruptionBudget {
 	return pdb(c, serverName(c), componentServer, 1)
+}
+
+// serverServiceAccount is the identity of the server pods: only their
+// node-topology step uses it (serverNodeReaderBinding), so no container
+// gets its token unless it asks for it.
+func serverServiceAccount(c *pdpmv1alpha1.PDPMCluster) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{
+		ObjectMeta:                   metav1.ObjectMeta{Name: serverName(c), Namespace: c.Namespace, Labels: Labels(c, componentServer)},
+		AutomountServiceAccountToken: ptr.To(false),
+	}
+}
+
+// serverNodeReaderBinding lets the server pods of cluster c read nodes (get
+// only: NodeReaderClusterRole), to learn their node's failure domains.
+func serverNodeReaderBinding(c *pdpmv1alpha1.PDPMCluster) *rbacv1.ClusterRoleBinding {
+	labels := Labels(c, componentServer)
+	labels[NamespaceLabel] = c.Namespace
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: serverNodeReaderName(c), Labels: labels},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: NodeReaderClusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: serverName(c), Namespace: c.Namespace}},
+	}
+}
+
+// nodeTopologyStep is the first container of a server pod: the operator's
+// image (operatorImage) reads the node the pod runs on and writes its
+// failure domains to topologyFile (internal/topology), with the server
+// service account's token, which only this container mounts.
+func nodeTopologyStep(c *pdpmv1alpha1.PDPMCluster, operatorImage string) (corev1.Container, []corev1.Volume) {
+	args := []string{"node-topology", "--node=$(NODE_NAME)", "--out=" + topologyFile}
+	if rack := c.Spec.Servers.Topology.RackLabel; rack != "" {
+		args = append(args, "--rack-label="+rack)
+	}
+	sc := restricted()
+	sc.RunAsUser = ptr.To[int64](imageUser)
+	sc.RunAsGroup = ptr.To[int64](imageUser)
+	sc.RunAsNonRoot = ptr.To(true)
+	step := corev1.Container{
+		Name:            "node-topology",
+		Image:           operatorImage,
+		ImagePullPolicy: c.Spec.Images.PullPolicy,
+		Command:         []string{"pdpm-operator"},
+		Args:            args,
+		Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "topology", MountPath: topologyPath},
+			{Name: "node-reader-token", MountPath: serviceAccountDir, ReadOnly: true},
+		},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		SecurityContext: sc,
+	}
+	// What automounting would give every container, given to this one only.
+	token := corev1.Volume{Name: "node-reader-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3600)}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+		},
+		DefaultMode: ptr.To[int32](0o444),
+	}}}
+	topology := corev1.Volume{Name: "topology", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	return step, []corev1.Volume{topology, token}
 }
 
 func podEnv() []corev1.EnvVar {
@@ -531,8 +617,10 @@ func rdmaAccess(c *pdpmv1alpha1.PDPMCluster, res *corev1.ResourceRequirements) [
 }
 
 // serverPodTemplate is the pod of every server: the PM source mounted, the
-// RDMA resource with verbs, and only the privileges those need.
-func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.PodTemplateSpec, []corev1.PersistentVolumeClaim) {
+// RDMA resource with verbs, and only the privileges those need; first the
+// node-topology step from operatorImage, whose labels file the server
+// registers.
+func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash, operatorImage string) (corev1.PodTemplateSpec, []corev1.PersistentVolumeClaim) {
 	spec := &c.Spec
 	pm := &spec.Servers.PM
 	vols, mounts := configVolumes(c)
@@ -605,8 +693,11 @@ func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.P
 	// old one first, so a restarted container is not ready early).
 	vols = append(vols, corev1.Volume{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	mounts = append(mounts, corev1.VolumeMount{Name: "run", MountPath: serverRunPath})
+	step, stepVols := nodeTopologyStep(c, operatorImage)
+	vols = append(vols, stepVols...)
+	mounts = append(mounts, corev1.VolumeMount{Name: "topology", MountPath: topologyPath, ReadOnly: true})
 	server := daemonContainer(c, "pdpm-server", spec.Images.Server, "data", ServerPort, ServerMetrics, mounts, res, sc)
-	server.Args = append(server.Args, "--port-file="+serverPortFile)
+	server.Args = append(server.Args, "--port-file="+serverPortFile, "--labels-file="+topologyFile)
 	server.ReadinessProbe.ProbeHandler = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-s", serverPortFile}}}
 
 	return corev1.PodTemplateSpec{
@@ -615,12 +706,15 @@ func serverPodTemplate(c *pdpmv1alpha1.PDPMCluster, configHash string) (corev1.P
 			Annotations: map[string]string{ConfigHashAnnotation: configHash},
 		},
 		Spec: corev1.PodSpec{
-			Containers:      []corev1.Container{server},
-			Volumes:         vols,
-			NodeSelector:    spec.Servers.NodeSelector,
-			Affinity:        affinity,
-			Tolerations:     spec.Servers.Tolerations,
-			SecurityContext: podSC,
+			ServiceAccountName:           serverName(c),
+			AutomountServiceAccountToken: ptr.To(false),
+			InitContainers:               []corev1.Container{step},
+			Containers:                   []corev1.Container{server},
+			Volumes:                      vols,
+			NodeSelector:                 spec.Servers.NodeSelector,
+			Affinity:                     affinity,
+			Tolerations:                  spec.Servers.Tolerations,
+			SecurityContext:              podSC,
 			// A server flushes and leaves the view before it exits.
 			TerminationGracePeriodSeconds: ptr.To[int64](60),
 		},

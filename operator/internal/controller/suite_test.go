@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -37,14 +38,19 @@ import (
 // The whole suite shares one real kube-apiserver + etcd (envtest) and one
 // running operator; each test works in its own namespace.
 var (
-	k8s    client.Client
-	scheme = runtime.NewScheme()
+	k8s client.Client
+	// testConfig reaches the API server as its administrator.
+	testConfig *rest.Config
+	scheme     = runtime.NewScheme()
 	// monitors maps a namespace to the address of the test's monitor gRPC
 	// server; namespaces without one get an address nothing listens on.
 	monitors sync.Map
 )
 
-const unreachableMonitor = "127.0.0.1:1"
+const (
+	unreachableMonitor = "127.0.0.1:1"
+	testOperatorImage  = "pdpm/operator:test"
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
@@ -73,6 +79,7 @@ func runSuite(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
 		}
 	}()
+	testConfig = cfg
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		panic(err)
@@ -101,6 +108,7 @@ func runSuite(m *testing.M) int {
 		},
 		MonitorTimeout: 2 * time.Second,
 		ResyncPeriod:   500 * time.Millisecond,
+		OperatorImage:  testOperatorImage,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		panic(err)

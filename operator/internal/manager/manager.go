@@ -24,6 +24,11 @@ import (
 // LeaderElectionID names the Lease through which one operator is active.
 const LeaderElectionID = "pdpm-operator.pdpm.io"
 
+// OperatorImageEnv names the environment variable holding the operator's
+// own image (the chart and config/manager set it): server pods run their
+// node-topology step from it.
+const OperatorImageEnv = "PDPM_OPERATOR_IMAGE"
+
 // Config is what the operator's command line sets.
 type Config struct {
 	// MetricsAddr serves /metrics; "0" disables it.
@@ -39,10 +44,17 @@ type Config struct {
 	MonitorTimeout time.Duration
 	// StatusInterval is how often each cluster's status is refreshed.
 	StatusInterval time.Duration
+	// OperatorImage is the operator's own image, which server pods run
+	// their node-topology step from.
+	OperatorImage string
 }
 
 // New returns a manager running the PDPMCluster controller; Start runs it.
 func New(restConfig *rest.Config, cfg Config) (ctrl.Manager, error) {
+	if cfg.OperatorImage == "" {
+		return nil, fmt.Errorf("the operator's own image is not set (%s): server pods run their node-topology step from it",
+			OperatorImageEnv)
+	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -74,6 +86,7 @@ func New(restConfig *rest.Config, cfg Config) (ctrl.Manager, error) {
 		MonitorAddress: controller.MonitorAddress,
 		MonitorTimeout: cfg.MonitorTimeout,
 		ResyncPeriod:   cfg.StatusInterval,
+		OperatorImage:  cfg.OperatorImage,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the PDPMCluster controller: %w", err)

@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"pdpm.io/pdpm/operator/internal/testenv"
 )
@@ -55,6 +56,7 @@ func TestOperatorElectsLeaderAndServesProbesAndMetrics(t *testing.T) {
 		MetricsAddr: metricsAddr, ProbeAddr: probeAddr,
 		LeaderElect: true, LeaderElectionNamespace: "default",
 		MonitorTimeout: time.Second, StatusInterval: 30 * time.Second,
+		OperatorImage: "pdpm/operator:test",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -113,4 +115,13 @@ func holder(l *coordinationv1.Lease) string {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
+}
+
+// Server pods run their node-topology step from the operator's image: an
+// operator that does not know it refuses to start, naming the variable.
+func TestOperatorRefusesToStartWithoutItsImage(t *testing.T) {
+	_, err := New(&rest.Config{Host: "https://127.0.0.1:1"}, Config{MetricsAddr: "0", ProbeAddr: "0"})
+	if err == nil || !strings.Contains(err.Error(), OperatorImageEnv) {
+		t.Fatalf("New without the operator image: %v, want an error naming %s", err, OperatorImageEnv)
+	}
 }
