@@ -327,7 +327,10 @@ TEST_F(ClusterTest, RestartedServerKeepsDataAndClientsRefresh) {
   std::string d = Pattern(8192, 3);
   ASSERT_TRUE(client_->Write(a, d.data(), d.size()).ok());
   std::vector<std::string> objs;
-  for (uint64_t i = 0; i < 30; i++) ASSERT_TRUE(client_->PutObj({2, i}, Pattern(i * 1000, i)).ok());
+  for (uint64_t i = 0; i < 30; i++) {
+    Status put = client_->PutObj({2, i}, Pattern(i * 1000, i));
+    ASSERT_TRUE(put.ok()) << "object " << i << ": " << put.ToString();
+  }
   uint64_t before = client_->epoch();
   Status s = cluster_.StopServer(1);
   ASSERT_TRUE(s.ok()) << s.ToString();
