@@ -134,15 +134,18 @@ Status VnodeHashes::WithFields(std::string_view key, bool create,
     std::unique_ptr<CcehIndex> index;
     PDPM_RETURN_IF_ERROR(CcehIndex::Create(alloc_, field_options_, &header, &index));
     s = op(index.get());
+    bool published = false;
     if (s.ok() && index->Count() > 0) {
       PutOptions put;
       put.meta.flags = kItemFlagHash;
       // An expired key of either type is replaced (the index frees it; an
       // expired hash's field index is detached).
       s = index_->Put(key, EncodeHashHeader(header), put);
-      if (s.ok()) open_.emplace(header, std::move(index));
+      published = s.ok();
     }
-    if (index != nullptr) {  // not published: nothing names its blocks
+    if (published) {
+      open_.emplace(header, std::move(index));
+    } else {  // nothing names its blocks
       std::unordered_set<uint64_t> blocks;
       index->AddReachable(&blocks);
       index.reset();
