@@ -483,7 +483,7 @@ void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // locks go.
 void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   int err = 0;
-  if (fi->flock_release) err = Unlock(req, In(req, ino), LockKind::kFlock, fi->lock_owner);
+  if (fi->flock_release) err = Unlock(req, In(req, ino), LockKind::kFlock, fi->fh);
   for (uint64_t owner : Srv(req)->ofd->Released(fi->fh)) {
     int e = Unlock(req, In(req, ino), LockKind::kPosix, owner);
     if (err == 0) err = e;
@@ -541,7 +541,12 @@ void Flock(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, int op) {
   r.type = (op & LOCK_EX) != 0   ? LockType::kWrite
            : (op & LOCK_SH) != 0 ? LockType::kRead
                                  : LockType::kUnlock;
-  r.owner = fi->lock_owner;
+  // A flock belongs to the open file description: its handle, never
+  // reused. The kernel's lock owner for it is the description's address,
+  // which a new open may get while the old one's release (sent after
+  // close returns) is still on its way — that release then freed the new
+  // description's lock.
+  r.owner = fi->fh;
   r.pid = static_cast<uint32_t>(fuse_req_ctx(req)->pid);
   SetLock(req, ino, r, fi->fh, (op & LOCK_NB) == 0);
 }
