@@ -153,6 +153,10 @@ up() {
     die "$state is not empty and not an e2e cluster's directory"
   fi
   rm -rf "$state"
+  # PM files an interrupted run left on this node under the operator's
+  # default emulated hostPath (namespace pdpm-e2e): a fresh cluster's
+  # monitor refuses servers whose PM belongs to another cluster.
+  rm -rf /var/lib/pdpm/pdpm-e2e-*
   mkdir -p "$state"/{logs,pids,saved}
   echo "$bin" >"$state/bin"
   # What down puts back.
