@@ -62,6 +62,20 @@ uint32_t SegmentOf(const std::vector<TxEntry>& entries) {
   return entries.empty() ? 0 : entries.front().segment;
 }
 
+// The participant entries (kind 10) naming `participants` (segment |
+// is-table << 32): what TakeParticipants takes out of a record's entries.
+std::vector<TxEntry> ParticipantEntries(const std::vector<uint64_t>& participants) {
+  std::vector<TxEntry> named;
+  for (uint64_t p : participants) {
+    TxEntry e;
+    e.kind = TxEntryKind::kParticipant;
+    e.segment = static_cast<uint32_t>(p);
+    e.offset = p >> 32;
+    named.push_back(e);
+  }
+  return named;
+}
+
 // A segment's copy is gone from this server (fenced, or moved).
 bool Moved(const Status& s) {
   return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kStaleEpoch;
@@ -566,15 +580,7 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* /*re
     if (lists && !holder_is_table && segment == holder_segment) {
       part_flags |= dsm::kTxRecordListsParticipants;
       one->participants = participants;
-      std::vector<TxEntry> named;
-      for (uint64_t p : participants) {
-        TxEntry e;
-        e.kind = TxEntryKind::kParticipant;
-        e.segment = static_cast<uint32_t>(p);
-        e.offset = p >> 32;
-        named.push_back(e);
-      }
-      dsm::EncodeTxEntries(named, &part_body);
+      dsm::EncodeTxEntries(ParticipantEntries(participants), &part_body);
     }
     PDPM_RETURN_IF_ERROR(
         AppendTo(area, TxRecordKind::kBackup, part_flags, tx, holder_segment, part_body, &one->r));
@@ -699,13 +705,8 @@ void TxParticipant::EncodeKeptDecisions(uint32_t segment, std::string* out) {
       // A transaction that only allocated decides at its block's segment
       // with no entry of it here; its blocks' state comes with the fill.
       if (part.empty()) continue;
-      for (uint64_t p : r->participants) {
-        TxEntry e;
-        e.kind = TxEntryKind::kParticipant;
-        e.segment = static_cast<uint32_t>(p);
-        e.offset = p >> 32;
-        part.push_back(e);
-      }
+      const std::vector<TxEntry> named = ParticipantEntries(r->participants);
+      part.insert(part.end(), named.begin(), named.end());
       std::string body;
       dsm::EncodeTxEntries(part, &body);
       kept.emplace_back(key, std::move(body));
