@@ -54,11 +54,14 @@ c=$("$loadgen" --port "$gport" --workload ycsb-a --records 500 --ops 3000 --conn
 [[ $(field "$a" run_reads) == $(field "$b" run_reads) ]] || fail "seed 3 twice: $a / $b"
 [[ $(field "$a" run_reads) != $(field "$c" run_reads) ]] || fail "seeds 3 and 4 alike: $a / $c"
 
-# The time bound ends a run whose operation count is out of reach.
+# The time bound ends a run whose operation count is out of reach: it stops
+# after at least its second with fewer operations than asked (no upper bound
+# on its wall time: a loaded machine may stretch it).
 out=$("$loadgen" --port "$gport" --workload ycsb-b --records 500 --ops 1000000000 \
   --connections 2 --duration 1s)
-awk -v s="$(field "$out" run_seconds)" 'BEGIN {exit !(s >= 1 && s < 5)}' ||
-  fail "--duration 1s ran $(field "$out" run_seconds) s"
+awk -v s="$(field "$out" run_seconds)" -v n="$(field "$out" run_ops)" \
+  'BEGIN {exit !(s >= 1 && n < 1000000000)}' ||
+  fail "--duration 1s: $out"
 
 # Wrong answers: while a read-only run reads 20 keys over and over, the
 # server's data is changed behind its back; the run must fail and say why.
