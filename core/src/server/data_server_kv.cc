@@ -64,6 +64,7 @@ bool WritesKeys(uint16_t method, const KvRequest& r) {
     case kKvAppend:
     case kKvSetRange:
     case kKvSetExpiry:
+    case kKvSetExpiryIf:
     case kKvMultiPut: return true;
     default: return false;
   }
@@ -80,7 +81,8 @@ Status AnswerEmpty(uint16_t method, const KvRequest& r, std::string* reply) {
   Encoder e(reply);
   switch (method) {
     case kKvExists:
-    case kKvSetExpiry: e.U64(0); return Status::OK();
+    case kKvSetExpiry:
+    case kKvSetExpiryIf: e.U64(0); return Status::OK();
     case kKvCount:
     case kKvReclaimExpired:
       e.U64(0);
@@ -399,9 +401,12 @@ Status RunKvOn(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index,
       e.U64(expire_at_ms);
       return Status::OK();
     }
-    case kKvSetExpiry: {
+    case kKvSetExpiry:
+    case kKvSetExpiryIf: {
+      // kKvSetExpiry's arg1 is 0: no condition.
       bool changed = false;
-      PDPM_RETURN_IF_ERROR(pdkvs::VnodeSetExpiry(index, r.key, r.arg0, NowMs(), &changed));
+      PDPM_RETURN_IF_ERROR(pdkvs::VnodeSetExpiry(
+          index, r.key, r.arg0, static_cast<pdkvs::ExpiryCondition>(r.arg1), NowMs(), &changed));
       e.U64(changed ? 1 : 0);
       return Status::OK();
     }

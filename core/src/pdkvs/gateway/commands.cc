@@ -540,9 +540,10 @@ void SetRange(Ctx& c) {
 }
 
 // EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT key time [NX | XX | GT | LT]: the
-// conditions compare with the key's expiry (none counts as infinite), in
-// one transaction with the change. A time in the past deletes the key.
-void ExpireBody(Ctx& c) {
+// condition is checked against the key's expiry (none counts as infinite)
+// in the store's atomic step that changes it, for strings and hashes
+// alike. A time in the past deletes the key.
+void Expire(Ctx& c) {
   const std::string_view name = c.args[0];
   const std::string command = Lower(name);
   const bool absolute = command.size() > 7 && command.compare(command.size() - 2, 2, "at") == 0;
@@ -568,24 +569,19 @@ void ExpireBody(Ctx& c) {
   if (gt && lt) return c.w.Error("ERR GT and LT options at the same time are not compatible");
   int64_t at = 0;
   if (!ExpireAt(c, c.args[2], unit_ms, absolute, true, command, &at)) return;
-  uint64_t current = 0;
-  Status s = c.store->GetExpiry(c.args[1], &current);
-  if (s.code() == StatusCode::kNotFound) return c.w.Integer(0);
-  if (!s.ok()) return ReplyStatus(c, s);
-  if ((nx && current != 0) || (xx && current == 0) ||
-      (gt && (current == 0 || at <= static_cast<int64_t>(current))) ||
-      (lt && current != 0 && at >= static_cast<int64_t>(current))) {
-    return c.w.Integer(0);
-  }
+  const ExpiryCondition condition = nx         ? ExpiryCondition::kIfNone
+                                    : gt       ? ExpiryCondition::kIfLater
+                                    : lt && xx ? ExpiryCondition::kIfSomeEarlier
+                                    : lt       ? ExpiryCondition::kIfEarlier
+                                    : xx       ? ExpiryCondition::kIfSome
+                                               : ExpiryCondition::kAlways;
+  // Every time in the past (a negative one too) compares and deletes as
+  // the earliest.
   bool changed = false;
-  s = c.store->SetExpiry(c.args[1], at <= 0 ? 1 : static_cast<uint64_t>(at), &changed);
+  Status s =
+      c.store->SetExpiry(c.args[1], at <= 0 ? 1 : static_cast<uint64_t>(at), condition, &changed);
   if (!s.ok()) return ReplyStatus(c, s);
   c.w.Integer(changed ? 1 : 0);
-}
-
-void Expire(Ctx& c) {
-  if (c.args.size() == 3) return ExpireBody(c);  // no condition: one step of the store
-  Atomically(c, {c.args[1]}, ExpireBody);
 }
 
 void TtlCommon(Ctx& c, bool ms) {
@@ -608,7 +604,7 @@ void PTtl(Ctx& c) {
 
 void Persist(Ctx& c) {
   bool changed = false;
-  Status s = c.store->SetExpiry(c.args[1], 0, &changed);
+  Status s = c.store->SetExpiry(c.args[1], 0, ExpiryCondition::kAlways, &changed);
   if (!s.ok()) return ReplyStatus(c, s);
   c.w.Integer(changed ? 1 : 0);
 }
@@ -660,7 +656,8 @@ void GetExBody(Ctx& c) {
   if (!s.ok()) return ReplyStatus(c, s);
   if (set || persist) {
     bool changed = false;
-    s = c.store->SetExpiry(c.args[1], persist ? 0 : static_cast<uint64_t>(at), &changed);
+    s = c.store->SetExpiry(c.args[1], persist ? 0 : static_cast<uint64_t>(at),
+                           ExpiryCondition::kAlways, &changed);
     if (!s.ok()) return ReplyStatus(c, s);
   }
   c.w.Bulk(value);
@@ -1751,6 +1748,13 @@ bool CommandExecutor::Batchable(const ClientState& client, std::span<const std::
   } else if (args.size() == 3 && EqualsNoCase(args[0], "set")) {
     op->kind = KvOp::Kind::kSet;
     op->value = args[2];
+  } else if (args.size() == 3 && EqualsNoCase(args[0], "hget")) {
+    op->kind = KvOp::Kind::kHashGet;
+    op->field = args[2];
+  } else if (args.size() == 4 && EqualsNoCase(args[0], "hset")) {
+    op->kind = KvOp::Kind::kHashSet;
+    op->field = args[2];
+    op->value = args[3];
   } else {
     return false;
   }
@@ -1760,13 +1764,18 @@ bool CommandExecutor::Batchable(const ClientState& client, std::span<const std::
 
 void CommandExecutor::ReplyBatched(ClientState* client, const KvOp& op, std::string* out) {
   stats_->commands_processed.fetch_add(1, std::memory_order_relaxed);
-  const bool get = op.kind == KvOp::Kind::kGet;
-  client->last_command.store(get ? "get" : "set", std::memory_order_relaxed);
+  static constexpr const char* kNames[] = {"get", "set", "hget", "hset"};
+  client->last_command.store(kNames[static_cast<int>(op.kind)], std::memory_order_relaxed);
   Ctx c{store_, config_, clients_, stats_, client, {}, RespWriter(out, client->protocol.load())};
-  if (get && op.status.code() == StatusCode::kNotFound) return c.w.Null();
+  const bool read = op.kind == KvOp::Kind::kGet || op.kind == KvOp::Kind::kHashGet;
+  if (read && op.status.code() == StatusCode::kNotFound) return c.w.Null();
   if (!op.status.ok()) return ReplyStatus(c, op.status);
-  if (get) return c.w.Bulk(op.result);
-  Ok(c);
+  switch (op.kind) {
+    case KvOp::Kind::kGet:
+    case KvOp::Kind::kHashGet: return c.w.Bulk(op.result);
+    case KvOp::Kind::kSet: return Ok(c);
+    case KvOp::Kind::kHashSet: return c.w.Integer(static_cast<int64_t>(op.added));
+  }
 }
 
 }  // namespace pdpm::pdkvs

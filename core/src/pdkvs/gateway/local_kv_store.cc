@@ -238,10 +238,13 @@ Status LocalKvStore::GetExpiry(std::string_view key, uint64_t* expire_at_ms) {
   return VnodeGetExpiry(VnodeOf(key), key, expire_at_ms);
 }
 
-Status LocalKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) {
+Status LocalKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms,
+                               ExpiryCondition condition, bool* changed) {
   const uint64_t now = NowMs();
   std::shared_lock lock(multi_mu_);
-  return Write(key, [&] { return VnodeSetExpiry(VnodeOf(key), key, expire_at_ms, now, changed); });
+  return Write(key, [&] {
+    return VnodeSetExpiry(VnodeOf(key), key, expire_at_ms, condition, now, changed);
+  });
 }
 
 Status LocalKvStore::Type(std::string_view key, KvType* type) {

@@ -113,13 +113,65 @@ TEST_F(LocalKvStoreTest, ExpiryFollowsTheClock) {
   ASSERT_TRUE(store_->GetExpiry("t", &at).ok());
   EXPECT_EQ(at, now_ms_ + 100);
   bool changed = false;
-  ASSERT_TRUE(store_->SetExpiry("t", 0, &changed).ok());
+  ASSERT_TRUE(store_->SetExpiry("t", 0, ExpiryCondition::kAlways, &changed).ok());
   EXPECT_TRUE(changed);
-  ASSERT_TRUE(store_->SetExpiry("t", now_ms_ + 50, &changed).ok());
+  ASSERT_TRUE(store_->SetExpiry("t", now_ms_ + 50, ExpiryCondition::kAlways, &changed).ok());
   now_ms_ += 60;
   EXPECT_EQ(Get("t"), "<not_found>");
-  ASSERT_TRUE(store_->SetExpiry("t", now_ms_ + 50, &changed).ok());
+  ASSERT_TRUE(store_->SetExpiry("t", now_ms_ + 50, ExpiryCondition::kAlways, &changed).ok());
   EXPECT_FALSE(changed);
+}
+
+// EXPIRE's NX XX GT LT, on a string and on a hash alike (one step each).
+TEST_F(LocalKvStoreTest, ConditionalExpiry) {
+  SetOptions o;
+  SetResult r;
+  ASSERT_TRUE(store_->Set("s", "v", o, &r).ok());
+  uint64_t n = 0;
+  const std::pair<std::string_view, std::string_view> field{"f", "v"};
+  ASSERT_TRUE(store_->HashSet("h", {&field, 1}, false, &n).ok());
+  for (std::string_view key : {"s", "h"}) {
+    SCOPED_TRACE(key);
+    auto set = [&](uint64_t at, ExpiryCondition condition) {
+      bool changed = false;
+      Status s = store_->SetExpiry(key, at, condition, &changed);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      return changed;
+    };
+    auto expiry = [&] {
+      uint64_t at = 0;
+      EXPECT_TRUE(store_->GetExpiry(key, &at).ok());
+      return at;
+    };
+    const uint64_t t = now_ms_ + 1000;
+    // No expiry: XX, GT and XX LT refuse; LT (none is infinite) and NX set.
+    EXPECT_FALSE(set(t, ExpiryCondition::kIfSome));
+    EXPECT_FALSE(set(t, ExpiryCondition::kIfLater));
+    EXPECT_FALSE(set(t, ExpiryCondition::kIfSomeEarlier));
+    EXPECT_EQ(expiry(), 0u);
+    EXPECT_TRUE(set(t, ExpiryCondition::kIfEarlier));
+    EXPECT_EQ(expiry(), t);
+    ASSERT_TRUE(set(0, ExpiryCondition::kAlways));
+    EXPECT_TRUE(set(t, ExpiryCondition::kIfNone));
+    EXPECT_EQ(expiry(), t);
+    // An expiry: NX refuses, GT wants later, LT and XX LT earlier, XX any.
+    EXPECT_FALSE(set(t + 5, ExpiryCondition::kIfNone));
+    EXPECT_FALSE(set(t, ExpiryCondition::kIfLater));
+    EXPECT_TRUE(set(t + 5, ExpiryCondition::kIfLater));
+    EXPECT_FALSE(set(t + 5, ExpiryCondition::kIfEarlier));
+    EXPECT_FALSE(set(t + 6, ExpiryCondition::kIfSomeEarlier));
+    EXPECT_TRUE(set(t + 4, ExpiryCondition::kIfSomeEarlier));
+    EXPECT_TRUE(set(t + 3, ExpiryCondition::kIfEarlier));
+    EXPECT_TRUE(set(t + 9, ExpiryCondition::kIfSome));
+    EXPECT_EQ(expiry(), t + 9);
+    // A time in the past that the condition lets through deletes the key.
+    EXPECT_FALSE(set(1, ExpiryCondition::kIfLater));
+    EXPECT_TRUE(set(1, ExpiryCondition::kIfEarlier));
+    KvType type = KvType::kString;
+    ASSERT_TRUE(store_->Type(key, &type).ok());
+    EXPECT_EQ(type, KvType::kNone);
+    EXPECT_FALSE(set(t, ExpiryCondition::kAlways));  // absent
+  }
 }
 
 TEST_F(LocalKvStoreTest, MultiPutScanFlushAndReopen) {
@@ -271,7 +323,8 @@ TEST_F(LocalKvStoreTest, OverlayRunsTheVnodeOperations) {
   ASSERT_TRUE(tx.Get("s", &value).ok());
   EXPECT_EQ(value, std::string("ab\0\0z", 5));
   bool changed = false;
-  ASSERT_TRUE(tx.SetExpiry("s", now_ms_ - 1, &changed).ok());  // in the past: gone
+  ASSERT_TRUE(tx.SetExpiry("s", now_ms_ - 1, ExpiryCondition::kAlways, &changed)
+                  .ok());  // in the past: gone
   EXPECT_TRUE(changed);
   EXPECT_EQ(tx.Get("s", &value).code(), StatusCode::kNotFound);
   EXPECT_EQ(tx.Flush().code(), StatusCode::kFailedPrecondition);
@@ -376,7 +429,7 @@ TEST_F(LocalKvStoreTest, Hashes) {
   // An expired hash is absent, and a new one takes its place.
   ASSERT_TRUE(store_->HashSet("h4", Fields{{"a", "1"}}, false, &n).ok());
   bool changed = false;
-  ASSERT_TRUE(store_->SetExpiry("h4", now_ms_ + 10, &changed).ok());
+  ASSERT_TRUE(store_->SetExpiry("h4", now_ms_ + 10, ExpiryCondition::kAlways, &changed).ok());
   EXPECT_TRUE(changed);
   now_ms_ += 20;
   ASSERT_TRUE(store_->HashLength("h4", &n).ok());
@@ -418,7 +471,8 @@ TEST_F(LocalKvStoreTest, HashInATransaction) {
   EXPECT_TRUE(IsWrongType(tx.IncrBy("h", 1, &i)));
   EXPECT_EQ(tx.HashLength("h", &n).code(), StatusCode::kFailedPrecondition);
   bool changed = false;
-  EXPECT_EQ(tx.SetExpiry("h", now_ms_ + 1000, &changed).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(tx.SetExpiry("h", now_ms_ + 1000, ExpiryCondition::kAlways, &changed).code(),
+            StatusCode::kFailedPrecondition);
   ASSERT_TRUE(tx.Delete("h").ok());
   std::vector<KvTxCheck> checks;
   std::vector<KvTxWrite> writes;

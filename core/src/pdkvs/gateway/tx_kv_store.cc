@@ -74,8 +74,9 @@ Status TxKvStore::GetExpiry(std::string_view key, uint64_t* expire_at_ms) {
   return VnodeGetExpiry(overlay_, key, expire_at_ms);
 }
 
-Status TxKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) {
-  return VnodeSetExpiry(overlay_, key, expire_at_ms, now_ms_, changed);
+Status TxKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, ExpiryCondition condition,
+                            bool* changed) {
+  return VnodeSetExpiry(overlay_, key, expire_at_ms, condition, now_ms_, changed);
 }
 
 Status TxKvStore::Type(std::string_view key, KvType* type) {
