@@ -567,9 +567,11 @@ Status ClusterKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
                 table, tx->KvPut(table, hash, w.key, *w.value, false, w.expire_at_ms)));
             continue;
           }
-          Status s = tx->KvDelete(table, hash, w.key);
-          // A table without a segment holds no key: nothing to delete.
-          if (s.code() != StatusCode::kNotFound) PDPM_RETURN_IF_ERROR(s);
+          // A table without a segment in this client's mapping may have got
+          // one since (another client's first write): skipping the delete
+          // would commit the rest without it. The segment is made (or
+          // found) and the transaction routed again, as for a put.
+          PDPM_RETURN_IF_ERROR(CreatedIfNone(table, tx->KvDelete(table, hash, w.key)));
         }
         return Status::OK();
       },

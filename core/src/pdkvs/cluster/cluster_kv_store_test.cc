@@ -1539,6 +1539,28 @@ TEST_F(KvClusterTest, AFlushFailsATransactionThatReadARemovedKey) {
   ASSERT_OK(kv_->TxCommit({{"never-set", read[0].version}}, {}));
 }
 
+// A transaction deleting keys whose tables got their segments after the
+// deleting client loaded its mapping (another client's first writes
+// there) deletes them. It used to skip such a delete as "no segment, so no
+// key" and commit the rest: the Redis comparison's RENAME left its source
+// key in place on a young cluster.
+TEST_F(KvClusterTest, ATransactionDeletesKeysOfTablesMadeAfterItsMapping) {
+  std::unique_ptr<ClusterKvStore> deleter;
+  ASSERT_OK(OpenStore(&deleter));  // before any table has a segment
+  const std::vector<std::string> keys = KeysOnEveryVnode("young", 1);
+  bool applied = false;
+  ASSERT_OK(PutAll(kv_.get(), keys, "v", false, &applied));
+  for (const std::string& key : keys) {
+    std::vector<KvTxRead> read;
+    ASSERT_OK(deleter->TxRead({key}, &read));
+    ASSERT_TRUE(read[0].value.has_value()) << key;
+    ASSERT_OK(deleter->TxCommit({{key, read[0].version}}, {{key, std::nullopt, 0}}));
+    bool exists = true;
+    ASSERT_OK(kv_->Exists(key, &exists));
+    EXPECT_FALSE(exists) << key;
+  }
+}
+
 // The coordinator (its own process) dies (_exit) at each phase of a
 // multi-put's commit: afterwards every key holds the old value (before the
 // decision) or the new one (from it on), none stays locked, and no log
