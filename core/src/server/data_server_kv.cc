@@ -778,7 +778,7 @@ Status DataServer::EnsureVnode(Segment* seg) {
 
 Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t epoch, TxTag tag,
                         bool create, const std::vector<std::string_view>& keys,
-                        const std::function<Status(pdkvs::CcehIndex*)>& op) {
+                        const std::function<Status(pdkvs::CcehIndex*, pdkvs::VnodeHashes*)>& op) {
   Segment* seg = nullptr;
   if (copy == TxCopy::kBackup) {
     // Being promoted: Promote opened its allocator and vnode and holds its
@@ -790,7 +790,7 @@ Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t 
     }
     KvWriteScope writing(&seg->kv_writes);
     if (create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
-    PDPM_RETURN_IF_ERROR(op(seg->kv.get()));
+    PDPM_RETURN_IF_ERROR(op(seg->kv.get(), seg->kv_hashes.get()));
     return seg->kv_hashes != nullptr ? seg->kv_hashes->FreeDetached() : Status::OK();
   }
   {
@@ -815,7 +815,7 @@ Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t 
       seg,
       [&]() -> Status {
         if (create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
-        PDPM_RETURN_IF_ERROR(op(seg->kv.get()));
+        PDPM_RETURN_IF_ERROR(op(seg->kv.get(), seg->kv_hashes.get()));
         return seg->kv_hashes != nullptr ? seg->kv_hashes->FreeDetached() : Status::OK();
       },
       tag);

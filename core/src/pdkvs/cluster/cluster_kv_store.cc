@@ -520,7 +520,10 @@ Status ClusterKvStore::TxRead(const std::vector<std::string_view>& keys,
 Status ClusterKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
                                 const std::vector<KvTxWrite>& writes) {
   for (const KvTxWrite& w : writes) {
-    PDPM_RETURN_IF_ERROR(CheckValueSize(w.key, w.value ? w.value->size() : 0));
+    PDPM_RETURN_IF_ERROR(CheckValueSize(w.key, w.value && !w.hash ? w.value->size() : 0));
+    for (const auto& [field, value] : w.fields) {
+      PDPM_RETURN_IF_ERROR(CheckValueSize(field, value ? value->size() : 0));
+    }
   }
   std::vector<std::string_view> checked;
   checked.reserve(checks.size());
@@ -562,6 +565,10 @@ Status ClusterKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
         for (const KvTxWrite& w : writes) {
           const uint64_t hash = HashKey(w.key);
           const uint32_t table = monitor::TableForKey(hash, table_count);
+          if (w.hash) {
+            PDPM_RETURN_IF_ERROR(TxHashWrite(tx, table, hash, w));
+            continue;
+          }
           if (w.value) {
             PDPM_RETURN_IF_ERROR(CreatedIfNone(
                 table, tx->KvPut(table, hash, w.key, *w.value, false, w.expire_at_ms)));
@@ -576,6 +583,26 @@ Status ClusterKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
         return Status::OK();
       },
       /*retry_conflicts=*/false, /*rerun_unknown=*/false);
+}
+
+Status ClusterKvStore::TxHashWrite(client::Transaction* tx, uint32_t table, uint64_t hash,
+                                   const KvTxWrite& w) {
+  // The entries of one key apply in their order: what the key held, then
+  // the sets, the removals (the hash is never empty on the way), the
+  // expiry. A table without a segment in the mapping gets one (or the
+  // mapping is stale) and the transaction is routed again, as for a put.
+  if (w.fresh) PDPM_RETURN_IF_ERROR(CreatedIfNone(table, tx->KvDelete(table, hash, w.key)));
+  for (const auto& [field, value] : w.fields) {
+    if (value) {
+      PDPM_RETURN_IF_ERROR(CreatedIfNone(table, tx->KvHashSet(table, hash, w.key, field, *value)));
+    }
+  }
+  for (const auto& [field, value] : w.fields) {
+    if (!value) {
+      PDPM_RETURN_IF_ERROR(CreatedIfNone(table, tx->KvHashDelete(table, hash, w.key, field)));
+    }
+  }
+  return CreatedIfNone(table, tx->KvSetExpiry(table, hash, w.key, w.expire_at_ms));
 }
 
 Status ClusterKvStore::RunTransaction(const std::function<Status(client::Transaction* tx)>& fill,

@@ -141,6 +141,8 @@ class ClusterKvStore final : public KvStore {
   // pair i): one transaction, run again on conflicts and failovers.
   Status TxMultiPut(const KvPairs& pairs, const std::vector<uint32_t>& tables, bool if_none_exist,
                     bool* applied);
+  // Adds the entries of hash write `w` (KvTxWrite) of `table` to `tx`.
+  Status TxHashWrite(client::Transaction* tx, uint32_t table, uint64_t hash, const KvTxWrite& w);
   // Runs a transaction `fill` fills in (it calls `ensure_table` for a table
   // that must have a segment) until it commits: again after a failover or
   // a stale route, and after a conflict when `retry_conflicts` (else

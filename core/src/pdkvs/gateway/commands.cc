@@ -695,14 +695,46 @@ void IncrByFloat(Ctx& c) {
   Atomically(c, {c.args[1]}, IncrByFloatBody);
 }
 
-// Sets `to` to the value and expiry of `from` (kNotFound when absent);
-// only if `to` is absent unless `replace`. *applied: whether it did.
+// CopyKey of hash `from`: every field into a new hash `to`, with the
+// expiry.
+Status CopyHash(KvStore* store, std::string_view from, std::string_view to, bool replace,
+                bool* applied) {
+  bool exists = false;
+  PDPM_RETURN_IF_ERROR(store->Exists(to, &exists));
+  if (exists && !replace) return Status::OK();
+  std::vector<std::pair<std::string, std::string>> fields;
+  uint64_t cursor = 0;
+  do {
+    KvHashPage page;
+    PDPM_RETURN_IF_ERROR(store->HashScan(from, cursor, 1024, &page));
+    for (auto& f : page.fields) fields.push_back(std::move(f));
+    cursor = page.next_cursor;
+  } while (cursor != 0);
+  uint64_t at = 0;
+  PDPM_RETURN_IF_ERROR(store->GetExpiry(from, &at));
+  if (exists) PDPM_RETURN_IF_ERROR(store->Delete(to));
+  const std::vector<std::pair<std::string_view, std::string_view>> views(fields.begin(),
+                                                                         fields.end());
+  uint64_t added = 0;
+  PDPM_RETURN_IF_ERROR(store->HashSet(to, views, /*if_absent=*/false, &added));
+  if (at != 0) {
+    bool changed = false;
+    PDPM_RETURN_IF_ERROR(store->SetExpiry(to, at, ExpiryCondition::kAlways, &changed));
+  }
+  *applied = true;
+  return Status::OK();
+}
+
+// Sets `to` to the value (a string, or a hash's fields) and expiry of
+// `from` (kNotFound when absent); only if `to` is absent unless `replace`.
+// *applied: whether it did. Runs inside a transaction (a hash's fields
+// are copied one by one: all or none become visible at its commit).
 Status CopyKey(KvStore* store, std::string_view from, std::string_view to, bool replace,
                bool* applied) {
   *applied = false;
   std::string value;
   Status s = store->Get(from, &value);
-  if (IsWrongType(s)) return Status::FailedPrecondition("pDKVS cannot rename or copy a hash");
+  if (IsWrongType(s)) return CopyHash(store, from, to, replace, applied);
   PDPM_RETURN_IF_ERROR(s);
   uint64_t at = 0;
   PDPM_RETURN_IF_ERROR(store->GetExpiry(from, &at));
@@ -716,7 +748,8 @@ Status CopyKey(KvStore* store, std::string_view from, std::string_view to, bool 
   return Status::OK();
 }
 
-// RENAME and RENAMENX: the value and expiry of args[1] move to args[2].
+// RENAME and RENAMENX: the value (or fields) and expiry of args[1] move to
+// args[2].
 void RenameCommon(Ctx& c, bool nx) {
   if (c.args[1] == c.args[2]) {
     bool exists = false;
@@ -1560,15 +1593,10 @@ Status RunTransaction(Ctx& c, const std::vector<std::string_view>& keys, const W
     tc.in_transaction = true;
     run(tc);
     PDPM_RETURN_IF_ERROR(read_error);
+    PDPM_RETURN_IF_ERROR(tx.read_error());
     std::vector<KvTxCheck> checks;
     std::vector<KvTxWrite> writes;
-    for (const auto& [key, e] : overlay.entries()) {
-      checks.push_back({key, e.version});
-      if (!e.written) continue;
-      KvTxWrite w{key, std::nullopt, e.expire_at_ms};
-      if (e.value) w.value = *e.value;
-      writes.push_back(w);
-    }
+    overlay.Commit(&checks, &writes);
     return c.store->TxCommit(checks, writes);
   });
 }
@@ -1726,7 +1754,7 @@ bool CommandExecutor::Execute(ClientState* client, std::span<const std::string_v
   }
   if (client->multi.active && cmd->run != Exec && cmd->run != Discard && cmd->run != Multi &&
       cmd->run != Watch && cmd->run != Quit) {
-    if (cmd->run == FlushDb || std::string_view(cmd->group) == "hash") {
+    if (cmd->run == FlushDb) {
       return refuse(std::string("ERR ") + cmd->name + " inside MULTI is not supported by pDKVS");
     }
     client->multi.queued.emplace_back(args.begin(), args.end());

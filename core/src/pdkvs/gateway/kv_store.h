@@ -115,9 +115,9 @@ struct KvVersion {
 
 // A key as KvStore::TxRead found it.
 struct KvTxRead {
-  // nullopt: absent; a hash (hash true) reads as an empty value: a
-  // transaction may test, delete or replace it, not read or change its
-  // fields.
+  // nullopt: absent; a hash (hash true) reads as an empty value: the
+  // transaction reads its fields with the hash calls (a write of the hash
+  // changes its version, so the commit's check covers them).
   std::optional<std::string> value;
   uint64_t expire_at_ms = 0;  // 0: none
   KvVersion version;
@@ -130,11 +130,20 @@ struct KvTxCheck {
   KvVersion version;
 };
 
-// What a transaction leaves at a key: a value with its expiry, or nothing.
+// What a transaction leaves at a key: a value with its expiry, nothing, or
+// a hash.
 struct KvTxWrite {
   std::string_view key;
-  std::optional<std::string_view> value;  // nullopt: delete the key
+  std::optional<std::string_view> value;  // nullopt: delete the key (unless hash)
   uint64_t expire_at_ms = 0;              // 0: none
+  // A hash: the key holds a hash afterwards, with expiry expire_at_ms
+  // (value unused). `fresh`: what the key held goes first (the hash was
+  // made, or made again, by the transaction); else the hash the
+  // transaction read is changed. `fields`: the fields changed, each once,
+  // set to a value or removed (nullopt). The hash is never left empty.
+  bool hash = false;
+  bool fresh = false;
+  std::vector<std::pair<std::string_view, std::optional<std::string_view>>> fields = {};
 };
 
 // A condition on a key's expiry for KvStore::SetExpiry (EXPIRE's NX XX GT
