@@ -392,24 +392,40 @@ Status Transaction::KvPut(uint32_t table, uint64_t key_hash, std::string_view ke
   const dsm::TxEntryKind kind = if_absent           ? dsm::TxEntryKind::kKvPutIfAbsent
                                 : expire_at_ms != 0 ? dsm::TxEntryKind::kKvPutExpiring
                                                     : dsm::TxEntryKind::kKvPut;
-  return AddKvEntry(kind, table, key_hash, key, value, expire_at_ms);
+  return AddKvEntry(dsm::MakeKvEntry(kind, 0, table, key, value, expire_at_ms), key_hash);
 }
 
 Status Transaction::KvDelete(uint32_t table, uint64_t key_hash, std::string_view key) {
-  return AddKvEntry(dsm::TxEntryKind::kKvDelete, table, key_hash, key, {}, 0);
+  return AddKvEntry(dsm::MakeKvEntry(dsm::TxEntryKind::kKvDelete, 0, table, key, {}), key_hash);
 }
 
-Status Transaction::AddKvEntry(dsm::TxEntryKind kind, uint32_t table, uint64_t key_hash,
-                               std::string_view key, std::string_view value,
-                               uint64_t expire_at_ms) {
+Status Transaction::KvHashSet(uint32_t table, uint64_t key_hash, std::string_view key,
+                              std::string_view field, std::string_view value) {
+  return AddKvEntry(dsm::MakeKvHashEntry(dsm::TxEntryKind::kKvHashSet, 0, table, key, field, value),
+                    key_hash);
+}
+
+Status Transaction::KvHashDelete(uint32_t table, uint64_t key_hash, std::string_view key,
+                                 std::string_view field) {
+  return AddKvEntry(dsm::MakeKvHashEntry(dsm::TxEntryKind::kKvHashDelete, 0, table, key, field, {}),
+                    key_hash);
+}
+
+Status Transaction::KvSetExpiry(uint32_t table, uint64_t key_hash, std::string_view key,
+                                uint64_t expire_at_ms) {
+  return AddKvEntry(
+      dsm::MakeKvEntry(dsm::TxEntryKind::kKvSetExpiry, 0, table, key, {}, expire_at_ms), key_hash);
+}
+
+Status Transaction::AddKvEntry(dsm::TxEntry entry, uint64_t key_hash) {
   if (finished_) return Status::FailedPrecondition("the transaction is finished");
-  if (table == 0) return Status::InvalidArgument("a key-value entry of table 0");
-  if (key.size() + value.size() > server::kMaxRpcPayload / 2) {
+  if (entry.offset == 0) return Status::InvalidArgument("a key-value entry of table 0");
+  if (entry.data.size() > server::kMaxRpcPayload / 2) {
     return Status::TooLarge("a transactional key-value put over 32 MiB");
   }
-  uint32_t segment = 0;
-  PDPM_RETURN_IF_ERROR(coordinator_->host_->RouteTable(table, &segment));
-  writes_.push_back(dsm::MakeKvEntry(kind, segment, table, key, value, expire_at_ms));
+  PDPM_RETURN_IF_ERROR(
+      coordinator_->host_->RouteTable(static_cast<uint32_t>(entry.offset), &entry.segment));
+  writes_.push_back(std::move(entry));
   key_hashes_.resize(writes_.size());
   key_hashes_.back() = key_hash;
   return Status::OK();

@@ -114,6 +114,19 @@ class Transaction {
                bool if_absent, uint64_t expire_at_ms = 0);
   // Removes `key` at commit (absent already: nothing). As KvPut otherwise.
   Status KvDelete(uint32_t table, uint64_t key_hash, std::string_view key);
+  // Sets field `field` of hash `key` (creating the hash) at commit. The
+  // key holds a hash or nothing then (the caller validates it read so).
+  // As KvPut otherwise; entries of one key apply in the order given.
+  Status KvHashSet(uint32_t table, uint64_t key_hash, std::string_view key, std::string_view field,
+                   std::string_view value);
+  // Removes field `field` of hash `key` at commit (the hash with its last
+  // field; absent: nothing). As KvHashSet otherwise.
+  Status KvHashDelete(uint32_t table, uint64_t key_hash, std::string_view key,
+                      std::string_view field);
+  // Sets the expiry time of `key` (0: none) in place at commit, whatever
+  // it holds (absent: nothing). As KvPut otherwise.
+  Status KvSetExpiry(uint32_t table, uint64_t key_hash, std::string_view key,
+                     uint64_t expire_at_ms);
   // A read of `key` (of table `table`) at `server` saw its version word
   // `word` (kKvMultiGetVersioned): Commit validates that the word is
   // unchanged at that server — under the lock when the key is written
@@ -153,9 +166,9 @@ class Transaction {
   Status ObjectTableSegment(const dsm::ObjectId& id, bool create, uint32_t* table, uint32_t* server,
                             uint32_t* segment);
   Status Fail(Status s);  // aborts and returns s
-  // Buffers a pDKVS entry of `kind` (dsm::MakeKvEntry).
-  Status AddKvEntry(dsm::TxEntryKind kind, uint32_t table, uint64_t key_hash, std::string_view key,
-                    std::string_view value, uint64_t expire_at_ms);
+  // Buffers pDKVS entry `entry` (dsm::MakeKvEntry, MakeKvHashEntry),
+  // filling in the segment of its table.
+  Status AddKvEntry(dsm::TxEntry entry, uint64_t key_hash);
   void AbortAt(const std::vector<uint32_t>& servers);
 
   TxCoordinator* coordinator_;

@@ -137,44 +137,91 @@ bool IsObjectEntry(const TxEntry& e) {
 }
 
 bool IsKvEntry(const TxEntry& e) {
-  return e.kind == TxEntryKind::kKvPut || e.kind == TxEntryKind::kKvPutIfAbsent ||
-         e.kind == TxEntryKind::kKvPutExpiring || e.kind == TxEntryKind::kKvDelete;
+  switch (e.kind) {
+    case TxEntryKind::kKvPut:
+    case TxEntryKind::kKvPutIfAbsent:
+    case TxEntryKind::kKvPutExpiring:
+    case TxEntryKind::kKvDelete:
+    case TxEntryKind::kKvHashSet:
+    case TxEntryKind::kKvHashDelete:
+    case TxEntryKind::kKvSetExpiry: return true;
+    default: return false;
+  }
 }
 
 namespace {
 
+bool IsKvHashEntry(TxEntryKind kind) {
+  return kind == TxEntryKind::kKvHashSet || kind == TxEntryKind::kKvHashDelete;
+}
+
+bool KvEntryHasExpiry(TxEntryKind kind) {
+  return kind == TxEntryKind::kKvPutExpiring || kind == TxEntryKind::kKvSetExpiry;
+}
+
+bool KvEntryHasValue(TxEntryKind kind) {
+  return kind != TxEntryKind::kKvDelete && kind != TxEntryKind::kKvSetExpiry &&
+         kind != TxEntryKind::kKvHashDelete;
+}
+
 // Where a pDKVS entry's key starts: after the key length and, for an
-// expiring put, the expiry time.
-size_t KvKeyStart(const TxEntry& e) {
-  return e.kind == TxEntryKind::kKvPutExpiring ? 12 : 4;
+// expiring put or an expiry change, the expiry time, or for a hash entry
+// the field length.
+size_t KvKeyStart(TxEntryKind kind) {
+  return KvEntryHasExpiry(kind) ? 12 : IsKvHashEntry(kind) ? 8 : 4;
+}
+
+// The length of a hash entry's field (0 for other entries).
+size_t KvFieldLength(const TxEntry& e) {
+  return IsKvHashEntry(e.kind) ? Load<uint32_t>(e.data.data() + 4) : 0;
+}
+
+// A pDKVS entry of any kind: the key length, then the expiry time or the
+// field length where the kind has one, the key, the field, the value.
+TxEntry MakeAnyKvEntry(TxEntryKind kind, uint32_t segment, uint32_t table, std::string_view key,
+                       std::string_view field, std::string_view value, uint64_t expire_at_ms) {
+  TxEntry e;
+  e.kind = kind;
+  e.segment = segment;
+  e.offset = table;
+  e.data.resize(KvKeyStart(kind));
+  Store<uint32_t>(e.data.data(), static_cast<uint32_t>(key.size()));
+  if (KvEntryHasExpiry(kind)) Store<uint64_t>(e.data.data() + 4, expire_at_ms);
+  if (IsKvHashEntry(kind)) Store<uint32_t>(e.data.data() + 4, static_cast<uint32_t>(field.size()));
+  e.data.append(key);
+  e.data.append(field);
+  if (KvEntryHasValue(kind)) e.data.append(value);
+  return e;
 }
 
 }  // namespace
 
 TxEntry MakeKvEntry(TxEntryKind kind, uint32_t segment, uint32_t table, std::string_view key,
                     std::string_view value, uint64_t expire_at_ms) {
-  TxEntry e;
-  e.kind = kind;
-  e.segment = segment;
-  e.offset = table;
-  e.data.resize(KvKeyStart(e));
-  Store<uint32_t>(e.data.data(), static_cast<uint32_t>(key.size()));
-  if (kind == TxEntryKind::kKvPutExpiring) Store<uint64_t>(e.data.data() + 4, expire_at_ms);
-  e.data.append(key);
-  if (kind != TxEntryKind::kKvDelete) e.data.append(value);
-  return e;
+  return MakeAnyKvEntry(kind, segment, table, key, {}, value, expire_at_ms);
+}
+
+TxEntry MakeKvHashEntry(TxEntryKind kind, uint32_t segment, uint32_t table, std::string_view key,
+                        std::string_view field, std::string_view value) {
+  return MakeAnyKvEntry(kind, segment, table, key, field, value, 0);
 }
 
 std::string_view KvEntryKey(const TxEntry& e) {
-  return std::string_view(e.data).substr(KvKeyStart(e), Load<uint32_t>(e.data.data()));
+  return std::string_view(e.data).substr(KvKeyStart(e.kind), Load<uint32_t>(e.data.data()));
+}
+
+std::string_view KvEntryField(const TxEntry& e) {
+  return std::string_view(e.data).substr(KvKeyStart(e.kind) + Load<uint32_t>(e.data.data()),
+                                         KvFieldLength(e));
 }
 
 std::string_view KvEntryValue(const TxEntry& e) {
-  return std::string_view(e.data).substr(KvKeyStart(e) + Load<uint32_t>(e.data.data()));
+  return std::string_view(e.data).substr(KvKeyStart(e.kind) + Load<uint32_t>(e.data.data()) +
+                                         KvFieldLength(e));
 }
 
 uint64_t KvEntryExpiry(const TxEntry& e) {
-  return e.kind == TxEntryKind::kKvPutExpiring ? Load<uint64_t>(e.data.data() + 4) : 0;
+  return KvEntryHasExpiry(e.kind) ? Load<uint64_t>(e.data.data() + 4) : 0;
 }
 
 void EncodeTxEntries(const std::vector<TxEntry>& entries, std::string* out) {
@@ -226,13 +273,18 @@ Status DecodeTxEntries(std::string_view body, bool on_pm, std::vector<TxEntry>* 
       case TxEntryKind::kKvPut:
       case TxEntryKind::kKvPutIfAbsent:
       case TxEntryKind::kKvPutExpiring:
-      case TxEntryKind::kKvDelete: {
-        const uint32_t head = e.kind == TxEntryKind::kKvPutExpiring ? 12 : 4;
-        if (len < head || Load<uint32_t>(body.data() + pos) > len - head) {
-          return bad("a key-value entry with a bad key length");
-        }
-        if (e.kind == TxEntryKind::kKvDelete && Load<uint32_t>(body.data() + pos) != len - head) {
-          return bad("a key-value delete with a value");
+      case TxEntryKind::kKvDelete:
+      case TxEntryKind::kKvSetExpiry:
+      case TxEntryKind::kKvHashSet:
+      case TxEntryKind::kKvHashDelete: {
+        const uint32_t head = static_cast<uint32_t>(KvKeyStart(e.kind));
+        if (len < head) return bad("a key-value entry with a bad key length");
+        // The key, and a hash entry's field, inside the entry.
+        const uint64_t named = uint64_t{Load<uint32_t>(body.data() + pos)} +
+                               (IsKvHashEntry(e.kind) ? Load<uint32_t>(body.data() + pos + 4) : 0);
+        if (named > len - head) return bad("a key-value entry with a bad key length");
+        if (!KvEntryHasValue(e.kind) && named != len - head) {
+          return bad("a key-value delete or expiry change with a value");
         }
         if (e.kind == TxEntryKind::kKvPutExpiring && Load<uint64_t>(body.data() + pos + 4) == 0) {
           return bad("an expiring key-value put without an expiry time");

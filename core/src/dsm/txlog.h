@@ -70,11 +70,11 @@
 namespace pdpm::dsm {
 
 inline constexpr uint32_t kTxLogVersion = 1;  // of the area header
-// Of a record: 6 added participant entries (kind 10) and the
-// lists-participants flag, 5 the moved flag, 4 the expiring pDKVS put and the
-// pDKVS delete (entry kinds 8, 9), 3 BACKUP-ALLOC records and allocated
-// entries, 2 the pDKVS entry kinds; 1 to 5 are still read.
-inline constexpr uint8_t kTxRecordVersion = 6;
+// Of a record: 7 added the pDKVS hash and expiry entries (kinds 11 to 13),
+// 6 participant entries (kind 10) and the lists-participants flag, 5 the moved flag, 4 the expiring
+// pDKVS put and the pDKVS delete (entry kinds 8, 9), 3 BACKUP-ALLOC records and allocated entries,
+// 2 the pDKVS entry kinds; 1 to 6 are still read.
+inline constexpr uint8_t kTxRecordVersion = 7;
 inline constexpr uint8_t kTxRecordVersionOldest = 1;
 inline constexpr uint64_t kTxAreaMagic = 0x524158544d504450ull;  // "PDPMTXAR"
 inline constexpr uint32_t kTxRecordMagic = 0x52585450;           // "PTXR"
@@ -133,6 +133,9 @@ enum class TxEntryKind : uint8_t {
   // segment (offset 1), at the holder: it may drop its decision once none
   // of them waits on it (docs/tx.md "Coordinators that die").
   kParticipant = 10,
+  kKvHashSet = 11,     // a field of a pDKVS hash set (MULTI/EXEC)
+  kKvHashDelete = 12,  // a field of a pDKVS hash removed (MULTI/EXEC)
+  kKvSetExpiry = 13,   // a pDKVS key's expiry time changed in place (MULTI/EXEC)
 };
 
 struct TxEntry {
@@ -141,20 +144,28 @@ struct TxEntry {
   uint64_t offset = 0;   // pDKVS: the table
   // kWrite: the bytes; objects: id (16 bytes) then content; pDKVS: key
   // length u32, key, value (kKvPutExpiring: key length u32, expire_at_ms
-  // u64, key, value; kKvDelete: key length u32, key).
+  // u64, key, value; kKvDelete: key length u32, key; kKvSetExpiry: key
+  // length u32, expire_at_ms u64 (0: none), key; kKvHashSet: key length
+  // u32, field length u32, key, field, value; kKvHashDelete: the same
+  // without a value).
   std::string data;
 };
 inline constexpr size_t kTxObjectIdSize = 16;
 bool IsObjectEntry(const TxEntry& e);
 bool IsKvEntry(const TxEntry& e);
 // A pDKVS entry of table `table` in table segment `segment`: kKvPut,
-// kKvPutIfAbsent, kKvPutExpiring (the only kind with an expiry, nonzero) or
-// kKvDelete (no value).
+// kKvPutIfAbsent, kKvPutExpiring (with an expiry, nonzero), kKvDelete (no
+// value) or kKvSetExpiry (no value; the expiry, 0 to remove it).
 TxEntry MakeKvEntry(TxEntryKind kind, uint32_t segment, uint32_t table, std::string_view key,
                     std::string_view value, uint64_t expire_at_ms = 0);
-// The key, value and expiry time (0: none) of a pDKVS entry (decoded, so
-// well formed).
+// A pDKVS entry of a hash's field: kKvHashSet (with its value) or
+// kKvHashDelete (no value).
+TxEntry MakeKvHashEntry(TxEntryKind kind, uint32_t segment, uint32_t table, std::string_view key,
+                        std::string_view field, std::string_view value);
+// The key, field (hash entries; else empty), value and expiry time (0:
+// none) of a pDKVS entry (decoded, so well formed).
 std::string_view KvEntryKey(const TxEntry& e);
+std::string_view KvEntryField(const TxEntry& e);
 std::string_view KvEntryValue(const TxEntry& e);
 uint64_t KvEntryExpiry(const TxEntry& e);
 

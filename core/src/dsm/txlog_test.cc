@@ -145,6 +145,42 @@ TEST(TxLogTest, EntriesRoundTripAndRefuseBadInput) {
   body.clear();
   EncodeTxEntries(bad, &body);
   EXPECT_EQ(DecodeTxEntries(body, false, &out).code(), StatusCode::kInvalidArgument);
+  // A hash's entries: a field set, a field removed, an expiry change.
+  kv = {MakeKvHashEntry(TxEntryKind::kKvHashSet, 7, 2, "h", "field", "value"),
+        MakeKvHashEntry(TxEntryKind::kKvHashDelete, 7, 2, "h", "gone", "ignored"),
+        MakeKvEntry(TxEntryKind::kKvSetExpiry, 7, 2, "h", "ignored", 99),
+        MakeKvEntry(TxEntryKind::kKvSetExpiry, 7, 2, "h2", "", 0)};
+  body.clear();
+  EncodeTxEntries(kv, &body);
+  ASSERT_TRUE(DecodeTxEntries(body, true, &out).ok());
+  ASSERT_EQ(out.size(), 4u);
+  for (const TxEntry& e : out) EXPECT_TRUE(IsKvEntry(e));
+  EXPECT_EQ(KvEntryKey(out[0]), "h");
+  EXPECT_EQ(KvEntryField(out[0]), "field");
+  EXPECT_EQ(KvEntryValue(out[0]), "value");
+  EXPECT_EQ(KvEntryField(out[1]), "gone");
+  EXPECT_EQ(KvEntryValue(out[1]), "");
+  EXPECT_EQ(KvEntryKey(out[2]), "h");
+  EXPECT_EQ(KvEntryField(out[2]), "");
+  EXPECT_EQ(KvEntryValue(out[2]), "");
+  EXPECT_EQ(KvEntryExpiry(out[2]), 99u);
+  EXPECT_EQ(KvEntryKey(out[3]), "h2");
+  EXPECT_EQ(KvEntryExpiry(out[3]), 0u);
+  // A field longer than the entry, a field delete or an expiry change
+  // carrying a value: refused.
+  for (TxEntry b : {MakeKvHashEntry(TxEntryKind::kKvHashSet, 7, 2, "h", "f", "v"),
+                    MakeKvHashEntry(TxEntryKind::kKvHashDelete, 7, 2, "h", "f", ""),
+                    MakeKvEntry(TxEntryKind::kKvSetExpiry, 7, 2, "h", "", 5)}) {
+    if (b.kind == TxEntryKind::kKvHashSet) {
+      b.data[4] = 9;
+    } else {
+      b.data += "v";
+    }
+    body.clear();
+    EncodeTxEntries({b}, &body);
+    EXPECT_EQ(DecodeTxEntries(body, true, &out).code(), StatusCode::kCorruption)
+        << static_cast<int>(b.kind);
+  }
 }
 
 TEST(TxLogTest, RingWrapsAndReopens) {

@@ -19,7 +19,16 @@ void TxOverlay::Settle(Entry* e) const {
     e->value.reset();
     e->expire_at_ms = 0;
     e->hash = false;
+    e->fields.reset();
   }
+}
+
+void TxOverlay::Remove(Entry* e) {
+  e->value.reset();
+  e->expire_at_ms = 0;
+  e->hash = false;
+  e->fields.reset();
+  e->written = true;
 }
 
 Status TxOverlay::Find(std::string_view key, Entry** out) {
@@ -59,6 +68,7 @@ Status TxOverlay::Put(std::string_view key, std::string_view value, const PutOpt
   const bool keep = options.keep_ttl && e->value;
   e->value.emplace(value);
   e->hash = false;
+  e->fields.reset();
   if (!keep) e->expire_at_ms = options.meta.expire_at_ms;
   e->written = true;
   Settle(e);
@@ -69,10 +79,7 @@ Status TxOverlay::Delete(std::string_view key) {
   Entry* e = nullptr;
   PDPM_RETURN_IF_ERROR(Find(key, &e));
   if (!e->value) return Status::NotFound("no such key");
-  e->value.reset();
-  e->expire_at_ms = 0;
-  e->hash = false;
-  e->written = true;
+  Remove(e);
   return Status::OK();
 }
 
@@ -91,24 +98,41 @@ Status TxOverlay::Update(std::string_view key, const UpdateFn& fn) {
       e->value = std::move(m.value);
       e->expire_at_ms = m.meta.expire_at_ms;
       e->hash = false;
+      e->fields.reset();
       break;
-    case Mutation::kDelete:
-      e->value.reset();
-      e->expire_at_ms = 0;
-      e->hash = false;
-      break;
+    case Mutation::kDelete: Remove(e); break;
     case Mutation::kSetExpiry:
       if (!e->value) return Status::NotFound("no such key");
-      if (e->hash) {
-        return Status::FailedPrecondition(
-            "pDKVS does not change the expiry of a hash inside a transaction");
-      }
       e->expire_at_ms = m.meta.expire_at_ms;
       break;
   }
   e->written = true;
   Settle(e);
   return Status::OK();
+}
+
+void TxOverlay::Commit(std::vector<KvTxCheck>* checks, std::vector<KvTxWrite>* writes) const {
+  for (const auto& [key, e] : entries_) {
+    checks->push_back({key, e.version});
+    if (!e.written) continue;
+    KvTxWrite& w = writes->emplace_back();
+    w.key = key;
+    w.expire_at_ms = e.expire_at_ms;
+    if (e.value && e.hash) {
+      // A hash: the fields the transaction changed (none when only its
+      // expiry did).
+      w.hash = true;
+      if (e.fields == nullptr) continue;
+      w.fresh = e.fields->fresh;
+      for (const auto& [field, f] : e.fields->fields.entries()) {
+        if (!f.written) continue;
+        w.fields.emplace_back(field,
+                              f.value ? std::optional<std::string_view>(*f.value) : std::nullopt);
+      }
+    } else if (e.value) {
+      w.value = *e.value;
+    }
+  }
 }
 
 }  // namespace pdpm::pdkvs

@@ -233,22 +233,24 @@ Status VnodeGetExpiry(Index* index, std::string_view key, uint64_t* expire_at_ms
 }
 
 template <class Index>
-Status VnodeSetExpiry(Index* index, std::string_view key, uint64_t expire_at_ms, uint64_t now_ms,
-                      bool* changed) {
+Status VnodeSetExpiry(Index* index, std::string_view key, uint64_t expire_at_ms,
+                      ExpiryCondition condition, uint64_t now_ms, bool* changed) {
   *changed = false;
-  return index->Update(key,
-                       [&](const std::string_view* old, const ItemMeta& old_meta, Mutation* m) {
-                         if (old == nullptr || (expire_at_ms == 0 && old_meta.expire_at_ms == 0))
-                           return Status::OK();
-                         *changed = true;
-                         if (expire_at_ms != 0 && expire_at_ms <= now_ms) {
-                           m->kind = Mutation::kDelete;
-                           return Status::OK();
-                         }
-                         m->kind = Mutation::kSetExpiry;
-                         m->meta.expire_at_ms = expire_at_ms;
-                         return Status::OK();
-                       });
+  return index->Update(key, [&](const std::string_view* old, const ItemMeta& old_meta,
+                                Mutation* m) {
+    if (old == nullptr || !ExpiryConditionHolds(condition, old_meta.expire_at_ms, expire_at_ms) ||
+        (expire_at_ms == 0 && old_meta.expire_at_ms == 0)) {
+      return Status::OK();
+    }
+    *changed = true;
+    if (expire_at_ms != 0 && expire_at_ms <= now_ms) {
+      m->kind = Mutation::kDelete;
+      return Status::OK();
+    }
+    m->kind = Mutation::kSetExpiry;
+    m->meta.expire_at_ms = expire_at_ms;
+    return Status::OK();
+  });
 }
 
 Status GetEach(const std::vector<std::string_view>& keys,
@@ -296,7 +298,8 @@ Status VnodeFlush(CcehIndex* index, const std::function<void(std::string_view ke
   template Status VnodeSetRange(Index*, std::string_view, uint64_t, std::string_view, uint64_t, \
                                 uint64_t*);                                                     \
   template Status VnodeGetExpiry(Index*, std::string_view, uint64_t*);                          \
-  template Status VnodeSetExpiry(Index*, std::string_view, uint64_t, uint64_t, bool*);
+  template Status VnodeSetExpiry(Index*, std::string_view, uint64_t, ExpiryCondition, uint64_t, \
+                                 bool*);
 PDPM_VNODE_OPS_FOR(CcehIndex)
 PDPM_VNODE_OPS_FOR(TxOverlay)
 #undef PDPM_VNODE_OPS_FOR

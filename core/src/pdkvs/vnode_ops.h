@@ -79,8 +79,8 @@ template <class Index>
 Status VnodeGetExpiry(Index* index, std::string_view key, uint64_t* expire_at_ms);
 // `now_ms`: the clock the index expires items by.
 template <class Index>
-Status VnodeSetExpiry(Index* index, std::string_view key, uint64_t expire_at_ms, uint64_t now_ms,
-                      bool* changed);
+Status VnodeSetExpiry(Index* index, std::string_view key, uint64_t expire_at_ms,
+                      ExpiryCondition condition, uint64_t now_ms, bool* changed);
 // MultiGet's answers (kv_store.h) from `get`, a Get of one key (kNotFound
 // when absent).
 Status GetEach(const std::vector<std::string_view>& keys,

@@ -278,7 +278,7 @@ class DataServer {
   // The participant's `kv` hook (tx_participant.h TxHooks::kv).
   Status TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t epoch, TxTag tag, bool create,
               const std::vector<std::string_view>& keys,
-              const std::function<Status(pdkvs::CcehIndex*)>& op);
+              const std::function<Status(pdkvs::CcehIndex*, pdkvs::VnodeHashes*)>& op);
 
   const ServerOptions options_;
   const Logger log_;

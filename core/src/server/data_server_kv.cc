@@ -64,6 +64,7 @@ bool WritesKeys(uint16_t method, const KvRequest& r) {
     case kKvAppend:
     case kKvSetRange:
     case kKvSetExpiry:
+    case kKvSetExpiryIf:
     case kKvMultiPut: return true;
     default: return false;
   }
@@ -80,7 +81,8 @@ Status AnswerEmpty(uint16_t method, const KvRequest& r, std::string* reply) {
   Encoder e(reply);
   switch (method) {
     case kKvExists:
-    case kKvSetExpiry: e.U64(0); return Status::OK();
+    case kKvSetExpiry:
+    case kKvSetExpiryIf: e.U64(0); return Status::OK();
     case kKvCount:
     case kKvReclaimExpired:
       e.U64(0);
@@ -399,9 +401,12 @@ Status RunKvOn(uint16_t method, const KvRequest& r, pdkvs::CcehIndex* index,
       e.U64(expire_at_ms);
       return Status::OK();
     }
-    case kKvSetExpiry: {
+    case kKvSetExpiry:
+    case kKvSetExpiryIf: {
+      // kKvSetExpiry's arg1 is 0: no condition.
       bool changed = false;
-      PDPM_RETURN_IF_ERROR(pdkvs::VnodeSetExpiry(index, r.key, r.arg0, NowMs(), &changed));
+      PDPM_RETURN_IF_ERROR(pdkvs::VnodeSetExpiry(
+          index, r.key, r.arg0, static_cast<pdkvs::ExpiryCondition>(r.arg1), NowMs(), &changed));
       e.U64(changed ? 1 : 0);
       return Status::OK();
     }
@@ -773,7 +778,7 @@ Status DataServer::EnsureVnode(Segment* seg) {
 
 Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t epoch, TxTag tag,
                         bool create, const std::vector<std::string_view>& keys,
-                        const std::function<Status(pdkvs::CcehIndex*)>& op) {
+                        const std::function<Status(pdkvs::CcehIndex*, pdkvs::VnodeHashes*)>& op) {
   Segment* seg = nullptr;
   if (copy == TxCopy::kBackup) {
     // Being promoted: Promote opened its allocator and vnode and holds its
@@ -785,7 +790,7 @@ Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t 
     }
     KvWriteScope writing(&seg->kv_writes);
     if (create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
-    PDPM_RETURN_IF_ERROR(op(seg->kv.get()));
+    PDPM_RETURN_IF_ERROR(op(seg->kv.get(), seg->kv_hashes.get()));
     return seg->kv_hashes != nullptr ? seg->kv_hashes->FreeDetached() : Status::OK();
   }
   {
@@ -810,7 +815,7 @@ Status DataServer::TxKv(uint32_t segment, uint32_t table, TxCopy copy, uint64_t 
       seg,
       [&]() -> Status {
         if (create) PDPM_RETURN_IF_ERROR(EnsureVnode(seg));
-        PDPM_RETURN_IF_ERROR(op(seg->kv.get()));
+        PDPM_RETURN_IF_ERROR(op(seg->kv.get(), seg->kv_hashes.get()));
         return seg->kv_hashes != nullptr ? seg->kv_hashes->FreeDetached() : Status::OK();
       },
       tag);

@@ -160,7 +160,7 @@ TxHooks DataServer::MakeTxHooks() {
   };
   h.kv = [this](uint32_t segment, uint32_t table, TxCopy copy, uint64_t epoch, TxTag tag,
                 bool create, const std::vector<std::string_view>& keys,
-                const std::function<Status(pdkvs::CcehIndex*)>& op) {
+                const std::function<Status(pdkvs::CcehIndex*, pdkvs::VnodeHashes*)>& op) {
     Status s = TxKv(segment, table, copy, epoch, tag, create, keys, op);
     // Test hook (pdkvs cluster test): the primary dies once the first part
     // of a table segment's commit (its vnode's) reached the backups.

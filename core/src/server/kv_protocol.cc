@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "pdkvs/gateway/kv_store.h"
+
 namespace pdpm::server {
 bool IsKvMethod(uint16_t method) {
   return method >= kKvGet && method <= kKvLast;
@@ -24,7 +26,7 @@ bool IsKvSingleKey(uint16_t method) {
 }
 
 bool IsKvBatchable(uint16_t method) {
-  return IsKvSingleKey(method) && method != kKvGetDelete && method != kKvHash;
+  return IsKvSingleKey(method) && method != kKvGetDelete;
 }
 
 bool KvHashOpWrites(KvHashOp op) {
@@ -79,6 +81,7 @@ void EncodeKvFields(uint16_t method, const KvRequest& r, Encoder* e) {
     case kKvReclaimExpired: e->U64(r.arg0); break;
     case kKvGetRange:
     case kKvScan:
+    case kKvSetExpiryIf:
       e->U64(r.arg0);
       e->U64(r.arg1);
       break;
@@ -140,6 +143,13 @@ Status DecodeKvFields(uint16_t method, Decoder* d, KvRequest* r) {
     case kKvScan:
       PDPM_RETURN_IF_ERROR(d->U64(&r->arg0));
       PDPM_RETURN_IF_ERROR(d->U64(&r->arg1));
+      break;
+    case kKvSetExpiryIf:
+      PDPM_RETURN_IF_ERROR(d->U64(&r->arg0));
+      PDPM_RETURN_IF_ERROR(d->U64(&r->arg1));
+      if (r->arg1 == 0 || r->arg1 > static_cast<uint64_t>(pdkvs::ExpiryCondition::kLast)) {
+        return Status::InvalidArgument("pDKVS expiry condition " + std::to_string(r->arg1));
+      }
       break;
     case kKvSetRange:
       PDPM_RETURN_IF_ERROR(d->U64(&r->arg0));

@@ -11,6 +11,8 @@
 //   kKvGetRange   key | u64 start | u64 end (two's complement)
 //   kKvSetRange   key | u64 offset | value (the data)
 //   kKvSetExpiry  key | u64 expire_at_ms
+//   kKvSetExpiryIf  key | u64 expire_at_ms | u64 condition
+//                 (pdkvs::ExpiryCondition, 1..5)
 //   kKvMultiGet   u64 n | n keys (reply: u64 answered | answered (u64 0
 //                 absent | u64 1 | value | u64 2, a hash))
 //   kKvVersions   u64 n | n keys (reply: u64 server id | u64 n | n
@@ -108,7 +110,8 @@ struct KvRequest {
   // kKvSet flags / kKvIncrBy delta / kKvGetRange start / kKvSetRange offset
   // / kKvSetExpiry expiry / kKvMultiPut if_none_exist / kKvScan cursor.
   uint64_t arg0 = 0;
-  // kKvSet expiry / kKvGetRange end / kKvScan count / kKvHash arg.
+  // kKvSet expiry / kKvGetRange end / kKvScan count / kKvHash arg /
+  // kKvSetExpiryIf condition.
   uint64_t arg1 = 0;
   KvHashOp hash_op = KvHashOp::kType;    // kKvHash
   uint64_t hash_count = 0;               // kKvHash kScan
@@ -135,7 +138,10 @@ bool IsKvMethod(uint16_t method);
 bool IsKvSingleKey(uint16_t method);
 // Whether a kKvBatch may carry the request: a single-key one whose reply
 // carries a value only if it is a read (not kKvGetDelete, nor a kKvSet
-// with want_old), so a read can always be left for the client to resend.
+// with want_old; a kKvHash write answers a count or a number's text), so
+// a read can always be left for the client to resend. kKvHash requests
+// were added to batches with the gateway's hash batching: a server
+// before answers invalid_argument for a batch carrying one.
 bool IsKvBatchable(uint16_t method);
 
 // Whether running the request twice answers and leaves what running it

@@ -114,7 +114,8 @@ enum Method : uint16_t {
   kKvVnodeBatches = 0x414,       // kKvBatch requests of several vnodes of one server
   kKvReclaimExpired = 0x415,     // active expiry: one step of a vnode's sweep
   kKvHash = 0x416,               // a key's type, or an operation on a hash's fields
-  kKvLast = kKvHash,
+  kKvSetExpiryIf = 0x417,        // an expiry change under a condition (EXPIRE NX XX GT LT)
+  kKvLast = kKvSetExpiryIf,
 };
 
 // A 64-bit identifier of the cluster secret carried by every request. It

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "pdkvs/item.h"
+#include "pdkvs/vnode_ops.h"
 #include "server/segment_role.h"
 
 namespace pdpm::server {
@@ -20,15 +21,44 @@ using dsm::TxState;
 // mutation (one shipment to the backups).
 constexpr size_t kKvPutsPerMutation = 256;
 
-// One pDKVS entry into its vnode.
-Status ApplyKvEntry(const TxEntry& e, pdkvs::CcehIndex* index) {
-  if (e.kind == TxEntryKind::kKvDelete) {
-    Status s = index->Delete(dsm::KvEntryKey(e));
+// One pDKVS entry into its vnode `index` and the vnode's `hashes`. Each
+// leaves an absolute state (applying it again after a crash changes
+// nothing more); an absent key or field is nothing to remove.
+Status ApplyKvEntry(const TxEntry& e, pdkvs::CcehIndex* index, pdkvs::VnodeHashes* hashes) {
+  const std::string_view key = dsm::KvEntryKey(e);
+  auto absent_is_done = [](Status s) {
     return s.code() == StatusCode::kNotFound ? Status::OK() : s;
+  };
+  if ((e.kind == TxEntryKind::kKvHashSet || e.kind == TxEntryKind::kKvHashDelete) &&
+      hashes == nullptr) {
+    return Status::Internal("a hash entry for a vnode without its hashes");
   }
-  pdkvs::PutOptions put;
-  put.meta.expire_at_ms = dsm::KvEntryExpiry(e);
-  return index->Put(dsm::KvEntryKey(e), dsm::KvEntryValue(e), put);
+  switch (e.kind) {
+    case TxEntryKind::kKvDelete: return absent_is_done(index->Delete(key));
+    case TxEntryKind::kKvHashSet: {
+      const std::pair<std::string_view, std::string_view> field{dsm::KvEntryField(e),
+                                                                dsm::KvEntryValue(e)};
+      uint64_t added = 0;
+      return hashes->Set(key, {&field, 1}, /*if_absent=*/false, &added);
+    }
+    case TxEntryKind::kKvHashDelete: {
+      const std::string_view field = dsm::KvEntryField(e);
+      uint64_t removed = 0;
+      return absent_is_done(hashes->Delete(key, {&field, 1}, &removed));
+    }
+    case TxEntryKind::kKvSetExpiry: {
+      // In place, whatever the time: the transaction decided it (now 0:
+      // never in the past here).
+      bool changed = false;
+      return pdkvs::VnodeSetExpiry(index, key, dsm::KvEntryExpiry(e),
+                                   pdkvs::ExpiryCondition::kAlways, /*now_ms=*/0, &changed);
+    }
+    default: {
+      pdkvs::PutOptions put;
+      put.meta.expire_at_ms = dsm::KvEntryExpiry(e);
+      return index->Put(key, dsm::KvEntryValue(e), put);
+    }
+  }
 }
 
 // The largest log area a new log's segment size makes (TxParticipant::Open).
@@ -823,11 +853,10 @@ Status TxParticipant::Apply(const Rec& rec) {
       case TxEntryKind::kDeleteObject:
         (e.segment != 0 ? objects[e.segment] : loose_objects).push_back(&e);
         break;
-      case TxEntryKind::kKvPut:
-      case TxEntryKind::kKvPutIfAbsent:
-      case TxEntryKind::kKvPutExpiring:
-      case TxEntryKind::kKvDelete: kv[e.segment].push_back(&e); break;
-      default: return Status::Corruption(what + ": unknown entry kind");
+      default:
+        if (!dsm::IsKvEntry(e)) return Status::Corruption(what + ": unknown entry kind");
+        kv[e.segment].push_back(&e);
+        break;
     }
   }
   // A vnode's puts go in mutations of at most kKvPutsPerMutation each, as
@@ -876,9 +905,9 @@ Status TxParticipant::Apply(const Rec& rec) {
       PDPM_RETURN_IF_ERROR(hooks_
                                .kv(segment, static_cast<uint32_t>(first.offset), copy, 0, tag, true,
                                    {},
-                                   [&](pdkvs::CcehIndex* index) {
+                                   [&](pdkvs::CcehIndex* index, pdkvs::VnodeHashes* hashes) {
                                      for (const TxEntry* e : *entries) {
-                                       PDPM_RETURN_IF_ERROR(ApplyKvEntry(*e, index));
+                                       PDPM_RETURN_IF_ERROR(ApplyKvEntry(*e, index, hashes));
                                      }
                                      return Status::OK();
                                    })
@@ -957,19 +986,20 @@ Status TxParticipant::CheckKvEntries(const std::vector<TxEntry>& entries, uint64
       }
       keys.push_back(dsm::KvEntryKey(*e));
     }
-    PDPM_RETURN_IF_ERROR(hooks_.kv(
-        segment, table, TxCopy::kPrimary, epoch, {}, false, keys, [&](pdkvs::CcehIndex* index) {
-          if (index == nullptr) return Status::OK();
-          for (const TxEntry* e : part) {
-            if (e->kind != TxEntryKind::kKvPutIfAbsent) continue;
-            bool exists = false;
-            PDPM_RETURN_IF_ERROR(index->Exists(dsm::KvEntryKey(*e), &exists));
-            if (exists) {
-              return Status::AlreadyExists("a key exists");
-            }
-          }
-          return Status::OK();
-        }));
+    PDPM_RETURN_IF_ERROR(hooks_.kv(segment, table, TxCopy::kPrimary, epoch, {}, false, keys,
+                                   [&](pdkvs::CcehIndex* index, pdkvs::VnodeHashes*) {
+                                     if (index == nullptr) return Status::OK();
+                                     for (const TxEntry* e : part) {
+                                       if (e->kind != TxEntryKind::kKvPutIfAbsent) continue;
+                                       bool exists = false;
+                                       PDPM_RETURN_IF_ERROR(
+                                           index->Exists(dsm::KvEntryKey(*e), &exists));
+                                       if (exists) {
+                                         return Status::AlreadyExists("a key exists");
+                                       }
+                                     }
+                                     return Status::OK();
+                                   }));
   }
   return Status::OK();
 }

@@ -46,6 +46,7 @@
 #include "net/rpc.h"
 #include "net/transport.h"
 #include "pdkvs/cceh.h"
+#include "pdkvs/hash.h"
 #include "server/protocol.h"
 #include "server/replication.h"
 
@@ -93,10 +94,11 @@ struct TxHooks {
   // every key of `keys` belongs to it), as one replicated mutation whose
   // last shipment is tagged `tag`. At a backup — only while it is being
   // promoted — directly. The vnode is created first when `create`; else
-  // `op` gets null when the table holds none yet.
+  // `op` gets null when the table holds none yet. `op` gets the vnode's
+  // index and its hashes.
   std::function<Status(uint32_t segment, uint32_t table, TxCopy copy, uint64_t epoch, TxTag tag,
                        bool create, const std::vector<std::string_view>& keys,
-                       const std::function<Status(pdkvs::CcehIndex*)>& op)>
+                       const std::function<Status(pdkvs::CcehIndex*, pdkvs::VnodeHashes*)>& op)>
       kv;
   // Allocates `size` heap bytes here (as kPAllocate does): the block's
   // global address. The allocation's shipment to the segment's backups is

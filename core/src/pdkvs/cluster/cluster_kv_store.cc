@@ -57,6 +57,45 @@ Status CheckValueSize(std::string_view key, uint64_t value_len) {
   return Status::OK();
 }
 
+// The size checks of a batched op, as its single operation makes them.
+Status CheckOp(const KvOp& op) {
+  switch (op.kind) {
+    case KvOp::Kind::kGet:
+    case KvOp::Kind::kHashGet: return CheckItemSize(op.key, 0);
+    case KvOp::Kind::kSet: return CheckValueSize(op.key, op.value.size());
+    case KvOp::Kind::kHashSet:
+      PDPM_RETURN_IF_ERROR(CheckItemSize(op.key, 0));
+      return CheckValueSize(op.field, op.value.size());
+  }
+  return Status::OK();
+}
+
+// Fills `op` from the reply `body` of its successful batch request.
+Status ReadOpReply(std::string_view body, KvOp* op) {
+  switch (op->kind) {
+    case KvOp::Kind::kGet: op->result.assign(body); return Status::OK();
+    case KvOp::Kind::kSet: return Status::OK();
+    case KvOp::Kind::kHashSet: {
+      Decoder d = ReplyDecoder(body);
+      PDPM_RETURN_IF_ERROR(d.U64(&op->added));
+      return d.Done();
+    }
+    case KvOp::Kind::kHashGet: {
+      Decoder d = ReplyDecoder(body);
+      uint64_t n = 0, present = 0;
+      PDPM_RETURN_IF_ERROR(d.U64(&n));
+      if (n != 1) return Status::Corruption("hash get reply of " + std::to_string(n));
+      PDPM_RETURN_IF_ERROR(d.U64(&present));
+      if (present == 0) return Status::NotFound("no such field");
+      std::string_view v;
+      PDPM_RETURN_IF_ERROR(d.Str(&v));
+      op->result.assign(v);
+      return d.Done();
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 ClusterKvStore::ClusterKvStore(std::unique_ptr<client::Client> client, uint32_t failover_wait_ms)
@@ -481,7 +520,10 @@ Status ClusterKvStore::TxRead(const std::vector<std::string_view>& keys,
 Status ClusterKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
                                 const std::vector<KvTxWrite>& writes) {
   for (const KvTxWrite& w : writes) {
-    PDPM_RETURN_IF_ERROR(CheckValueSize(w.key, w.value ? w.value->size() : 0));
+    PDPM_RETURN_IF_ERROR(CheckValueSize(w.key, w.value && !w.hash ? w.value->size() : 0));
+    for (const auto& [field, value] : w.fields) {
+      PDPM_RETURN_IF_ERROR(CheckValueSize(field, value ? value->size() : 0));
+    }
   }
   std::vector<std::string_view> checked;
   checked.reserve(checks.size());
@@ -523,18 +565,44 @@ Status ClusterKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
         for (const KvTxWrite& w : writes) {
           const uint64_t hash = HashKey(w.key);
           const uint32_t table = monitor::TableForKey(hash, table_count);
+          if (w.hash) {
+            PDPM_RETURN_IF_ERROR(TxHashWrite(tx, table, hash, w));
+            continue;
+          }
           if (w.value) {
             PDPM_RETURN_IF_ERROR(CreatedIfNone(
                 table, tx->KvPut(table, hash, w.key, *w.value, false, w.expire_at_ms)));
             continue;
           }
-          Status s = tx->KvDelete(table, hash, w.key);
-          // A table without a segment holds no key: nothing to delete.
-          if (s.code() != StatusCode::kNotFound) PDPM_RETURN_IF_ERROR(s);
+          // A table without a segment in this client's mapping may have got
+          // one since (another client's first write): skipping the delete
+          // would commit the rest without it. The segment is made (or
+          // found) and the transaction routed again, as for a put.
+          PDPM_RETURN_IF_ERROR(CreatedIfNone(table, tx->KvDelete(table, hash, w.key)));
         }
         return Status::OK();
       },
       /*retry_conflicts=*/false, /*rerun_unknown=*/false);
+}
+
+Status ClusterKvStore::TxHashWrite(client::Transaction* tx, uint32_t table, uint64_t hash,
+                                   const KvTxWrite& w) {
+  // The entries of one key apply in their order: what the key held, then
+  // the sets, the removals (the hash is never empty on the way), the
+  // expiry. A table without a segment in the mapping gets one (or the
+  // mapping is stale) and the transaction is routed again, as for a put.
+  if (w.fresh) PDPM_RETURN_IF_ERROR(CreatedIfNone(table, tx->KvDelete(table, hash, w.key)));
+  for (const auto& [field, value] : w.fields) {
+    if (value) {
+      PDPM_RETURN_IF_ERROR(CreatedIfNone(table, tx->KvHashSet(table, hash, w.key, field, *value)));
+    }
+  }
+  for (const auto& [field, value] : w.fields) {
+    if (!value) {
+      PDPM_RETURN_IF_ERROR(CreatedIfNone(table, tx->KvHashDelete(table, hash, w.key, field)));
+    }
+  }
+  return CreatedIfNone(table, tx->KvSetExpiry(table, hash, w.key, w.expire_at_ms));
 }
 
 Status ClusterKvStore::RunTransaction(const std::function<Status(client::Transaction* tx)>& fill,
@@ -640,15 +708,21 @@ Status ClusterKvStore::GetExpiry(std::string_view key, uint64_t* expire_at_ms) {
   return ReplyU64(reply, expire_at_ms);
 }
 
-Status ClusterKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) {
+Status ClusterKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms,
+                                 ExpiryCondition condition, bool* changed) {
   *changed = false;
   PDPM_RETURN_IF_ERROR(CheckItemSize(key, 0));
   KvRequest r;
   r.key = key;
   r.arg0 = expire_at_ms;
+  r.arg1 = static_cast<uint64_t>(condition);
   std::string reply;
   uint64_t v = 0;
-  PDPM_RETURN_IF_ERROR(KeyCall(server::kKvSetExpiry, r, &reply));
+  // A change without a condition keeps the request servers before the
+  // conditional one know.
+  PDPM_RETURN_IF_ERROR(
+      KeyCall(condition == ExpiryCondition::kAlways ? server::kKvSetExpiry : server::kKvSetExpiryIf,
+              r, &reply));
   PDPM_RETURN_IF_ERROR(ReplyU64(reply, &v));
   *changed = v != 0;
   return Status::OK();
@@ -830,12 +904,6 @@ Status ClusterKvStore::Flush() {
 
 namespace pdpm::pdkvs {
 
-void ClusterKvStore::RunOne(KvOp* op) {
-  SetResult ignored;
-  op->status = op->kind == KvOp::Kind::kGet ? Get(op->key, &op->result)
-                                            : Set(op->key, op->value, SetOptions{}, &ignored);
-}
-
 void ClusterKvStore::RunBatch(std::span<KvOp> ops) {
   // Group by table, keeping each table's ops in their order, then the
   // tables by the server owning them: one request per server.
@@ -845,7 +913,7 @@ void ClusterKvStore::RunBatch(std::span<KvOp> ops) {
   std::unordered_map<uint32_t, size_t> group_of;
   for (size_t i = 0; i < ops.size(); ++i) {
     KvOp& op = ops[i];
-    op.status = CheckValueSize(op.key, op.kind == KvOp::Kind::kSet ? op.value.size() : 0);
+    op.status = CheckOp(op);
     if (!op.status.ok()) continue;
     const uint32_t table =
         table_count == 0 ? 0 : monitor::TableForKey(HashKey(op.key), table_count);
@@ -908,12 +976,24 @@ server::KvRequest ClusterKvStore::BatchRequest(std::span<KvOp> ops,
   KvRequest r;
   for (size_t i : group) {
     server::KvBatchEntry& b = r.batch.emplace_back();
-    b.r.key = ops[i].key;
-    if (ops[i].kind == KvOp::Kind::kGet) {
-      b.method = server::kKvGet;
-    } else {
-      b.method = server::kKvSet;
-      b.r.value = ops[i].value;
+    const KvOp& op = ops[i];
+    b.r.key = op.key;
+    switch (op.kind) {
+      case KvOp::Kind::kGet: b.method = server::kKvGet; break;
+      case KvOp::Kind::kSet:
+        b.method = server::kKvSet;
+        b.r.value = op.value;
+        break;
+      case KvOp::Kind::kHashGet:
+        b.method = server::kKvHash;
+        b.r.hash_op = server::KvHashOp::kGet;
+        b.r.fields = {op.field};
+        break;
+      case KvOp::Kind::kHashSet:
+        b.method = server::kKvHash;
+        b.r.hash_op = server::KvHashOp::kSet;
+        b.r.fields = {op.field, op.value};
+        break;
     }
   }
   return r;
@@ -1032,11 +1112,8 @@ void ClusterKvStore::ReadBatchReply(std::span<KvOp> ops, const std::vector<size_
       again.push_back(group[k]);  // a key locked by a multi-put
     } else if (c != StatusCode::kOk) {
       op.status = Status(c, body);
-    } else if (op.kind == KvOp::Kind::kGet) {
-      op.status = Status::OK();
-      op.result.assign(body);
     } else {
-      op.status = Status::OK();
+      op.status = ReadOpReply(body, &op);
     }
   }
   if (s.ok()) s = d.Done();

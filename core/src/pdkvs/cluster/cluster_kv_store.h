@@ -65,7 +65,8 @@ class ClusterKvStore final : public KvStore {
                   bool if_none_exist, bool* applied) override;
   Status Scan(uint64_t cursor, size_t count, KvScanPage* page) override;
   Status GetExpiry(std::string_view key, uint64_t* expire_at_ms) override;
-  Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
+  Status SetExpiry(std::string_view key, uint64_t expire_at_ms, ExpiryCondition condition,
+                   bool* changed) override;
   Status Type(std::string_view key, KvType* type) override;
   // Each hash operation is one kKvHash request to the hash's vnode (one
   // step of its server, its changes shipped to every backup before the
@@ -140,6 +141,8 @@ class ClusterKvStore final : public KvStore {
   // pair i): one transaction, run again on conflicts and failovers.
   Status TxMultiPut(const KvPairs& pairs, const std::vector<uint32_t>& tables, bool if_none_exist,
                     bool* applied);
+  // Adds the entries of hash write `w` (KvTxWrite) of `table` to `tx`.
+  Status TxHashWrite(client::Transaction* tx, uint32_t table, uint64_t hash, const KvTxWrite& w);
   // Runs a transaction `fill` fills in (it calls `ensure_table` for a table
   // that must have a segment) until it commits: again after a failover or
   // a stale route, and after a conflict when `retry_conflicts` (else
@@ -196,10 +199,9 @@ class ClusterKvStore final : public KvStore {
   // Applies a kKvBatch reply to the ops of `group`: statuses and values;
   // ops not answered, or meeting a multi-put's lock, run again on their
   // own. `may_answer_none`: a reply inside a kKvVnodeBatches one.
+  // (KvStore::RunOne runs an op on its own.)
   void ReadBatchReply(std::span<KvOp> ops, const std::vector<size_t>& group, std::string_view reply,
                       bool may_answer_none);
-  // Runs op on its own (KvStore::RunBatch's one-by-one way).
-  void RunOne(KvOp* op);
 
   std::unique_ptr<client::Client> client_;
   const uint32_t failover_wait_ms_;

@@ -22,6 +22,7 @@
 #include "monitor/placement.h"
 #include "pdkvs/gateway/commands.h"
 #include "pdkvs/item.h"
+#include "pdkvs/vnode_ops.h"
 #include "server/fsck.h"
 #include "server/kv_protocol.h"
 
@@ -302,16 +303,42 @@ TEST_F(KvClusterTest, EveryOperationAndItsErrors) {
   ASSERT_OK(kv->Set("e", "2", keep, &r));
   ASSERT_OK(kv->GetExpiry("e", &at));
   EXPECT_EQ(at, ex.expire_at_ms);
-  ASSERT_OK(kv->SetExpiry("p", NowMs() + 60000, &changed));
+  ASSERT_OK(kv->SetExpiry("p", NowMs() + 60000, ExpiryCondition::kAlways, &changed));
   EXPECT_TRUE(changed);
-  ASSERT_OK(kv->SetExpiry("p", 0, &changed));
+  ASSERT_OK(kv->SetExpiry("p", 0, ExpiryCondition::kAlways, &changed));
   EXPECT_TRUE(changed);
   ASSERT_OK(kv->GetExpiry("p", &at));
   EXPECT_EQ(at, 0u);
-  ASSERT_OK(kv->SetExpiry("absent", NowMs() + 1000, &changed));
+  // EXPIRE's conditions (kKvSetExpiryIf), checked by the server, on a
+  // string and on a hash.
+  uint64_t added = 0;
+  const std::pair<std::string_view, std::string_view> field{"f", "v"};
+  ASSERT_OK(kv->HashSet("ph", {&field, 1}, false, &added));
+  for (std::string_view key : {"p", "ph"}) {
+    SCOPED_TRACE(key);
+    const uint64_t later = NowMs() + 60000;
+    ASSERT_OK(kv->SetExpiry(key, later, ExpiryCondition::kIfSome, &changed));
+    EXPECT_FALSE(changed);  // none yet
+    ASSERT_OK(kv->SetExpiry(key, later, ExpiryCondition::kIfNone, &changed));
+    EXPECT_TRUE(changed);
+    ASSERT_OK(kv->SetExpiry(key, later - 1, ExpiryCondition::kIfLater, &changed));
+    EXPECT_FALSE(changed);
+    ASSERT_OK(kv->SetExpiry(key, later - 1, ExpiryCondition::kIfSomeEarlier, &changed));
+    EXPECT_TRUE(changed);
+    ASSERT_OK(kv->SetExpiry(key, later + 1, ExpiryCondition::kIfEarlier, &changed));
+    EXPECT_FALSE(changed);
+    ASSERT_OK(kv->GetExpiry(key, &at));
+    EXPECT_EQ(at, later - 1);
+    ASSERT_OK(kv->SetExpiry(key, 0, ExpiryCondition::kAlways, &changed));
+    EXPECT_TRUE(changed);
+  }
+  ASSERT_OK(kv->SetExpiry("absent", NowMs() + 1000, ExpiryCondition::kIfNone, &changed));
+  EXPECT_FALSE(changed);
+  ASSERT_OK(kv->SetExpiry("absent", NowMs() + 1000, ExpiryCondition::kAlways, &changed));
   EXPECT_FALSE(changed);
   EXPECT_EQ(kv->GetExpiry("absent", &at).code(), StatusCode::kNotFound);
-  ASSERT_OK(kv->SetExpiry("s", NowMs() - 1, &changed));  // the past deletes
+  ASSERT_OK(
+      kv->SetExpiry("s", NowMs() - 1, ExpiryCondition::kAlways, &changed));  // the past deletes
   EXPECT_TRUE(changed);
   EXPECT_EQ(kv->Get("s", &v).code(), StatusCode::kNotFound);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -1138,6 +1165,42 @@ TEST_F(KvClusterTest, RunBatchKeepsEachKeysOrderAndWaitsOutMultiPutLocks) {
   ASSERT_OK(GetAll(kv_.get(), keys, &values));
   EXPECT_EQ(values, keys);
 
+  // Hash ops (kKvHash in the batches): HGET of an absent hash, HSET new
+  // and again, HGET, and WRONGTYPE both ways against the string keys.
+  ops.clear();
+  std::vector<std::string> hashes;
+  for (const std::string& k : keys) hashes.push_back("h" + k);
+  auto add_field = [&](KvOp::Kind kind, std::string_view key, std::string_view value) {
+    KvOp& op = ops.emplace_back();
+    op.kind = kind;
+    op.key = key;
+    op.field = "f";
+    op.value = value;
+  };
+  for (size_t i = 0; i < keys.size(); ++i) {
+    add_field(KvOp::Kind::kHashGet, hashes[i], "");
+    add_field(KvOp::Kind::kHashSet, hashes[i], "one");
+    add_field(KvOp::Kind::kHashSet, hashes[i], keys[i]);
+    add_field(KvOp::Kind::kHashGet, hashes[i], "");
+    add_field(KvOp::Kind::kHashGet, keys[i], "");
+    add_field(KvOp::Kind::kHashSet, keys[i], "x");
+    add_field(KvOp::Kind::kGet, hashes[i], "");
+  }
+  kv_->RunBatch(ops);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const KvOp* o = &ops[7 * i];
+    EXPECT_EQ(o[0].status.code(), StatusCode::kNotFound) << o[0].status.ToString();
+    ASSERT_OK(o[1].status);
+    EXPECT_EQ(o[1].added, 1u);
+    ASSERT_OK(o[2].status);
+    EXPECT_EQ(o[2].added, 0u);
+    ASSERT_OK(o[3].status);
+    EXPECT_EQ(o[3].result, keys[i]);
+    for (int j : {4, 5, 6}) EXPECT_TRUE(IsWrongType(o[j].status)) << j << o[j].status.ToString();
+  }
+  ASSERT_OK(GetAll(kv_.get(), keys, &values));
+  EXPECT_EQ(values, keys);
+
   // Batches of sets and gets while multi-puts lock the same keys.
   std::unique_ptr<ClusterKvStore> second;
   ASSERT_OK(OpenStore(&second));
@@ -1434,7 +1497,7 @@ TEST_F(KvClusterTest, ActiveExpiryFreesExpiredKeysOnEveryCopy) {
   expiring.expire_at_ms = NowMs() + 100;
   for (size_t i = 0; i < keys.size(); i += 2) {
     bool changed = false;
-    ASSERT_OK(kv_->SetExpiry(keys[i], expiring.expire_at_ms, &changed));
+    ASSERT_OK(kv_->SetExpiry(keys[i], expiring.expire_at_ms, ExpiryCondition::kAlways, &changed));
     EXPECT_TRUE(changed);
   }
   while (NowMs() <= expiring.expire_at_ms)
@@ -1474,6 +1537,28 @@ TEST_F(KvClusterTest, AFlushFailsATransactionThatReadARemovedKey) {
   ASSERT_OK(kv_->TxRead({"never-set"}, &read));
   ASSERT_OK(kv_->Flush());
   ASSERT_OK(kv_->TxCommit({{"never-set", read[0].version}}, {}));
+}
+
+// A transaction deleting keys whose tables got their segments after the
+// deleting client loaded its mapping (another client's first writes
+// there) deletes them. It used to skip such a delete as "no segment, so no
+// key" and commit the rest: the Redis comparison's RENAME left its source
+// key in place on a young cluster.
+TEST_F(KvClusterTest, ATransactionDeletesKeysOfTablesMadeAfterItsMapping) {
+  std::unique_ptr<ClusterKvStore> deleter;
+  ASSERT_OK(OpenStore(&deleter));  // before any table has a segment
+  const std::vector<std::string> keys = KeysOnEveryVnode("young", 1);
+  bool applied = false;
+  ASSERT_OK(PutAll(kv_.get(), keys, "v", false, &applied));
+  for (const std::string& key : keys) {
+    std::vector<KvTxRead> read;
+    ASSERT_OK(deleter->TxRead({key}, &read));
+    ASSERT_TRUE(read[0].value.has_value()) << key;
+    ASSERT_OK(deleter->TxCommit({{key, read[0].version}}, {{key, std::nullopt, 0}}));
+    bool exists = true;
+    ASSERT_OK(kv_->Exists(key, &exists));
+    EXPECT_FALSE(exists) << key;
+  }
 }
 
 // The coordinator (its own process) dies (_exit) at each phase of a

@@ -540,9 +540,10 @@ void SetRange(Ctx& c) {
 }
 
 // EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT key time [NX | XX | GT | LT]: the
-// conditions compare with the key's expiry (none counts as infinite), in
-// one transaction with the change. A time in the past deletes the key.
-void ExpireBody(Ctx& c) {
+// condition is checked against the key's expiry (none counts as infinite)
+// in the store's atomic step that changes it, for strings and hashes
+// alike. A time in the past deletes the key.
+void Expire(Ctx& c) {
   const std::string_view name = c.args[0];
   const std::string command = Lower(name);
   const bool absolute = command.size() > 7 && command.compare(command.size() - 2, 2, "at") == 0;
@@ -568,24 +569,19 @@ void ExpireBody(Ctx& c) {
   if (gt && lt) return c.w.Error("ERR GT and LT options at the same time are not compatible");
   int64_t at = 0;
   if (!ExpireAt(c, c.args[2], unit_ms, absolute, true, command, &at)) return;
-  uint64_t current = 0;
-  Status s = c.store->GetExpiry(c.args[1], &current);
-  if (s.code() == StatusCode::kNotFound) return c.w.Integer(0);
-  if (!s.ok()) return ReplyStatus(c, s);
-  if ((nx && current != 0) || (xx && current == 0) ||
-      (gt && (current == 0 || at <= static_cast<int64_t>(current))) ||
-      (lt && current != 0 && at >= static_cast<int64_t>(current))) {
-    return c.w.Integer(0);
-  }
+  const ExpiryCondition condition = nx         ? ExpiryCondition::kIfNone
+                                    : gt       ? ExpiryCondition::kIfLater
+                                    : lt && xx ? ExpiryCondition::kIfSomeEarlier
+                                    : lt       ? ExpiryCondition::kIfEarlier
+                                    : xx       ? ExpiryCondition::kIfSome
+                                               : ExpiryCondition::kAlways;
+  // Every time in the past (a negative one too) compares and deletes as
+  // the earliest.
   bool changed = false;
-  s = c.store->SetExpiry(c.args[1], at <= 0 ? 1 : static_cast<uint64_t>(at), &changed);
+  Status s =
+      c.store->SetExpiry(c.args[1], at <= 0 ? 1 : static_cast<uint64_t>(at), condition, &changed);
   if (!s.ok()) return ReplyStatus(c, s);
   c.w.Integer(changed ? 1 : 0);
-}
-
-void Expire(Ctx& c) {
-  if (c.args.size() == 3) return ExpireBody(c);  // no condition: one step of the store
-  Atomically(c, {c.args[1]}, ExpireBody);
 }
 
 void TtlCommon(Ctx& c, bool ms) {
@@ -608,7 +604,7 @@ void PTtl(Ctx& c) {
 
 void Persist(Ctx& c) {
   bool changed = false;
-  Status s = c.store->SetExpiry(c.args[1], 0, &changed);
+  Status s = c.store->SetExpiry(c.args[1], 0, ExpiryCondition::kAlways, &changed);
   if (!s.ok()) return ReplyStatus(c, s);
   c.w.Integer(changed ? 1 : 0);
 }
@@ -660,7 +656,8 @@ void GetExBody(Ctx& c) {
   if (!s.ok()) return ReplyStatus(c, s);
   if (set || persist) {
     bool changed = false;
-    s = c.store->SetExpiry(c.args[1], persist ? 0 : static_cast<uint64_t>(at), &changed);
+    s = c.store->SetExpiry(c.args[1], persist ? 0 : static_cast<uint64_t>(at),
+                           ExpiryCondition::kAlways, &changed);
     if (!s.ok()) return ReplyStatus(c, s);
   }
   c.w.Bulk(value);
@@ -698,14 +695,46 @@ void IncrByFloat(Ctx& c) {
   Atomically(c, {c.args[1]}, IncrByFloatBody);
 }
 
-// Sets `to` to the value and expiry of `from` (kNotFound when absent);
-// only if `to` is absent unless `replace`. *applied: whether it did.
+// CopyKey of hash `from`: every field into a new hash `to`, with the
+// expiry.
+Status CopyHash(KvStore* store, std::string_view from, std::string_view to, bool replace,
+                bool* applied) {
+  bool exists = false;
+  PDPM_RETURN_IF_ERROR(store->Exists(to, &exists));
+  if (exists && !replace) return Status::OK();
+  std::vector<std::pair<std::string, std::string>> fields;
+  uint64_t cursor = 0;
+  do {
+    KvHashPage page;
+    PDPM_RETURN_IF_ERROR(store->HashScan(from, cursor, 1024, &page));
+    for (auto& f : page.fields) fields.push_back(std::move(f));
+    cursor = page.next_cursor;
+  } while (cursor != 0);
+  uint64_t at = 0;
+  PDPM_RETURN_IF_ERROR(store->GetExpiry(from, &at));
+  if (exists) PDPM_RETURN_IF_ERROR(store->Delete(to));
+  const std::vector<std::pair<std::string_view, std::string_view>> views(fields.begin(),
+                                                                         fields.end());
+  uint64_t added = 0;
+  PDPM_RETURN_IF_ERROR(store->HashSet(to, views, /*if_absent=*/false, &added));
+  if (at != 0) {
+    bool changed = false;
+    PDPM_RETURN_IF_ERROR(store->SetExpiry(to, at, ExpiryCondition::kAlways, &changed));
+  }
+  *applied = true;
+  return Status::OK();
+}
+
+// Sets `to` to the value (a string, or a hash's fields) and expiry of
+// `from` (kNotFound when absent); only if `to` is absent unless `replace`.
+// *applied: whether it did. Runs inside a transaction (a hash's fields
+// are copied one by one: all or none become visible at its commit).
 Status CopyKey(KvStore* store, std::string_view from, std::string_view to, bool replace,
                bool* applied) {
   *applied = false;
   std::string value;
   Status s = store->Get(from, &value);
-  if (IsWrongType(s)) return Status::FailedPrecondition("pDKVS cannot rename or copy a hash");
+  if (IsWrongType(s)) return CopyHash(store, from, to, replace, applied);
   PDPM_RETURN_IF_ERROR(s);
   uint64_t at = 0;
   PDPM_RETURN_IF_ERROR(store->GetExpiry(from, &at));
@@ -719,7 +748,8 @@ Status CopyKey(KvStore* store, std::string_view from, std::string_view to, bool 
   return Status::OK();
 }
 
-// RENAME and RENAMENX: the value and expiry of args[1] move to args[2].
+// RENAME and RENAMENX: the value (or fields) and expiry of args[1] move to
+// args[2].
 void RenameCommon(Ctx& c, bool nx) {
   if (c.args[1] == c.args[2]) {
     bool exists = false;
@@ -1563,15 +1593,10 @@ Status RunTransaction(Ctx& c, const std::vector<std::string_view>& keys, const W
     tc.in_transaction = true;
     run(tc);
     PDPM_RETURN_IF_ERROR(read_error);
+    PDPM_RETURN_IF_ERROR(tx.read_error());
     std::vector<KvTxCheck> checks;
     std::vector<KvTxWrite> writes;
-    for (const auto& [key, e] : overlay.entries()) {
-      checks.push_back({key, e.version});
-      if (!e.written) continue;
-      KvTxWrite w{key, std::nullopt, e.expire_at_ms};
-      if (e.value) w.value = *e.value;
-      writes.push_back(w);
-    }
+    overlay.Commit(&checks, &writes);
     return c.store->TxCommit(checks, writes);
   });
 }
@@ -1729,7 +1754,7 @@ bool CommandExecutor::Execute(ClientState* client, std::span<const std::string_v
   }
   if (client->multi.active && cmd->run != Exec && cmd->run != Discard && cmd->run != Multi &&
       cmd->run != Watch && cmd->run != Quit) {
-    if (cmd->run == FlushDb || std::string_view(cmd->group) == "hash") {
+    if (cmd->run == FlushDb) {
       return refuse(std::string("ERR ") + cmd->name + " inside MULTI is not supported by pDKVS");
     }
     client->multi.queued.emplace_back(args.begin(), args.end());
@@ -1751,6 +1776,13 @@ bool CommandExecutor::Batchable(const ClientState& client, std::span<const std::
   } else if (args.size() == 3 && EqualsNoCase(args[0], "set")) {
     op->kind = KvOp::Kind::kSet;
     op->value = args[2];
+  } else if (args.size() == 3 && EqualsNoCase(args[0], "hget")) {
+    op->kind = KvOp::Kind::kHashGet;
+    op->field = args[2];
+  } else if (args.size() == 4 && EqualsNoCase(args[0], "hset")) {
+    op->kind = KvOp::Kind::kHashSet;
+    op->field = args[2];
+    op->value = args[3];
   } else {
     return false;
   }
@@ -1760,13 +1792,18 @@ bool CommandExecutor::Batchable(const ClientState& client, std::span<const std::
 
 void CommandExecutor::ReplyBatched(ClientState* client, const KvOp& op, std::string* out) {
   stats_->commands_processed.fetch_add(1, std::memory_order_relaxed);
-  const bool get = op.kind == KvOp::Kind::kGet;
-  client->last_command.store(get ? "get" : "set", std::memory_order_relaxed);
+  static constexpr const char* kNames[] = {"get", "set", "hget", "hset"};
+  client->last_command.store(kNames[static_cast<int>(op.kind)], std::memory_order_relaxed);
   Ctx c{store_, config_, clients_, stats_, client, {}, RespWriter(out, client->protocol.load())};
-  if (get && op.status.code() == StatusCode::kNotFound) return c.w.Null();
+  const bool read = op.kind == KvOp::Kind::kGet || op.kind == KvOp::Kind::kHashGet;
+  if (read && op.status.code() == StatusCode::kNotFound) return c.w.Null();
   if (!op.status.ok()) return ReplyStatus(c, op.status);
-  if (get) return c.w.Bulk(op.result);
-  Ok(c);
+  switch (op.kind) {
+    case KvOp::Kind::kGet:
+    case KvOp::Kind::kHashGet: return c.w.Bulk(op.result);
+    case KvOp::Kind::kSet: return Ok(c);
+    case KvOp::Kind::kHashSet: return c.w.Integer(static_cast<int64_t>(op.added));
+  }
 }
 
 }  // namespace pdpm::pdkvs

@@ -88,8 +88,8 @@ class CommandExecutor {
   // the reply (QUIT).
   bool Execute(ClientState* client, std::span<const std::string_view> args, std::string* out);
 
-  // Whether the request is a plain GET key or SET key value of a client
-  // that may run it, which a gateway may run among others with
+  // Whether the request is a plain GET key, SET key value, HGET key field
+  // or HSET key field value of a client that may run it, which a gateway may run among others with
   // KvStore::RunBatch: then fills *op (viewing args). Execute runs every
   // other request.
   bool Batchable(const ClientState& client, std::span<const std::string_view> args, KvOp* op) const;

@@ -99,14 +99,14 @@ struct Connection {
   std::string scratch;
 };
 
-// A request of the round's batch: its connection; its key and value view
+// A request of the round's batch: its connection; its key, field and value view
 // the connection's input buffer (which keeps its bytes until the round
 // ends), or copies of them for an inline request (whose arguments view the
 // connection's scratch string, reused by the next request).
 struct BatchedRequest {
   Connection* c;
   bool copied = false;
-  std::string key, value;
+  std::string key, field, value;
 };
 
 }  // namespace
@@ -237,8 +237,8 @@ void Gateway::Run(Loop* loop) {
     }
     return true;
   };
-  // Runs the complete requests received: plain GETs and SETs join the
-  // round's batch; any other runs at once, unless requests of its
+  // Runs the complete requests received: plain GETs and SETs, and HGETs
+  // and HSETs of one field, join the round's batch; any other runs at once, unless requests of its
   // connection are in the batch: then it waits (c->blocked) for their
   // replies, which keeps the connection's replies in request order.
   std::vector<BatchedRequest> batched;
@@ -267,9 +267,10 @@ void Gateway::Run(Loop* loop) {
       }
       if (batchable) {
         if (data.front() == '*') {
-          batched.push_back({c, false, {}, {}});
+          batched.push_back({c, false, {}, {}, {}});
         } else {
-          batched.push_back({c, true, std::string(op.key), std::string(op.value)});
+          batched.push_back(
+              {c, true, std::string(op.key), std::string(op.field), std::string(op.value)});
         }
         ops.push_back(op);
         ++c->batched;
@@ -293,6 +294,7 @@ void Gateway::Run(Loop* loop) {
         for (size_t i = 0; i < ops.size(); ++i) {
           if (!batched[i].copied) continue;
           ops[i].key = batched[i].key;
+          ops[i].field = batched[i].field;
           ops[i].value = batched[i].value;
         }
         store_->RunBatch(ops);

@@ -1,10 +1,10 @@
 // Gateway: the Redis-protocol front end of pDKVS. A few event-loop threads
 // share one listening socket (EPOLLEXCLUSIVE); each owns the connections it
 // accepted and runs their requests in rounds: every complete request of
-// every connection that is ready, the plain GETs and SETs of all of them as
-// one KvStore::RunBatch (one request per vnode, all in flight at once), the
-// others in turn, each connection's replies in its request order and sent
-// in one write. A protocol error replies and closes that connection only.
+// every connection that is ready, the plain GETs and SETs (and one-field
+// HGETs and HSETs) of all of them as one KvStore::RunBatch (one request per
+// vnode, all in flight at once), the others in turn, each connection's replies in its request order
+// and sent in one write. A protocol error replies and closes that connection only.
 #pragma once
 
 #include <atomic>

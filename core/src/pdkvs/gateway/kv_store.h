@@ -89,14 +89,19 @@ struct KvCounts {
   uint64_t expires = 0;  // keys with an expiry time
 };
 
-// One operation of KvStore::RunBatch: a Get, or a Set without options.
+// One operation of KvStore::RunBatch: a Get, a Set without options, or a
+// HashGet or HashSet (not if absent) of one field.
 struct KvOp {
-  enum class Kind { kGet, kSet };
+  enum class Kind { kGet, kSet, kHashGet, kHashSet };
   Kind kind = Kind::kGet;
   std::string_view key;
-  std::string_view value;  // kSet
-  Status status;           // the outcome, as Get's or Set's
-  std::string result;      // kGet: the value
+  std::string_view field;  // kHashGet, kHashSet
+  std::string_view value;  // kSet, kHashSet
+  // The outcome, as the single operation's; kHashGet: kNotFound when the
+  // field (or the hash) is absent.
+  Status status;
+  std::string result;  // kGet, kHashGet: the value
+  uint64_t added = 0;  // kHashSet: 1 when the field was new
 };
 
 // A key's version as a transaction read it: equal versions of a key mean
@@ -110,9 +115,9 @@ struct KvVersion {
 
 // A key as KvStore::TxRead found it.
 struct KvTxRead {
-  // nullopt: absent; a hash (hash true) reads as an empty value: a
-  // transaction may test, delete or replace it, not read or change its
-  // fields.
+  // nullopt: absent; a hash (hash true) reads as an empty value: the
+  // transaction reads its fields with the hash calls (a write of the hash
+  // changes its version, so the commit's check covers them).
   std::optional<std::string> value;
   uint64_t expire_at_ms = 0;  // 0: none
   KvVersion version;
@@ -125,12 +130,50 @@ struct KvTxCheck {
   KvVersion version;
 };
 
-// What a transaction leaves at a key: a value with its expiry, or nothing.
+// What a transaction leaves at a key: a value with its expiry, nothing, or
+// a hash.
 struct KvTxWrite {
   std::string_view key;
-  std::optional<std::string_view> value;  // nullopt: delete the key
+  std::optional<std::string_view> value;  // nullopt: delete the key (unless hash)
   uint64_t expire_at_ms = 0;              // 0: none
+  // A hash: the key holds a hash afterwards, with expiry expire_at_ms
+  // (value unused). `fresh`: what the key held goes first (the hash was
+  // made, or made again, by the transaction); else the hash the
+  // transaction read is changed. `fields`: the fields changed, each once,
+  // set to a value or removed (nullopt). The hash is never left empty.
+  bool hash = false;
+  bool fresh = false;
+  std::vector<std::pair<std::string_view, std::optional<std::string_view>>> fields = {};
 };
+
+// A condition on a key's expiry for KvStore::SetExpiry (EXPIRE's NX XX GT
+// LT), checked in the same atomic step as the change. No expiry counts as
+// infinite, as in Redis.
+enum class ExpiryCondition : uint8_t {
+  kAlways = 0,
+  kIfNone = 1,     // NX: the key has no expiry
+  kIfSome = 2,     // XX: the key has one
+  kIfLater = 3,    // GT: the new expiry is later than the key's
+  kIfEarlier = 4,  // LT: the new expiry is earlier than the key's
+  // XX LT: the key has an expiry, and the new one is earlier (XX GT is
+  // GT: no expiry is never earlier).
+  kIfSomeEarlier = 5,
+  kLast = kIfSomeEarlier,
+};
+
+// Whether `condition` holds for a key expiring at `current` (0: never)
+// given a new expiry `wanted`.
+inline bool ExpiryConditionHolds(ExpiryCondition condition, uint64_t current, uint64_t wanted) {
+  switch (condition) {
+    case ExpiryCondition::kAlways: return true;
+    case ExpiryCondition::kIfNone: return current == 0;
+    case ExpiryCondition::kIfSome: return current != 0;
+    case ExpiryCondition::kIfLater: return current != 0 && wanted > current;
+    case ExpiryCondition::kIfEarlier: return current == 0 || wanted < current;
+    case ExpiryCondition::kIfSomeEarlier: return current != 0 && wanted < current;
+  }
+  return false;
+}
 
 // What a key holds (TYPE).
 enum class KvType { kNone, kString, kHash };
@@ -183,10 +226,12 @@ class KvStore {
   virtual Status Scan(uint64_t cursor, size_t count, KvScanPage* page) = 0;
   // The expiry of a key (0: none); kNotFound when absent.
   virtual Status GetExpiry(std::string_view key, uint64_t* expire_at_ms) = 0;
-  // Sets (expire_at_ms > 0) or removes (0) the expiry of a present key;
-  // *changed is false when the key is absent or (removal) had none. An
-  // expiry in the past deletes the key.
-  virtual Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) = 0;
+  // Sets (expire_at_ms > 0) or removes (0) the expiry of a present key
+  // (string or hash) if `condition` holds, in one atomic step; *changed is
+  // false when the key is absent, the condition does not hold or (removal)
+  // the key had none. An expiry in the past deletes the key.
+  virtual Status SetExpiry(std::string_view key, uint64_t expire_at_ms, ExpiryCondition condition,
+                           bool* changed) = 0;
   // TYPE: what the key holds (kNone when absent).
   virtual Status Type(std::string_view key, KvType* type) = 0;
 
@@ -255,10 +300,26 @@ class KvStore {
   // order; ops of different keys may run in any order, or at once. This
   // one runs them one by one; a store may group them (fewer round trips).
   virtual void RunBatch(std::span<KvOp> ops) {
-    for (KvOp& op : ops) {
-      SetResult ignored;
-      op.status = op.kind == KvOp::Kind::kGet ? Get(op.key, &op.result)
-                                              : Set(op.key, op.value, SetOptions{}, &ignored);
+    for (KvOp& op : ops) RunOne(&op);
+  }
+
+ protected:
+  // Runs one op of a batch with its single-key operation.
+  void RunOne(KvOp* op) {
+    SetResult ignored;
+    std::vector<std::optional<std::string>> values;
+    const std::pair<std::string_view, std::string_view> field{op->field, op->value};
+    switch (op->kind) {
+      case KvOp::Kind::kGet: op->status = Get(op->key, &op->result); return;
+      case KvOp::Kind::kSet: op->status = Set(op->key, op->value, SetOptions{}, &ignored); return;
+      case KvOp::Kind::kHashGet:
+        op->status = HashGet(op->key, {&op->field, 1}, &values);
+        if (op->status.ok() && !values[0]) op->status = Status::NotFound("no such field");
+        if (op->status.ok()) op->result = std::move(*values[0]);
+        return;
+      case KvOp::Kind::kHashSet:
+        op->status = HashSet(op->key, {&field, 1}, /*if_absent=*/false, &op->added);
+        return;
     }
   }
 };

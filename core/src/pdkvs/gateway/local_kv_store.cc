@@ -238,10 +238,13 @@ Status LocalKvStore::GetExpiry(std::string_view key, uint64_t* expire_at_ms) {
   return VnodeGetExpiry(VnodeOf(key), key, expire_at_ms);
 }
 
-Status LocalKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) {
+Status LocalKvStore::SetExpiry(std::string_view key, uint64_t expire_at_ms,
+                               ExpiryCondition condition, bool* changed) {
   const uint64_t now = NowMs();
   std::shared_lock lock(multi_mu_);
-  return Write(key, [&] { return VnodeSetExpiry(VnodeOf(key), key, expire_at_ms, now, changed); });
+  return Write(key, [&] {
+    return VnodeSetExpiry(VnodeOf(key), key, expire_at_ms, condition, now, changed);
+  });
 }
 
 Status LocalKvStore::Type(std::string_view key, KvType* type) {
@@ -352,7 +355,10 @@ Status LocalKvStore::TxRead(const std::vector<std::string_view>& keys, std::vect
 Status LocalKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
                               const std::vector<KvTxWrite>& writes) {
   for (const KvTxWrite& w : writes) {
-    PDPM_RETURN_IF_ERROR(CheckItemSize(w.key, w.value ? w.value->size() : 0));
+    PDPM_RETURN_IF_ERROR(CheckItemSize(w.key, w.value && !w.hash ? w.value->size() : 0));
+    for (const auto& [field, value] : w.fields) {
+      PDPM_RETURN_IF_ERROR(CheckItemSize(field, value ? value->size() : 0));
+    }
   }
   std::unique_lock lock(multi_mu_);
   for (const KvTxCheck& c : checks) {
@@ -360,15 +366,34 @@ Status LocalKvStore::TxCommit(const std::vector<KvTxCheck>& checks,
       return Status::Aborted("conflict: a key changed since the transaction read it");
     }
   }
+  auto absent_is_done = [](Status s) {
+    return s.code() == StatusCode::kNotFound ? Status::OK() : s;
+  };
   for (const KvTxWrite& w : writes) {
     PDPM_RETURN_IF_ERROR(Write(w.key, [&] {
-      if (!w.value) {
-        Status s = VnodeOf(w.key)->Delete(w.key);
-        return s.code() == StatusCode::kNotFound ? Status::OK() : s;
+      CcehIndex* index = VnodeOf(w.key);
+      if (w.hash) {
+        VnodeHashes* hashes = HashesOf(w.key);
+        if (w.fresh) PDPM_RETURN_IF_ERROR(absent_is_done(index->Delete(w.key)));
+        // Sets before removals: the hash is never empty on the way.
+        for (const auto& [field, value] : w.fields) {
+          if (!value) continue;
+          const std::pair<std::string_view, std::string_view> set{field, *value};
+          uint64_t added = 0;
+          PDPM_RETURN_IF_ERROR(hashes->Set(w.key, {&set, 1}, false, &added));
+        }
+        for (const auto& [field, value] : w.fields) {
+          if (value) continue;
+          uint64_t removed = 0;
+          PDPM_RETURN_IF_ERROR(absent_is_done(hashes->Delete(w.key, {&field, 1}, &removed)));
+        }
+        bool changed = false;
+        return VnodeSetExpiry(index, w.key, w.expire_at_ms, ExpiryCondition::kAlways, 0, &changed);
       }
+      if (!w.value) return absent_is_done(index->Delete(w.key));
       PutOptions put;
       put.meta.expire_at_ms = w.expire_at_ms;
-      return VnodeOf(w.key)->Put(w.key, *w.value, put);
+      return index->Put(w.key, *w.value, put);
     }));
   }
   return Status::OK();

@@ -70,7 +70,8 @@ class LocalKvStore final : public KvStore {
                   bool if_none_exist, bool* applied) override;
   Status Scan(uint64_t cursor, size_t count, KvScanPage* page) override;
   Status GetExpiry(std::string_view key, uint64_t* expire_at_ms) override;
-  Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
+  Status SetExpiry(std::string_view key, uint64_t expire_at_ms, ExpiryCondition condition,
+                   bool* changed) override;
   Status Type(std::string_view key, KvType* type) override;
   Status HashSet(std::string_view key,
                  std::span<const std::pair<std::string_view, std::string_view>> fields,

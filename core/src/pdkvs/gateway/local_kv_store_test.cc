@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <set>
 
 #include "pdkvs/gateway/commands.h"
@@ -113,13 +114,65 @@ TEST_F(LocalKvStoreTest, ExpiryFollowsTheClock) {
   ASSERT_TRUE(store_->GetExpiry("t", &at).ok());
   EXPECT_EQ(at, now_ms_ + 100);
   bool changed = false;
-  ASSERT_TRUE(store_->SetExpiry("t", 0, &changed).ok());
+  ASSERT_TRUE(store_->SetExpiry("t", 0, ExpiryCondition::kAlways, &changed).ok());
   EXPECT_TRUE(changed);
-  ASSERT_TRUE(store_->SetExpiry("t", now_ms_ + 50, &changed).ok());
+  ASSERT_TRUE(store_->SetExpiry("t", now_ms_ + 50, ExpiryCondition::kAlways, &changed).ok());
   now_ms_ += 60;
   EXPECT_EQ(Get("t"), "<not_found>");
-  ASSERT_TRUE(store_->SetExpiry("t", now_ms_ + 50, &changed).ok());
+  ASSERT_TRUE(store_->SetExpiry("t", now_ms_ + 50, ExpiryCondition::kAlways, &changed).ok());
   EXPECT_FALSE(changed);
+}
+
+// EXPIRE's NX XX GT LT, on a string and on a hash alike (one step each).
+TEST_F(LocalKvStoreTest, ConditionalExpiry) {
+  SetOptions o;
+  SetResult r;
+  ASSERT_TRUE(store_->Set("s", "v", o, &r).ok());
+  uint64_t n = 0;
+  const std::pair<std::string_view, std::string_view> field{"f", "v"};
+  ASSERT_TRUE(store_->HashSet("h", {&field, 1}, false, &n).ok());
+  for (std::string_view key : {"s", "h"}) {
+    SCOPED_TRACE(key);
+    auto set = [&](uint64_t at, ExpiryCondition condition) {
+      bool changed = false;
+      Status s = store_->SetExpiry(key, at, condition, &changed);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      return changed;
+    };
+    auto expiry = [&] {
+      uint64_t at = 0;
+      EXPECT_TRUE(store_->GetExpiry(key, &at).ok());
+      return at;
+    };
+    const uint64_t t = now_ms_ + 1000;
+    // No expiry: XX, GT and XX LT refuse; LT (none is infinite) and NX set.
+    EXPECT_FALSE(set(t, ExpiryCondition::kIfSome));
+    EXPECT_FALSE(set(t, ExpiryCondition::kIfLater));
+    EXPECT_FALSE(set(t, ExpiryCondition::kIfSomeEarlier));
+    EXPECT_EQ(expiry(), 0u);
+    EXPECT_TRUE(set(t, ExpiryCondition::kIfEarlier));
+    EXPECT_EQ(expiry(), t);
+    ASSERT_TRUE(set(0, ExpiryCondition::kAlways));
+    EXPECT_TRUE(set(t, ExpiryCondition::kIfNone));
+    EXPECT_EQ(expiry(), t);
+    // An expiry: NX refuses, GT wants later, LT and XX LT earlier, XX any.
+    EXPECT_FALSE(set(t + 5, ExpiryCondition::kIfNone));
+    EXPECT_FALSE(set(t, ExpiryCondition::kIfLater));
+    EXPECT_TRUE(set(t + 5, ExpiryCondition::kIfLater));
+    EXPECT_FALSE(set(t + 5, ExpiryCondition::kIfEarlier));
+    EXPECT_FALSE(set(t + 6, ExpiryCondition::kIfSomeEarlier));
+    EXPECT_TRUE(set(t + 4, ExpiryCondition::kIfSomeEarlier));
+    EXPECT_TRUE(set(t + 3, ExpiryCondition::kIfEarlier));
+    EXPECT_TRUE(set(t + 9, ExpiryCondition::kIfSome));
+    EXPECT_EQ(expiry(), t + 9);
+    // A time in the past that the condition lets through deletes the key.
+    EXPECT_FALSE(set(1, ExpiryCondition::kIfLater));
+    EXPECT_TRUE(set(1, ExpiryCondition::kIfEarlier));
+    KvType type = KvType::kString;
+    ASSERT_TRUE(store_->Type(key, &type).ok());
+    EXPECT_EQ(type, KvType::kNone);
+    EXPECT_FALSE(set(t, ExpiryCondition::kAlways));  // absent
+  }
 }
 
 TEST_F(LocalKvStoreTest, MultiPutScanFlushAndReopen) {
@@ -271,7 +324,8 @@ TEST_F(LocalKvStoreTest, OverlayRunsTheVnodeOperations) {
   ASSERT_TRUE(tx.Get("s", &value).ok());
   EXPECT_EQ(value, std::string("ab\0\0z", 5));
   bool changed = false;
-  ASSERT_TRUE(tx.SetExpiry("s", now_ms_ - 1, &changed).ok());  // in the past: gone
+  ASSERT_TRUE(tx.SetExpiry("s", now_ms_ - 1, ExpiryCondition::kAlways, &changed)
+                  .ok());  // in the past: gone
   EXPECT_TRUE(changed);
   EXPECT_EQ(tx.Get("s", &value).code(), StatusCode::kNotFound);
   EXPECT_EQ(tx.Flush().code(), StatusCode::kFailedPrecondition);
@@ -376,7 +430,7 @@ TEST_F(LocalKvStoreTest, Hashes) {
   // An expired hash is absent, and a new one takes its place.
   ASSERT_TRUE(store_->HashSet("h4", Fields{{"a", "1"}}, false, &n).ok());
   bool changed = false;
-  ASSERT_TRUE(store_->SetExpiry("h4", now_ms_ + 10, &changed).ok());
+  ASSERT_TRUE(store_->SetExpiry("h4", now_ms_ + 10, ExpiryCondition::kAlways, &changed).ok());
   EXPECT_TRUE(changed);
   now_ms_ += 20;
   ASSERT_TRUE(store_->HashLength("h4", &n).ok());
@@ -394,41 +448,130 @@ TEST_F(LocalKvStoreTest, Hashes) {
   EXPECT_EQ(counts.keys, 4u);  // s, big, h3, h4
 }
 
-// In a transaction a hash may be tested, deleted or replaced; string
-// operations on it answer WRONGTYPE and hash operations are refused.
+// Hashes in a transaction: every hash call on the overlay (fields read
+// from the store once, changed in the transaction), WRONGTYPE both ways,
+// the commit writing the changed fields and the expiry; a hash made again
+// after a delete drops the old fields; a write of the hash meanwhile fails
+// the commit; emptying a hash removes it.
 TEST_F(LocalKvStoreTest, HashInATransaction) {
+  using Fields = std::vector<std::pair<std::string_view, std::string_view>>;
+  using Names = std::vector<std::string_view>;
+  using Values = std::vector<std::optional<std::string>>;
   uint64_t n = 0;
-  const std::pair<std::string_view, std::string_view> field{"f", "v"};
-  ASSERT_TRUE(store_->HashSet("h", {&field, 1}, false, &n).ok());
-  TxOverlay overlay(
-      [&](std::string_view key, KvTxRead* out) {
-        std::vector<KvTxRead> one;
-        PDPM_RETURN_IF_ERROR(store_->TxRead({key}, &one));
-        *out = one.front();
-        return Status::OK();
-      },
-      now_ms_);
-  TxKvStore tx(&overlay, store_.get(), now_ms_);
-  KvType type = KvType::kNone;
-  ASSERT_TRUE(tx.Type("h", &type).ok());
-  EXPECT_EQ(type, KvType::kHash);
-  std::string value;
-  EXPECT_TRUE(IsWrongType(tx.Get("h", &value)));
-  int64_t i = 0;
-  EXPECT_TRUE(IsWrongType(tx.IncrBy("h", 1, &i)));
-  EXPECT_EQ(tx.HashLength("h", &n).code(), StatusCode::kFailedPrecondition);
-  bool changed = false;
-  EXPECT_EQ(tx.SetExpiry("h", now_ms_ + 1000, &changed).code(), StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(tx.Delete("h").ok());
-  std::vector<KvTxCheck> checks;
-  std::vector<KvTxWrite> writes;
-  for (const auto& [key, e] : overlay.entries()) {
-    checks.push_back({key, e.version});
-    if (e.written) writes.push_back({key, e.value, e.expire_at_ms});
-  }
-  ASSERT_TRUE(store_->TxCommit(checks, writes).ok());
+  ASSERT_TRUE(store_->HashSet("h", Fields{{"f", "v"}, {"e", "w"}}, false, &n).ok());
+  SetOptions o;
+  SetResult r;
+  ASSERT_TRUE(store_->Set("s", "string", o, &r).ok());
+  // Runs `body` on a transaction of the store, then commits it.
+  auto transaction = [&](const std::function<void(TxKvStore*)>& body) {
+    TxOverlay overlay(
+        [&](std::string_view key, KvTxRead* out) {
+          std::vector<KvTxRead> one;
+          PDPM_RETURN_IF_ERROR(store_->TxRead({key}, &one));
+          *out = one.front();
+          return Status::OK();
+        },
+        now_ms_);
+    TxKvStore tx(&overlay, store_.get(), now_ms_);
+    body(&tx);
+    EXPECT_TRUE(tx.read_error().ok()) << tx.read_error().ToString();
+    std::vector<KvTxCheck> checks;
+    std::vector<KvTxWrite> writes;
+    overlay.Commit(&checks, &writes);
+    return store_->TxCommit(checks, writes);
+  };
+  Status s = transaction([&](TxKvStore* tx) {
+    KvType type = KvType::kNone;
+    ASSERT_TRUE(tx->Type("h", &type).ok());
+    EXPECT_EQ(type, KvType::kHash);
+    std::string value;
+    EXPECT_TRUE(IsWrongType(tx->Get("h", &value)));
+    int64_t i = 0;
+    EXPECT_TRUE(IsWrongType(tx->IncrBy("h", 1, &i)));
+    EXPECT_TRUE(IsWrongType(tx->HashSet("s", Fields{{"a", "b"}}, false, &n)));
+    ASSERT_TRUE(tx->HashLength("h", &n).ok());
+    EXPECT_EQ(n, 2u);
+    ASSERT_TRUE(tx->HashSet("h", Fields{{"g", "1"}, {"f", "v2"}}, false, &n).ok());
+    EXPECT_EQ(n, 1u);
+    ASSERT_TRUE(tx->HashSet("h", Fields{{"g", "x"}}, /*if_absent=*/true, &n).ok());
+    EXPECT_EQ(n, 0u);
+    Values values;
+    ASSERT_TRUE(tx->HashGet("h", Names{"f", "g", "x", "e"}, &values).ok());
+    EXPECT_EQ(values, (Values{"v2", "1", std::nullopt, "w"}));
+    ASSERT_TRUE(tx->HashIncrBy("h", "g", 5, &i).ok());
+    EXPECT_EQ(i, 6);
+    EXPECT_EQ(tx->HashIncrBy("h", "f", 1, &i).code(), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(tx->HashDelete("h", Names{"f", "nope"}, &n).ok());
+    EXPECT_EQ(n, 1u);
+    ASSERT_TRUE(tx->HashLength("h", &n).ok());
+    EXPECT_EQ(n, 2u);
+    bool changed = false;
+    ASSERT_TRUE(tx->SetExpiry("h", now_ms_ + 1000, ExpiryCondition::kAlways, &changed).ok());
+    EXPECT_TRUE(changed);
+    KvHashPage page;
+    ASSERT_TRUE(tx->HashScan("h", 0, 1, &page).ok());  // one page of the two
+    ASSERT_EQ(page.fields.size(), 1u);
+    KvHashPage rest;
+    ASSERT_TRUE(tx->HashScan("h", page.next_cursor, 10, &rest).ok());
+    ASSERT_EQ(rest.fields.size(), 1u);
+    EXPECT_EQ(rest.next_cursor, 0u);
+    std::set<std::string> seen = {page.fields[0].first + "=" + page.fields[0].second,
+                                  rest.fields[0].first + "=" + rest.fields[0].second};
+    EXPECT_EQ(seen, (std::set<std::string>{"e=w", "g=6"}));
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  Values values;
+  ASSERT_TRUE(store_->HashGet("h", Names{"f", "g", "e"}, &values).ok());
+  EXPECT_EQ(values, (Values{std::nullopt, "6", "w"}));
+  uint64_t at = 0;
+  ASSERT_TRUE(store_->GetExpiry("h", &at).ok());
+  EXPECT_EQ(at, now_ms_ + 1000);
+
+  // Removed and made again: none of the old fields, no expiry.
+  s = transaction([&](TxKvStore* tx) {
+    ASSERT_TRUE(tx->Delete("h").ok());
+    ASSERT_TRUE(tx->HashSet("h", Fields{{"a", "1"}}, false, &n).ok());
+    ASSERT_TRUE(tx->HashLength("h", &n).ok());
+    EXPECT_EQ(n, 1u);
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(store_->HashGet("h", Names{"a", "g", "e"}, &values).ok());
+  EXPECT_EQ(values, (Values{"1", std::nullopt, std::nullopt}));
+  ASSERT_TRUE(store_->GetExpiry("h", &at).ok());
+  EXPECT_EQ(at, 0u);
+
+  // A write of the hash between the transaction's reads and its commit.
+  s = transaction([&](TxKvStore* tx) {
+    ASSERT_TRUE(tx->HashSet("h", Fields{{"b", "2"}}, false, &n).ok());
+    ASSERT_TRUE(store_->HashSet("h", Fields{{"c", "3"}}, false, &n).ok());
+  });
+  EXPECT_EQ(s.code(), StatusCode::kAborted);
+  ASSERT_TRUE(store_->HashGet("h", Names{"b", "c"}, &values).ok());
+  EXPECT_EQ(values, (Values{std::nullopt, "3"}));
+
+  // Every field removed: the hash is gone, and a string may take the key
+  // in the same transaction.
+  s = transaction([&](TxKvStore* tx) {
+    ASSERT_TRUE(tx->HashDelete("h", Names{"a", "c"}, &n).ok());
+    EXPECT_EQ(n, 2u);
+    bool exists = true;
+    ASSERT_TRUE(tx->Exists("h", &exists).ok());
+    EXPECT_FALSE(exists);
+    EXPECT_TRUE(IsWrongType(tx->HashDelete("s", Names{"x"}, &n)));
+    ASSERT_TRUE(tx->Delete("s").ok());
+    int64_t i = 0;
+    ASSERT_TRUE(tx->HashIncrBy("s", "n", 2, &i).ok());
+    EXPECT_EQ(i, 2);
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  KvType type = KvType::kString;
   ASSERT_TRUE(store_->Type("h", &type).ok());
   EXPECT_EQ(type, KvType::kNone);
+  ASSERT_TRUE(store_->HashGet("s", Names{"n"}, &values).ok());
+  EXPECT_EQ(values, (Values{"2"}));
+  KvCounts counts;
+  ASSERT_TRUE(store_->Count(&counts).ok());
+  EXPECT_EQ(counts.keys, 1u);  // s, a hash now
 }
 
 TEST(GlobMatch, RedisPatterns) {

@@ -5,19 +5,24 @@
 // (KvStore::TxCommit). Count and Scan read the store itself (they see
 // neither the transaction's writes nor an isolated state); MultiPut with
 // if_none_exist and the rest of the single-key contract hold within the
-// transaction. Flush and the hash operations are refused
-// (kFailedPrecondition): the gateway does not queue them. A hash key read by
-// the transaction may be tested (EXISTS, TYPE), deleted or replaced by a
-// string; string operations on it answer WRONGTYPE.
+// transaction. Flush is refused (kFailedPrecondition): the gateway does not
+// queue it.
+//
+// Hashes: a hash's fields are read from the store (its hash calls) the
+// first time the transaction names each (its field count once), and
+// changed in the overlay (TxOverlay::HashFields); the commit writes the
+// changed fields (KvTxWrite). The store's answers are as of the commit:
+// the hash's version, read by TxRead, is checked then, and any write of
+// the hash changes it. A hash made by the transaction, or emptied and
+// made again, reads nothing from the store.
 #pragma once
+
+#include <functional>
 
 #include "pdkvs/gateway/kv_store.h"
 #include "pdkvs/tx_overlay.h"
 
 namespace pdpm::pdkvs {
-
-inline constexpr std::string_view kHashInTransactionMessage =
-    "hash commands inside MULTI are not supported by pDKVS";
 
 class TxKvStore final : public KvStore {
  public:
@@ -42,7 +47,8 @@ class TxKvStore final : public KvStore {
                   bool if_none_exist, bool* applied) override;
   Status Scan(uint64_t cursor, size_t count, KvScanPage* page) override;
   Status GetExpiry(std::string_view key, uint64_t* expire_at_ms) override;
-  Status SetExpiry(std::string_view key, uint64_t expire_at_ms, bool* changed) override;
+  Status SetExpiry(std::string_view key, uint64_t expire_at_ms, ExpiryCondition condition,
+                   bool* changed) override;
   Status Type(std::string_view key, KvType* type) override;
   Status HashSet(std::string_view key,
                  std::span<const std::pair<std::string_view, std::string_view>> fields,
@@ -67,11 +73,35 @@ class TxKvStore final : public KvStore {
   Status TxCommit(const std::vector<KvTxCheck>& checks,
                   const std::vector<KvTxWrite>& writes) override;
 
+  // The first failure of a read of the store's hash calls (OK if none):
+  // the transaction's attempt fails with it (kAborted, to run again, when
+  // the key stopped holding a hash meanwhile) rather than answer a command
+  // with it.
+  const Status& read_error() const { return read_error_; }
+
  private:
-  static Status HashInTransaction();
+  // `s`, the outcome of a read of the store, kept when it is the first
+  // failure.
+  Status Read(Status s);
+  // The fields of hash `key` as the transaction sees them in *fields (and
+  // its entry in *entry): null when the key is absent and not `create`,
+  // else a new hash when absent. kFailedPrecondition (WRONGTYPE) when the
+  // key holds a string.
+  Status HashOf(std::string_view key, bool create, TxOverlay::Entry** entry,
+                TxOverlay::HashFields** fields);
+  // Runs `update` (it may set `field`) on the fields of hash `key`, made
+  // when absent, counting the field if it is new.
+  Status UpdateField(std::string_view key, std::string_view field,
+                     const std::function<Status(TxOverlay* fields)>& update);
+  // After a change of hash `entry`'s fields (or a new hash that got none):
+  // a hash left without a field is removed, as in Redis; else the entry is
+  // written.
+  static void Changed(TxOverlay::Entry* entry);
+
   TxOverlay* const overlay_;
   KvStore* const store_;
   const uint64_t now_ms_;
+  Status read_error_;
 };
 
 }  // namespace pdpm::pdkvs
