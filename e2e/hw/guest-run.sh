@@ -126,6 +126,8 @@ while read -r label binary workdir binary_timeout filter; do
   # leads no group), so every process it starts, however it ends, is
   # found and ended with it.
   cd "$workdir" || { echo "HW-RESULT $label $name FAIL no directory $workdir"; status=1; continue; }
+  # The kernel's log from here on is this binary's (read on failure).
+  dmesg -C 2>/dev/null
   setsid "$binary" "--gtest_filter=$filter" "--gtest_repeat=$repeat" >/tmp/out 2>&1 &
   pid=$!
   cd /
@@ -186,6 +188,10 @@ while read -r label binary workdir binary_timeout filter; do
   if [ $rc -eq 0 ]; then
     echo "HW-RESULT $label $name PASS ${took}s"
   else
+    # A process the kernel ended (out of memory, a fault) leaves no line in
+    # its own log: a server that vanished mid-test shows here.
+    dmesg 2>/dev/null | grep -iE 'out of memory|oom-kill|killed process|segfault|general protection|trap' |
+      tail -20 | sed 's/^/  | kernel: /'
     if [ -n "$stacks" ]; then
       sed 's/^/  | /' "$stacks" | tail -3000
       # The logs of the clusters it left say where the servers stood.

@@ -255,12 +255,17 @@ class ClientImpl final : public Client, public TxHost {
   Status PAllocate(uint64_t size, uint32_t server_id, GlobalAddress* out) override {
     if (size == 0) return Status::InvalidArgument("pallocate of 0 bytes");
     std::string reply;
-    PDPM_RETURN_IF_ERROR(Call(
-        [&](const Mapping&, uint32_t* server) {
-          *server = server_id;
-          return Status::OK();
-        },
-        server::kPAllocate, [&](Encoder& e) { e.U64(size); }, &reply));
+    // Not sent twice when it may have reached the server: a second
+    // allocation would leak the first. A server whose heap segments are
+    // full refuses it (kAborted, nothing allocated) while it makes one.
+    PDPM_RETURN_IF_ERROR(WhileSegmentCreated([&] {
+      return Call(
+          [&](const Mapping&, uint32_t* server) {
+            *server = server_id;
+            return Status::OK();
+          },
+          server::kPAllocate, [&](Encoder& e) { e.U64(size); }, &reply, /*idempotent=*/false);
+    }));
     Decoder d({reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
     PDPM_RETURN_IF_ERROR(d.Address(out));
     return d.Done();
@@ -342,7 +347,7 @@ class ClientImpl final : public Client, public TxHost {
                                      std::to_string(server::kMaxListObj) + " ids a call");
     }
     std::string reply;
-    PDPM_RETURN_IF_ERROR(WhileTableCreated([&] {
+    PDPM_RETURN_IF_ERROR(WhileSegmentCreated([&] {
       return TableCall(
           [table](uint32_t count, uint32_t* t) {
             if (table == 0 || table > count) {
@@ -571,20 +576,23 @@ class ClientImpl final : public Client, public TxHost {
       body(e);
       ConnRef ref;
       bool maybe_applied = false;
+      bool answered = false;
       s = GetConn(*m, server, &ref);
       if (s.ok()) {
         reply->clear();
         s = ref.conn->rpc->Call(method, {reinterpret_cast<const uint8_t*>(req.data()), req.size()},
                                 reply, 0, GiveUpWhenRerouted(*m, route, server));
-        if (IsConnectionFailure(s)) {
-          ref.conn->rpc.reset();
-          maybe_applied = true;
-        }
+        answered = ref.conn->rpc->replied();
+        maybe_applied = DropIfFailed(ref.conn, s);
       }
       const bool retry = Retryable(server, idempotent, maybe_applied, &s);
-      if (!retry || !MayRetry(*m, attempt, deadline)) break;
+      if (!retry) break;
+      if (!MayRetry(*m, attempt, deadline)) {
+        s = AfterFailoverWait(*m, s, server);
+        break;
+      }
       if (ref.lock.owns_lock()) ref.lock.unlock();
-      if (s.code() == StatusCode::kUnavailable) ReportUnreachable(*m, server);
+      if (s.code() == StatusCode::kUnavailable && !answered) ReportUnreachable(*m, server);
       Status r = RefreshMapping();
       if (!r.ok() && m->replica_count == 1) {
         s = WithReloadFailure(s, r);
@@ -597,6 +605,19 @@ class ClientImpl final : public Client, public TxHost {
       }
     }
     return s;
+  }
+
+  // After an RPC on `c` ended with `s`: whether the request may have been
+  // applied though it failed (kUnavailable or kTimeout: a server's answer
+  // with those codes may come after a mutation it could not ship). The
+  // connection is dropped only when the server did not answer (timed out,
+  // abandoned, broken): a server's refusal ("lease expired", "not open
+  // here yet") leaves it usable — connecting again costs a registration of
+  // its buffers, seconds each under an emulated RDMA device.
+  static bool DropIfFailed(Conn* c, const Status& s) {
+    if (!IsConnectionFailure(s)) return false;
+    if (!c->rpc->replied()) c->rpc.reset();
+    return true;
   }
 
   // Whether an attempt that failed with `*s` on `server` may go again: a
@@ -616,8 +637,7 @@ class ClientImpl final : public Client, public TxHost {
   // it: final, or the call goes on as a TableCall (added to `again`).
   static void Finished(uint32_t server, ConnRef* ref, Status s, TableCallArgs* call,
                        std::vector<size_t>* again, size_t index) {
-    const bool maybe_applied = IsConnectionFailure(s);
-    if (maybe_applied) ref->conn->rpc.reset();
+    const bool maybe_applied = DropIfFailed(ref->conn, s);
     if (Retryable(server, call->idempotent, maybe_applied, &s)) {
       again->push_back(index);
     } else {
@@ -685,10 +705,32 @@ class ClientImpl final : public Client, public TxHost {
     return true;
   }
 
+  // `failed` (kUnavailable from `server`) when the failover wait of a
+  // replicated cluster (`m`) has ended, with what the newest view says of
+  // the server: whether the cluster may still move the data (the server is
+  // only suspected) or cannot (it is down, and no in-sync copy of the data
+  // was left to take over: served again once the server returns).
+  Status AfterFailoverWait(const Mapping& m, const Status& failed, uint32_t server) const {
+    if (m.replica_count == 1 || failed.code() != StatusCode::kUnavailable) return failed;
+    auto newest = Snapshot();
+    auto it = newest->servers.find(server);
+    const std::string state =
+        it == newest->servers.end() ? "no longer a member of the cluster"
+        : it->second.down ? "down, and no in-sync copy of this data was left to take over: it is "
+                            "served again once that server returns"
+        : it->second.up   ? "up"
+                          : "suspected (missing heartbeats), not declared down yet";
+    return Status::Unavailable(std::string(failed.message()) + "; after the failover wait (" +
+                               std::to_string(options_.failover_wait_ms) + " ms) the view (epoch " +
+                               std::to_string(newest->epoch) + ") still routes to server " +
+                               std::to_string(server) + ", which is " + state);
+  }
+
   // `call` again while its server refuses it with kAborted (nothing done:
-  // the table's segment is being created there, which may take longer
-  // than a reply timeout), until the failover wait ends.
-  Status WhileTableCreated(const std::function<Status()>& call) {
+  // the segment it needs — its table's, or a heap segment with room — is
+  // being created there, which may take longer than a reply timeout),
+  // until the failover wait ends.
+  Status WhileSegmentCreated(const std::function<Status()>& call) {
     const auto deadline = FailoverDeadline();
     uint32_t backoff_us = 100;
     while (true) {
@@ -700,7 +742,7 @@ class ClientImpl final : public Client, public TxHost {
   }
 
   Status ObjectCall(const ObjectId& id, uint16_t method, const Body& body, std::string* reply) {
-    return WhileTableCreated([&] {
+    return WhileSegmentCreated([&] {
       return Call(
           [&](const Mapping& m, uint32_t* server) {
             uint32_t table = 0;
@@ -775,7 +817,11 @@ class ClientImpl final : public Client, public TxHost {
       }
       bool retry =
           s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kUnavailable;
-      if (!retry || !MayRetry(*m, attempt, deadline)) break;
+      if (!retry) break;
+      if (!MayRetry(*m, attempt, deadline)) {
+        s = AfterFailoverWait(*m, s, failed);
+        break;
+      }
       // A refused key or a lost server: the server may have restarted with
       // new keys, or the cluster is moving the segment. Reload and retry.
       if (s.code() == StatusCode::kUnavailable) ReportUnreachable(*m, failed);

@@ -740,6 +740,111 @@ TEST_F(ReplicatedClusterTest, WaitsOnAFrozenServerFollowTheFailoverNotTheOpTimeo
   EXPECT_EQ(got, data);
 }
 
+// A segment whose every copy is on a killed server: once the failover wait
+// ends the client is told the view will not move it (its servers are
+// down, no copy took over) rather than only why the last attempt failed;
+// with the servers back the data is served again.
+TEST_F(ReplicatedClusterTest, DataOnlyOnDownServersFailsSayingSo) {
+  constexpr size_t kSize = 8192;
+  GlobalAddress a;
+  ASSERT_TRUE(client_->PAllocate(kSize, &a).ok());
+  const std::string data = Pattern(kSize, 4);
+  ASSERT_TRUE(client_->Write(a, data.data(), kSize).ok());
+  WaitReplicated({}, 3);
+  std::set<uint32_t> holders;
+  const v1::GetMappingResponse m = Mapping();
+  for (const auto& seg : m.segments()) {
+    if (seg.segment() != a.segment) continue;
+    holders.insert(seg.primary().server_id());
+    for (const auto& b : seg.backups()) holders.insert(b.server_id());
+  }
+  ASSERT_EQ(holders.size(), 2u);
+  ClientOptions o = TestClientOptions(cluster_.monitor_address(), cluster_.secret());
+  o.failover_wait_ms = net::testing::ScaledMs(3000);
+  std::unique_ptr<Client> reader;
+  ASSERT_TRUE(Client::Open(o, &reader).ok());
+  std::vector<int> killed;
+  for (int i = 0; i < 3; i++) {
+    if (holders.count(IdOf(i)) != 0) killed.push_back(i);
+  }
+  for (int i : killed) cluster_.KillServer(i);
+  std::string got(kSize, '\0');
+  Status s = reader->Read(a, got.data(), kSize);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("no in-sync copy of this data was left"), std::string_view::npos)
+      << s.ToString();
+  for (int i : killed) {
+    s = cluster_.StartServer(i);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  std::unique_ptr<Client> fresh;
+  ASSERT_TRUE(OpenClient(&fresh).ok());
+  s = fresh->Read(a, got.data(), kSize);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, data);
+}
+
+// A table segment's objects change only through its server's RPCs: its
+// memory is registered for remote reads only, also under the key a
+// promotion registers it anew with (every access before: a client holding
+// the key could have written the table's bytes behind its server).
+TEST_F(ReplicatedClusterTest, APromotedTableSegmentIsOnlyReadRemotely) {
+  ASSERT_TRUE(client_->PutObj({7, 1}, "table data").ok());
+  WaitReplicated({}, 3);
+  auto table_segment = [&](v1::SegmentMapping* out) {
+    const v1::GetMappingResponse m = Mapping();
+    for (const auto& seg : m.segments()) {
+      if (seg.table() != 0) *out = seg;
+    }
+    return out->table() != 0;
+  };
+  v1::SegmentMapping seg;
+  ASSERT_TRUE(table_segment(&seg));
+  const int victim = PrimaryOf(static_cast<uint32_t>(seg.segment()));
+  ASSERT_GE(victim, 0);
+  cluster_.KillServer(victim);
+  std::string got;
+  Status s = client_->GetObj({7, 1}, &got);  // follows the promotion
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, "table data");
+  WaitReplicated({IdOf(victim)}, 2);
+  ASSERT_TRUE(table_segment(&seg));
+  const int primary = PrimaryOf(static_cast<uint32_t>(seg.segment()));
+  ASSERT_GE(primary, 0);
+  ASSERT_NE(primary, victim);
+
+  monitor::MonitorClient mon(cluster_.monitor_address(), {cluster_.secret()});
+  v1::GetSegmentKeysResponse keys;
+  ASSERT_TRUE(mon.GetSegmentKeys({seg.segment()}, &keys).ok());
+  ASSERT_EQ(keys.segments_size(), 1);
+  std::unique_ptr<net::Transport> t;
+  ASSERT_TRUE(net::Transport::Create(net::testing::TestOptions(), &t).ok());
+  std::unique_ptr<net::RpcClient> rpc;
+  s = net::RpcClient::Connect(t.get(), cluster_.server_address(primary), 0,
+                              server::DataPlaneRpcOptions(1, net::testing::ScaledMs(2000)), &rpc);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::unique_ptr<net::BufferPool> pool;
+  ASSERT_TRUE(
+      net::BufferPool::Create(t.get(), 4096, 1, net::kRemoteRead | net::kRemoteWrite, &pool).ok());
+  net::BufferPool::Buffer b;
+  ASSERT_TRUE(pool->Acquire(&b).ok());
+  net::Op op;
+  op.opcode = net::Opcode::kRead;
+  op.id = 1;
+  op.local = b.local(64);
+  op.remote_key = keys.segments(0).access_key();
+  op.remote_offset = 1 << 20;
+  s = net::ExecuteSync(rpc->connection(), op);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  op.opcode = net::Opcode::kWrite;
+  op.id = 2;
+  op.persist = true;
+  EXPECT_EQ(net::ExecuteSync(rpc->connection(), op).code(), StatusCode::kPermissionDenied);
+  s = client_->GetObj({7, 1}, &got);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, "table data");
+}
+
 TEST_F(ReplicatedClusterTest, DrainedServerHoldsNothingAndLeaves) {
   std::vector<GlobalAddress> blocks;
   for (uint64_t i = 1; i <= 12; i++) {
@@ -991,6 +1096,57 @@ TEST(ServerBinaryTest, RefusesABadLabelsFile) {
     EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 1) << ws;
     EXPECT_NE(FileTail(log).find(says), std::string::npos) << FileTail(log);
   }
+}
+
+// Backups filled at 1 MiB/s: a new heap segment's first fill (its region
+// header's 4 MiB chunk, then its free chunks' headers) takes about four
+// seconds, past the clients' reply timeout, as pinning a segment and its
+// backup's copy with an emulated RDMA device does.
+LocalClusterOptions SlowFillOptions() {
+  LocalClusterOptions o = ReplicatedOptions();
+  o.server_args = {"--resync-rate=1MiB"};
+  return o;
+}
+
+class SlowFillClusterTest : public ReplicatedClusterTest {
+ protected:
+  SlowFillClusterTest() : ReplicatedClusterTest(SlowFillOptions()) {}
+};
+
+// Every server's first allocation, at once, while its heap segment is
+// created and first filled for longer than a reply timeout: the servers
+// refuse them (nothing allocated) until the segments take writes, and each
+// succeeds, once, in its server's one new segment. Made inside the request
+// (before), the allocations timed out (kUnavailable: their outcome unknown,
+// so not sent again).
+TEST_F(SlowFillClusterTest, FirstAllocationsWaitForTheirHeapSegment) {
+  std::vector<uint32_t> ids;
+  for (int i = 0; i < 3; i++) ids.push_back(IdOf(i));
+  std::vector<Status> allocated(ids.size());
+  std::vector<GlobalAddress> blocks(ids.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ids.size(); i++) {
+    threads.emplace_back([&, i] { allocated[i] = client_->PAllocate(4096, ids[i], &blocks[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < ids.size(); i++) {
+    ASSERT_TRUE(allocated[i].ok()) << "server " << ids[i] << ": " << allocated[i].ToString();
+  }
+  WaitReplicated({}, 3);
+  // One heap segment a server, each holding its server's block.
+  const v1::GetMappingResponse m = Mapping();
+  EXPECT_EQ(m.segments_size(), 3) << m.DebugString();
+  for (size_t i = 0; i < ids.size(); i++) {
+    EXPECT_EQ(PrimaryOf(blocks[i].segment), static_cast<int>(i));
+    const std::string data = Pattern(4096, static_cast<uint32_t>(i));
+    Status s = client_->Write(blocks[i], data.data(), data.size());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    std::string got(data.size(), '\0');
+    s = client_->Read(blocks[i], got.data(), got.size());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(got, data);
+  }
+  StopServersAndExpectCleanPm(cluster_);
 }
 
 // Two servers with one announced core each, every segment's backup on the

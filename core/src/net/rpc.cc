@@ -171,6 +171,7 @@ class RpcClient::Impl {
   // Posts the request of the next Finish.
   Status Start(uint16_t method, std::span<const uint8_t> request, uint32_t timeout_ms) {
     if (started_.pending) return Status::FailedPrecondition("rpc: a started call awaits Finish");
+    replied_ = false;
     if (timeout_ms == 0) timeout_ms = options_.timeout_ms;
     Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     if (request.size() > options_.max_payload) {
@@ -253,13 +254,13 @@ class RpcClient::Impl {
       }
       if (now < spin_until) {
         PDPM_RETURN_IF_ERROR(Drain(&done, s, reply).WithContext("rpc call"));
-        if (done) return reply_status_;
+        if (done) return Replied();
         continue;
       }
       // Sleep until the transport has news or the deadline passes.
       PDPM_RETURN_IF_ERROR(conn_->ArmNotify());
       PDPM_RETURN_IF_ERROR(Drain(&done, s, reply).WithContext("rpc call"));
-      if (done) return reply_status_;
+      if (done) return Replied();
       pollfd p{conn_->notify_fd(), POLLIN, 0};
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
       ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 50)));
@@ -268,8 +269,15 @@ class RpcClient::Impl {
   }
 
   Connection& connection() { return *conn_; }
+  bool replied() const { return replied_; }
 
  private:
+  // The end of a call the server answered.
+  Status Replied() {
+    replied_ = true;
+    return reply_status_;
+  }
+
   // The call Start posted and Finish has not yet waited for.
   struct Started {
     bool pending = false;
@@ -350,6 +358,7 @@ class RpcClient::Impl {
   uint64_t next_call_id_ = 0;
   Started started_;
   Status reply_status_;
+  bool replied_ = false;  // the last call ended with the server's reply
 };
 
 RpcClient::RpcClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -378,6 +387,10 @@ Status RpcClient::Finish(std::string* reply, const GiveUpFn& give_up) {
 
 Connection& RpcClient::connection() {
   return impl_->connection();
+}
+
+bool RpcClient::replied() const {
+  return impl_->replied();
 }
 
 // ------------------------------------------------------------------ server

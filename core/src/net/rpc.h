@@ -94,6 +94,13 @@ class RpcClient {
 
   Connection& connection();
 
+  // Whether the last Call (or Finish) ended with the server's reply: its
+  // Status, whatever its code, is the handler's answer and the connection
+  // stays usable. False after a timeout, a give-up or a transport failure
+  // (the connection may be broken, or a late reply may still come: drop
+  // it), and before any call.
+  bool replied() const;
+
   class Impl;
 
  private:

@@ -92,12 +92,37 @@ TEST_F(RpcTest, ErrorsCarryTheirStatus) {
   ASSERT_TRUE(c->Call(kEcho, Bytes("still fine"), &reply).ok());
 }
 
+// A server may answer with the codes a transport failure has (kUnavailable,
+// kTimeout): replied() tells its answer from a broken connection, so a
+// caller keeps a connection the server answered on.
+TEST_F(RpcTest, AServersAnswerIsToldFromATransportFailure) {
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(c->replied());
+  std::string reply;
+  for (StatusCode code : {StatusCode::kUnavailable, StatusCode::kTimeout}) {
+    uint16_t raw = static_cast<uint16_t>(code);
+    Status s = c->Call(kFail, Bytes(std::string(reinterpret_cast<char*>(&raw), 2)), &reply);
+    EXPECT_EQ(s.code(), code) << s.ToString();
+    EXPECT_TRUE(c->replied());
+    EXPECT_TRUE(c->connection().healthy());
+  }
+  ASSERT_TRUE(c->Call(kEcho, Bytes("x"), &reply).ok());
+  EXPECT_TRUE(c->replied());
+  server_.Signal(SIGKILL);
+  server_.Wait();
+  Status s = c->Call(kEcho, Bytes("y"), &reply, ScaledMs(10000));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_FALSE(c->replied());
+}
+
 TEST_F(RpcTest, DeadlinePassesThenLateReplyIsIgnored) {
   auto c = Connect();
   ASSERT_TRUE(c);
   std::string reply;
   Status s = c->Call(kSleepMs, Bytes(U32(600)), &reply, 100);
   EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+  EXPECT_FALSE(c->replied());
   // The next calls use other slots and get their own replies.
   for (int i = 0; i < 20; i++) {
     std::string req = "after " + std::to_string(i);

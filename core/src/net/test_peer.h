@@ -26,7 +26,7 @@ enum TestMethod : uint16_t {
   // request: u32 milliseconds; sleeps; reply: two u64, the server's
   // steady clock (ns) when the sleep began and ended
   kSleepMs = 2,
-  kFail = 3,       // fails with kAborted
+  kFail = 3,       // fails with kAborted, or with the u16 status code in the request
   kMakeBytes = 4,  // request: u32 n; reply: n bytes, byte i = i * 13
   kSum = 5,        // reply: u64 sum of the request's bytes
 };

@@ -52,8 +52,13 @@ void RegisterTestMethods(RpcServer* server) {
     reply->assign(reinterpret_cast<const char*>(span), sizeof(span));
     return Status::OK();
   });
-  server->Register(kFail, [](std::span<const uint8_t>, std::string*) {
-    return Status::Aborted("asked to fail");
+  server->Register(kFail, [](std::span<const uint8_t> req, std::string*) {
+    uint16_t code = static_cast<uint16_t>(StatusCode::kAborted);
+    if (req.size() == 2) std::memcpy(&code, req.data(), 2);
+    if (code == 0 || code > static_cast<uint16_t>(StatusCode::kInternal)) {
+      return Status::InvalidArgument("fail wants a u16 status code");
+    }
+    return Status(static_cast<StatusCode>(code), "asked to fail");
   });
   server->Register(kMakeBytes, [](std::span<const uint8_t> req, std::string* reply) {
     uint32_t n = 0;

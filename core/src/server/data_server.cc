@@ -210,11 +210,17 @@ Status DataServer::OpenSegment(uint32_t local, const SegmentRole& role,
     *out = std::move(seg);
     return Status::OK();
   }
-  uint32_t access = role.kind == SegmentKind::kHeap ? net::kRemoteAll : net::kRemoteRead;
-  PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(mem.data(), mem.size(), access | lease_gated_,
+  PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(mem.data(), mem.size(),
+                                                  PrimaryAccess(role.kind) | lease_gated_,
                                                   space_->device().persist_fn(), &seg->region));
   *out = std::move(seg);
   return Status::OK();
+}
+
+uint32_t DataServer::PrimaryAccess(SegmentKind kind) {
+  // Clients read and write the heap one-sided; a table's objects change
+  // only through the server's RPCs, so its segment is only read remotely.
+  return kind == SegmentKind::kHeap ? net::kRemoteAll : net::kRemoteRead;
 }
 
 Status DataServer::RecoverSegments() {
@@ -606,26 +612,23 @@ Status DataServer::AllocateHeap(uint64_t size, TxTag tag, dsm::GlobalAddress* ou
   };
   uint32_t global = 0;
   uint64_t offset = 0;
+  // With no room here, the creator makes a heap segment (off the request
+  // path: AwaitCreator). One made for this request may be filled by others,
+  // or released, before it gets there: then it asks again, within the same
+  // bound.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kNewSegmentWaitMs);
+  auto made = [this] {
+    std::lock_guard<std::mutex> lock(create_mu_);
+    return heap_segments_made_;
+  };
+  uint64_t seen = made();
   Status s = try_all(&global, &offset);
-  if (s.code() == StatusCode::kResourceExhausted) {
-    std::lock_guard<std::mutex> creating(new_segment_mu_);
-    s = try_all(&global, &offset);  // another thread may have grown it
-    // A new segment is empty until this allocation: one released meanwhile
-    // (this thread stalled for kReleaseEmptyAfter) is replaced.
-    for (int attempt = 0; attempt < 3 && s.code() == StatusCode::kResourceExhausted; ++attempt) {
-      // A segment whose first fill failed earlier is filled, not replaced.
-      Segment* seg = PendingHeapSegment();
-      if (seg == nullptr) {
-        std::lock_guard<std::mutex> grow(grow_mu_);
-        PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kHeap, 0, 0}, &seg));
-      }
-      PDPM_RETURN_IF_ERROR(FillNewSegment(seg));
-      s = allocate_in(seg, &offset);
-      global = seg->role.global;
-      if (s.code() != StatusCode::kResourceExhausted) break;
-      std::lock_guard released(seg->repl_mu);
-      if (!seg->released) break;
-    }
+  while (s.code() == StatusCode::kResourceExhausted) {
+    PDPM_RETURN_IF_ERROR(
+        AwaitCreator(kHeapJob, deadline, [&] { return heap_segments_made_ > seen; }));
+    seen = made();
+    s = try_all(&global, &offset);
   }
   PDPM_RETURN_IF_ERROR(s);
   uint32_t replicas;

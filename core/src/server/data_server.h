@@ -112,6 +112,13 @@ class DataServer {
     bool released = false;
   };
 
+  // How long a request waits for a new segment (its table's, or a heap
+  // segment with room) before it is refused (kAborted): well below a
+  // client's reply timeout (2 s by default).
+  static constexpr int64_t kNewSegmentWaitMs = 500;
+  // The creator's job for a heap segment (tables are numbered from 1).
+  static constexpr uint32_t kHeapJob = 0;
+
   // How long a heap segment stays empty before it goes back to the free
   // segments: long enough that a client freeing and allocating again does
   // not pay a segment's creation (format and backup fill) each time.
@@ -170,9 +177,12 @@ class DataServer {
   // read only once promoted); `fresh`: a copy about to be filled (its
   // region header is cleared first, so a partial copy reads as free).
   Status OpenBackup(uint32_t local, uint32_t global, bool fresh, std::unique_ptr<Segment>* out);
-  // Registers a primary's memory anew, for every remote access, under a
-  // new key (announce it next); one-sided ops with the old key are waited
-  // for, later ones refused. Requires seg->repl_mu.
+  // The remote access a primary's memory is registered with: every access
+  // for a heap segment, reads only for a table's.
+  static uint32_t PrimaryAccess(SegmentKind kind);
+  // Registers a primary's memory anew (PrimaryAccess) under a new key
+  // (announce it next); one-sided ops with the old key are waited for,
+  // later ones refused. Requires seg->repl_mu.
   Status RegisterAnew(Segment* seg);
   // Queues a fill of every syncing backup of `sm` (this server is primary).
   void ScheduleSyncs(const v1::SegmentMapping& sm);
@@ -201,19 +211,27 @@ class DataServer {
   // shipping); kUnavailable when one is not in sync in time. Requires
   // new_segment_mu_.
   Status FillNewSegment(Segment* seg);
-  // Table segments are created and first filled by the creator thread,
-  // off the request path: on the hardware guest one takes tens of seconds
-  // (pinning its memory, and its backup's, with the RDMA device), longer
-  // than a client waits for a reply. A request that needs table `table`'s
-  // segment asks the creator for it and waits at most
-  // kTableSegmentWaitMs; then it is refused with kAborted (nothing done,
-  // the client asks again) while the creator works. The creator's failure
-  // is the answer of the requests that waited for that attempt; the next
-  // request starts another. Sets *out once the segment takes writes.
+  // New segments (a table's, or a heap segment when those here are full)
+  // are created and first filled by the creator thread, off the request
+  // path: on the hardware guest one takes tens of seconds (pinning its
+  // memory, and its backup's, with the RDMA device), longer than a client
+  // waits for a reply. A request that needs one asks the creator for
+  // `job` (a table number, or kHeapJob) and waits until `ready` (asked
+  // with create_mu_ held) or `deadline`; then it is refused with kAborted
+  // (nothing done, the client asks again) while the creator works. The
+  // creator's failure is the answer of the requests that waited for that
+  // attempt; the next request starts another.
+  Status AwaitCreator(uint32_t job, std::chrono::steady_clock::time_point deadline,
+                      const std::function<bool()>& ready);
+  // AwaitCreator for table `table`'s segment, waiting at most
+  // kNewSegmentWaitMs; sets *out once the segment takes writes.
   Status AwaitTableSegment(uint32_t table, Segment** out);
   // The creator's work for `table`: its segment unless it has one, then
   // its first fill. Takes new_segment_mu_.
   Status CreateTableSegment(uint32_t table);
+  // The creator's work for kHeapJob: a new heap segment (or one whose
+  // first fill failed earlier) filled. Takes new_segment_mu_.
+  Status CreateHeapSegment();
   void CreatorLoop();
   // A heap segment still in its first fill (an earlier fill failed), or
   // null.
@@ -235,7 +253,8 @@ class DataServer {
   Status CheckHeader(const RequestHeader& h);
   Status HandlePAllocate(std::span<const uint8_t> req, std::string* reply);
   // Allocates `size` heap bytes in some heap segment here (growing the
-  // heap when all are full). With `tag` (kAllocated), the allocation's
+  // heap when all are full: kAborted while the creator makes a segment,
+  // nothing allocated). With `tag` (kAllocated), the allocation's
   // shipment is tagged with it and the block.
   Status AllocateHeap(uint64_t size, TxTag tag, dsm::GlobalAddress* out);
   Status HandlePFree(std::span<const uint8_t> req, std::string* reply);
@@ -355,17 +374,18 @@ class DataServer {
   std::set<std::pair<uint32_t, ReplicaId>> filling_;      // fills under way; sync_mu_
   std::atomic<bool> sync_stop_{false};
   std::thread sync_;
-  // The creator's queue (AwaitTableSegment): an attempt per table, kept
-  // once failed until a request has seen the failure and asks again.
-  struct TableCreation {
+  // The creator's queue (AwaitCreator): an attempt per job, kept once
+  // failed until a request has seen the failure and asks again.
+  struct Creation {
     bool running = false;
     bool done = false;  // failed: `status`
     Status status;
   };
   std::mutex create_mu_;
   std::condition_variable create_cv_;
-  std::map<uint32_t, TableCreation> creating_;  // create_mu_
-  bool create_stop_ = false;                    // create_mu_
+  std::map<uint32_t, Creation> creating_;  // job -> attempt; create_mu_
+  uint64_t heap_segments_made_ = 0;        // by the creator; create_mu_
+  bool create_stop_ = false;               // create_mu_
   std::thread creator_;
   // Last: destroyed first, so no handler runs once members go away.
   std::unique_ptr<net::RpcServer> rpc_;

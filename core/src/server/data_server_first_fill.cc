@@ -4,19 +4,13 @@
 // server only.
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <string>
 #include <thread>
 
 #include "server/data_server.h"
 
 namespace pdpm::server {
-
-namespace {
-
-// How long a request waits for its table's segment before it is refused
-// (kAborted): well below a client's reply timeout (2 s by default).
-constexpr int64_t kTableSegmentWaitMs = 500;
-
-}  // namespace
 
 bool DataServer::AcceptsWritesLocked(Segment* seg) const {
   if (!seg->first_fill.load()) return true;
@@ -107,35 +101,51 @@ Status DataServer::FillNewSegment(Segment* seg) {
   }
 }
 
-Status DataServer::AwaitTableSegment(uint32_t table, Segment** out) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(kTableSegmentWaitMs);
-  auto ready = [&] {
-    std::shared_lock l(mu_);
-    auto it = by_table_.find(table);
-    *out = it == by_table_.end() ? nullptr : it->second;
-    return *out != nullptr && !(*out)->fenced && AcceptsWritesLocked(*out);
-  };
+Status DataServer::AwaitCreator(uint32_t job, std::chrono::steady_clock::time_point deadline,
+                                const std::function<bool()>& ready) {
   std::unique_lock lock(create_mu_);
   bool waited = false;
   while (!ready()) {
     if (create_stop_) return Status::Unavailable("server " + std::to_string(server_id_) + " stops");
-    auto [it, fresh] = creating_.try_emplace(table);
+    auto [it, fresh] = creating_.try_emplace(job);
     if (!fresh && it->second.done) {
       // The attempt this request waited for failed: that is its answer. A
       // failure seen first is an earlier request's: this one tries again.
       if (waited) return it->second.status;
-      it->second = TableCreation{};
+      it->second = Creation{};
     }
     if (!it->second.running) create_cv_.notify_all();
     waited = true;
     if (create_cv_.wait_until(lock, deadline) == std::cv_status::timeout && !ready()) {
-      return Status::Aborted("table " + std::to_string(table) + ": its segment is being created " +
-                             "and its backups filled on server " + std::to_string(server_id_) +
-                             "; nothing was done, ask again");
+      const std::string what =
+          job == kHeapJob ? "a heap segment" : "table " + std::to_string(job) + "'s segment";
+      return Status::Aborted(what + " is being created and its backups filled on server " +
+                             std::to_string(server_id_) + "; nothing was done, ask again");
     }
   }
   return Status::OK();
+}
+
+Status DataServer::AwaitTableSegment(uint32_t table, Segment** out) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kNewSegmentWaitMs);
+  return AwaitCreator(table, deadline, [&] {
+    std::shared_lock l(mu_);
+    auto it = by_table_.find(table);
+    *out = it == by_table_.end() ? nullptr : it->second;
+    return *out != nullptr && !(*out)->fenced && AcceptsWritesLocked(*out);
+  });
+}
+
+Status DataServer::CreateHeapSegment() {
+  std::lock_guard<std::mutex> creating(new_segment_mu_);
+  // A segment whose first fill failed earlier is filled, not replaced.
+  Segment* seg = PendingHeapSegment();
+  if (seg == nullptr) {
+    std::lock_guard<std::mutex> grow(grow_mu_);
+    PDPM_RETURN_IF_ERROR(CreateSegment(SegmentRole{SegmentKind::kHeap, 0, 0}, &seg));
+  }
+  return FillNewSegment(seg);
 }
 
 Status DataServer::CreateTableSegment(uint32_t table) {
@@ -177,29 +187,31 @@ Status DataServer::CreateTableSegment(uint32_t table) {
 void DataServer::CreatorLoop() {
   std::unique_lock lock(create_mu_);
   while (true) {
-    auto job = creating_.end();
+    auto it = creating_.end();
     create_cv_.wait(lock, [&] {
-      job = std::find_if(creating_.begin(), creating_.end(),
-                         [](const auto& c) { return !c.second.running && !c.second.done; });
-      return create_stop_ || job != creating_.end();
+      it = std::find_if(creating_.begin(), creating_.end(),
+                        [](const auto& c) { return !c.second.running && !c.second.done; });
+      return create_stop_ || it != creating_.end();
     });
     if (create_stop_) return;
-    const uint32_t table = job->first;
-    job->second.running = true;
+    const uint32_t job = it->first;
+    it->second.running = true;
     lock.unlock();
     const auto started = std::chrono::steady_clock::now();
-    Status s = CreateTableSegment(table);
+    Status s = job == kHeapJob ? CreateHeapSegment() : CreateTableSegment(job);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::steady_clock::now() - started)
                         .count();
+    const std::string what = job == kHeapJob ? "heap" : "table " + std::to_string(job);
     if (s.ok()) {
-      log_.Info("table segment ready", {{"table", table}, {"ms", ms}});
+      log_.Info("new segment ready", {{"for", what}, {"ms", ms}});
     } else {
-      log_.Warn("table segment not ready", {{"table", table}, {"ms", ms}, {"status", s}});
+      log_.Warn("new segment not ready", {{"for", what}, {"ms", ms}, {"status", s}});
     }
     lock.lock();
-    auto it = creating_.find(table);
+    it = creating_.find(job);
     if (s.ok()) {
+      if (job == kHeapJob) ++heap_segments_made_;
       creating_.erase(it);
     } else {
       it->second.running = false;

@@ -75,7 +75,7 @@ Status DataServer::OpenPrimary(Segment* seg) {
 Status DataServer::RegisterAnew(Segment* seg) {
   std::unique_ptr<net::MemoryRegion> fresh;
   PDPM_RETURN_IF_ERROR(transport_->RegisterMemory(seg->base, space_->segment_size(),
-                                                  net::kRemoteAll | lease_gated_,
+                                                  PrimaryAccess(seg->role.kind) | lease_gated_,
                                                   space_->device().persist_fn(), &fresh));
   std::swap(seg->region, fresh);
   fresh.reset();  // waits for one-sided ops still using the old key
