@@ -886,18 +886,20 @@ TEST_F(ReplicatedClusterTest, DrainedServerHoldsNothingAndLeaves) {
   StopServersAndExpectCleanPm(cluster_);
 }
 
-// Small segments, so that a few megabytes of heap take several of them;
-// six local segments a server.
-LocalClusterOptions SmallSegmentOptions() {
+// Six local segments of `segment_mib` MiB a server.
+LocalClusterOptions SixSegmentOptions(uint64_t segment_mib) {
   LocalClusterOptions o = ReplicatedOptions();
-  o.segment_size = 8ull << 20;
-  o.pm_size = (6 * 8 + 2) * (1ull << 20);
+  o.segment_size = segment_mib << 20;
+  o.pm_size = (6 * segment_mib + 2) * (1ull << 20);
   return o;
 }
 
 class SegmentReleaseTest : public ReplicatedClusterTest {
  protected:
-  SegmentReleaseTest() : ReplicatedClusterTest(SmallSegmentOptions()) {}
+  // Small segments by default, so that a few megabytes of heap take
+  // several of them.
+  explicit SegmentReleaseTest(uint64_t segment_mib = 8)
+      : ReplicatedClusterTest(SixSegmentOptions(segment_mib)) {}
 
   // What `pdpm status` shows of the cluster's use: mapped segments, bytes
   // allocated, and per server the local segments holding a copy.
@@ -1021,6 +1023,104 @@ TEST_F(SegmentReleaseTest, FreedHeapSegmentsGoBackAndUseReturnsToItsStart) {
   WaitForUse(start);
   FillHeap(IdOf(0), 2, &blocks);
   if (HasFatalFailure()) return;
+  StopServersAndExpectCleanPm(cluster_);
+}
+
+// Segments a table's size classes fit in (a table takes a chunk per class:
+// index entries, object headers, its bucket array with the 64 KiB extents,
+// 4 KiB pages), and so does the transaction log (half a segment's worth of
+// areas).
+class TableSegmentReleaseTest : public SegmentReleaseTest {
+ protected:
+  TableSegmentReleaseTest() : SegmentReleaseTest(64) {}
+};
+
+// Emptied tables give their segments back too (issue 16): objects put
+// into two tables take a table segment each (with its backup); once every
+// object is deleted the segments leave the view and `pdpm status` shows
+// the use the cluster started with. Then the same through transactions
+// (a table segment closes to them before its release,
+// TxParticipant::CloseSegment): the view drops the segments again (the
+// transaction logs the first transaction created stay, server-local). A
+// table used again gets a new segment.
+TEST_F(TableSegmentReleaseTest, EmptiedTableSegmentsGoBackAndUseReturnsToItsStart) {
+  WaitReplicated({}, 3);
+  const Use start = StatusUse();
+  const uint32_t tables = Mapping().table_count();
+  std::vector<ObjectId> ids;  // 6 objects in each of two tables
+  std::map<uint32_t, int> per_table;
+  for (uint64_t i = 0; ids.size() < 12; ++i) {
+    const ObjectId id{0x5e9, i};
+    const uint32_t t = monitor::TableForObject(id.hi, id.lo, tables);
+    if ((per_table.size() == 2 && per_table.count(t) == 0) || per_table[t] == 6) continue;
+    ++per_table[t];
+    ids.push_back(id);
+  }
+  auto read_all = [&](size_t size) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      std::string got;
+      Status s = client_->GetObj(ids[i], &got);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_EQ(got, Pattern(size, static_cast<uint32_t>(i)));
+    }
+  };
+
+  constexpr size_t kPlainSize = 256 << 10;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Status s = client_->PutObj(ids[i], Pattern(kPlainSize, static_cast<uint32_t>(i)));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  WaitForUse("2 more segments and 2 MiB more", [&](const Use& now) {
+    return now.segments == start.segments + 2 && now.used_bytes > start.used_bytes + (2ull << 20);
+  });
+  ASSERT_NO_FATAL_FAILURE(read_all(kPlainSize));
+  for (const ObjectId& id : ids) {
+    Status s = client_->DelObj(id);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  WaitForUse(start);
+  if (HasFailure()) return;
+
+  // Transactions; one may abort (run again) while its table's segment is
+  // being created or released.
+  auto run = [&](const std::function<Status(Transaction*)>& fill) {
+    Status s;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::unique_ptr<Transaction> tx;
+      s = client_->TxBegin(&tx);
+      if (s.ok()) s = fill(tx.get());
+      if (s.ok()) s = tx->Commit();
+      if (s.code() != StatusCode::kAborted) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return s;
+  };
+  constexpr size_t kTxSize = 2000;
+  for (size_t i = 0; i < ids.size(); i += 2) {
+    Status s = run([&](Transaction* tx) {
+      PDPM_RETURN_IF_ERROR(tx->PutObj(ids[i], Pattern(kTxSize, static_cast<uint32_t>(i))));
+      return tx->PutObj(ids[i + 1], Pattern(kTxSize, static_cast<uint32_t>(i + 1)));
+    });
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  WaitForUse("2 more segments", [&](const Use& now) { return now.segments == start.segments + 2; });
+  ASSERT_NO_FATAL_FAILURE(read_all(kTxSize));
+  for (size_t i = 0; i < ids.size(); i += 2) {
+    Status s = run([&](Transaction* tx) {
+      PDPM_RETURN_IF_ERROR(tx->DelObj(ids[i]));
+      return tx->DelObj(ids[i + 1]);
+    });
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  WaitForUse("the starting segments",
+             [&](const Use& now) { return now.segments == start.segments; });
+  if (HasFailure()) return;
+  std::string gone;
+  EXPECT_EQ(client_->GetObj(ids[0], &gone).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(client_->PutObj(ids[0], Pattern(kTxSize, 0)).ok());
+  std::string got;
+  ASSERT_TRUE(client_->GetObj(ids[0], &got).ok());
+  EXPECT_EQ(got, Pattern(kTxSize, 0));
   StopServersAndExpectCleanPm(cluster_);
 }
 

@@ -689,8 +689,8 @@ Status Transaction::Commit() {
     attempted.push_back(server);
     Status s = lock_request(server, dsm::kTxRolePrimary, primaries[server], &truncations);
     if (s.code() == StatusCode::kFailedPrecondition) {
-      // A segment's backups changed since the mapping was read: run the
-      // transaction again on a fresh one.
+      // A segment's backups, or a table's segment, changed since the
+      // mapping was read: run the transaction again on a fresh one.
       AbortAt(attempted);
       (void)host->RefreshMapping();
       return Fail(Status::Aborted(s.message()));

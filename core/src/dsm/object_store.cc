@@ -67,6 +67,7 @@ Status ObjectStoreTable::Open(PAllocator* alloc, const ObjectStoreOptions& optio
   t->TraceLocked(&reachable);
   PDPM_RETURN_IF_ERROR(
       alloc->ReclaimUnreachable(BlockOwner::kObjectStore, reachable, &rec.reclaimed_blocks));
+  t->objects_ = rec.objects;
   if (recovery != nullptr) *recovery = rec;
   *out = std::move(t);
   return Status::OK();
@@ -94,6 +95,7 @@ Status ObjectStoreTable::Put(const ObjectId& id, std::string_view value) {
       PDPM_RETURN_IF_ERROR(lists_.Destroy(header));
       return s;
     }
+    objects_.fetch_add(1, std::memory_order_relaxed);
     return Status::OK();
   }
   uint64_t old = index_->Entry(e)->object;
@@ -156,6 +158,7 @@ Status ObjectStoreTable::Delete(const ObjectId& id) {
   Status s = index_->Remove(id, &header);
   if (s.code() == StatusCode::kNotFound) return Status::NotFound("no object " + IdString(id));
   PDPM_RETURN_IF_ERROR(s);
+  objects_.fetch_sub(1, std::memory_order_relaxed);
   return lists_.Destroy(header);
 }
 

@@ -20,6 +20,7 @@
 // - Thread-safe: reads run concurrently, mutations one at a time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -105,6 +106,9 @@ class ObjectStoreTable {
   void ListIdsByPosition(const std::function<uint64_t(const ObjectId&)>& position_of,
                          const TableRange& range, const PositionedId* after, size_t max,
                          std::vector<PositionedId>* out) const;
+  // How many objects the table holds (kept in DRAM: counted by Open,
+  // changed by every Put of a new id and every Delete).
+  uint64_t ObjectCount() const { return objects_.load(std::memory_order_relaxed); }
   // Offsets of every block the table reaches: the index root, the bucket
   // array, entries, object headers, extent nodes and data pages.
   void Trace(std::unordered_set<uint64_t>* blocks) const;
@@ -125,6 +129,7 @@ class ObjectStoreTable {
   std::unique_ptr<HashIndex> index_;
   SkipList lists_;
   mutable std::shared_mutex mu_;
+  std::atomic<uint64_t> objects_{0};
 };
 
 }  // namespace pdpm::dsm

@@ -193,6 +193,7 @@ TEST_F(ObjectStoreTest, FullRegionLeavesObjectsIntactAndLeaksNothing) {
   while ((s = table_->Put({1, i}, Bytes(8 << 20, i))).ok()) ++i;
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   EXPECT_GT(i, 0u);
+  EXPECT_EQ(table_->ObjectCount(), i + 1);  // a failed put adds nothing
   EXPECT_EQ(table_->Put(keep, Bytes(8 << 20, 2)).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(Get(keep), Bytes(70000, 1));
   SegmentCheckReport r = Check();
@@ -277,11 +278,13 @@ TEST_F(ObjectStoreTest, RandomOperationsMatchAModel) {
       ASSERT_TRUE(table_->Read(id, off, len, buf.data()).ok());
       ASSERT_EQ(buf, it->second.substr(off, len)) << step;
     }
+    ASSERT_EQ(table_->ObjectCount(), model.size()) << step;
     if (step % 250 == 249) {
       SegmentCheckReport r = Check();
       ASSERT_TRUE(r.clean()) << r.ToString();
       ObjectStoreRecovery rec = Reopen();
       EXPECT_EQ(rec.objects, model.size());
+      EXPECT_EQ(table_->ObjectCount(), model.size());
       EXPECT_EQ(rec.reclaimed_blocks, 0u);
       EXPECT_EQ(rec.repaired_links, 0u);
       for (auto& [key, value] : model) ASSERT_EQ(Get({key * 7919, key}), value);

@@ -146,6 +146,21 @@ Status MonitorClient::FreeSegment(v1::FreeSegmentRequest req, v1::FreeSegmentRes
   return Call(&v1::Monitor::Stub::FreeSegment, req, resp);
 }
 
+Status MonitorClient::SplitSegment(v1::SplitSegmentRequest req, v1::SplitSegmentResponse* resp) {
+  FillSecret(&req, options_.cluster_secret);
+  return Call(&v1::Monitor::Stub::SplitSegment, req, resp);
+}
+
+Status MonitorClient::CommitSplit(v1::CommitSplitRequest req, v1::CommitSplitResponse* resp) {
+  FillSecret(&req, options_.cluster_secret);
+  return Call(&v1::Monitor::Stub::CommitSplit, req, resp);
+}
+
+Status MonitorClient::CancelSplit(v1::CancelSplitRequest req, v1::CancelSplitResponse* resp) {
+  FillSecret(&req, options_.cluster_secret);
+  return Call(&v1::Monitor::Stub::CancelSplit, req, resp);
+}
+
 Status MonitorClient::GetMapping(uint64_t known_epoch, v1::GetMappingResponse* resp) {
   v1::GetMappingRequest req;
   req.set_known_epoch(known_epoch);

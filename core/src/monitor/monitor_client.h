@@ -68,6 +68,10 @@ class MonitorClient {
   Status ReserveLocalSegment(v1::ReserveLocalSegmentRequest req,
                              v1::ReserveLocalSegmentResponse* resp);
   Status DrainServer(v1::DrainServerRequest req, v1::DrainServerResponse* resp);
+  // Splits of table segments (ViewManager::SplitSegment and the others).
+  Status SplitSegment(v1::SplitSegmentRequest req, v1::SplitSegmentResponse* resp);
+  Status CommitSplit(v1::CommitSplitRequest req, v1::CommitSplitResponse* resp);
+  Status CancelSplit(v1::CancelSplitRequest req, v1::CancelSplitResponse* resp);
 
   // The address list as given.
   const std::string& address() const { return address_; }

@@ -69,6 +69,24 @@ grpc::Status MonitorService::ReserveLocalSegment(grpc::ServerContext* ctx,
   return Serve(ctx, [&](ViewManager& v) { return v.ReserveLocalSegment(*req, resp); });
 }
 
+grpc::Status MonitorService::SplitSegment(grpc::ServerContext* ctx,
+                                          const v1::SplitSegmentRequest* req,
+                                          v1::SplitSegmentResponse* resp) {
+  return Serve(ctx, [&](ViewManager& v) { return v.SplitSegment(*req, resp); });
+}
+
+grpc::Status MonitorService::CommitSplit(grpc::ServerContext* ctx,
+                                         const v1::CommitSplitRequest* req,
+                                         v1::CommitSplitResponse* resp) {
+  return Serve(ctx, [&](ViewManager& v) { return v.CommitSplit(*req, resp); });
+}
+
+grpc::Status MonitorService::CancelSplit(grpc::ServerContext* ctx,
+                                         const v1::CancelSplitRequest* req,
+                                         v1::CancelSplitResponse* resp) {
+  return Serve(ctx, [&](ViewManager& v) { return v.CancelSplit(*req, resp); });
+}
+
 grpc::Status MonitorService::ReportReplica(grpc::ServerContext* ctx,
                                            const v1::ReportReplicaRequest* req,
                                            v1::ReportReplicaResponse* resp) {

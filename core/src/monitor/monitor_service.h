@@ -43,6 +43,12 @@ class MonitorService final : public v1::Monitor::Service {
   grpc::Status ReserveLocalSegment(grpc::ServerContext* ctx,
                                    const v1::ReserveLocalSegmentRequest* req,
                                    v1::ReserveLocalSegmentResponse* resp) override;
+  grpc::Status SplitSegment(grpc::ServerContext* ctx, const v1::SplitSegmentRequest* req,
+                            v1::SplitSegmentResponse* resp) override;
+  grpc::Status CommitSplit(grpc::ServerContext* ctx, const v1::CommitSplitRequest* req,
+                           v1::CommitSplitResponse* resp) override;
+  grpc::Status CancelSplit(grpc::ServerContext* ctx, const v1::CancelSplitRequest* req,
+                           v1::CancelSplitResponse* resp) override;
 
  private:
   template <typename Fn>

@@ -483,6 +483,66 @@ TEST_F(MonitorTest, ViewSurvivesKill9) {
   EXPECT_EQ(Register(NewServer("127.0.0.1:7109")).server_id(), 4u);
 }
 
+// A split over gRPC (docs/dsm.md "Tables across segments"): reserved, its
+// new segment announced, the monitor killed with the split pending — the
+// restarted monitor has it —, committed, and its commit retried.
+TEST_F(MonitorTest, SplitSurvivesKill9AndCommitsOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartMonitor());
+  for (int i = 0; i < 2; ++i) {
+    v1::RegisterServerRequest req = NewServer("127.0.0.1:720" + std::to_string(i));
+    req.set_features(v1::SERVER_FEATURE_SPLIT);
+    client_epoch_ = Register(req).epoch();
+  }
+  const uint32_t table = TableOf(Mapping(), 1);
+  ASSERT_NE(table, 0u);
+  v1::AllocateSegmentResponse parent;
+  ASSERT_TRUE(Allocate(1, 0, table, 0xaaaa, &parent).ok());
+  v1::SplitSegmentRequest split_req;
+  split_req.set_server_id(1);
+  split_req.set_segment(parent.mapping().segment());
+  v1::SplitSegmentResponse split;
+  EXPECT_EQ(Client("")->SplitSegment(split_req, &split).code(), StatusCode::kPermissionDenied);
+  ASSERT_TRUE(client_->SplitSegment(split_req, &split).ok());
+  EXPECT_EQ(split.split().target_server(), 2u);  // the most free segments
+  EXPECT_EQ(Mapping().splits_size(), 1);
+
+  v1::AllocateSegmentRequest child_req;
+  child_req.set_server_id(2);
+  child_req.set_local_index(0);
+  child_req.set_table(table);
+  child_req.set_access_key(0xbbbb);
+  child_req.set_split_parent(parent.mapping().segment());
+  v1::AllocateSegmentResponse child;
+  ASSERT_TRUE(client_->AllocateSegment(child_req, &child).ok());
+  EXPECT_EQ(child.mapping().split_parent(), parent.mapping().segment());
+  const v1::GetMappingResponse before = Mapping();
+
+  monitor_->Kill(SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(StartMonitor());
+  const v1::GetMappingResponse after = Mapping();
+  EXPECT_EQ(after.epoch(), before.epoch());
+  ASSERT_EQ(after.splits_size(), 1);
+  EXPECT_EQ(after.splits(0).SerializeAsString(), before.splits(0).SerializeAsString());
+
+  v1::CommitSplitRequest commit_req;
+  commit_req.set_server_id(1);
+  commit_req.set_segment(parent.mapping().segment());
+  commit_req.set_child(child.mapping().segment());
+  v1::CommitSplitResponse committed, again;
+  ASSERT_TRUE(client_->CommitSplit(commit_req, &committed).ok());
+  EXPECT_EQ(committed.parent().range_depth(), 1u);
+  EXPECT_EQ(committed.child().range_prefix(), 1u);
+  ASSERT_TRUE(client_->CommitSplit(commit_req, &again).ok());
+  EXPECT_EQ(again.epoch(), committed.epoch());
+  v1::CancelSplitRequest cancel_req;
+  cancel_req.set_server_id(2);
+  cancel_req.set_segment(parent.mapping().segment());
+  v1::CancelSplitResponse cancelled;
+  EXPECT_EQ(client_->CancelSplit(cancel_req, &cancelled).code(),
+            StatusCode::kFailedPrecondition);  // not the parent's primary
+  EXPECT_EQ(Mapping().splits_size(), 0);
+}
+
 TEST_F(MonitorTest, Kill9DuringChangesLosesNothingAcknowledged) {
   ASSERT_NO_FATAL_FAILURE(StartMonitor());
   v1::RegisterServerResponse joined = Register(NewServer("127.0.0.1:7100", 4096));

@@ -35,6 +35,23 @@ uint64_t Mix64(uint64_t x) {
 
 }  // namespace
 
+bool ChooseSegmentServer(const std::vector<PlacementCandidate>& candidates, uint32_t* server_id) {
+  const PlacementCandidate* best = nullptr;
+  auto free_segments = [](const PlacementCandidate& c) {
+    return c.segments_used >= c.segment_count ? 0u : c.segment_count - c.segments_used;
+  };
+  for (const PlacementCandidate& c : candidates) {
+    if (free_segments(c) == 0) continue;
+    if (best == nullptr || free_segments(c) > free_segments(*best) ||
+        (free_segments(c) == free_segments(*best) && c.server_id < best->server_id)) {
+      best = &c;
+    }
+  }
+  if (best == nullptr) return false;
+  *server_id = best->server_id;
+  return true;
+}
+
 std::vector<uint32_t> ChooseBackups(const std::vector<PlacementCandidate>& candidates,
                                     const PlacementCandidate& primary, uint32_t count) {
   std::vector<const PlacementCandidate*> chosen = {&primary};

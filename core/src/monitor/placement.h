@@ -29,6 +29,14 @@ struct PlacementCandidate {
 std::vector<uint32_t> ChooseBackups(const std::vector<PlacementCandidate>& candidates,
                                     const PlacementCandidate& primary, uint32_t count);
 
+// The server that creates a new table segment (the new half of a split,
+// docs/dsm.md "Tables across segments"): the candidate with the most free
+// local segments (segment_count - segments_used; all segments of a
+// cluster have one size, so the most free PM), the lowest id among equals.
+// Its backups are placed afterwards by ChooseBackups, which keeps the
+// failure domains apart. False when no candidate has a free local segment.
+bool ChooseSegmentServer(const std::vector<PlacementCandidate>& candidates, uint32_t* server_id);
+
 // One object-store table in the table map.
 struct TableSlot {
   uint32_t table = 0;

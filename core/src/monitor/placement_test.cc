@@ -64,6 +64,19 @@ std::map<uint32_t, int> Owners(const std::vector<TableSlot>& tables) {
   return count;
 }
 
+TEST(ChooseSegmentServer, MostFreeSegmentsThenLowestIdNeverAFullServer) {
+  uint32_t chosen = 0;
+  EXPECT_FALSE(ChooseSegmentServer({}, &chosen));
+  EXPECT_FALSE(ChooseSegmentServer({Server(1, 10), Server(2, 12)}, &chosen));
+  ASSERT_TRUE(ChooseSegmentServer({Server(1, 3), Server(2, 1), Server(3, 2)}, &chosen));
+  EXPECT_EQ(chosen, 2u);
+  // Free PM, not the used fraction: 30 free of 40 beats 8 free of 10.
+  ASSERT_TRUE(ChooseSegmentServer({Server(1, 2, 10), Server(2, 10, 40)}, &chosen));
+  EXPECT_EQ(chosen, 2u);
+  ASSERT_TRUE(ChooseSegmentServer({Server(5, 4), Server(4, 4), Server(6, 10)}, &chosen));
+  EXPECT_EQ(chosen, 4u);
+}
+
 TEST(BalanceTables, FirstServerTakesAllThenNewServersShare) {
   auto tables = Tables(64);
   EXPECT_FALSE(BalanceTables(&tables, {}));

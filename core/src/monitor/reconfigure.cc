@@ -42,6 +42,25 @@ std::vector<std::string> Reconfigure(const ReconfigureInput& in, v1::ClusterView
   for (const auto& s : view->servers()) {
     server_local[s.id()].insert(s.server_local_segments().begin(), s.server_local_segments().end());
   }
+  // 0. Splits that lost a party: before a commit the parent still holds
+  // every item, so giving the split up loses nothing.
+  auto primary_of = [&](uint64_t segment) -> const v1::SegmentReplica* {
+    for (const auto& m : view->segments()) {
+      if (m.segment() == segment) return &m.primary();
+    }
+    return nullptr;
+  };
+  for (int i = view->splits_size() - 1; i >= 0; --i) {
+    const v1::PendingSplit& sp = view->splits(i);
+    const v1::SegmentReplica* parent = primary_of(sp.parent());
+    const v1::SegmentReplica* child = sp.child() == 0 ? nullptr : primary_of(sp.child());
+    if (parent == nullptr || gone(parent->server_id()) || gone(sp.target_server()) ||
+        (sp.child() != 0 && (child == nullptr || gone(child->server_id())))) {
+      changes.push_back("split of segment " + std::to_string(sp.parent()) + " (table " +
+                        std::to_string(sp.table()) + ") abandoned: a party left");
+      AbandonSplit(view, i);
+    }
+  }
   for (auto& m : *view->mutable_segments()) {
     auto* backups = m.mutable_backups();
     // 2. Promotion first, while the leaving primary's in-sync backups are
@@ -121,9 +140,10 @@ std::vector<std::string> Reconfigure(const ReconfigureInput& in, v1::ClusterView
                         std::to_string(index) + " (syncing)");
     }
   }
-  // 4. Tables follow their segment's primary.
+  // 4. Tables follow their first segment's primary.
   for (const auto& m : view->segments()) {
     if (m.table() == 0 || m.table() > static_cast<uint32_t>(view->tables_size())) continue;
+    if (m.split_parent() != 0 || m.range_prefix() != 0) continue;
     v1::TableAssignment* t = view->mutable_tables(static_cast<int>(m.table()) - 1);
     if (t->server_id() != m.primary().server_id()) {
       changes.push_back("table " + std::to_string(m.table()) + " follows " + Seg(m) +
@@ -133,6 +153,26 @@ std::vector<std::string> Reconfigure(const ReconfigureInput& in, v1::ClusterView
     }
   }
   return changes;
+}
+
+int FindSplit(const v1::ClusterView& view, uint64_t parent) {
+  for (int i = 0; i < view.splits_size(); ++i) {
+    if (view.splits(i).parent() == parent) return i;
+  }
+  return -1;
+}
+
+void AbandonSplit(v1::ClusterView* view, int index) {
+  const uint64_t child = view->splits(index).child();
+  view->mutable_splits()->erase(view->mutable_splits()->begin() + index);
+  if (child == 0) return;
+  auto* segments = view->mutable_segments();
+  for (auto it = segments->begin(); it != segments->end(); ++it) {
+    if (it->segment() == child) {
+      segments->erase(it);
+      return;
+    }
+  }
 }
 
 bool HoldsData(const v1::ClusterView& view, uint32_t server_id) {

@@ -36,7 +36,20 @@ std::map<uint32_t, std::set<uint32_t>> TakenLocalSegments(const v1::ClusterView&
 bool BackupLocalIndex(const v1::ServerInfo& holder, const std::set<uint32_t>& taken,
                       uint32_t* index);
 
-// Applies, to every segment of `view`:
+// The index of the pending split of segment `parent` in view.splits(), or
+// -1 when it has none.
+int FindSplit(const v1::ClusterView& view, uint64_t parent);
+
+// Gives up pending split `index`: its record and, once announced, its new
+// segment leave the view (the segment's holders free their copies when
+// they see it gone; the parent never deleted anything before a commit).
+void AbandonSplit(v1::ClusterView* view, int index);
+
+// Applies, to every pending split of `view`:
+//   0. a split whose parent or new segment lost its primary (dead or
+//      leaving), or whose target server left before creating the new
+//      segment, is abandoned (AbandonSplit);
+// then to every segment of `view`:
 //   1. backups on dead or leaving servers, and backups on a local segment
 //      their server holds server-local data in, are dropped;
 //   2. a primary on a dead or leaving server is replaced by its first
@@ -46,8 +59,9 @@ bool BackupLocalIndex(const v1::ServerInfo& holder, const std::set<uint32_t>& ta
 //   3. missing backups are chosen among the candidates (ChooseBackups;
 //      segments_used counts every taken local segment), each on
 //      BackupLocalIndex, in state SYNCING;
-//   4. a table holding a segment is owned by that segment's primary
-//      (assigned_epoch = epoch when it changes).
+//   4. a table holding a segment is owned by the primary of its segment
+//      whose range holds position 0 (its first segment, which every split
+//      keeps the lower half of; assigned_epoch = epoch when it changes).
 // Returns one line per change (for the log); empty when nothing changed.
 std::vector<std::string> Reconfigure(const ReconfigureInput& in, v1::ClusterView* view);
 

@@ -197,5 +197,68 @@ TEST(ReconfigureTest, TakenLocalSegmentsCountCopiesAndServerLocalData) {
   EXPECT_FALSE(BackupLocalIndex(v.servers(1), all, &index));
 }
 
+// Table 1 in segment 100 (range 0/0, server 1) splitting into segment 99
+// on server `target`; the split's new segment is announced when `child`.
+v1::ClusterView SplittingView(uint32_t target, bool child) {
+  v1::ClusterView v = View(3, 1);
+  AddSegment(&v, 100, 1, 1);
+  v1::PendingSplit* sp = v.add_splits();
+  sp->set_table(1);
+  sp->set_parent(100);
+  sp->set_child_range_depth(1);
+  sp->set_child_range_prefix(1);
+  sp->set_target_server(target);
+  if (child) {
+    v1::SegmentMapping* c = AddSegment(&v, 99, target, 1);
+    c->set_range_depth(1);
+    c->set_range_prefix(1);
+    c->set_split_parent(100);
+    sp->set_child(99);
+  }
+  return v;
+}
+
+TEST(ReconfigureTest, ASplitThatLostAPartyIsAbandonedWithItsNewSegment) {
+  // The parent's primary, the new segment's primary, the target before it
+  // created the segment: each gone gives the split up.
+  struct Case {
+    uint32_t gone;
+    bool child;
+  };
+  for (Case c : {Case{1, true}, Case{2, true}, Case{2, false}, Case{1, false}}) {
+    v1::ClusterView v = SplittingView(2, c.child);
+    auto changes = Reconfigure(Input(v, {c.gone}), &v);
+    EXPECT_EQ(v.splits_size(), 0) << c.gone << " " << c.child;
+    bool said = false;
+    for (const auto& line : changes) said |= line.find("abandoned") != std::string::npos;
+    EXPECT_TRUE(said);
+    for (const auto& m : v.segments()) EXPECT_NE(m.segment(), 99u) << "the new segment stays";
+  }
+  // A bystander leaving changes nothing.
+  v1::ClusterView v = SplittingView(2, true);
+  Reconfigure(Input(v, {}, {3}), &v);
+  ASSERT_EQ(v.splits_size(), 1);
+  EXPECT_EQ(v.segments_size(), 2);
+  // Nor is the split touched when the parent's primary is alive.
+  EXPECT_EQ(FindSplit(v, 100), 0);
+  EXPECT_EQ(FindSplit(v, 99), -1);
+}
+
+TEST(ReconfigureTest, ATableFollowsThePrimaryOfItsFirstSegmentOnly) {
+  v1::ClusterView v = View(3, 1);
+  AddSegment(&v, 100, 1, 1)->set_range_depth(1);  // 1/0: the first segment
+  v1::SegmentMapping* upper = AddSegment(&v, 99, 3, 1);
+  upper->set_range_depth(1);
+  upper->set_range_prefix(1);
+  auto changes = Reconfigure(Input(v, {}), &v);
+  EXPECT_TRUE(changes.empty());
+  EXPECT_EQ(v.tables(0).server_id(), 1u);
+  // The new segment of a split never takes its table either.
+  v = SplittingView(3, true);
+  changes = Reconfigure(Input(v, {}), &v);
+  EXPECT_TRUE(changes.empty());
+  EXPECT_EQ(v.tables(0).server_id(), 1u);
+}
+
 }  // namespace
 }  // namespace pdpm::monitor

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "dsm/address.h"
+#include "dsm/table_range.h"
 #include "monitor/placement.h"
 #include "monitor/probe.h"
 #include "monitor/reconfigure.h"
@@ -96,6 +97,84 @@ Status FindSegmentIndex(const v1::ClusterView& view, uint64_t segment, int* inde
   return Status::NotFound("global segment " + std::to_string(segment) + " is not mapped");
 }
 
+// A table segment's range of positions (dsm/table_range.h); depth 0 for
+// every mapping written before ranges.
+dsm::TableRange RangeOf(const v1::SegmentMapping& m) {
+  return {m.range_depth(), m.range_prefix()};
+}
+
+void SetRange(v1::SegmentMapping* m, const dsm::TableRange& range) {
+  m->set_range_depth(range.depth);
+  m->set_range_prefix(range.prefix);
+}
+
+// The ranges and pending splits of a loaded view (format 2): every range
+// valid and on a table segment; each pending split names a mapped table
+// segment of its table once, halves its range and, once created, a new
+// segment holding the upper half that names it as its parent; no other
+// segment names a parent; the routable segments of a table split at least
+// once partition the positions.
+Status CheckRanges(const v1::ClusterView& v) {
+  auto bad = [](uint64_t segment, const std::string& what) {
+    return Status::Corruption("stored view: segment " + std::to_string(segment) + " " + what);
+  };
+  std::map<uint32_t, std::vector<dsm::TableRange>> routable;  // table -> ranges
+  std::set<uint32_t> split_tables;                            // tables with a depth > 0
+  for (const auto& m : v.segments()) {
+    if (!RangeOf(m).Valid()) return bad(m.segment(), "has an invalid range");
+    if (m.table() == 0) {
+      if (m.range_depth() != 0 || m.split_parent() != 0) {
+        return bad(m.segment(), "is a heap segment with a range");
+      }
+      continue;
+    }
+    if (m.split_parent() == 0) {
+      routable[m.table()].push_back(RangeOf(m));
+      if (m.range_depth() > 0) split_tables.insert(m.table());
+    } else {
+      const int i = FindSplit(v, m.split_parent());
+      if (i < 0 || v.splits(i).child() != m.segment()) {
+        return bad(m.segment(), "names segment " + std::to_string(m.split_parent()) +
+                                    " as its split parent, but no such split is pending");
+      }
+    }
+  }
+  for (int i = 0; i < v.splits_size(); ++i) {
+    const v1::PendingSplit& sp = v.splits(i);
+    int index = 0;
+    if (!FindSegmentIndex(v, sp.parent(), &index).ok()) {
+      return bad(sp.parent(), "has a pending split but is not mapped");
+    }
+    const v1::SegmentMapping& parent = v.segments(index);
+    const dsm::TableRange range = RangeOf(parent);
+    const dsm::TableRange child_range{sp.child_range_depth(), sp.child_range_prefix()};
+    if (FindSplit(v, sp.parent()) != i || parent.table() == 0 || parent.table() != sp.table() ||
+        parent.split_parent() != 0 || range.depth >= dsm::kMaxRangeDepth ||
+        child_range != range.Upper()) {
+      return bad(sp.parent(), "has an inconsistent pending split");
+    }
+    if (sp.child() != 0) {
+      if (!FindSegmentIndex(v, sp.child(), &index).ok()) {
+        return bad(sp.child(), "is the new half of a split but is not mapped");
+      }
+      const v1::SegmentMapping& child = v.segments(index);
+      if (child.split_parent() != sp.parent() || child.table() != sp.table() ||
+          RangeOf(child) != child_range) {
+        return bad(sp.child(),
+                   "does not match the pending split of segment " + std::to_string(sp.parent()));
+      }
+    }
+  }
+  for (uint32_t table : split_tables) {
+    Status s = dsm::SortAndCheckPartition(&routable[table]);
+    if (!s.ok()) {
+      return Status::Corruption("stored view: the segments of table " + std::to_string(table) +
+                                " do not partition its positions: " + std::string(s.message()));
+    }
+  }
+  return Status::OK();
+}
+
 std::vector<TableSlot> TableSlots(const v1::ClusterView& view) {
   std::vector<TableSlot> slots;
   for (const auto& t : view.tables()) slots.push_back({t.table(), t.server_id(), 0});
@@ -137,7 +216,13 @@ Status CheckView(const v1::ClusterView& v) {
                                 " to unknown server " + std::to_string(m.primary().server_id()));
     }
   }
-  return Status::OK();
+  return CheckRanges(v);
+}
+
+v1::SegmentMapping WithoutKeys(v1::SegmentMapping m) {
+  m.clear_access_key();
+  for (auto& b : *m.mutable_backups()) b.clear_access_key();
+  return m;
 }
 
 }  // namespace
@@ -213,7 +298,7 @@ Status ViewManager::Open(ViewStore* store, const MonitorOptions& options, const 
                                          {"servers", v.servers_size()},
                                          {"segments", v.segments_size()},
                                          {"format_version", v.format_version()}});
-    if (v.format_version() < kViewFormatVersion) {
+    if (v.format_version() < 1) {
       // Written before servers' server-local segments were recorded: a
       // backup placed on one is refused by its server and placed anew
       // (REPLICA_STATE_REFUSED), and each server's list is complete once it
@@ -221,7 +306,7 @@ Status ViewManager::Open(ViewStore* store, const MonitorOptions& options, const 
       log.Warn(
           "the stored view is of an older format: server-local segments are unknown until "
           "each server registers again",
-          {{"format_version", v.format_version()}, {"reads", kViewFormatVersion}});
+          {{"format_version", v.format_version()}});
     }
   }
   auto now = Clock::now();
@@ -409,6 +494,7 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
       s->set_state(v1::SERVER_STATE_UP);
       s->set_join_token(req.join_token());
       *s->mutable_server_local_segments() = req.server_local_segments();
+      s->set_features(req.features());
       changed = true;
     }
   } else {
@@ -461,6 +547,7 @@ Status ViewManager::RegisterServer(const v1::RegisterServerRequest& req,
     updated.set_capacity_bytes(uint64_t{req.segment_count()} * req.segment_size());
     *updated.mutable_labels() = info.labels();
     updated.set_segment_count(req.segment_count());
+    updated.set_features(req.features());
     if (updated.SerializeAsString() != s->SerializeAsString()) {
       *s = updated;
       changed = true;
@@ -562,7 +649,21 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
                                    std::to_string(view_.table_count()) + " tables)");
   }
   Touch(server_id);
-  if (req.table() != 0) {
+  // The pending split this segment is the new half of (split_parent), or -1.
+  int split = -1;
+  if (req.split_parent() != 0) {
+    split = FindSplit(view_, req.split_parent());
+    const std::string of = "segment " + std::to_string(req.split_parent());
+    if (split < 0) {
+      return Status::FailedPrecondition(of + " has no pending split (given up or committed)");
+    }
+    const v1::PendingSplit& sp = view_.splits(split);
+    if (sp.target_server() != server_id || sp.table() != req.table()) {
+      return Status::FailedPrecondition("the split of " + of + " creates a segment of table " +
+                                        std::to_string(sp.table()) + " on server " +
+                                        std::to_string(sp.target_server()));
+    }
+  } else if (req.table() != 0) {
     const v1::TableAssignment& t = view_.tables(static_cast<int>(req.table()) - 1);
     if (t.server_id() != server_id) {
       return Status::FailedPrecondition("table " + std::to_string(req.table()) +
@@ -636,6 +737,12 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
                                  " holds server-local data");
   }
 
+  if (split >= 0 && next.splits(split).child() != 0) {
+    return Status::AlreadyExists("the split of segment " + std::to_string(req.split_parent()) +
+                                 " already created segment " +
+                                 std::to_string(next.splits(split).child()));
+  }
+
   uint64_t number = 0;
   if (req.table() == 0) {
     number = next.next_heap_segment();
@@ -688,6 +795,12 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
   m->set_table(req.table());
   m->set_access_key(req.access_key());
   m->set_placement_epoch(next.epoch());
+  if (split >= 0) {
+    v1::PendingSplit* sp = next.mutable_splits(split);
+    SetRange(m, {sp->child_range_depth(), sp->child_range_prefix()});
+    m->set_split_parent(sp->parent());
+    sp->set_child(number);
+  }
   v1::SegmentMapping result = *m;
   PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
   result.clear_access_key();
@@ -702,6 +815,7 @@ Status ViewManager::AllocateSegment(const v1::AllocateSegmentRequest& req,
                                   {"server_id", server_id},
                                   {"local_index", req.local_index()},
                                   {"table", req.table()},
+                                  {"split_parent", req.split_parent()},
                                   {"backups", result.backups_size()},
                                   {"epoch", view_.epoch()}});
   *resp->mutable_mapping() = std::move(result);
@@ -718,14 +832,22 @@ Status ViewManager::FreeSegment(const v1::FreeSegmentRequest& req, v1::FreeSegme
   v1::ClusterView next = view_;
   int index = 0;
   PDPM_RETURN_IF_ERROR(FindSegmentIndex(next, req.segment(), &index));
-  auto* segments = next.mutable_segments();
-  auto it = segments->begin() + index;
-  if (it->primary().server_id() != req.server_id()) {
+  const v1::SegmentMapping& freed = next.segments(index);
+  if (freed.primary().server_id() != req.server_id()) {
     return Status::FailedPrecondition(
         "global segment " + std::to_string(req.segment()) + " belongs to server " +
-        std::to_string(it->primary().server_id()) + ", not " + std::to_string(req.server_id()));
+        std::to_string(freed.primary().server_id()) + ", not " + std::to_string(req.server_id()));
   }
-  segments->erase(it);
+  // A freed parent gives its pending split up, and so does a freed new
+  // segment of one (AbandonSplit drops the new segment with the record).
+  const uint64_t split_parent = freed.split_parent();
+  if (int split = FindSplit(next, req.segment()); split >= 0) AbandonSplit(&next, split);
+  if (int split = split_parent == 0 ? -1 : FindSplit(next, split_parent); split >= 0) {
+    AbandonSplit(&next, split);
+  } else {
+    PDPM_RETURN_IF_ERROR(FindSegmentIndex(next, req.segment(), &index));
+    next.mutable_segments()->erase(next.mutable_segments()->begin() + index);
+  }
   next.set_epoch(next.epoch() + 1);
   PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
   log_.Info("segment freed",
@@ -750,6 +872,7 @@ Status ViewManager::GetMapping(const v1::GetMappingRequest& req, v1::GetMappingR
     for (auto& b : *out->mutable_backups()) b.clear_access_key();
   }
   *resp->mutable_tables() = view_.tables();
+  *resp->mutable_splits() = view_.splits();
   resp->set_segment_size(view_.segment_size());
   resp->set_table_count(view_.table_count());
   resp->set_replica_count(view_.replica_count());
@@ -1033,6 +1156,176 @@ Status ViewManager::ReportUnreachable(const v1::ReportUnreachableRequest& req,
   PDPM_RETURN_IF_ERROR(ReconfigureLocked(now));
   resp->set_epoch(view_.epoch());
   resp->set_confirmed(true);
+  return Status::OK();
+}
+
+Status ViewManager::SplitParentLocked(uint32_t server_id, uint64_t segment, int* index) {
+  const v1::ServerInfo* caller = nullptr;
+  PDPM_RETURN_IF_ERROR(FindMember(server_id, &caller));
+  Touch(server_id);
+  PDPM_RETURN_IF_ERROR(FindSegmentIndex(view_, segment, index));
+  const v1::SegmentMapping& m = view_.segments(*index);
+  const std::string seg = "segment " + std::to_string(segment);
+  if (m.table() == 0) return Status::InvalidArgument(seg + " is a heap segment: only tables split");
+  if (m.split_parent() != 0) {
+    return Status::FailedPrecondition(seg + " is the new half of the pending split of segment " +
+                                      std::to_string(m.split_parent()));
+  }
+  if (m.primary().server_id() != server_id) {
+    return Status::FailedPrecondition(seg + "'s primary is server " +
+                                      std::to_string(m.primary().server_id()) + ", not " +
+                                      std::to_string(server_id) + "; refresh the mapping");
+  }
+  return Status::OK();
+}
+
+Status ViewManager::SplitSegment(const v1::SplitSegmentRequest& req,
+                                 v1::SplitSegmentResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  std::lock_guard<std::mutex> lock(mu_);
+  int index = 0;
+  PDPM_RETURN_IF_ERROR(SplitParentLocked(req.server_id(), req.segment(), &index));
+  const v1::SegmentMapping parent = view_.segments(index);
+  if (int split = FindSplit(view_, req.segment()); split >= 0) {
+    // A retry after a lost reply: the split reserved then.
+    *resp->mutable_split() = view_.splits(split);
+    resp->set_epoch(view_.epoch());
+    return Status::OK();
+  }
+  const std::string seg = "segment " + std::to_string(req.segment());
+  const dsm::TableRange range = RangeOf(parent);
+  if (range.depth >= dsm::kMaxRangeDepth) {
+    return Status::ResourceExhausted(seg + " holds range " + range.ToString() + " of table " +
+                                     std::to_string(parent.table()) +
+                                     ", the smallest there is: it cannot split");
+  }
+  for (const auto& s : view_.servers()) {
+    if (s.state() != v1::SERVER_STATE_DRAINED && (s.features() & v1::SERVER_FEATURE_SPLIT) == 0) {
+      return Status::FailedPrecondition("server " + std::to_string(s.id()) +
+                                        " runs a version without table splits: " + seg +
+                                        " splits once every server is upgraded");
+    }
+  }
+  // The new segment goes to the live server with the most free local
+  // segments; a split that has not created its segment yet holds one of
+  // its target's.
+  const auto now = Clock::now();
+  auto taken = TakenLocalSegments(view_);
+  std::map<uint32_t, uint32_t> reserved;
+  for (const auto& sp : view_.splits()) {
+    if (sp.child() == 0) ++reserved[sp.target_server()];
+  }
+  std::vector<PlacementCandidate> candidates;
+  for (const auto& s : view_.servers()) {
+    if (s.state() != v1::SERVER_STATE_UP || LiveState(s.id(), now) != v1::SERVER_STATE_UP) continue;
+    candidates.push_back({s.id(),
+                          s.segment_count(),
+                          static_cast<uint32_t>(taken[s.id()].size()) + reserved[s.id()],
+                          {s.labels().begin(), s.labels().end()}});
+  }
+  uint32_t target = 0;
+  if (!ChooseSegmentServer(candidates, &target)) {
+    return Status::ResourceExhausted("no server has a free segment for a split of " + seg +
+                                     ": the cluster is full");
+  }
+  v1::ClusterView next = view_;
+  next.set_epoch(next.epoch() + 1);  // the target learns of the split from the mapping
+  v1::PendingSplit* sp = next.add_splits();
+  sp->set_table(parent.table());
+  sp->set_parent(parent.segment());
+  sp->set_child_range_depth(range.Upper().depth);
+  sp->set_child_range_prefix(range.Upper().prefix);
+  sp->set_target_server(target);
+  sp->set_reserved_epoch(next.epoch());
+  const v1::PendingSplit result = *sp;
+  PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+  log_.Info("split reserved", {{"segment", parent.segment()},
+                               {"table", parent.table()},
+                               {"range", range.ToString()},
+                               {"target", target},
+                               {"epoch", view_.epoch()}});
+  *resp->mutable_split() = result;
+  resp->set_epoch(view_.epoch());
+  return Status::OK();
+}
+
+Status ViewManager::CommitSplit(const v1::CommitSplitRequest& req, v1::CommitSplitResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  std::lock_guard<std::mutex> lock(mu_);
+  int parent_index = 0;
+  PDPM_RETURN_IF_ERROR(SplitParentLocked(req.server_id(), req.segment(), &parent_index));
+  const std::string seg = "segment " + std::to_string(req.segment());
+  const int split = FindSplit(view_, req.segment());
+  int child_index = 0;
+  const bool child_mapped = FindSegmentIndex(view_, req.child(), &child_index).ok();
+  if (split < 0) {
+    // Committed already (a retry after a lost reply) when the child holds
+    // the upper buddy of the parent's range.
+    const v1::SegmentMapping& parent = view_.segments(parent_index);
+    const dsm::TableRange range = RangeOf(parent);
+    if (child_mapped && range.depth > 0 && (range.prefix & 1) == 0) {
+      const v1::SegmentMapping& child = view_.segments(child_index);
+      if (child.table() == parent.table() && child.split_parent() == 0 &&
+          RangeOf(child) == range.Buddy()) {
+        *resp->mutable_parent() = WithoutKeys(parent);
+        *resp->mutable_child() = WithoutKeys(child);
+        resp->set_epoch(view_.epoch());
+        return Status::OK();
+      }
+    }
+    return Status::FailedPrecondition(seg + " has no pending split into segment " +
+                                      std::to_string(req.child()) + " (given up)");
+  }
+  const v1::PendingSplit& sp = view_.splits(split);
+  if (sp.child() == 0) {
+    return Status::FailedPrecondition("the new segment of " + seg + "'s split is not created yet");
+  }
+  if (sp.child() != req.child() || !child_mapped) {
+    return Status::FailedPrecondition(seg + " splits into segment " + std::to_string(sp.child()) +
+                                      ", not " + std::to_string(req.child()));
+  }
+  v1::ClusterView next = view_;
+  next.set_epoch(next.epoch() + 1);
+  v1::SegmentMapping* parent = next.mutable_segments(parent_index);
+  v1::SegmentMapping* child = next.mutable_segments(child_index);
+  const dsm::TableRange old_range = RangeOf(*parent);
+  SetRange(parent, old_range.Lower());
+  parent->set_placement_epoch(next.epoch());
+  child->set_split_parent(0);
+  child->set_placement_epoch(next.epoch());
+  v1::SegmentMapping parent_result = WithoutKeys(*parent);
+  v1::SegmentMapping child_result = WithoutKeys(*child);
+  next.mutable_splits()->erase(next.mutable_splits()->begin() + split);
+  PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+  *resp->mutable_parent() = std::move(parent_result);
+  *resp->mutable_child() = std::move(child_result);
+  log_.Info("split committed", {{"segment", req.segment()},
+                                {"child", req.child()},
+                                {"table", resp->parent().table()},
+                                {"range", old_range.ToString()},
+                                {"epoch", view_.epoch()}});
+  resp->set_epoch(view_.epoch());
+  return Status::OK();
+}
+
+Status ViewManager::CancelSplit(const v1::CancelSplitRequest& req, v1::CancelSplitResponse* resp) {
+  PDPM_RETURN_IF_ERROR(CheckSecret(req.cluster_secret()));
+  std::lock_guard<std::mutex> lock(mu_);
+  int index = 0;
+  PDPM_RETURN_IF_ERROR(SplitParentLocked(req.server_id(), req.segment(), &index));
+  const int split = FindSplit(view_, req.segment());
+  if (split >= 0) {
+    // Otherwise given up already: the cancel is a retry, or came after a
+    // reconfiguration did it.
+    v1::ClusterView next = view_;
+    next.set_epoch(next.epoch() + 1);
+    const uint64_t child = next.splits(split).child();
+    AbandonSplit(&next, split);
+    PDPM_RETURN_IF_ERROR(Commit(std::move(next)));
+    log_.Info("split given up",
+              {{"segment", req.segment()}, {"child", child}, {"epoch", view_.epoch()}});
+  }
+  resp->set_epoch(view_.epoch());
   return Status::OK();
 }
 

@@ -38,8 +38,10 @@
 namespace pdpm::monitor {
 
 // The format of the ClusterView this monitor writes (its format_version):
-// 0 before servers' server-local segments were recorded, 1 since.
-inline constexpr uint32_t kViewFormatVersion = 1;
+// 0 before servers' server-local segments were recorded, 1 since, 2 since
+// tables span segments (SegmentMapping ranges, ClusterView.splits; a view
+// of 0 or 1 reads as every table segment holding its whole table).
+inline constexpr uint32_t kViewFormatVersion = 2;
 
 struct MonitorOptions {
   // Cluster parameters, fixed when the view is created. When a stored view
@@ -93,6 +95,19 @@ class ViewManager {
   // holds a copy of a segment there.
   Status ReserveLocalSegment(const v1::ReserveLocalSegmentRequest& req,
                              v1::ReserveLocalSegmentResponse* resp);
+  // Splits of table segments (docs/dsm.md "Tables across segments"), each
+  // asked by the segment's primary. SplitSegment reserves one: the target
+  // is the live server with the most free local segments; a retry returns
+  // the pending split. kFailedPrecondition while a member lacks
+  // SERVER_FEATURE_SPLIT, kResourceExhausted when no server has a free
+  // segment (the cluster is full) or the range is of kMaxRangeDepth.
+  Status SplitSegment(const v1::SplitSegmentRequest& req, v1::SplitSegmentResponse* resp);
+  // The commit point: the parent keeps the lower half of its range, the new
+  // segment becomes routable with the upper half, both take the new epoch
+  // as placement epoch. A retry of a committed split answers OK.
+  Status CommitSplit(const v1::CommitSplitRequest& req, v1::CommitSplitResponse* resp);
+  // Gives a pending split up (OK when there is none any more).
+  Status CancelSplit(const v1::CancelSplitRequest& req, v1::CancelSplitResponse* resp);
 
   // Re-evaluates every member's liveness and logs each UP/SUSPECT/DOWN
   // transition, then reconfigures (monitor/reconfigure.h): segments of DOWN
@@ -138,6 +153,10 @@ class ViewManager {
   v1::ServerState LiveStateLocked(uint32_t server_id, Clock::time_point now) const;
   // Takes liveness_mu_.
   v1::ServerState LiveState(uint32_t server_id, Clock::time_point now) const;
+  // The split RPCs' common checks: `server_id` is a member (heard from
+  // now) and the primary of `segment`, a routable table segment, whose
+  // index in view_.segments() is `*index`. Requires mu_.
+  Status SplitParentLocked(uint32_t server_id, uint64_t segment, int* index);
   // Members of `view` whose liveness is UP: those that may take new tables
   // or backups.
   std::vector<uint32_t> LiveServers(const v1::ClusterView& view, Clock::time_point now) const;

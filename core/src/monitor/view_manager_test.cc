@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <set>
@@ -53,6 +54,12 @@ class ViewManagerTest : public ::testing::Test {
     ASSERT_TRUE(FileViewStore::Open(dir_, &store_).ok());
     Status s = ViewManager::Open(store_.get(), options_, Logger("monitor", null_fd_), &manager_);
     ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  v1::GetMappingResponse Mapping() {
+    v1::GetMappingResponse m;
+    EXPECT_TRUE(manager_->GetMapping(v1::GetMappingRequest(), &m).ok());
+    return m;
   }
 
  public:
@@ -569,11 +576,6 @@ class ServerLocalSegmentTest : public ViewManagerTest {
     v1::ReserveLocalSegmentResponse resp;
     return manager_->ReserveLocalSegment(req, &resp);
   }
-  v1::GetMappingResponse Mapping() {
-    v1::GetMappingResponse m;
-    EXPECT_TRUE(manager_->GetMapping(v1::GetMappingRequest(), &m).ok());
-    return m;
-  }
   static std::vector<uint32_t> ServerLocal(const v1::GetMappingResponse& m, uint32_t server) {
     for (const auto& s : m.servers()) {
       if (s.id() == server)
@@ -689,6 +691,315 @@ TEST_F(ServerLocalSegmentTest, ViewFormatIsRecordedAndANewerOneRefused) {
   Status s = ViewManager::Open(store_.get(), options_, Logger("monitor", null_fd_), &newer);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(s.ToString().find("newer monitor"), std::string::npos) << s.ToString();
+}
+
+// Splits of table segments (docs/dsm.md "Tables across segments").
+class SplitTest : public ViewManagerTest {
+ protected:
+  void SetUp() override {
+    ViewManagerTest::SetUp();
+    options_.suspect_timeout = std::chrono::minutes(1);
+    options_.down_timeout = std::chrono::minutes(2);
+  }
+  uint32_t Register(int n, bool splits = true, uint32_t segment_count = 64) {
+    v1::RegisterServerRequest req = NewServer(n);
+    req.set_segment_count(segment_count);
+    if (splits) req.set_features(v1::SERVER_FEATURE_SPLIT);
+    v1::RegisterServerResponse r;
+    Status s = manager_->RegisterServer(req, &r);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return r.server_id();
+  }
+  // Local segment `local` of `server` as a segment of `table`; the new
+  // half of `split_parent`'s split when that is not 0.
+  Status Allocate(uint32_t server, uint32_t local, uint32_t table, v1::SegmentMapping* out,
+                  uint64_t split_parent = 0) {
+    v1::AllocateSegmentRequest a;
+    a.set_cluster_secret(kSecret);
+    a.set_server_id(server);
+    a.set_local_index(local);
+    a.set_table(table);
+    a.set_access_key(7);
+    a.set_split_parent(split_parent);
+    v1::AllocateSegmentResponse r;
+    Status s = manager_->AllocateSegment(a, &r);
+    *out = r.mapping();
+    return s;
+  }
+  uint32_t Owner(uint32_t table) {
+    return Mapping().tables(static_cast<int>(table) - 1).server_id();
+  }
+  Status Split(uint32_t server, uint64_t segment, v1::SplitSegmentResponse* out) {
+    v1::SplitSegmentRequest req;
+    req.set_cluster_secret(kSecret);
+    req.set_server_id(server);
+    req.set_segment(segment);
+    return manager_->SplitSegment(req, out);
+  }
+  Status Commit(uint32_t server, uint64_t segment, uint64_t child, v1::CommitSplitResponse* out) {
+    v1::CommitSplitRequest req;
+    req.set_cluster_secret(kSecret);
+    req.set_server_id(server);
+    req.set_segment(segment);
+    req.set_child(child);
+    return manager_->CommitSplit(req, out);
+  }
+  Status Cancel(uint32_t server, uint64_t segment) {
+    v1::CancelSplitRequest req;
+    req.set_cluster_secret(kSecret);
+    req.set_server_id(server);
+    req.set_segment(segment);
+    v1::CancelSplitResponse resp;
+    return manager_->CancelSplit(req, &resp);
+  }
+  Status Free(uint32_t server, uint64_t segment) {
+    v1::FreeSegmentRequest req;
+    req.set_cluster_secret(kSecret);
+    req.set_server_id(server);
+    req.set_segment(segment);
+    v1::FreeSegmentResponse resp;
+    return manager_->FreeSegment(req, &resp);
+  }
+  // Two servers able to split; table 1's segment on its owner's local 0.
+  void StartWithATableSegment(uint32_t* owner, v1::SegmentMapping* parent) {
+    ASSERT_NO_FATAL_FAILURE(Open());
+    Register(1);
+    Register(2);
+    *owner = Owner(1);
+    ASSERT_TRUE(Allocate(*owner, 0, 1, parent).ok());
+  }
+  // A split of `parent` reserved and its new segment created on the
+  // target's local segment `local`.
+  void SplitWithChild(uint32_t owner, const v1::SegmentMapping& parent, uint32_t local,
+                      v1::SplitSegmentResponse* split, v1::SegmentMapping* child) {
+    ASSERT_TRUE(Split(owner, parent.segment(), split).ok());
+    ASSERT_TRUE(Allocate(split->split().target_server(), local, 1, child, parent.segment()).ok());
+  }
+  static const v1::SegmentMapping* Find(const v1::GetMappingResponse& m, uint64_t segment) {
+    for (const auto& s : m.segments()) {
+      if (s.segment() == segment) return &s;
+    }
+    return nullptr;
+  }
+};
+
+TEST_F(SplitTest, ASplitIsReservedCreatedAndCommittedInOneViewChange) {
+  ASSERT_NO_FATAL_FAILURE(Open());
+  // Server 2 has the most free segments: every split's target here.
+  const uint32_t owner = Register(1), other = Register(2, true, 128);
+  uint32_t table = 0;
+  const v1::GetMappingResponse tables = Mapping();
+  for (const auto& t : tables.tables()) {
+    if (t.server_id() == owner) table = t.table();
+  }
+  ASSERT_NE(table, 0u);
+  v1::SegmentMapping parent;
+  ASSERT_TRUE(Allocate(owner, 0, table, &parent).ok());
+  EXPECT_EQ(parent.range_depth(), 0u);
+
+  // Only the primary splits, only a table segment.
+  v1::SplitSegmentResponse split;
+  EXPECT_EQ(Split(other, parent.segment(), &split).code(), StatusCode::kFailedPrecondition);
+  v1::SegmentMapping heap;
+  ASSERT_TRUE(Allocate(owner, 1, 0, &heap).ok());
+  EXPECT_EQ(Split(owner, heap.segment(), &split).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Split(owner, 12345, &split).code(), StatusCode::kNotFound);
+
+  ASSERT_TRUE(Split(owner, parent.segment(), &split).ok());
+  EXPECT_EQ(split.split().parent(), parent.segment());
+  EXPECT_EQ(split.split().table(), table);
+  EXPECT_EQ(split.split().child_range_depth(), 1u);
+  EXPECT_EQ(split.split().child_range_prefix(), 1u);
+  EXPECT_EQ(split.split().child(), 0u);
+  const uint32_t target = split.split().target_server();
+  EXPECT_EQ(target, other);
+  // A retry gets the same split, without a view change.
+  v1::SplitSegmentResponse again;
+  ASSERT_TRUE(Split(owner, parent.segment(), &again).ok());
+  EXPECT_EQ(again.split().SerializeAsString(), split.split().SerializeAsString());
+  EXPECT_EQ(again.epoch(), split.epoch());
+  ASSERT_EQ(Mapping().splits_size(), 1);
+
+  v1::CommitSplitResponse committed;
+  EXPECT_EQ(Commit(owner, parent.segment(), 0, &committed).code(),
+            StatusCode::kFailedPrecondition);  // nothing created yet
+  // Only the target creates the new segment, once.
+  v1::SegmentMapping child;
+  EXPECT_EQ(Allocate(owner, 2, table, &child, parent.segment()).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Allocate(target, 0, table % 16 + 1, &child, parent.segment()).code(),
+            StatusCode::kFailedPrecondition);  // another table
+  ASSERT_TRUE(Allocate(target, 0, table, &child, parent.segment()).ok());
+  EXPECT_EQ(child.split_parent(), parent.segment());
+  EXPECT_EQ(child.range_depth(), 1u);
+  EXPECT_EQ(child.range_prefix(), 1u);
+  EXPECT_EQ(child.primary().server_id(), target);
+  EXPECT_EQ(child.backups_size(), 1);  // replicated as every segment
+  v1::SegmentMapping retried, second;
+  ASSERT_TRUE(Allocate(target, 0, table, &retried, parent.segment()).ok());
+  EXPECT_EQ(retried.segment(), child.segment());
+  EXPECT_EQ(Allocate(target, 1, table, &second, parent.segment()).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(Mapping().splits(0).child(), child.segment());
+  // The owner still owns the table: the new segment is not routable yet.
+  EXPECT_EQ(Owner(table), owner);
+
+  EXPECT_EQ(Commit(owner, parent.segment(), child.segment() + 1, &committed).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Commit(target, parent.segment(), child.segment(), &committed).code(),
+            StatusCode::kFailedPrecondition);  // not the parent's primary
+  ASSERT_TRUE(Commit(owner, parent.segment(), child.segment(), &committed).ok());
+  EXPECT_EQ(committed.parent().range_depth(), 1u);
+  EXPECT_EQ(committed.parent().range_prefix(), 0u);
+  EXPECT_EQ(committed.child().range_depth(), 1u);
+  EXPECT_EQ(committed.child().range_prefix(), 1u);
+  EXPECT_EQ(committed.child().split_parent(), 0u);
+  EXPECT_EQ(committed.parent().placement_epoch(), committed.epoch());
+  EXPECT_EQ(committed.child().placement_epoch(), committed.epoch());
+  EXPECT_EQ(committed.parent().access_key(), 0u);  // never a key
+  v1::GetMappingResponse m = Mapping();
+  EXPECT_EQ(m.splits_size(), 0);
+  EXPECT_EQ(m.epoch(), committed.epoch());
+  EXPECT_EQ(Owner(table), owner);  // a table follows its first segment
+
+  // A retried commit (its reply lost) answers the same; a cancel after it
+  // changes nothing.
+  v1::CommitSplitResponse retry;
+  ASSERT_TRUE(Commit(owner, parent.segment(), child.segment(), &retry).ok());
+  EXPECT_EQ(retry.SerializeAsString(), committed.SerializeAsString());
+  ASSERT_TRUE(Cancel(owner, parent.segment()).ok());
+  EXPECT_EQ(Mapping().epoch(), committed.epoch());
+
+  // The ranges survive a restart of the monitor; the new segment splits
+  // further on its own.
+  ASSERT_NO_FATAL_FAILURE(Open());
+  m = Mapping();
+  EXPECT_EQ(Find(m, parent.segment())->range_depth(), 1u);
+  EXPECT_EQ(Find(m, child.segment())->range_prefix(), 1u);
+  ASSERT_TRUE(Split(target, child.segment(), &split).ok());
+  EXPECT_EQ(split.split().child_range_depth(), 2u);
+  EXPECT_EQ(split.split().child_range_prefix(), 3u);
+}
+
+TEST_F(SplitTest, ASplitWaitsUntilEveryServerSupportsIt) {
+  ASSERT_NO_FATAL_FAILURE(Open());
+  Register(1);
+  const uint32_t old_server = Register(2, /*splits=*/false);
+  const uint32_t owner = Owner(1);
+  v1::SegmentMapping parent;
+  ASSERT_TRUE(Allocate(owner, 0, 1, &parent).ok());
+  v1::SplitSegmentResponse split;
+  Status s = Split(owner, parent.segment(), &split);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.ToString().find("upgraded"), std::string::npos) << s.ToString();
+  // The old server, upgraded and restarted, registers the feature.
+  v1::RegisterServerRequest req = NewServer(2);
+  req.set_cluster_uuid(Mapping().cluster_uuid());
+  req.set_server_id(old_server);
+  req.set_features(v1::SERVER_FEATURE_SPLIT);
+  v1::RegisterServerResponse r;
+  ASSERT_TRUE(manager_->RegisterServer(req, &r).ok());
+  EXPECT_TRUE(Split(owner, parent.segment(), &split).ok());
+}
+
+TEST_F(SplitTest, AFullClusterRefusesASplit) {
+  options_.replicas = 1;
+  ASSERT_NO_FATAL_FAILURE(Open());
+  const uint32_t a = Register(1, true, 3);
+  v1::SegmentMapping first, second, third;
+  ASSERT_TRUE(Allocate(a, 0, 1, &first).ok());
+  ASSERT_TRUE(Allocate(a, 1, 2, &second).ok());
+  ASSERT_TRUE(Allocate(a, 2, 3, &third).ok());
+  v1::SplitSegmentResponse split;
+  Status s = Split(a, first.segment(), &split);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.ToString().find("cluster is full"), std::string::npos) << s.ToString();
+  // A pending split holds its target's free segment until it creates it.
+  ASSERT_TRUE(Free(a, third.segment()).ok());
+  ASSERT_TRUE(Split(a, first.segment(), &split).ok());
+  EXPECT_EQ(split.split().target_server(), a);
+  EXPECT_EQ(Split(a, second.segment(), &split).code(), StatusCode::kResourceExhausted);
+}
+
+TEST_F(SplitTest, CancelAndFreeGiveTheSplitUp) {
+  uint32_t owner = 0;
+  v1::SegmentMapping parent, child;
+  ASSERT_NO_FATAL_FAILURE(StartWithATableSegment(&owner, &parent));
+  v1::SplitSegmentResponse split;
+  uint32_t local = 10;
+  auto reserve_and_create = [&] {
+    ASSERT_NO_FATAL_FAILURE(SplitWithChild(owner, parent, local++, &split, &child));
+    ASSERT_NE(Find(Mapping(), child.segment()), nullptr);
+  };
+  // The parent's primary gives it up: the new segment leaves the view.
+  ASSERT_NO_FATAL_FAILURE(reserve_and_create());
+  ASSERT_TRUE(Cancel(owner, parent.segment()).ok());
+  EXPECT_EQ(Mapping().splits_size(), 0);
+  EXPECT_EQ(Find(Mapping(), child.segment()), nullptr);
+  v1::CommitSplitResponse committed;
+  EXPECT_EQ(Commit(owner, parent.segment(), child.segment(), &committed).code(),
+            StatusCode::kFailedPrecondition);
+  // The target frees the new segment: the split is gone with it.
+  ASSERT_NO_FATAL_FAILURE(reserve_and_create());
+  ASSERT_TRUE(Free(split.split().target_server(), child.segment()).ok());
+  EXPECT_EQ(Mapping().splits_size(), 0);
+  EXPECT_EQ(Find(Mapping(), child.segment()), nullptr);
+  // The parent is freed: its split and new segment go too.
+  ASSERT_NO_FATAL_FAILURE(reserve_and_create());
+  ASSERT_TRUE(Free(owner, parent.segment()).ok());
+  EXPECT_EQ(Mapping().splits_size(), 0);
+  EXPECT_EQ(Mapping().segments_size(), 0);
+  // An abandoned split's new segment is refused at its (late) announce.
+  ASSERT_TRUE(Allocate(owner, 0, 1, &parent).ok());
+  ASSERT_TRUE(Split(owner, parent.segment(), &split).ok());
+  ASSERT_TRUE(Cancel(owner, parent.segment()).ok());
+  EXPECT_EQ(Allocate(split.split().target_server(), 20, 1, &child, parent.segment()).code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SplitTest, AStoredViewWithInconsistentRangesIsRefused) {
+  uint32_t owner = 0;
+  v1::SegmentMapping parent, child;
+  ASSERT_NO_FATAL_FAILURE(StartWithATableSegment(&owner, &parent));
+  v1::SplitSegmentResponse split;
+  ASSERT_NO_FATAL_FAILURE(SplitWithChild(owner, parent, 5, &split, &child));
+  manager_.reset();
+  v1::ClusterView good;
+  uint64_t revision = 0;
+  ASSERT_TRUE(store_->Load(&good, &revision).ok());
+  EXPECT_EQ(good.format_version(), 2u);
+  auto refused = [&](const std::function<void(v1::ClusterView*)>& damage, const char* what) {
+    v1::ClusterView bad = good;
+    damage(&bad);
+    ASSERT_TRUE(store_->CompareAndPut(revision, bad, &revision).ok());
+    std::unique_ptr<ViewManager> m;
+    Status s = ViewManager::Open(store_.get(), options_, Logger("monitor", null_fd_), &m);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << what << ": " << s.ToString();
+  };
+  auto seg = [](v1::ClusterView* v, uint64_t number) {
+    for (auto& m : *v->mutable_segments()) {
+      if (m.segment() == number) return &m;
+    }
+    return static_cast<v1::SegmentMapping*>(nullptr);
+  };
+  refused([](v1::ClusterView* v) { v->clear_splits(); }, "a new segment without its split");
+  refused([&](v1::ClusterView* v) { v->mutable_splits(0)->set_child_range_prefix(0); },
+          "a split keeping the wrong half");
+  refused([&](v1::ClusterView* v) { seg(v, child.segment())->set_range_depth(2); },
+          "a new segment of another range");
+  refused([&](v1::ClusterView* v) { seg(v, parent.segment())->set_range_depth(33); },
+          "an invalid range");
+  refused(
+      [&](v1::ClusterView* v) {
+        v->clear_splits();
+        seg(v, child.segment())->set_split_parent(0);
+        seg(v, parent.segment())->set_range_depth(1);
+        seg(v, parent.segment())->set_range_prefix(1);  // both hold the upper half
+      },
+      "overlapping ranges");
+  // The good view loads.
+  ASSERT_TRUE(store_->CompareAndPut(revision, good, &revision).ok());
+  ASSERT_NO_FATAL_FAILURE(Open());
 }
 
 }  // namespace

@@ -467,11 +467,11 @@ void DataServer::HeartbeatLoop() {
         if (seg != nullptr && seg->alloc != nullptr) used += seg->alloc->Stats().bytes_allocated;
       }
       // Primaries are in by_global_ once set up (their role no longer
-      // changes): heap ones holding no block are due for release after a
-      // while.
+      // changes): heap and table ones holding nothing are due for release
+      // after a while.
       for (const auto& [global, seg] : by_global_) {
-        if (seg->role.kind != SegmentKind::kHeap || seg->fenced) continue;
-        if (seg->first_fill || seg->alloc->Stats().blocks_allocated != 0) {
+        if (seg->fenced) continue;
+        if (seg->first_fill || !HoldsNothing(*seg)) {
           seg->empty_since_ns = 0;
         } else if (seg->empty_since_ns == 0) {
           seg->empty_since_ns = now;

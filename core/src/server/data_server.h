@@ -104,11 +104,12 @@ class DataServer {
     // bits) and completed (high 32 bits).
     std::atomic<pdkvs::CcehIndex*> kv_published{nullptr};
     std::atomic<uint64_t> kv_writes{0};
-    // Heap primaries: when the heartbeat first found it holding no block
-    // (steady-clock nanoseconds; 0: it holds blocks). Released once empty
-    // for kReleaseEmptyAfter.
+    // Heap and table primaries: when the heartbeat first found it holding
+    // nothing (HoldsNothing; steady-clock nanoseconds; 0: it holds
+    // something). Released once empty for kReleaseEmptyAfter.
     std::atomic<int64_t> empty_since_ns{0};
-    // Being released: allocations refused. Guarded by repl_mu.
+    // Being released: allocations and table mutations refused. Guarded by
+    // repl_mu.
     bool released = false;
   };
 
@@ -137,12 +138,17 @@ class DataServer {
   // Clears the first page of local segment `local` (persisted), so that it
   // reads as free, after a restart too.
   void ClearLocalSegment(uint32_t local);
-  // Releases every heap segment that has held no block for
+  // Whether primary `seg` holds nothing: a heap segment no block, a table
+  // segment no object and no pDKVS key. Other kinds always hold something.
+  static bool HoldsNothing(const Segment& seg);
+  // Releases every heap and table segment that has held nothing for
   // kReleaseEmptyAfter (docs/server.md "Freed segments").
   void ReleaseEmptySegments();
-  // Gives the heap primary `seg` back if it still holds no block: the
-  // monitor frees its global segment (its backups are dropped with it),
-  // then its local segment is cleared and free again.
+  // Gives the primary `seg` back if it still holds nothing (a table
+  // segment also no transaction's record: TxParticipant::CloseSegment):
+  // the monitor frees its global segment (its backups are dropped with
+  // it), then its local segment is cleared and free again; a table's next
+  // mutation creates a new segment.
   Status ReleaseSegment(Segment* seg);
   // Formats a free local segment for `role` and announces it. Requires
   // grow_mu_.
@@ -194,6 +200,10 @@ class DataServer {
   // `tag`: the transaction `op` works for (shipped even when `op`
   // persisted nothing); read after `op` ran (an allocation names its block).
   Status Mutate(Segment* seg, const std::function<Status()>& op, const TxTag& tag = {});
+  // Whether `seg` takes a mutation now: kStaleEpoch once fenced, kAborted
+  // (nothing done, the client asks again) while a table segment is being
+  // released. Requires seg->repl_mu.
+  Status CheckMutable(const Segment& seg) const;
   // A backup's server did not answer: the monitor fails it over at once if
   // it is gone (ViewManager::ReportUnreachable).
   void ReportUnreachable(uint32_t server);

@@ -45,9 +45,8 @@ void DataServer::MutateTogether(std::vector<DeferredKvBatch>* jobs, std::vector<
   std::vector<bool> ship(js.size(), false);
   for (size_t i = 0; i < js.size(); ++i) {
     Segment* seg = js[i].seg;
-    if (seg->fenced) {
-      (*results)[i] = Status::StaleEpoch("segment " + std::to_string(seg->role.global) +
-                                         " moved to another server");
+    if (Status s = CheckMutable(*seg); !s.ok()) {
+      (*results)[i] = std::move(s);
       continue;
     }
     {

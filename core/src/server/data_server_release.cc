@@ -1,10 +1,21 @@
-// Empty heap segments go back to the free segments (docs/server.md "Freed
-// segments"): the monitor frees the global segment first, then the local
-// segment is cleared, so a crash in between leaves a copy the view no
-// longer maps, which a restart frees.
+// Empty heap and table segments go back to the free segments
+// (docs/server.md "Freed segments"): the monitor frees the global segment
+// first, then the local segment is cleared, so a crash in between leaves a
+// copy the view no longer maps, which a restart frees.
 #include "server/data_server.h"
 
 namespace pdpm::server {
+
+bool DataServer::HoldsNothing(const Segment& seg) {
+  switch (seg.role.kind) {
+    case SegmentKind::kHeap: return seg.alloc->Stats().blocks_allocated == 0;
+    case SegmentKind::kTable: {
+      const pdkvs::CcehIndex* kv = seg.kv_published.load();
+      return seg.table->ObjectCount() == 0 && (kv == nullptr || kv->Count() == 0);
+    }
+    default: return false;
+  }
+}
 
 void DataServer::ReleaseEmptySegments() {
   const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
@@ -14,15 +25,13 @@ void DataServer::ReleaseEmptySegments() {
     std::shared_lock lock(mu_);
     for (const auto& [global, seg] : by_global_) {
       const int64_t since = seg->empty_since_ns;
-      if (seg->role.kind == SegmentKind::kHeap && since != 0 && now - since >= due) {
-        empty.push_back(seg);
-      }
+      if (since != 0 && now - since >= due) empty.push_back(seg);
     }
   }
   for (Segment* seg : empty) {
     Status s = ReleaseSegment(seg);
     if (!s.ok()) {
-      log_.Warn("releasing an empty heap segment failed; tried again later",
+      log_.Warn("releasing an empty segment failed; tried again later",
                 {{"global", seg->role.global}, {"status", s}});
     }
   }
@@ -30,14 +39,24 @@ void DataServer::ReleaseEmptySegments() {
 
 Status DataServer::ReleaseSegment(Segment* seg) {
   const uint32_t g = seg->role.global;
+  const bool table = seg->role.kind == SegmentKind::kTable;
+  // A table segment is closed to transactions first: no record may name
+  // it once it is gone, and one that names it keeps it.
+  if (table && !tx_->CloseSegment(g)) {
+    seg->empty_since_ns = 0;
+    return Status::OK();
+  }
+  bool releasing = false;
   {
     std::lock_guard lock(seg->repl_mu);
-    if (seg->fenced || seg->backup || seg->first_fill || g == 0 ||
-        seg->alloc->Stats().blocks_allocated != 0) {
-      seg->empty_since_ns = 0;
-      return Status::OK();
-    }
-    seg->released = true;  // no allocation from here on
+    releasing = !seg->fenced && !seg->backup && !seg->first_fill && g != 0 && HoldsNothing(*seg);
+    // From here on no allocation or table mutation (CheckMutable).
+    seg->released = releasing;
+    if (!releasing) seg->empty_since_ns = 0;
+  }
+  if (!releasing) {
+    if (table) tx_->ReopenSegment(g);
+    return Status::OK();
   }
   v1::FreeSegmentRequest req;
   req.set_server_id(server_id_);
@@ -51,9 +70,12 @@ Status DataServer::ReleaseSegment(Segment* seg) {
   if (!s.ok() && s.code() != StatusCode::kNotFound) {
     // Not freed (the monitor unreachable, or the segment given to another
     // server meanwhile: the mapping fences it then).
-    std::lock_guard lock(seg->repl_mu);
-    seg->released = false;
-    seg->empty_since_ns = 0;
+    {
+      std::lock_guard lock(seg->repl_mu);
+      seg->released = false;
+      seg->empty_since_ns = 0;
+    }
+    if (table) tx_->ReopenSegment(g);
     return s.WithContext("free segment " + std::to_string(g));
   }
   // Freed (kNotFound: by an earlier attempt whose answer was lost). A
@@ -65,6 +87,11 @@ Status DataServer::ReleaseSegment(Segment* seg) {
     std::unique_lock lock(mu_);
     by_global_.erase(g);
     placement_.erase(g);
+    // The table's next mutation creates a new segment.
+    if (auto it = by_table_.find(seg->role.table);
+        table && it != by_table_.end() && it->second == seg) {
+      by_table_.erase(it);
+    }
     seg->fenced = true;
     seg->region.reset();  // no one-sided op reaches it any more
     if (segments_[seg->local].get() == seg) {
@@ -72,7 +99,8 @@ Status DataServer::ReleaseSegment(Segment* seg) {
       retired_.push_back(std::move(segments_[seg->local]));
     }
   }
-  log_.Info("empty heap segment released", {{"global", g}, {"local", seg->local}});
+  log_.Info(table ? "empty table segment released" : "empty heap segment released",
+            {{"global", g}, {"local", seg->local}, {"table", seg->role.table}});
   return Status::OK();
 }
 

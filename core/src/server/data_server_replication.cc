@@ -198,12 +198,21 @@ Status DataServer::ClassifyRecovered(const std::atomic<bool>* stop) {
   return Status::OK();
 }
 
-Status DataServer::Mutate(Segment* seg, const std::function<Status()>& op, const TxTag& tag) {
-  std::lock_guard lock(seg->repl_mu);
-  if (seg->fenced) {
-    return Status::StaleEpoch("segment " + std::to_string(seg->role.global) +
+Status DataServer::CheckMutable(const Segment& seg) const {
+  if (seg.fenced) {
+    return Status::StaleEpoch("segment " + std::to_string(seg.role.global) +
                               " moved to another server");
   }
+  if (seg.released && seg.role.kind == SegmentKind::kTable) {
+    return Status::Aborted("table segment " + std::to_string(seg.role.global) +
+                           " is being released: ask again");
+  }
+  return Status::OK();
+}
+
+Status DataServer::Mutate(Segment* seg, const std::function<Status()>& op, const TxTag& tag) {
+  std::lock_guard lock(seg->repl_mu);
+  PDPM_RETURN_IF_ERROR(CheckMutable(*seg));
   bool replicated;
   {
     std::shared_lock l(mu_);

@@ -509,10 +509,12 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* /*re
         return Status::FailedPrecondition("table of an object entry is in segment " +
                                           std::to_string(segment) + ": route again");
       }
+      // Another segment: the coordinator's mapping is older than the
+      // table's segment (an emptied one was released and a new one made).
       if (e.segment != segment) {
-        return Status::InvalidArgument("lock: an object entry names segment " +
-                                       std::to_string(e.segment) + ", its table is in " +
-                                       std::to_string(segment));
+        return Status::FailedPrecondition("lock: an object entry names segment " +
+                                          std::to_string(e.segment) + ", its table is in " +
+                                          std::to_string(segment) + ": route again");
       }
       continue;
     }
@@ -564,6 +566,15 @@ Status TxParticipant::HandleLock(std::span<const uint8_t> req, std::string* /*re
   if (rec->entries.empty()) {
     for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
     return Status::InvalidArgument("lock: no entries");
+  }
+  // Checked under mu_, as CloseSegment looks for records: a LOCK either
+  // keeps a table segment from its release or is refused.
+  for (uint32_t segment : SegmentsOf(rec->entries)) {
+    if (closed_.count(segment) != 0) {
+      for (uint32_t t : rec->slots) versions_[t].fetch_and(~kTxVersionLock);
+      return Status::Aborted("segment " + std::to_string(segment) +
+                             " is being released: run the transaction again");
+    }
   }
   Status s =
       role == kTxRolePrimary ? CheckAllocations({coordinator, tx}, rec->entries) : Status::OK();
@@ -949,6 +960,30 @@ Status TxParticipant::ApplyObjects(const std::vector<const TxEntry*>& entries, u
   // Only deletes in a table without a segment: nothing to delete.
   if (!create && segment == 0 && s.code() == StatusCode::kNotFound) return Status::OK();
   return s;
+}
+
+bool TxParticipant::CloseSegment(uint32_t segment) {
+  Locked lock(this);
+  for (const auto& [key, recs] : recs_) {
+    for (const auto& rec : recs) {
+      // Holders and participants as segment | is-table << 32: a table's
+      // number is no segment.
+      if (HolderOf(rec->r) == uint64_t{segment}) return false;
+      for (const TxEntry& e : rec->entries) {
+        if (e.segment == segment) return false;
+      }
+      for (uint64_t p : rec->participants) {
+        if (p == uint64_t{segment}) return false;
+      }
+    }
+  }
+  closed_.insert(segment);
+  return true;
+}
+
+void TxParticipant::ReopenSegment(uint32_t segment) {
+  Locked lock(this);
+  closed_.erase(segment);
 }
 
 uint32_t TxParticipant::KvSlot(uint32_t table, std::string_view key) const {

@@ -210,6 +210,16 @@ class TxParticipant {
   // The report that `backup` is in sync failed: it is not required.
   void BackupNotJoined(uint32_t segment, uint32_t backup);
 
+  // For the release of an empty table segment (docs/server.md "Freed
+  // segments"): when no record here names global segment `segment` (an
+  // entry in it, or it as a holder or participant), closes it — a LOCK
+  // naming it is refused from then on with kAborted (the coordinator runs
+  // the transaction again, and finds the table's next segment) — and
+  // returns true; false when a record names it.
+  bool CloseSegment(uint32_t segment);
+  // Undoes CloseSegment: the release did not happen.
+  void ReopenSegment(uint32_t segment);
+
   // pDKVS keys and transactions (docs/pdkvs.md): a key of table `table`
   // put by a transaction is locked from its LOCK to its commit or abort.
   // The store's requests on the key are refused meanwhile; every write of
@@ -387,6 +397,9 @@ class TxParticipant {
   // again (BackupRefilled): a BACKUP record for them is refused, since the
   // promotion resolved those it found and would never apply a later one.
   std::set<uint32_t> promoted_;
+  // Table segments being released or released (CloseSegment): no LOCK
+  // names them. Global numbers are never reused.
+  std::set<uint32_t> closed_;
   uint32_t busy_ = 0;  // threads that released mu_ while working: no sweep
   std::condition_variable idle_cv_;
   std::function<void(const void*, size_t)> persist_;

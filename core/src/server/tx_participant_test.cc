@@ -191,6 +191,27 @@ class TxParticipantTest : public ::testing::Test {
   std::unique_ptr<TxParticipant> participant_;
 };
 
+// The release of an empty table segment (docs/server.md "Freed segments")
+// closes it at the participant first: refused while a record names it (a
+// write, the holder, a listed participant); once closed, a LOCK writing
+// it aborts with nothing locked; reopened, LOCKs go through again.
+TEST_F(TxParticipantTest, ASegmentClosesOnlyWithoutRecordsAndThenRefusesLocks) {
+  Start();
+  ASSERT_TRUE(participant_->CloseSegment(kHeapSegment));
+  Status s = Lock(1, {});
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_NE(s.ToString().find("being released"), std::string::npos) << s.ToString();
+  participant_->ReopenSegment(kHeapSegment);
+  ASSERT_TRUE(Lock(2, {}).ok());  // the refused LOCK left no word locked
+  EXPECT_FALSE(participant_->CloseSegment(kHeapSegment));
+  ASSERT_TRUE(Decide(2).ok());
+  EXPECT_FALSE(participant_->CloseSegment(kHeapSegment));  // kept for RESOLVE
+  constexpr uint32_t kListed = 5;
+  ASSERT_TRUE(Lock(3, {}, kCoordinator, std::vector<uint32_t>{kListed}).ok());
+  EXPECT_FALSE(participant_->CloseSegment(kListed));
+  EXPECT_TRUE(participant_->CloseSegment(kListed + 1));
+}
+
 TEST_F(TxParticipantTest, AHolderRecordAwaitingTruncationDoesNotFillTheArea) {
   Start();
   // Transaction 1 commits here, but its coordinator never truncates it (a

@@ -144,6 +144,54 @@ func (ServerState) EnumDescriptor() ([]byte, []int) {
 	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{1}
 }
 
+// Bits of ServerInfo.features.
+type ServerFeature int32
+
+const (
+	ServerFeature_SERVER_FEATURE_UNSPECIFIED ServerFeature = 0
+	// Serves range segments and splits (SplitSegment, kSplitCopy).
+	ServerFeature_SERVER_FEATURE_SPLIT ServerFeature = 1
+)
+
+// Enum value maps for ServerFeature.
+var (
+	ServerFeature_name = map[int32]string{
+		0: "SERVER_FEATURE_UNSPECIFIED",
+		1: "SERVER_FEATURE_SPLIT",
+	}
+	ServerFeature_value = map[string]int32{
+		"SERVER_FEATURE_UNSPECIFIED": 0,
+		"SERVER_FEATURE_SPLIT":       1,
+	}
+)
+
+func (x ServerFeature) Enum() *ServerFeature {
+	p := new(ServerFeature)
+	*p = x
+	return p
+}
+
+func (x ServerFeature) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ServerFeature) Descriptor() protoreflect.EnumDescriptor {
+	return file_pdpm_v1_monitor_proto_enumTypes[2].Descriptor()
+}
+
+func (ServerFeature) Type() protoreflect.EnumType {
+	return &file_pdpm_v1_monitor_proto_enumTypes[2]
+}
+
+func (x ServerFeature) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ServerFeature.Descriptor instead.
+func (ServerFeature) EnumDescriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{2}
+}
+
 type Health int32
 
 const (
@@ -180,11 +228,11 @@ func (x Health) String() string {
 }
 
 func (Health) Descriptor() protoreflect.EnumDescriptor {
-	return file_pdpm_v1_monitor_proto_enumTypes[2].Descriptor()
+	return file_pdpm_v1_monitor_proto_enumTypes[3].Descriptor()
 }
 
 func (Health) Type() protoreflect.EnumType {
-	return &file_pdpm_v1_monitor_proto_enumTypes[2]
+	return &file_pdpm_v1_monitor_proto_enumTypes[3]
 }
 
 func (x Health) Number() protoreflect.EnumNumber {
@@ -193,7 +241,7 @@ func (x Health) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Health.Descriptor instead.
 func (Health) EnumDescriptor() ([]byte, []int) {
-	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{2}
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{3}
 }
 
 type ServerInfo struct {
@@ -215,8 +263,11 @@ type ServerInfo struct {
 	// in the mapping: no copy is ever placed there. Set by the server's
 	// registration and ReserveLocalSegment (and a REFUSED backup report).
 	ServerLocalSegments []uint32 `protobuf:"varint,14,rep,packed,name=server_local_segments,json=serverLocalSegments,proto3" json:"server_local_segments,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// What the server's version implements (RegisterServerRequest.features):
+	// the monitor starts a protocol only when every member takes part.
+	Features      uint64 `protobuf:"varint,15,opt,name=features,proto3" json:"features,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServerInfo) Reset() {
@@ -347,6 +398,13 @@ func (x *ServerInfo) GetServerLocalSegments() []uint32 {
 	return nil
 }
 
+func (x *ServerInfo) GetFeatures() uint64 {
+	if x != nil {
+		return x.Features
+	}
+	return 0
+}
+
 type RegisterServerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
@@ -362,8 +420,10 @@ type RegisterServerRequest struct {
 	// The local segments its PM holds server-local data in (the transaction
 	// log): replaces ServerInfo.server_local_segments.
 	ServerLocalSegments []uint32 `protobuf:"varint,8,rep,packed,name=server_local_segments,json=serverLocalSegments,proto3" json:"server_local_segments,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// ServerFeature bits; replaces ServerInfo.features.
+	Features      uint64 `protobuf:"varint,9,opt,name=features,proto3" json:"features,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterServerRequest) Reset() {
@@ -450,6 +510,13 @@ func (x *RegisterServerRequest) GetServerLocalSegments() []uint32 {
 		return x.ServerLocalSegments
 	}
 	return nil
+}
+
+func (x *RegisterServerRequest) GetFeatures() uint64 {
+	if x != nil {
+		return x.Features
+	}
+	return 0
 }
 
 type RegisterServerResponse struct {
@@ -743,8 +810,18 @@ type SegmentMapping struct {
 	// Epoch in which this primary/backup placement took effect: a request for
 	// this segment carrying an older epoch was routed with a stale placement.
 	PlacementEpoch uint64 `protobuf:"varint,7,opt,name=placement_epoch,json=placementEpoch,proto3" json:"placement_epoch,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Table segments: the hash range of positions the segment holds
+	// (dsm/table_range.h); depth 0 (absent: every mapping before ranges) is
+	// the whole table. The routable segments of a table partition the
+	// positions.
+	RangeDepth  uint32 `protobuf:"varint,8,opt,name=range_depth,json=rangeDepth,proto3" json:"range_depth,omitempty"`
+	RangePrefix uint32 `protobuf:"varint,9,opt,name=range_prefix,json=rangePrefix,proto3" json:"range_prefix,omitempty"`
+	// Nonzero: the new segment of a pending split of that parent segment,
+	// filling. Nobody routes to it; it becomes routable when the split
+	// commits, and leaves the view when the split is given up.
+	SplitParent   uint64 `protobuf:"varint,10,opt,name=split_parent,json=splitParent,proto3" json:"split_parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SegmentMapping) Reset() {
@@ -826,6 +903,27 @@ func (x *SegmentMapping) GetPlacementEpoch() uint64 {
 	return 0
 }
 
+func (x *SegmentMapping) GetRangeDepth() uint32 {
+	if x != nil {
+		return x.RangeDepth
+	}
+	return 0
+}
+
+func (x *SegmentMapping) GetRangePrefix() uint32 {
+	if x != nil {
+		return x.RangePrefix
+	}
+	return 0
+}
+
+func (x *SegmentMapping) GetSplitParent() uint64 {
+	if x != nil {
+		return x.SplitParent
+	}
+	return 0
+}
+
 type AllocateSegmentRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ServerId      uint32                 `protobuf:"varint,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
@@ -837,7 +935,11 @@ type AllocateSegmentRequest struct {
 	// The global number the server's PM records for this local segment; 0
 	// when not confirmed yet. A segment that has moved to another server
 	// meanwhile is refused with STALE_EPOCH (the server is fenced for it).
-	Segment       uint64 `protobuf:"varint,7,opt,name=segment,proto3" json:"segment,omitempty"`
+	Segment uint64 `protobuf:"varint,7,opt,name=segment,proto3" json:"segment,omitempty"`
+	// Nonzero: this segment is the new half of the pending split of that
+	// parent segment, created on the server the split chose (which need not
+	// own the table); its range is the split's child range.
+	SplitParent   uint64 `protobuf:"varint,8,opt,name=split_parent,json=splitParent,proto3" json:"split_parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -917,6 +1019,13 @@ func (x *AllocateSegmentRequest) GetClusterSecret() string {
 func (x *AllocateSegmentRequest) GetSegment() uint64 {
 	if x != nil {
 		return x.Segment
+	}
+	return 0
+}
+
+func (x *AllocateSegmentRequest) GetSplitParent() uint64 {
+	if x != nil {
+		return x.SplitParent
 	}
 	return 0
 }
@@ -1197,10 +1306,13 @@ type GetMappingResponse struct {
 	Tables      []*TableAssignment     `protobuf:"bytes,4,rep,name=tables,proto3" json:"tables,omitempty"`
 	SegmentSize uint64                 `protobuf:"varint,5,opt,name=segment_size,json=segmentSize,proto3" json:"segment_size,omitempty"`
 	// known_epoch equals epoch: nothing changed, only `epoch` is filled.
-	Unchanged     bool   `protobuf:"varint,6,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
-	TableCount    uint32 `protobuf:"varint,7,opt,name=table_count,json=tableCount,proto3" json:"table_count,omitempty"`
-	ReplicaCount  uint32 `protobuf:"varint,8,opt,name=replica_count,json=replicaCount,proto3" json:"replica_count,omitempty"`
-	ClusterUuid   string `protobuf:"bytes,9,opt,name=cluster_uuid,json=clusterUuid,proto3" json:"cluster_uuid,omitempty"`
+	Unchanged    bool   `protobuf:"varint,6,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	TableCount   uint32 `protobuf:"varint,7,opt,name=table_count,json=tableCount,proto3" json:"table_count,omitempty"`
+	ReplicaCount uint32 `protobuf:"varint,8,opt,name=replica_count,json=replicaCount,proto3" json:"replica_count,omitempty"`
+	ClusterUuid  string `protobuf:"bytes,9,opt,name=cluster_uuid,json=clusterUuid,proto3" json:"cluster_uuid,omitempty"`
+	// Pending splits: a target server creates the new segment of those
+	// naming it (and no new segment is routable before its split commits).
+	Splits        []*PendingSplit `protobuf:"bytes,10,rep,name=splits,proto3" json:"splits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1296,6 +1408,13 @@ func (x *GetMappingResponse) GetClusterUuid() string {
 		return x.ClusterUuid
 	}
 	return ""
+}
+
+func (x *GetMappingResponse) GetSplits() []*PendingSplit {
+	if x != nil {
+		return x.Splits
+	}
+	return nil
 }
 
 type GetSegmentKeysRequest struct {
@@ -1855,6 +1974,8 @@ type ClusterView struct {
 	// recorded (their servers' lists fill as each server registers again);
 	// 1 since. A monitor refuses a view newer than it reads.
 	FormatVersion uint32 `protobuf:"varint,12,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	// Pending splits (format_version 2 on), at most one per parent segment.
+	Splits        []*PendingSplit `protobuf:"bytes,13,rep,name=splits,proto3" json:"splits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1973,6 +2094,450 @@ func (x *ClusterView) GetFormatVersion() uint32 {
 	return 0
 }
 
+func (x *ClusterView) GetSplits() []*PendingSplit {
+	if x != nil {
+		return x.Splits
+	}
+	return nil
+}
+
+// A split reserved by SplitSegment and not yet committed or given up.
+type PendingSplit struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Table            uint32                 `protobuf:"varint,1,opt,name=table,proto3" json:"table,omitempty"`
+	Parent           uint64                 `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`                                            // the segment whose range is halved
+	ChildRangeDepth  uint32                 `protobuf:"varint,3,opt,name=child_range_depth,json=childRangeDepth,proto3" json:"child_range_depth,omitempty"` // the upper half, which moves
+	ChildRangePrefix uint32                 `protobuf:"varint,4,opt,name=child_range_prefix,json=childRangePrefix,proto3" json:"child_range_prefix,omitempty"`
+	TargetServer     uint32                 `protobuf:"varint,5,opt,name=target_server,json=targetServer,proto3" json:"target_server,omitempty"` // creates the new segment
+	Child            uint64                 `protobuf:"varint,6,opt,name=child,proto3" json:"child,omitempty"`                                   // the new segment once announced; 0 before
+	ReservedEpoch    uint64                 `protobuf:"varint,7,opt,name=reserved_epoch,json=reservedEpoch,proto3" json:"reserved_epoch,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PendingSplit) Reset() {
+	*x = PendingSplit{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingSplit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingSplit) ProtoMessage() {}
+
+func (x *PendingSplit) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingSplit.ProtoReflect.Descriptor instead.
+func (*PendingSplit) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PendingSplit) GetTable() uint32 {
+	if x != nil {
+		return x.Table
+	}
+	return 0
+}
+
+func (x *PendingSplit) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *PendingSplit) GetChildRangeDepth() uint32 {
+	if x != nil {
+		return x.ChildRangeDepth
+	}
+	return 0
+}
+
+func (x *PendingSplit) GetChildRangePrefix() uint32 {
+	if x != nil {
+		return x.ChildRangePrefix
+	}
+	return 0
+}
+
+func (x *PendingSplit) GetTargetServer() uint32 {
+	if x != nil {
+		return x.TargetServer
+	}
+	return 0
+}
+
+func (x *PendingSplit) GetChild() uint64 {
+	if x != nil {
+		return x.Child
+	}
+	return 0
+}
+
+func (x *PendingSplit) GetReservedEpoch() uint64 {
+	if x != nil {
+		return x.ReservedEpoch
+	}
+	return 0
+}
+
+type SplitSegmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
+	ServerId      uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"` // the caller: the segment's primary
+	Segment       uint64                 `protobuf:"varint,3,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitSegmentRequest) Reset() {
+	*x = SplitSegmentRequest{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitSegmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitSegmentRequest) ProtoMessage() {}
+
+func (x *SplitSegmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitSegmentRequest.ProtoReflect.Descriptor instead.
+func (*SplitSegmentRequest) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SplitSegmentRequest) GetClusterSecret() string {
+	if x != nil {
+		return x.ClusterSecret
+	}
+	return ""
+}
+
+func (x *SplitSegmentRequest) GetServerId() uint32 {
+	if x != nil {
+		return x.ServerId
+	}
+	return 0
+}
+
+func (x *SplitSegmentRequest) GetSegment() uint64 {
+	if x != nil {
+		return x.Segment
+	}
+	return 0
+}
+
+type SplitSegmentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Split         *PendingSplit          `protobuf:"bytes,2,opt,name=split,proto3" json:"split,omitempty"` // the pending split (the same one on a retry)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitSegmentResponse) Reset() {
+	*x = SplitSegmentResponse{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitSegmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitSegmentResponse) ProtoMessage() {}
+
+func (x *SplitSegmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitSegmentResponse.ProtoReflect.Descriptor instead.
+func (*SplitSegmentResponse) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SplitSegmentResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *SplitSegmentResponse) GetSplit() *PendingSplit {
+	if x != nil {
+		return x.Split
+	}
+	return nil
+}
+
+type CommitSplitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
+	ServerId      uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"` // the parent's primary
+	Segment       uint64                 `protobuf:"varint,3,opt,name=segment,proto3" json:"segment,omitempty"`                   // the parent
+	Child         uint64                 `protobuf:"varint,4,opt,name=child,proto3" json:"child,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitSplitRequest) Reset() {
+	*x = CommitSplitRequest{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitSplitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitSplitRequest) ProtoMessage() {}
+
+func (x *CommitSplitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitSplitRequest.ProtoReflect.Descriptor instead.
+func (*CommitSplitRequest) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CommitSplitRequest) GetClusterSecret() string {
+	if x != nil {
+		return x.ClusterSecret
+	}
+	return ""
+}
+
+func (x *CommitSplitRequest) GetServerId() uint32 {
+	if x != nil {
+		return x.ServerId
+	}
+	return 0
+}
+
+func (x *CommitSplitRequest) GetSegment() uint64 {
+	if x != nil {
+		return x.Segment
+	}
+	return 0
+}
+
+func (x *CommitSplitRequest) GetChild() uint64 {
+	if x != nil {
+		return x.Child
+	}
+	return 0
+}
+
+type CommitSplitResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Parent        *SegmentMapping        `protobuf:"bytes,2,opt,name=parent,proto3" json:"parent,omitempty"` // with its new range (no access key)
+	Child         *SegmentMapping        `protobuf:"bytes,3,opt,name=child,proto3" json:"child,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitSplitResponse) Reset() {
+	*x = CommitSplitResponse{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitSplitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitSplitResponse) ProtoMessage() {}
+
+func (x *CommitSplitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitSplitResponse.ProtoReflect.Descriptor instead.
+func (*CommitSplitResponse) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *CommitSplitResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CommitSplitResponse) GetParent() *SegmentMapping {
+	if x != nil {
+		return x.Parent
+	}
+	return nil
+}
+
+func (x *CommitSplitResponse) GetChild() *SegmentMapping {
+	if x != nil {
+		return x.Child
+	}
+	return nil
+}
+
+type CancelSplitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
+	ServerId      uint32                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"` // the parent's primary
+	Segment       uint64                 `protobuf:"varint,3,opt,name=segment,proto3" json:"segment,omitempty"`                   // the parent
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelSplitRequest) Reset() {
+	*x = CancelSplitRequest{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelSplitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelSplitRequest) ProtoMessage() {}
+
+func (x *CancelSplitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelSplitRequest.ProtoReflect.Descriptor instead.
+func (*CancelSplitRequest) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CancelSplitRequest) GetClusterSecret() string {
+	if x != nil {
+		return x.ClusterSecret
+	}
+	return ""
+}
+
+func (x *CancelSplitRequest) GetServerId() uint32 {
+	if x != nil {
+		return x.ServerId
+	}
+	return 0
+}
+
+func (x *CancelSplitRequest) GetSegment() uint64 {
+	if x != nil {
+		return x.Segment
+	}
+	return 0
+}
+
+type CancelSplitResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelSplitResponse) Reset() {
+	*x = CancelSplitResponse{}
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelSplitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelSplitResponse) ProtoMessage() {}
+
+func (x *CancelSplitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelSplitResponse.ProtoReflect.Descriptor instead.
+func (*CancelSplitResponse) Descriptor() ([]byte, []int) {
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CancelSplitResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type ReportUnreachableRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterSecret string                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
@@ -1983,7 +2548,7 @@ type ReportUnreachableRequest struct {
 
 func (x *ReportUnreachableRequest) Reset() {
 	*x = ReportUnreachableRequest{}
-	mi := &file_pdpm_v1_monitor_proto_msgTypes[23]
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2560,7 @@ func (x *ReportUnreachableRequest) String() string {
 func (*ReportUnreachableRequest) ProtoMessage() {}
 
 func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pdpm_v1_monitor_proto_msgTypes[23]
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2573,7 @@ func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnreachableRequest.ProtoReflect.Descriptor instead.
 func (*ReportUnreachableRequest) Descriptor() ([]byte, []int) {
-	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{23}
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReportUnreachableRequest) GetClusterSecret() string {
@@ -2035,7 +2600,7 @@ type ReportUnreachableResponse struct {
 
 func (x *ReportUnreachableResponse) Reset() {
 	*x = ReportUnreachableResponse{}
-	mi := &file_pdpm_v1_monitor_proto_msgTypes[24]
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2612,7 @@ func (x *ReportUnreachableResponse) String() string {
 func (*ReportUnreachableResponse) ProtoMessage() {}
 
 func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pdpm_v1_monitor_proto_msgTypes[24]
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2625,7 @@ func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnreachableResponse.ProtoReflect.Descriptor instead.
 func (*ReportUnreachableResponse) Descriptor() ([]byte, []int) {
-	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{24}
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReportUnreachableResponse) GetEpoch() uint64 {
@@ -2088,7 +2653,7 @@ type ReserveLocalSegmentRequest struct {
 
 func (x *ReserveLocalSegmentRequest) Reset() {
 	*x = ReserveLocalSegmentRequest{}
-	mi := &file_pdpm_v1_monitor_proto_msgTypes[25]
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2665,7 @@ func (x *ReserveLocalSegmentRequest) String() string {
 func (*ReserveLocalSegmentRequest) ProtoMessage() {}
 
 func (x *ReserveLocalSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pdpm_v1_monitor_proto_msgTypes[25]
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2678,7 @@ func (x *ReserveLocalSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveLocalSegmentRequest.ProtoReflect.Descriptor instead.
 func (*ReserveLocalSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{25}
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReserveLocalSegmentRequest) GetClusterSecret() string {
@@ -2146,7 +2711,7 @@ type ReserveLocalSegmentResponse struct {
 
 func (x *ReserveLocalSegmentResponse) Reset() {
 	*x = ReserveLocalSegmentResponse{}
-	mi := &file_pdpm_v1_monitor_proto_msgTypes[26]
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2723,7 @@ func (x *ReserveLocalSegmentResponse) String() string {
 func (*ReserveLocalSegmentResponse) ProtoMessage() {}
 
 func (x *ReserveLocalSegmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pdpm_v1_monitor_proto_msgTypes[26]
+	mi := &file_pdpm_v1_monitor_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2736,7 @@ func (x *ReserveLocalSegmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveLocalSegmentResponse.ProtoReflect.Descriptor instead.
 func (*ReserveLocalSegmentResponse) Descriptor() ([]byte, []int) {
-	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{26}
+	return file_pdpm_v1_monitor_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReserveLocalSegmentResponse) GetEpoch() uint64 {
@@ -2185,7 +2750,7 @@ var File_pdpm_v1_monitor_proto protoreflect.FileDescriptor
 
 const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\n" +
-	"\x15pdpm/v1/monitor.proto\x12\apdpm.v1\"\xba\x04\n" +
+	"\x15pdpm/v1/monitor.proto\x12\apdpm.v1\"\xd6\x04\n" +
 	"\n" +
 	"ServerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x18\n" +
@@ -2204,10 +2769,11 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x06tables\x18\f \x01(\rR\x06tables\x12\x1d\n" +
 	"\n" +
 	"join_token\x18\r \x01(\tR\tjoinToken\x122\n" +
-	"\x15server_local_segments\x18\x0e \x03(\rR\x13serverLocalSegments\x1a9\n" +
+	"\x15server_local_segments\x18\x0e \x03(\rR\x13serverLocalSegments\x12\x1a\n" +
+	"\bfeatures\x18\x0f \x01(\x04R\bfeatures\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc2\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xde\x02\n" +
 	"\x15RegisterServerRequest\x12%\n" +
 	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12!\n" +
 	"\fcluster_uuid\x18\x02 \x01(\tR\vclusterUuid\x12\x1b\n" +
@@ -2217,7 +2783,8 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\fsegment_size\x18\x06 \x01(\x04R\vsegmentSize\x12\x1d\n" +
 	"\n" +
 	"join_token\x18\a \x01(\tR\tjoinToken\x122\n" +
-	"\x15server_local_segments\x18\b \x03(\rR\x13serverLocalSegments\"\xe5\x01\n" +
+	"\x15server_local_segments\x18\b \x03(\rR\x13serverLocalSegments\x12\x1a\n" +
+	"\bfeatures\x18\t \x01(\x04R\bfeatures\"\xe5\x01\n" +
 	"\x16RegisterServerResponse\x12!\n" +
 	"\fcluster_uuid\x18\x01 \x01(\tR\vclusterUuid\x12\x1b\n" +
 	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12\x14\n" +
@@ -2240,7 +2807,7 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"localIndex\x12\x1d\n" +
 	"\n" +
 	"access_key\x18\x03 \x01(\rR\taccessKey\x12+\n" +
-	"\x05state\x18\x04 \x01(\x0e2\x15.pdpm.v1.ReplicaStateR\x05state\"\x9d\x02\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x15.pdpm.v1.ReplicaStateR\x05state\"\x84\x03\n" +
 	"\x0eSegmentMapping\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\x04R\asegment\x12-\n" +
 	"\x12segment_descriptor\x18\x02 \x01(\rR\x11segmentDescriptor\x121\n" +
@@ -2249,7 +2816,12 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x05table\x18\x05 \x01(\rR\x05table\x12\x1d\n" +
 	"\n" +
 	"access_key\x18\x06 \x01(\rR\taccessKey\x12'\n" +
-	"\x0fplacement_epoch\x18\a \x01(\x04R\x0eplacementEpoch\"\xe2\x01\n" +
+	"\x0fplacement_epoch\x18\a \x01(\x04R\x0eplacementEpoch\x12\x1f\n" +
+	"\vrange_depth\x18\b \x01(\rR\n" +
+	"rangeDepth\x12!\n" +
+	"\frange_prefix\x18\t \x01(\rR\vrangePrefix\x12!\n" +
+	"\fsplit_parent\x18\n" +
+	" \x01(\x04R\vsplitParent\"\x85\x02\n" +
 	"\x16AllocateSegmentRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\rR\bserverId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1f\n" +
@@ -2259,7 +2831,8 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\n" +
 	"access_key\x18\x05 \x01(\rR\taccessKey\x12%\n" +
 	"\x0ecluster_secret\x18\x06 \x01(\tR\rclusterSecret\x12\x18\n" +
-	"\asegment\x18\a \x01(\x04R\asegment\"b\n" +
+	"\asegment\x18\a \x01(\x04R\asegment\x12!\n" +
+	"\fsplit_parent\x18\b \x01(\x04R\vsplitParent\"b\n" +
 	"\x17AllocateSegmentResponse\x121\n" +
 	"\amapping\x18\x01 \x01(\v2\x17.pdpm.v1.SegmentMappingR\amapping\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x88\x01\n" +
@@ -2276,7 +2849,7 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x0eassigned_epoch\x18\x03 \x01(\x04R\rassignedEpoch\"4\n" +
 	"\x11GetMappingRequest\x12\x1f\n" +
 	"\vknown_epoch\x18\x01 \x01(\x04R\n" +
-	"knownEpoch\"\xea\x02\n" +
+	"knownEpoch\"\x99\x03\n" +
 	"\x12GetMappingResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12-\n" +
 	"\aservers\x18\x02 \x03(\v2\x13.pdpm.v1.ServerInfoR\aservers\x123\n" +
@@ -2287,7 +2860,9 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\vtable_count\x18\a \x01(\rR\n" +
 	"tableCount\x12#\n" +
 	"\rreplica_count\x18\b \x01(\rR\freplicaCount\x12!\n" +
-	"\fcluster_uuid\x18\t \x01(\tR\vclusterUuid\"Z\n" +
+	"\fcluster_uuid\x18\t \x01(\tR\vclusterUuid\x12-\n" +
+	"\x06splits\x18\n" +
+	" \x03(\v2\x15.pdpm.v1.PendingSplitR\x06splits\"Z\n" +
 	"\x15GetSegmentKeysRequest\x12%\n" +
 	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12\x1a\n" +
 	"\bsegments\x18\x02 \x03(\x04R\bsegments\"c\n" +
@@ -2332,7 +2907,7 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x13DrainServerResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12*\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x14.pdpm.v1.ServerStateR\x05state\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xee\x03\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x9d\x04\n" +
 	"\vClusterView\x12!\n" +
 	"\fcluster_uuid\x18\x01 \x01(\tR\vclusterUuid\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12!\n" +
@@ -2347,7 +2922,38 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\bsegments\x18\n" +
 	" \x03(\v2\x17.pdpm.v1.SegmentMappingR\bsegments\x120\n" +
 	"\x06tables\x18\v \x03(\v2\x18.pdpm.v1.TableAssignmentR\x06tables\x12%\n" +
-	"\x0eformat_version\x18\f \x01(\rR\rformatVersion\"^\n" +
+	"\x0eformat_version\x18\f \x01(\rR\rformatVersion\x12-\n" +
+	"\x06splits\x18\r \x03(\v2\x15.pdpm.v1.PendingSplitR\x06splits\"\xf8\x01\n" +
+	"\fPendingSplit\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\rR\x05table\x12\x16\n" +
+	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12*\n" +
+	"\x11child_range_depth\x18\x03 \x01(\rR\x0fchildRangeDepth\x12,\n" +
+	"\x12child_range_prefix\x18\x04 \x01(\rR\x10childRangePrefix\x12#\n" +
+	"\rtarget_server\x18\x05 \x01(\rR\ftargetServer\x12\x14\n" +
+	"\x05child\x18\x06 \x01(\x04R\x05child\x12%\n" +
+	"\x0ereserved_epoch\x18\a \x01(\x04R\rreservedEpoch\"s\n" +
+	"\x13SplitSegmentRequest\x12%\n" +
+	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12\x1b\n" +
+	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12\x18\n" +
+	"\asegment\x18\x03 \x01(\x04R\asegment\"Y\n" +
+	"\x14SplitSegmentResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12+\n" +
+	"\x05split\x18\x02 \x01(\v2\x15.pdpm.v1.PendingSplitR\x05split\"\x88\x01\n" +
+	"\x12CommitSplitRequest\x12%\n" +
+	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12\x1b\n" +
+	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12\x18\n" +
+	"\asegment\x18\x03 \x01(\x04R\asegment\x12\x14\n" +
+	"\x05child\x18\x04 \x01(\x04R\x05child\"\x8b\x01\n" +
+	"\x13CommitSplitResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12/\n" +
+	"\x06parent\x18\x02 \x01(\v2\x17.pdpm.v1.SegmentMappingR\x06parent\x12-\n" +
+	"\x05child\x18\x03 \x01(\v2\x17.pdpm.v1.SegmentMappingR\x05child\"r\n" +
+	"\x12CancelSplitRequest\x12%\n" +
+	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12\x1b\n" +
+	"\tserver_id\x18\x02 \x01(\rR\bserverId\x12\x18\n" +
+	"\asegment\x18\x03 \x01(\x04R\asegment\"+\n" +
+	"\x13CancelSplitResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"^\n" +
 	"\x18ReportUnreachableRequest\x12%\n" +
 	"\x0ecluster_secret\x18\x01 \x01(\tR\rclusterSecret\x12\x1b\n" +
 	"\tserver_id\x18\x02 \x01(\rR\bserverId\"O\n" +
@@ -2372,12 +2978,15 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\x14SERVER_STATE_SUSPECT\x10\x02\x12\x15\n" +
 	"\x11SERVER_STATE_DOWN\x10\x03\x12\x19\n" +
 	"\x15SERVER_STATE_DRAINING\x10\x04\x12\x18\n" +
-	"\x14SERVER_STATE_DRAINED\x10\x05*U\n" +
+	"\x14SERVER_STATE_DRAINED\x10\x05*I\n" +
+	"\rServerFeature\x12\x1e\n" +
+	"\x1aSERVER_FEATURE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14SERVER_FEATURE_SPLIT\x10\x01*U\n" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tHEALTH_OK\x10\x01\x12\x13\n" +
 	"\x0fHEALTH_DEGRADED\x10\x02\x12\x0f\n" +
-	"\vHEALTH_DOWN\x10\x032\x80\a\n" +
+	"\vHEALTH_DOWN\x10\x032\xe1\b\n" +
 	"\aMonitor\x12Q\n" +
 	"\x0eRegisterServer\x12\x1e.pdpm.v1.RegisterServerRequest\x1a\x1f.pdpm.v1.RegisterServerResponse\x12B\n" +
 	"\tHeartbeat\x12\x19.pdpm.v1.HeartbeatRequest\x1a\x1a.pdpm.v1.HeartbeatResponse\x12T\n" +
@@ -2390,7 +2999,10 @@ const file_pdpm_v1_monitor_proto_rawDesc = "" +
 	"\rReportReplica\x12\x1d.pdpm.v1.ReportReplicaRequest\x1a\x1e.pdpm.v1.ReportReplicaResponse\x12H\n" +
 	"\vDrainServer\x12\x1b.pdpm.v1.DrainServerRequest\x1a\x1c.pdpm.v1.DrainServerResponse\x12Z\n" +
 	"\x11ReportUnreachable\x12!.pdpm.v1.ReportUnreachableRequest\x1a\".pdpm.v1.ReportUnreachableResponse\x12`\n" +
-	"\x13ReserveLocalSegment\x12#.pdpm.v1.ReserveLocalSegmentRequest\x1a$.pdpm.v1.ReserveLocalSegmentResponseB#Z!pdpm.io/pdpm/proto/pdpm/v1;pdpmv1b\x06proto3"
+	"\x13ReserveLocalSegment\x12#.pdpm.v1.ReserveLocalSegmentRequest\x1a$.pdpm.v1.ReserveLocalSegmentResponse\x12K\n" +
+	"\fSplitSegment\x12\x1c.pdpm.v1.SplitSegmentRequest\x1a\x1d.pdpm.v1.SplitSegmentResponse\x12H\n" +
+	"\vCommitSplit\x12\x1b.pdpm.v1.CommitSplitRequest\x1a\x1c.pdpm.v1.CommitSplitResponse\x12H\n" +
+	"\vCancelSplit\x12\x1b.pdpm.v1.CancelSplitRequest\x1a\x1c.pdpm.v1.CancelSplitResponseB#Z!pdpm.io/pdpm/proto/pdpm/v1;pdpmv1b\x06proto3"
 
 var (
 	file_pdpm_v1_monitor_proto_rawDescOnce sync.Once
@@ -2404,87 +3016,106 @@ func file_pdpm_v1_monitor_proto_rawDescGZIP() []byte {
 	return file_pdpm_v1_monitor_proto_rawDescData
 }
 
-var file_pdpm_v1_monitor_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pdpm_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_pdpm_v1_monitor_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_pdpm_v1_monitor_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_pdpm_v1_monitor_proto_goTypes = []any{
 	(ReplicaState)(0),                   // 0: pdpm.v1.ReplicaState
 	(ServerState)(0),                    // 1: pdpm.v1.ServerState
-	(Health)(0),                         // 2: pdpm.v1.Health
-	(*ServerInfo)(nil),                  // 3: pdpm.v1.ServerInfo
-	(*RegisterServerRequest)(nil),       // 4: pdpm.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),      // 5: pdpm.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),            // 6: pdpm.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 7: pdpm.v1.HeartbeatResponse
-	(*SegmentReplica)(nil),              // 8: pdpm.v1.SegmentReplica
-	(*SegmentMapping)(nil),              // 9: pdpm.v1.SegmentMapping
-	(*AllocateSegmentRequest)(nil),      // 10: pdpm.v1.AllocateSegmentRequest
-	(*AllocateSegmentResponse)(nil),     // 11: pdpm.v1.AllocateSegmentResponse
-	(*FreeSegmentRequest)(nil),          // 12: pdpm.v1.FreeSegmentRequest
-	(*FreeSegmentResponse)(nil),         // 13: pdpm.v1.FreeSegmentResponse
-	(*TableAssignment)(nil),             // 14: pdpm.v1.TableAssignment
-	(*GetMappingRequest)(nil),           // 15: pdpm.v1.GetMappingRequest
-	(*GetMappingResponse)(nil),          // 16: pdpm.v1.GetMappingResponse
-	(*GetSegmentKeysRequest)(nil),       // 17: pdpm.v1.GetSegmentKeysRequest
-	(*GetSegmentKeysResponse)(nil),      // 18: pdpm.v1.GetSegmentKeysResponse
-	(*GetClusterStatusRequest)(nil),     // 19: pdpm.v1.GetClusterStatusRequest
-	(*ClusterStatus)(nil),               // 20: pdpm.v1.ClusterStatus
-	(*ReportReplicaRequest)(nil),        // 21: pdpm.v1.ReportReplicaRequest
-	(*ReportReplicaResponse)(nil),       // 22: pdpm.v1.ReportReplicaResponse
-	(*DrainServerRequest)(nil),          // 23: pdpm.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),         // 24: pdpm.v1.DrainServerResponse
-	(*ClusterView)(nil),                 // 25: pdpm.v1.ClusterView
-	(*ReportUnreachableRequest)(nil),    // 26: pdpm.v1.ReportUnreachableRequest
-	(*ReportUnreachableResponse)(nil),   // 27: pdpm.v1.ReportUnreachableResponse
-	(*ReserveLocalSegmentRequest)(nil),  // 28: pdpm.v1.ReserveLocalSegmentRequest
-	(*ReserveLocalSegmentResponse)(nil), // 29: pdpm.v1.ReserveLocalSegmentResponse
-	nil,                                 // 30: pdpm.v1.ServerInfo.LabelsEntry
+	(ServerFeature)(0),                  // 2: pdpm.v1.ServerFeature
+	(Health)(0),                         // 3: pdpm.v1.Health
+	(*ServerInfo)(nil),                  // 4: pdpm.v1.ServerInfo
+	(*RegisterServerRequest)(nil),       // 5: pdpm.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),      // 6: pdpm.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),            // 7: pdpm.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 8: pdpm.v1.HeartbeatResponse
+	(*SegmentReplica)(nil),              // 9: pdpm.v1.SegmentReplica
+	(*SegmentMapping)(nil),              // 10: pdpm.v1.SegmentMapping
+	(*AllocateSegmentRequest)(nil),      // 11: pdpm.v1.AllocateSegmentRequest
+	(*AllocateSegmentResponse)(nil),     // 12: pdpm.v1.AllocateSegmentResponse
+	(*FreeSegmentRequest)(nil),          // 13: pdpm.v1.FreeSegmentRequest
+	(*FreeSegmentResponse)(nil),         // 14: pdpm.v1.FreeSegmentResponse
+	(*TableAssignment)(nil),             // 15: pdpm.v1.TableAssignment
+	(*GetMappingRequest)(nil),           // 16: pdpm.v1.GetMappingRequest
+	(*GetMappingResponse)(nil),          // 17: pdpm.v1.GetMappingResponse
+	(*GetSegmentKeysRequest)(nil),       // 18: pdpm.v1.GetSegmentKeysRequest
+	(*GetSegmentKeysResponse)(nil),      // 19: pdpm.v1.GetSegmentKeysResponse
+	(*GetClusterStatusRequest)(nil),     // 20: pdpm.v1.GetClusterStatusRequest
+	(*ClusterStatus)(nil),               // 21: pdpm.v1.ClusterStatus
+	(*ReportReplicaRequest)(nil),        // 22: pdpm.v1.ReportReplicaRequest
+	(*ReportReplicaResponse)(nil),       // 23: pdpm.v1.ReportReplicaResponse
+	(*DrainServerRequest)(nil),          // 24: pdpm.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),         // 25: pdpm.v1.DrainServerResponse
+	(*ClusterView)(nil),                 // 26: pdpm.v1.ClusterView
+	(*PendingSplit)(nil),                // 27: pdpm.v1.PendingSplit
+	(*SplitSegmentRequest)(nil),         // 28: pdpm.v1.SplitSegmentRequest
+	(*SplitSegmentResponse)(nil),        // 29: pdpm.v1.SplitSegmentResponse
+	(*CommitSplitRequest)(nil),          // 30: pdpm.v1.CommitSplitRequest
+	(*CommitSplitResponse)(nil),         // 31: pdpm.v1.CommitSplitResponse
+	(*CancelSplitRequest)(nil),          // 32: pdpm.v1.CancelSplitRequest
+	(*CancelSplitResponse)(nil),         // 33: pdpm.v1.CancelSplitResponse
+	(*ReportUnreachableRequest)(nil),    // 34: pdpm.v1.ReportUnreachableRequest
+	(*ReportUnreachableResponse)(nil),   // 35: pdpm.v1.ReportUnreachableResponse
+	(*ReserveLocalSegmentRequest)(nil),  // 36: pdpm.v1.ReserveLocalSegmentRequest
+	(*ReserveLocalSegmentResponse)(nil), // 37: pdpm.v1.ReserveLocalSegmentResponse
+	nil,                                 // 38: pdpm.v1.ServerInfo.LabelsEntry
 }
 var file_pdpm_v1_monitor_proto_depIdxs = []int32{
 	1,  // 0: pdpm.v1.ServerInfo.state:type_name -> pdpm.v1.ServerState
-	30, // 1: pdpm.v1.ServerInfo.labels:type_name -> pdpm.v1.ServerInfo.LabelsEntry
-	3,  // 2: pdpm.v1.RegisterServerRequest.info:type_name -> pdpm.v1.ServerInfo
+	38, // 1: pdpm.v1.ServerInfo.labels:type_name -> pdpm.v1.ServerInfo.LabelsEntry
+	4,  // 2: pdpm.v1.RegisterServerRequest.info:type_name -> pdpm.v1.ServerInfo
 	0,  // 3: pdpm.v1.SegmentReplica.state:type_name -> pdpm.v1.ReplicaState
-	8,  // 4: pdpm.v1.SegmentMapping.primary:type_name -> pdpm.v1.SegmentReplica
-	8,  // 5: pdpm.v1.SegmentMapping.backups:type_name -> pdpm.v1.SegmentReplica
-	9,  // 6: pdpm.v1.AllocateSegmentResponse.mapping:type_name -> pdpm.v1.SegmentMapping
-	3,  // 7: pdpm.v1.GetMappingResponse.servers:type_name -> pdpm.v1.ServerInfo
-	9,  // 8: pdpm.v1.GetMappingResponse.segments:type_name -> pdpm.v1.SegmentMapping
-	14, // 9: pdpm.v1.GetMappingResponse.tables:type_name -> pdpm.v1.TableAssignment
-	9,  // 10: pdpm.v1.GetSegmentKeysResponse.segments:type_name -> pdpm.v1.SegmentMapping
-	2,  // 11: pdpm.v1.ClusterStatus.health:type_name -> pdpm.v1.Health
-	3,  // 12: pdpm.v1.ClusterStatus.servers:type_name -> pdpm.v1.ServerInfo
-	0,  // 13: pdpm.v1.ReportReplicaRequest.state:type_name -> pdpm.v1.ReplicaState
-	1,  // 14: pdpm.v1.DrainServerResponse.state:type_name -> pdpm.v1.ServerState
-	3,  // 15: pdpm.v1.ClusterView.servers:type_name -> pdpm.v1.ServerInfo
-	9,  // 16: pdpm.v1.ClusterView.segments:type_name -> pdpm.v1.SegmentMapping
-	14, // 17: pdpm.v1.ClusterView.tables:type_name -> pdpm.v1.TableAssignment
-	4,  // 18: pdpm.v1.Monitor.RegisterServer:input_type -> pdpm.v1.RegisterServerRequest
-	6,  // 19: pdpm.v1.Monitor.Heartbeat:input_type -> pdpm.v1.HeartbeatRequest
-	10, // 20: pdpm.v1.Monitor.AllocateSegment:input_type -> pdpm.v1.AllocateSegmentRequest
-	12, // 21: pdpm.v1.Monitor.FreeSegment:input_type -> pdpm.v1.FreeSegmentRequest
-	15, // 22: pdpm.v1.Monitor.GetMapping:input_type -> pdpm.v1.GetMappingRequest
-	17, // 23: pdpm.v1.Monitor.GetSegmentKeys:input_type -> pdpm.v1.GetSegmentKeysRequest
-	19, // 24: pdpm.v1.Monitor.GetClusterStatus:input_type -> pdpm.v1.GetClusterStatusRequest
-	21, // 25: pdpm.v1.Monitor.ReportReplica:input_type -> pdpm.v1.ReportReplicaRequest
-	23, // 26: pdpm.v1.Monitor.DrainServer:input_type -> pdpm.v1.DrainServerRequest
-	26, // 27: pdpm.v1.Monitor.ReportUnreachable:input_type -> pdpm.v1.ReportUnreachableRequest
-	28, // 28: pdpm.v1.Monitor.ReserveLocalSegment:input_type -> pdpm.v1.ReserveLocalSegmentRequest
-	5,  // 29: pdpm.v1.Monitor.RegisterServer:output_type -> pdpm.v1.RegisterServerResponse
-	7,  // 30: pdpm.v1.Monitor.Heartbeat:output_type -> pdpm.v1.HeartbeatResponse
-	11, // 31: pdpm.v1.Monitor.AllocateSegment:output_type -> pdpm.v1.AllocateSegmentResponse
-	13, // 32: pdpm.v1.Monitor.FreeSegment:output_type -> pdpm.v1.FreeSegmentResponse
-	16, // 33: pdpm.v1.Monitor.GetMapping:output_type -> pdpm.v1.GetMappingResponse
-	18, // 34: pdpm.v1.Monitor.GetSegmentKeys:output_type -> pdpm.v1.GetSegmentKeysResponse
-	20, // 35: pdpm.v1.Monitor.GetClusterStatus:output_type -> pdpm.v1.ClusterStatus
-	22, // 36: pdpm.v1.Monitor.ReportReplica:output_type -> pdpm.v1.ReportReplicaResponse
-	24, // 37: pdpm.v1.Monitor.DrainServer:output_type -> pdpm.v1.DrainServerResponse
-	27, // 38: pdpm.v1.Monitor.ReportUnreachable:output_type -> pdpm.v1.ReportUnreachableResponse
-	29, // 39: pdpm.v1.Monitor.ReserveLocalSegment:output_type -> pdpm.v1.ReserveLocalSegmentResponse
-	29, // [29:40] is the sub-list for method output_type
-	18, // [18:29] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	9,  // 4: pdpm.v1.SegmentMapping.primary:type_name -> pdpm.v1.SegmentReplica
+	9,  // 5: pdpm.v1.SegmentMapping.backups:type_name -> pdpm.v1.SegmentReplica
+	10, // 6: pdpm.v1.AllocateSegmentResponse.mapping:type_name -> pdpm.v1.SegmentMapping
+	4,  // 7: pdpm.v1.GetMappingResponse.servers:type_name -> pdpm.v1.ServerInfo
+	10, // 8: pdpm.v1.GetMappingResponse.segments:type_name -> pdpm.v1.SegmentMapping
+	15, // 9: pdpm.v1.GetMappingResponse.tables:type_name -> pdpm.v1.TableAssignment
+	27, // 10: pdpm.v1.GetMappingResponse.splits:type_name -> pdpm.v1.PendingSplit
+	10, // 11: pdpm.v1.GetSegmentKeysResponse.segments:type_name -> pdpm.v1.SegmentMapping
+	3,  // 12: pdpm.v1.ClusterStatus.health:type_name -> pdpm.v1.Health
+	4,  // 13: pdpm.v1.ClusterStatus.servers:type_name -> pdpm.v1.ServerInfo
+	0,  // 14: pdpm.v1.ReportReplicaRequest.state:type_name -> pdpm.v1.ReplicaState
+	1,  // 15: pdpm.v1.DrainServerResponse.state:type_name -> pdpm.v1.ServerState
+	4,  // 16: pdpm.v1.ClusterView.servers:type_name -> pdpm.v1.ServerInfo
+	10, // 17: pdpm.v1.ClusterView.segments:type_name -> pdpm.v1.SegmentMapping
+	15, // 18: pdpm.v1.ClusterView.tables:type_name -> pdpm.v1.TableAssignment
+	27, // 19: pdpm.v1.ClusterView.splits:type_name -> pdpm.v1.PendingSplit
+	27, // 20: pdpm.v1.SplitSegmentResponse.split:type_name -> pdpm.v1.PendingSplit
+	10, // 21: pdpm.v1.CommitSplitResponse.parent:type_name -> pdpm.v1.SegmentMapping
+	10, // 22: pdpm.v1.CommitSplitResponse.child:type_name -> pdpm.v1.SegmentMapping
+	5,  // 23: pdpm.v1.Monitor.RegisterServer:input_type -> pdpm.v1.RegisterServerRequest
+	7,  // 24: pdpm.v1.Monitor.Heartbeat:input_type -> pdpm.v1.HeartbeatRequest
+	11, // 25: pdpm.v1.Monitor.AllocateSegment:input_type -> pdpm.v1.AllocateSegmentRequest
+	13, // 26: pdpm.v1.Monitor.FreeSegment:input_type -> pdpm.v1.FreeSegmentRequest
+	16, // 27: pdpm.v1.Monitor.GetMapping:input_type -> pdpm.v1.GetMappingRequest
+	18, // 28: pdpm.v1.Monitor.GetSegmentKeys:input_type -> pdpm.v1.GetSegmentKeysRequest
+	20, // 29: pdpm.v1.Monitor.GetClusterStatus:input_type -> pdpm.v1.GetClusterStatusRequest
+	22, // 30: pdpm.v1.Monitor.ReportReplica:input_type -> pdpm.v1.ReportReplicaRequest
+	24, // 31: pdpm.v1.Monitor.DrainServer:input_type -> pdpm.v1.DrainServerRequest
+	34, // 32: pdpm.v1.Monitor.ReportUnreachable:input_type -> pdpm.v1.ReportUnreachableRequest
+	36, // 33: pdpm.v1.Monitor.ReserveLocalSegment:input_type -> pdpm.v1.ReserveLocalSegmentRequest
+	28, // 34: pdpm.v1.Monitor.SplitSegment:input_type -> pdpm.v1.SplitSegmentRequest
+	30, // 35: pdpm.v1.Monitor.CommitSplit:input_type -> pdpm.v1.CommitSplitRequest
+	32, // 36: pdpm.v1.Monitor.CancelSplit:input_type -> pdpm.v1.CancelSplitRequest
+	6,  // 37: pdpm.v1.Monitor.RegisterServer:output_type -> pdpm.v1.RegisterServerResponse
+	8,  // 38: pdpm.v1.Monitor.Heartbeat:output_type -> pdpm.v1.HeartbeatResponse
+	12, // 39: pdpm.v1.Monitor.AllocateSegment:output_type -> pdpm.v1.AllocateSegmentResponse
+	14, // 40: pdpm.v1.Monitor.FreeSegment:output_type -> pdpm.v1.FreeSegmentResponse
+	17, // 41: pdpm.v1.Monitor.GetMapping:output_type -> pdpm.v1.GetMappingResponse
+	19, // 42: pdpm.v1.Monitor.GetSegmentKeys:output_type -> pdpm.v1.GetSegmentKeysResponse
+	21, // 43: pdpm.v1.Monitor.GetClusterStatus:output_type -> pdpm.v1.ClusterStatus
+	23, // 44: pdpm.v1.Monitor.ReportReplica:output_type -> pdpm.v1.ReportReplicaResponse
+	25, // 45: pdpm.v1.Monitor.DrainServer:output_type -> pdpm.v1.DrainServerResponse
+	35, // 46: pdpm.v1.Monitor.ReportUnreachable:output_type -> pdpm.v1.ReportUnreachableResponse
+	37, // 47: pdpm.v1.Monitor.ReserveLocalSegment:output_type -> pdpm.v1.ReserveLocalSegmentResponse
+	29, // 48: pdpm.v1.Monitor.SplitSegment:output_type -> pdpm.v1.SplitSegmentResponse
+	31, // 49: pdpm.v1.Monitor.CommitSplit:output_type -> pdpm.v1.CommitSplitResponse
+	33, // 50: pdpm.v1.Monitor.CancelSplit:output_type -> pdpm.v1.CancelSplitResponse
+	37, // [37:51] is the sub-list for method output_type
+	23, // [23:37] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_pdpm_v1_monitor_proto_init() }
@@ -2497,8 +3128,8 @@ func file_pdpm_v1_monitor_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pdpm_v1_monitor_proto_rawDesc), len(file_pdpm_v1_monitor_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   28,
+			NumEnums:      4,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

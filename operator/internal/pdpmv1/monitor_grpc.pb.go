@@ -36,6 +36,9 @@ const (
 	Monitor_DrainServer_FullMethodName         = "/pdpm.v1.Monitor/DrainServer"
 	Monitor_ReportUnreachable_FullMethodName   = "/pdpm.v1.Monitor/ReportUnreachable"
 	Monitor_ReserveLocalSegment_FullMethodName = "/pdpm.v1.Monitor/ReserveLocalSegment"
+	Monitor_SplitSegment_FullMethodName        = "/pdpm.v1.Monitor/SplitSegment"
+	Monitor_CommitSplit_FullMethodName         = "/pdpm.v1.Monitor/CommitSplit"
+	Monitor_CancelSplit_FullMethodName         = "/pdpm.v1.Monitor/CancelSplit"
 )
 
 // MonitorClient is the client API for Monitor service.
@@ -70,6 +73,17 @@ type MonitorClient interface {
 	// never places a copy there. Refused (ALREADY_EXISTS) when the mapping
 	// holds a copy there; the server then refreshes and takes another.
 	ReserveLocalSegment(ctx context.Context, in *ReserveLocalSegmentRequest, opts ...grpc.CallOption) (*ReserveLocalSegmentResponse, error)
+	// Splits of a table segment's hash range (docs/dsm.md "Tables across
+	// segments"). The segment's primary reserves a split: the monitor picks
+	// the server that creates the new segment (announced with
+	// AllocateSegmentRequest.split_parent) and records the split as pending.
+	SplitSegment(ctx context.Context, in *SplitSegmentRequest, opts ...grpc.CallOption) (*SplitSegmentResponse, error)
+	// The split's only commit point: one view change halves the parent's
+	// range and makes the new segment routable with the other half.
+	CommitSplit(ctx context.Context, in *CommitSplitRequest, opts ...grpc.CallOption) (*CommitSplitResponse, error)
+	// The parent's primary gives a pending split up: the record and the new
+	// segment (if announced) leave the view; its holders free their copies.
+	CancelSplit(ctx context.Context, in *CancelSplitRequest, opts ...grpc.CallOption) (*CancelSplitResponse, error)
 }
 
 type monitorClient struct {
@@ -190,6 +204,36 @@ func (c *monitorClient) ReserveLocalSegment(ctx context.Context, in *ReserveLoca
 	return out, nil
 }
 
+func (c *monitorClient) SplitSegment(ctx context.Context, in *SplitSegmentRequest, opts ...grpc.CallOption) (*SplitSegmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SplitSegmentResponse)
+	err := c.cc.Invoke(ctx, Monitor_SplitSegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *monitorClient) CommitSplit(ctx context.Context, in *CommitSplitRequest, opts ...grpc.CallOption) (*CommitSplitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitSplitResponse)
+	err := c.cc.Invoke(ctx, Monitor_CommitSplit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *monitorClient) CancelSplit(ctx context.Context, in *CancelSplitRequest, opts ...grpc.CallOption) (*CancelSplitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelSplitResponse)
+	err := c.cc.Invoke(ctx, Monitor_CancelSplit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MonitorServer is the server API for Monitor service.
 // All implementations must embed UnimplementedMonitorServer
 // for forward compatibility.
@@ -222,6 +266,17 @@ type MonitorServer interface {
 	// never places a copy there. Refused (ALREADY_EXISTS) when the mapping
 	// holds a copy there; the server then refreshes and takes another.
 	ReserveLocalSegment(context.Context, *ReserveLocalSegmentRequest) (*ReserveLocalSegmentResponse, error)
+	// Splits of a table segment's hash range (docs/dsm.md "Tables across
+	// segments"). The segment's primary reserves a split: the monitor picks
+	// the server that creates the new segment (announced with
+	// AllocateSegmentRequest.split_parent) and records the split as pending.
+	SplitSegment(context.Context, *SplitSegmentRequest) (*SplitSegmentResponse, error)
+	// The split's only commit point: one view change halves the parent's
+	// range and makes the new segment routable with the other half.
+	CommitSplit(context.Context, *CommitSplitRequest) (*CommitSplitResponse, error)
+	// The parent's primary gives a pending split up: the record and the new
+	// segment (if announced) leave the view; its holders free their copies.
+	CancelSplit(context.Context, *CancelSplitRequest) (*CancelSplitResponse, error)
 	mustEmbedUnimplementedMonitorServer()
 }
 
@@ -264,6 +319,15 @@ func (UnimplementedMonitorServer) ReportUnreachable(context.Context, *ReportUnre
 }
 func (UnimplementedMonitorServer) ReserveLocalSegment(context.Context, *ReserveLocalSegmentRequest) (*ReserveLocalSegmentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReserveLocalSegment not implemented")
+}
+func (UnimplementedMonitorServer) SplitSegment(context.Context, *SplitSegmentRequest) (*SplitSegmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SplitSegment not implemented")
+}
+func (UnimplementedMonitorServer) CommitSplit(context.Context, *CommitSplitRequest) (*CommitSplitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CommitSplit not implemented")
+}
+func (UnimplementedMonitorServer) CancelSplit(context.Context, *CancelSplitRequest) (*CancelSplitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelSplit not implemented")
 }
 func (UnimplementedMonitorServer) mustEmbedUnimplementedMonitorServer() {}
 func (UnimplementedMonitorServer) testEmbeddedByValue()                 {}
@@ -484,6 +548,60 @@ func _Monitor_ReserveLocalSegment_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Monitor_SplitSegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SplitSegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MonitorServer).SplitSegment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Monitor_SplitSegment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MonitorServer).SplitSegment(ctx, req.(*SplitSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Monitor_CommitSplit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitSplitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MonitorServer).CommitSplit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Monitor_CommitSplit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MonitorServer).CommitSplit(ctx, req.(*CommitSplitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Monitor_CancelSplit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelSplitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MonitorServer).CancelSplit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Monitor_CancelSplit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MonitorServer).CancelSplit(ctx, req.(*CancelSplitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Monitor_ServiceDesc is the grpc.ServiceDesc for Monitor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -534,6 +652,18 @@ var Monitor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReserveLocalSegment",
 			Handler:    _Monitor_ReserveLocalSegment_Handler,
+		},
+		{
+			MethodName: "SplitSegment",
+			Handler:    _Monitor_SplitSegment_Handler,
+		},
+		{
+			MethodName: "CommitSplit",
+			Handler:    _Monitor_CommitSplit_Handler,
+		},
+		{
+			MethodName: "CancelSplit",
+			Handler:    _Monitor_CancelSplit_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
