@@ -26,6 +26,8 @@ if [[ ${1:-} != build ]]; then
     clang clang-format clang-tidy libclang-rt-14-dev
     # real programs the pDFS mount tests run (tar and diff are essential)
     git sqlite3 rsync
+    # setfacl/getfacl for the POSIX ACL tests through the mount
+    acl
     # real parts the tests and benchmarks start
     etcd-server etcd-client redis-server redis-tools iperf3 sockperf
     # the pDKVS gateway comparison test keeps redis-py in a venv

@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "pdfs/client/acl.h"
 #include "pdfs/client/locks.h"
 
 namespace pdpm::pdfs {
@@ -45,6 +46,39 @@ bool IsDotName(std::string_view name) {
 uint64_t VolumeBelow(const Inode& parent, const Inode& child) {
   if (parent.ino != kRootIno) return parent.volume;
   return S_ISDIR(child.mode) ? child.ino : 0;
+}
+
+// A new inode `n` of directory `dir`: with a default ACL there, the access
+// ACL and permission bits it gives (and, for a directory, the same default
+// ACL); without one, the umask clears bits.
+int InheritAcls(const Inode& dir, uint32_t umask, Inode* n) {
+  auto dflt = dir.xattrs.find(std::string(kDefaultAclXattr));
+  if (dflt == dir.xattrs.end()) {
+    n->mode &= ~(umask & 0777);
+    return 0;
+  }
+  Acl from, access;
+  if (!DecodeAcl(dflt->second, &from).ok()) return EIO;  // validated when set
+  AclInherit(from, &n->mode, &access);
+  if (!AclIsMinimal(access)) n->xattrs[std::string(kAccessAclXattr)] = EncodeAcl(access);
+  if (S_ISDIR(n->mode)) n->xattrs[std::string(kDefaultAclXattr)] = dflt->second;
+  // The xattrs must fit the inode's record (a default ACL near the size
+  // limit, taken twice by a new directory, would not).
+  size_t total = 0;
+  for (const auto& [k, v] : n->xattrs) total += k.size() + v.size();
+  return total > kMaxXattrTotal ? ENOSPC : 0;
+}
+
+// chmod of `n`: its access ACL, if it has one, takes the new permission
+// bits (the owner, mask or group, and other entries).
+int ChmodAccessAcl(Inode* n) {
+  auto it = n->xattrs.find(std::string(kAccessAclXattr));
+  if (it == n->xattrs.end()) return 0;
+  Acl acl;
+  if (!DecodeAcl(it->second, &acl).ok()) return EIO;  // validated when set
+  AclSetPermissionBits(&acl, n->mode);
+  it->second = EncodeAcl(acl);
+  return 0;
 }
 
 Attr ToAttr(const Inode& n) {
@@ -613,8 +647,70 @@ int FileSystem::GetAttr(uint64_t ino, Attr* out) {
   return err;
 }
 
+int FileSystem::LookupByReads(uint64_t parent, std::string_view name, Attr* out) {
+  // Any failed read (a server down, a record a crashed client left...) is
+  // left to the transaction, which retries and reports it.
+  const uint64_t hash = NameHash(name);
+  std::string bytes;
+  // Reads bucket `b` of `parent` into `bucket`: false when undecided,
+  // *present when it exists.
+  DirBucket bucket;
+  auto read_bucket = [&](uint32_t b, bool* present) {
+    Status s = client_->GetObj(DirBucketId(parent, b), &bytes);
+    *present = s.ok();
+    return (s.ok() && DecodeDirBucket(bytes, &bucket).ok()) || s.code() == StatusCode::kNotFound;
+  };
+  // `name`'s entry in `bucket`, or nullptr.
+  auto found = [&]() -> const DirEntry* {
+    for (const DirEntry& e : bucket.entries) {
+      if ((e.key >> kKeySeqBits) == hash && e.name == name) return &e;
+    }
+    return nullptr;
+  };
+  // The entry's inode: the name was in the directory when its bucket was
+  // read; the inode gone or without links since (an unlink or rename in
+  // between): undecided.
+  auto answer = [&](const DirEntry& e) {
+    Inode n;
+    Status s = client_->GetObj(InodeId(e.ino), &bytes);
+    if (!s.ok() || !DecodeInode(bytes, &n).ok() || n.nlink == 0) return kUndecided;
+    *out = ToAttr(n);
+    return 0;
+  };
+  // Bucket 0 first: a directory that never split has no other.
+  bool has_bucket0 = false;
+  if (!read_bucket(0, &has_bucket0)) return kUndecided;
+  if (const DirEntry* e = has_bucket0 ? found() : nullptr) return answer(*e);
+  std::string index_bytes;
+  Status s = client_->GetObj(DirIndexId(parent), &index_bytes);
+  if (s.code() == StatusCode::kNotFound) {
+    // No index now: the directory has not split (an index, once made, goes
+    // only with the directory), so bucket 0 held every name when it was
+    // read. No bucket at all: an empty directory, or no directory (ENOTDIR,
+    // ENOENT): the transaction tells.
+    return has_bucket0 ? ENOENT : kUndecided;
+  }
+  DirIndex index;
+  if (!s.ok() || !DecodeDirIndex(index_bytes, &index).ok()) return kUndecided;
+  auto range = std::upper_bound(index.ranges.begin(), index.ranges.end(), hash << kKeySeqBits,
+                                [](uint64_t k, const BucketRange& r) { return k < r.low; });
+  bool present = false;
+  if (!read_bucket(std::prev(range)->bucket, &present) || !present) return kUndecided;
+  if (const DirEntry* e = found()) return answer(*e);
+  // Absent from the bucket that covered its hash — if it still does. Every
+  // change of the index is a split (next_bucket grows) or the removal of an
+  // emptied bucket's range (ranges shrink), so the index read again with
+  // the same bytes has not changed in between.
+  s = client_->GetObj(DirIndexId(parent), &bytes);
+  return s.ok() && bytes == index_bytes ? ENOENT : kUndecided;
+}
+
 int FileSystem::Lookup(uint64_t parent, std::string_view name, Attr* out) {
   if (name.size() > kMaxNameLength) return ENAMETOOLONG;
+  if (!IsDotName(name) && CheckName(name) == 0) {
+    int err = LookupByReads(parent, name, out);
+    if (err != kUndecided) return err;
+  }
   return RunTx([&](Txn& t) {
     Inode* p = nullptr;
     int err = t.LoadInode(parent, &p);
@@ -658,7 +754,11 @@ int FileSystem::SetAttr(uint64_t ino, const SetAttrArgs& args, Attr* out) {
     int e = t.LoadInode(ino, &n);
     if (e != 0) return e;
     const Time now = Now();
-    if (args.set_mode) n->mode = (n->mode & S_IFMT) | (args.mode & 07777);
+    if (args.set_mode) {
+      n->mode = (n->mode & S_IFMT) | (args.mode & 07777);
+      e = ChmodAccessAcl(n);
+      if (e != 0) return e;
+    }
     if (args.set_uid) n->uid = args.uid;
     if (args.set_gid) n->gid = args.gid;
     if (args.set_atime) n->atime = args.atime_now ? now : args.atime;
@@ -741,6 +841,10 @@ int FileSystem::CreateNode(uint64_t parent, std::string_view name, uint32_t mode
     if ((p->mode & S_ISGID) != 0) {
       n.gid = p->gid;
       if (dir) n.mode |= S_ISGID;
+    }
+    if (!S_ISLNK(mode)) {
+      e = InheritAcls(*p, owner.umask, &n);
+      if (e != 0) return e;
     }
     n.nlink = dir ? 2 : 1;
     n.rdev = rdev;
@@ -1270,10 +1374,15 @@ int FileSystem::SetXattr(uint64_t ino, std::string_view name, std::string_view v
   if (err != 0) return err;
   if (value.size() > kMaxXattrValue) return E2BIG;
   if ((flags & ~(XATTR_CREATE | XATTR_REPLACE)) != 0) return EINVAL;
+  const bool access_acl = name == kAccessAclXattr;
+  const bool default_acl = name == kDefaultAclXattr;
+  Acl acl;
+  if ((access_acl || default_acl) && !DecodeAcl(value, &acl).ok()) return EINVAL;
   return RunTx([&](Txn& t) {
     Inode* n = nullptr;
     int e = t.LoadInode(ino, &n);
     if (e != 0) return e;
+    if (default_acl && !S_ISDIR(n->mode)) return EACCES;  // as Linux answers
     auto it = n->xattrs.find(std::string(name));
     if ((flags & XATTR_CREATE) != 0 && it != n->xattrs.end()) return EEXIST;
     if ((flags & XATTR_REPLACE) != 0 && it == n->xattrs.end()) return ENODATA;
@@ -1282,8 +1391,18 @@ int FileSystem::SetXattr(uint64_t ino, std::string_view name, std::string_view v
       if (k != name) total += k.size() + v.size();
     }
     if (total > kMaxXattrTotal) return ENOSPC;
-    n->xattrs[std::string(name)] = std::string(value);
     n->ctime = Now();
+    if (access_acl) {
+      // The mode says what the owner, group (mask) and other entries say;
+      // an ACL with no more than those is the mode alone.
+      n->mode = (n->mode & ~uint32_t{0777}) | AclPermissionBits(acl);
+      if (AclIsMinimal(acl)) {
+        n->xattrs.erase(std::string(name));
+        t.SaveInode(*n);
+        return 0;
+      }
+    }
+    n->xattrs[std::string(name)] = std::string(value);
     t.SaveInode(*n);
     return 0;
   });
@@ -1317,7 +1436,11 @@ int FileSystem::RemoveXattr(uint64_t ino, std::string_view name) {
     Inode* n = nullptr;
     int e = t.LoadInode(ino, &n);
     if (e != 0) return e;
-    if (n->xattrs.erase(std::string(name)) == 0) return ENODATA;
+    if (n->xattrs.erase(std::string(name)) == 0) {
+      // No ACL to remove is no error (as on Linux file systems: removing
+      // an ACL sets none); the mode stays what it is.
+      return name == kAccessAclXattr || name == kDefaultAclXattr ? 0 : ENODATA;
+    }
     n->ctime = Now();
     t.SaveInode(*n);
     return 0;
@@ -1346,9 +1469,11 @@ void FileSystem::Release(uint64_t ino) {
 }
 
 int FileSystem::Walk(uint64_t start, std::string_view path, bool follow_last, int* links_left,
-                     uint64_t* ino) {
+                     Attr* out) {
   uint64_t cur = path.starts_with('/') ? kRootIno : start;
   const bool want_dir = path.ends_with('/');
+  Attr a;  // of `cur`, once a lookup reached it
+  bool reached = false;
   size_t pos = 0;
   for (;;) {
     while (pos < path.size() && path[pos] == '/') ++pos;
@@ -1360,34 +1485,39 @@ int FileSystem::Walk(uint64_t start, std::string_view path, bool follow_last, in
     size_t rest = pos;
     while (rest < path.size() && path[rest] == '/') ++rest;
     const bool last = rest == path.size();
-    Attr a;
     int err = Lookup(cur, comp, &a);
     if (err != 0) return err;
     if (S_ISLNK(a.mode) && (!last || follow_last || want_dir)) {
       if (--*links_left < 0) return ELOOP;
       std::string target;
       err = Readlink(a.ino, &target);
-      if (err == 0) err = Walk(cur, target, true, links_left, &cur);
+      if (err == 0) err = Walk(cur, target, true, links_left, &a);
       if (err != 0) return err;
-    } else {
-      cur = a.ino;
     }
+    cur = a.ino;
+    reached = true;
   }
-  if (want_dir) {
-    Attr a;
+  if (!reached) {  // no component: the start itself
     int err = GetAttr(cur, &a);
     if (err != 0) return err;
-    if (!S_ISDIR(a.mode)) return ENOTDIR;
   }
-  *ino = cur;
+  if (want_dir && !S_ISDIR(a.mode)) return ENOTDIR;
+  *out = a;
   return 0;
 }
 
-int FileSystem::ResolvePath(std::string_view path, bool follow_last, uint64_t* ino) {
+int FileSystem::Resolve(std::string_view path, bool follow_last, Attr* out) {
   if (path.empty()) return ENOENT;
   if (path.size() >= PATH_MAX) return ENAMETOOLONG;
   int links = options_.max_symlinks;
-  return Walk(kRootIno, path, follow_last, &links, ino);
+  return Walk(kRootIno, path, follow_last, &links, out);
+}
+
+int FileSystem::ResolvePath(std::string_view path, bool follow_last, uint64_t* ino) {
+  Attr a;
+  int err = Resolve(path, follow_last, &a);
+  if (err == 0) *ino = a.ino;
+  return err;
 }
 
 int FileSystem::ResolveParent(std::string_view path, uint64_t* parent, std::string* name) {
@@ -1410,15 +1540,11 @@ int FileSystem::ResolveParent(std::string_view path, uint64_t* parent, std::stri
 }
 
 int FileSystem::Stat(std::string_view path, Attr* out) {
-  uint64_t ino = 0;
-  int err = ResolvePath(path, true, &ino);
-  return err != 0 ? err : GetAttr(ino, out);
+  return Resolve(path, true, out);
 }
 
 int FileSystem::Lstat(std::string_view path, Attr* out) {
-  uint64_t ino = 0;
-  int err = ResolvePath(path, false, &ino);
-  return err != 0 ? err : GetAttr(ino, out);
+  return Resolve(path, false, out);
 }
 
 int FileSystem::OpenPath(std::string_view path, int flags, uint32_t mode, const Owner& owner,

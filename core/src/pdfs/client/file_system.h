@@ -67,9 +67,13 @@ struct FsOptions {
   uint32_t lock_lease_beats = 10;
 };
 
+// Who creates an inode: its owner, and the creating process's umask, which
+// clears permission bits of the new inode unless its directory has a
+// default ACL (which decides them instead: docs/pdfs.md "POSIX ACLs").
 struct Owner {
   uint32_t uid = 0;
   uint32_t gid = 0;
+  uint32_t umask = 0;
 };
 
 struct Attr {
@@ -269,13 +273,28 @@ class FileSystem {
   // an orphan (*orphan) when it has data or is open here.
   int DropLink(Txn& t, Inode* n, const Time& now, uint64_t* orphan);
   bool IsOpen(uint64_t ino);
-  int Walk(uint64_t start, std::string_view path, bool follow_last, int* links_left, uint64_t* ino);
+  // Follows `path` from `start` (an absolute one from the root); *out: the
+  // attributes of where it ends, as its last lookup returned them.
+  int Walk(uint64_t start, std::string_view path, bool follow_last, int* links_left, Attr* out);
+  // Walk from the root, with ResolvePath's checks.
+  int Resolve(std::string_view path, bool follow_last, Attr* out);
   int EnsureChunk(uint64_t ino, uint64_t chunk);
   // A failed cluster call: logged, EIO.
   int Io(const char* what, const Status& s);
   uint64_t RandomIno();
   // The inode outside a transaction (one atomic object read).
   int ReadInode(uint64_t ino, Inode* out);
+  // Lookup by atomic object reads outside a transaction (docs/pdfs.md
+  // "Guarantees", lookups): bucket 0, and when the name is not there the index, the
+  // bucket it names and the index again; then the entry's inode. Two reads
+  // in a directory that never split, four in one that did, instead of a
+  // transaction reading four records and validating them (16 round trips).
+  // An answer is one Lookup's answer at the moment the bucket was read,
+  // with the inode's attributes as read just after. kUndecided when the
+  // reads alone cannot tell (a directory without buckets, a concurrent
+  // change, a failed read): the caller runs the transaction.
+  static constexpr int kUndecided = -1;
+  int LookupByReads(uint64_t parent, std::string_view name, Attr* out);
 
   // SetLock (apply) and TestLock (not).
   int LockTx(uint64_t ino, const LockRequest& req, bool apply, LockEntry* conflict);

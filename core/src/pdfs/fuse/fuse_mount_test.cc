@@ -396,6 +396,109 @@ TEST_F(FuseMountTest, PermissionsOfAnUnprivilegedUser) {
   EXPECT_EQ(::stat(P("shut/d").c_str(), &st), -1);
 }
 
+// Runs `body` as the unprivileged user 65534 (no groups) in a child
+// process; its exit code: 0, or the line of the first failed check (mod 250,
+// + 1) that `body` passes to `fail`.
+template <typename Body>
+int AsNobody(Body body) {
+  pid_t pid = fork();
+  if (pid < 0) return 255;
+  if (pid == 0) {
+    auto fail = [](int line) {
+      fprintf(stderr, "unprivileged check at line %d failed: %s\n", line, strerror(errno));
+      _exit(line % 250 + 1);
+    };
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) fail(__LINE__);
+    body(fail);
+    _exit(0);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 255;
+  return WEXITSTATUS(status);
+}
+
+// POSIX ACLs through the mount (docs/pdfs.md "POSIX ACLs"): setfacl and
+// getfacl as root, the kernel enforcing them for an unprivileged user, the
+// mode and the ACL in step, default ACLs inherited instead of the umask.
+TEST_F(FuseMountTest, PosixAclsAsRootAndAnUnprivilegedUser) {
+  ASSERT_EQ(::chmod(cluster_.dir().c_str(), 0711), 0);  // others reach the mount
+  EXPECT_EQ(Sh("cd " + P("") +
+               " && umask 022 && mkdir acl && cd acl"
+               // A named user's entry; the group bits show the mask.
+               " && echo data > f && chmod 600 f && setfacl -m u:65534:rw f"
+               " && getfacl -n f | grep -qx user:65534:rw- && test $(stat -c %a f) = 660"
+               // chmod changes the mask, and the entry's effective rights.
+               " && chmod 640 f && getfacl -n f | grep -qx mask::r--"
+               " && getfacl -n f | grep -q '^user:65534:rw-.*#effective:r--$'"
+               " && setfacl -m m::rw f && test $(stat -c %a f) = 660"
+               " && echo data > only_read && chmod 600 only_read && setfacl -m u:65534:r only_read"
+               " && echo data > masked && chmod 600 masked && setfacl -m u:65534:rw,m::r masked"
+               " && echo data > none && chmod 600 none"
+               // A default ACL: inherited, and the umask does not apply.
+               " && mkdir d && setfacl -m u:65534:rwx d && setfacl -d -m u:65534:rwx,o::- d"
+               " && getfacl -n -d d | grep -qx user:65534:rwx"
+               " && (umask 077 && touch d/new && mkdir d/sub)"
+               " && test $(stat -c %a d/new) = 660"
+               " && getfacl -n d/new | grep -q '^user:65534:rwx.*#effective:rw-$'"
+               " && test $(stat -c %a d/sub) = 770 && getfacl -n -d d/sub | grep -qx user:65534:rwx"
+               // Without one, the umask does.
+               " && (umask 027 && touch plain) && test $(stat -c %a plain) = 640"
+               " && getfacl -n plain | (! grep -q user:65534)"),
+            0);
+  const std::string dir = P("acl");
+  EXPECT_EQ(
+      AsNobody([&](auto fail) {
+        int fd = ::open((dir + "/f").c_str(), O_RDWR);
+        if (fd < 0 || ::write(fd, "x", 1) != 1 || ::close(fd) != 0) fail(__LINE__);
+        if (::open((dir + "/only_read").c_str(), O_WRONLY) >= 0 || errno != EACCES) {
+          fail(__LINE__);
+        }
+        fd = ::open((dir + "/only_read").c_str(), O_RDONLY);
+        if (fd < 0 || ::close(fd) != 0) fail(__LINE__);
+        // The mask limits the named entry.
+        if (::open((dir + "/masked").c_str(), O_WRONLY) >= 0 || errno != EACCES) {
+          fail(__LINE__);
+        }
+        if (::open((dir + "/none").c_str(), O_RDONLY) >= 0 || errno != EACCES) fail(__LINE__);
+        // Created in the directory its ACL lets it write to, under the
+        // default ACL (the umask does not apply).
+        ::umask(077);
+        fd = ::open((dir + "/d/mine").c_str(), O_CREAT | O_WRONLY, 0666);
+        struct stat st {};
+        if (fd < 0 || ::fstat(fd, &st) != 0 || ::close(fd) != 0) fail(__LINE__);
+        if (st.st_uid != 65534 || (st.st_mode & 07777) != 0660) fail(__LINE__);
+        fd = ::open((dir + "/d/new").c_str(), O_WRONLY);
+        if (fd < 0 || ::close(fd) != 0) fail(__LINE__);
+        // Its own file: setfacl and getfacl as this user (the mask,
+        // recomputed, is the group entry's r-x with the entries' rwx).
+        const std::string own = dir + "/d/mine";
+        const std::string cmd = "setfacl -m u:4242:r " + own + " && getfacl -n " + own +
+                                " | grep -qx user:4242:r-- && test $(stat -c %a " + own + ") = 670";
+        if (std::system(cmd.c_str()) != 0) fail(__LINE__);  // NOLINT(cert-env33-c)
+        // Not the owner: no ACL changes.
+        if (::removexattr((dir + "/f").c_str(), "system.posix_acl_access") == 0 || errno != EPERM) {
+          fail(__LINE__);
+        }
+      }),
+      0);
+  // Root takes the named entry away: refused at once.
+  EXPECT_EQ(Sh("cd " + dir + " && setfacl -b only_read && test $(stat -c %a only_read) = 600" +
+               " && getfacl -n only_read | (! grep -q user:65534)"),
+            0);
+  EXPECT_EQ(AsNobody([&](auto fail) {
+              if (::open((dir + "/only_read").c_str(), O_RDONLY) >= 0 || errno != EACCES) {
+                fail(__LINE__);
+              }
+            }),
+            0);
+  char value[64];
+  errno = 0;
+  EXPECT_EQ(
+      ::getxattr((dir + "/only_read").c_str(), "system.posix_acl_access", value, sizeof(value)),
+      -1);
+  EXPECT_EQ(errno, ENODATA);  // a minimal ACL is the mode alone
+}
+
 // Real programs with their own checks.
 TEST_F(FuseMountTest, RealPrograms) {
   const std::string src = PDPM_SOURCE_DIR;

@@ -251,7 +251,9 @@ uint64_t Out(fuse_req_t req, uint64_t ino) {
 
 Owner OwnerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return {ctx->uid, ctx->gid};
+  // umask: of the creating process (mknod, mkdir, create; FUSE_CAP_DONT_MASK
+  // leaves it to pDFS, which applies it where no default ACL does).
+  return {ctx->uid, ctx->gid, ctx->umask};
 }
 
 struct stat ToStat(const Attr& a) {
@@ -311,6 +313,13 @@ void Init(void* userdata, fuse_conn_info* conn) {
   conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
   // Advisory locks are pDFS's, across mounts, not the kernel's local ones.
   conn->want |= conn->capable & (FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
+  // POSIX ACLs: the kernel enforces them (as default_permissions does the
+  // mode) from the system.posix_acl_* xattrs pDFS keeps in step with the
+  // mode, and leaves the umask to pDFS: a directory's default ACL replaces
+  // it (docs/pdfs.md "POSIX ACLs").
+  if ((conn->capable & FUSE_CAP_POSIX_ACL) != 0 && (conn->capable & FUSE_CAP_DONT_MASK) != 0) {
+    conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
+  }
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
